@@ -1,0 +1,41 @@
+# fr-analyze: the one entry point for humans and CI. `make help` lists the targets.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DUMPS ?= sample_dumps
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint bench clean
+
+help: ## Show this help
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
+
+run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
+	@for d in $(DUMPS)/*/; do \
+		echo "=================== $$d"; \
+		$(BIN)/fr-analyze -d "$$d"; rc=$$?; \
+		if [ $$rc -gt 1 ]; then exit $$rc; fi; \
+	done; true
+
+test: $(STAMP) ## Run the whole test suite
+	$(BIN)/python -m pytest
+
+lint: $(STAMP) ## ruff and mypy (strict)
+	$(BIN)/ruff check fr_analyzer tests tools benchmarks
+	$(BIN)/ruff format --check fr_analyzer tests tools benchmarks
+	$(BIN)/mypy
+
+bench: $(STAMP) ## Scale benchmark (see README)
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

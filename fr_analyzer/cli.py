@@ -1,0 +1,122 @@
+"""The `fr-analyze` command: parse options, call one function, map errors to exit codes.
+
+Exit codes: 0 no findings, 1 findings, 2 bad usage or no readable dump. Errors print one line
+on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import __version__, database, pipeline, ranks, report
+from .errors import FrAnalyzerError, UsageError
+from .output import check_output_path, write_atomic
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Find the process group, collective and ranks that desynced a distributed PyTorch "
+    "job, from its per-rank Flight Recorder dumps.",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"fr-analyze {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+def _progress(done: int, total: int) -> None:
+    if done == total or done % 64 == 0:
+        sys.stderr.write(f"\rloading dumps: {done}/{total}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+@app.command()
+def analyze(
+    dump_dir: Annotated[Path, typer.Option(
+        "-d", "--dump-dir", help="Directory holding one Flight Recorder dump per rank "
+        "(searched recursively; pickle or JSON, optionally .gz).")],
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Write the flat database (pickle of builtin types) here.")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Write the report as JSON (schema fr-analyze.report/1) here.")] = None,
+    just_print_entries: Annotated[bool, typer.Option(
+        "-j", "--just-print-entries", help="Print every rank's entries side by side per "
+        "process group, aligned by sequence id, and stop.")] = False,
+    selected_ranks: Annotated[str | None, typer.Option(
+        "--selected-ranks", help="With -j: only these ranks, e.g. 0,3-5.")] = None,
+    pg_filters: Annotated[list[str] | None, typer.Option(
+        "--pg-filters", help="With -j: only groups with this name or desc (repeatable, or "
+        "comma-separated).")] = None,
+    print_stack_trace: Annotated[bool, typer.Option(
+        "--print-stack-trace", help="With -j: show each entry's stack (innermost first).")
+    ] = False,
+    prefix: Annotated[str | None, typer.Option(
+        "-p", "--prefix", help="File name prefix before the rank number (default: detected, "
+        "e.g. rank_, nccl_trace_rank_, comm_lib_trace_rank_).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "-v", "--verbose", help="Also print the process-group and membership tables.")] = False,
+    mismatch_cap: Annotated[int, typer.Option(
+        "--mismatch-cap", min=1, help="Show at most this many findings per process group.")
+    ] = 10,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", min=1, help="Processes that load dumps (default: every core).")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Analyze a directory of per-rank Flight Recorder dumps and name the desync."""
+    options = pipeline.Options(prefix=prefix, workers=workers)
+    progress = _progress if sys.stderr.isatty() else None
+    if just_print_entries:
+        chosen = ranks.parse(selected_ranks) if selected_ranks else None
+        filters = [p for item in (pg_filters or []) for p in item.split(",") if p]
+        table, groups = pipeline.entries(dump_dir, options, progress)
+        typer.echo(report.render_entries(table, groups, ranks=chosen, pg_filters=filters,
+                                         stack=print_stack_trace), nl=False)
+        return
+    if selected_ranks or pg_filters or print_stack_trace:
+        raise UsageError("--selected-ranks, --pg-filters and --print-stack-trace go with -j")
+    for path in (output, json_out):
+        if path is not None:
+            check_output_path(path, dump_dir)
+    result = pipeline.analyze(dump_dir, options, progress)
+    typer.echo(report.render_text(result, verbose=verbose, cap=mismatch_cap), nl=False)
+    if json_out is not None:
+        write_atomic(json_out, report.render_json(result, cap=mismatch_cap).encode())
+    if output is not None:
+        database.write(result, output)
+    raise typer.Exit(EXIT_FINDINGS if result.findings else EXIT_OK)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except FrAnalyzerError as exc:
+        sys.stderr.write(f"fr-analyze: error: {exc}\n")
+        sys.exit(EXIT_ERROR)
+    except KeyboardInterrupt:
+        sys.stderr.write("fr-analyze: interrupted\n")
+        sys.exit(EXIT_ERROR)
+    except Exception as exc:  # usage errors and anything unexpected: one line, no traceback
+        show = getattr(exc, "show", None)
+        if callable(show):  # click's usage errors (vendored by typer): "Usage: ... Error: ..."
+            show()
+            sys.exit(EXIT_ERROR)
+        sys.stderr.write(f"fr-analyze: internal error: {type(exc).__name__}: {exc}\n")
+        sys.exit(EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

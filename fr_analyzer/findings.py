@@ -1,0 +1,171 @@
+"""Turn matcher output and input problems into an ordered list of findings and one verdict.
+
+Findings are grouped by process group, lowest sequence id first; repeats of one problem (the
+same kind and culprits at later sequence ids of the same group, the cascade a hang produces) are
+folded into the first. The verdict is the single most likely root finding: among each group's
+first finding, a disagreement (op type, size, dtype) beats a missing rank, which beats a stuck
+op; and a finding whose culprits are idle beats one whose culprits are themselves waiting.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from .dumps import EntryTable, RankDump
+from .groups import GroupTable
+from .matching import MatchResult
+from .model import (
+    INPUT_KINDS,
+    ROOT_PRIORITY,
+    Finding,
+    FindingKind,
+    Group,
+    Status,
+    UnreadableDump,
+    Verdict,
+)
+from .ranks import compact, label
+
+_PRIORITY = {kind: i for i, kind in enumerate(ROOT_PRIORITY)}
+
+
+def collect(
+    dumps: Sequence[RankDump],
+    unreadable: Sequence[UnreadableDump],
+    table: EntryTable,
+    groups: GroupTable,
+    result: MatchResult,
+) -> list[Finding]:
+    """Every finding, ordered: each group's findings by sequence id, input problems last."""
+    behaviour = _fold(list(result.findings) + list(groups.conflicts))
+    behaviour.sort(key=_order_key)
+    inputs = _input_findings(dumps, unreadable, table, groups, result)
+    return behaviour + inputs
+
+
+def _seq_key(f: Finding) -> tuple[int, int]:
+    if f.collective_seq_id is not None:
+        return (0, f.collective_seq_id)
+    return (1, f.p2p_seq_id if f.p2p_seq_id is not None else -1)
+
+
+def _order_key(f: Finding) -> tuple[int, tuple[int, int], int]:
+    return (f.group.uid if f.group is not None else -1, _seq_key(f), _PRIORITY[f.kind])
+
+
+def _fold(findings: list[Finding]) -> list[Finding]:
+    """Fold later repeats (same group, kind and culprits) into the first occurrence."""
+    runs: dict[tuple[object, ...], list[Finding]] = defaultdict(list)
+    for f in sorted(findings, key=_order_key):
+        runs[(f.group.uid if f.group else -1, f.kind, f.culprit_ranks, f.collective_seq_id is None)
+             ].append(f)
+    out = []
+    for run in runs.values():
+        first = run[0]
+        if len(run) > 1:
+            seqs = [s for f in run[1:] if (s := f.collective_seq_id if f.collective_seq_id
+                                          is not None else f.p2p_seq_id) is not None]
+            also = f" (and {len(run) - 1} later op(s) of this group"
+            also += f", #{min(seqs)}-#{max(seqs)})" if seqs else ")"
+            first = Finding(first.kind, first.group, first.collective_seq_id, first.p2p_seq_id,
+                            first.op, first.ranks, first.culprit_ranks, first.detail + also)
+        out.append(first)
+    return out
+
+
+def _input_findings(
+    dumps: Sequence[RankDump],
+    unreadable: Sequence[UnreadableDump],
+    table: EntryTable,
+    groups: GroupTable,
+    result: MatchResult,
+) -> list[Finding]:
+    out: list[Finding] = []
+    if groups.missing_ranks:
+        missing = set(groups.missing_ranks)
+        affected = [g for g in groups.groups if missing & set(g.ranks)]
+        biggest = max(affected, key=lambda g: (g.size, -g.uid)) if affected else None
+        detail = f"no dump file for {label(missing)}"
+        waiting = _waiting_on(groups, table, result, missing)
+        if waiting:
+            detail += "; " + waiting
+        out.append(Finding(FindingKind.MISSING_DUMP, biggest, None, None, "",
+                           tuple(sorted(missing)), tuple(sorted(missing)), detail))
+    for u in unreadable:
+        member_of = [g for g in groups.groups if u.rank in g.ranks]
+        group = max(member_of, key=lambda g: g.size) if member_of else None
+        rank = () if u.rank is None else (u.rank,)
+        out.append(Finding(FindingKind.UNREADABLE_DUMP, group, None, None, "", rank, rank,
+                           f"{u.file}: {u.reason}"))
+    for dump in dumps:
+        if not dump.entry_errors:
+            continue
+        shown = "; ".join(f"entry {i}: {reason}" for i, reason in dump.entry_errors[:3])
+        more = len(dump.entry_errors) - 3
+        out.append(Finding(
+            FindingKind.MALFORMED_ENTRY, None, None, None, "", (dump.rank,), (dump.rank,),
+            f"{dump.file}: {len(dump.entry_errors)} entr{'y' if len(dump.entry_errors) == 1 else 'ies'}"
+            f" skipped: {shown}" + (f" (+{more} more)" if more > 0 else "")))
+    return out
+
+
+def _waiting_on(
+    groups: GroupTable, table: EntryTable, result: MatchResult, missing: set[int]
+) -> str:
+    """The first collective, in a group with a missing member, that the others did not finish."""
+    units = result.collectives
+    in_unit = units.entry_unit >= 0
+    unfinished = np.bincount(units.entry_unit[in_unit], weights=~result.done[in_unit],
+                             minlength=len(units.seq))
+    for u in np.flatnonzero((units.ranks_present < units.ranks_expected) & (unfinished > 0)):
+        group = groups.groups[int(units.group[u])]
+        if not missing & set(group.ranks):
+            continue
+        ranks = np.unique(table.rank[units.entry_unit == u]).tolist()
+        return (f"{label(ranks)} are waiting in {units.op[u]} #{int(units.seq[u])} of "
+                f"group {group.name!r} ({group.desc}), which the missing ranks may never have "
+                "joined")
+    return ""
+
+
+def verdict(findings: Sequence[Finding], busy_ranks: set[int]) -> Verdict:
+    """The single most likely root finding: see the module docstring for the rule."""
+    if not findings:
+        return Verdict(Status.OK, None, "no desync found")
+    behaviour = [f for f in findings if f.kind not in INPUT_KINDS]
+    status = Status.DESYNC if behaviour else Status.INCOMPLETE
+    pool = behaviour or list(findings)
+    firsts: dict[int, Finding] = {}
+    for f in pool:
+        key = f.group.uid if f.group is not None else -1
+        firsts.setdefault(key, f)
+
+    def rank(f: Finding) -> tuple[int, bool, int]:
+        waiting = bool(f.culprit_ranks) and all(r in busy_ranks for r in f.culprit_ranks)
+        return (_PRIORITY[f.kind], waiting, -(f.group.size if f.group else 0))
+
+    root = min(firsts.values(), key=rank)
+    return Verdict(status, root, sentence(root))
+
+
+def describe_group(group: Group | None) -> str:
+    if group is None:
+        return "the job"
+    desc = f" ({group.desc})" if group.desc else ""
+    return f"group {group.name!r}{desc}, {label(group.ranks)}"
+
+
+def sentence(f: Finding) -> str:
+    """One sentence naming group, sequence id, op and culprits."""
+    where = describe_group(f.group)
+    if f.collective_seq_id is not None:
+        where += f", collective #{f.collective_seq_id}"
+    elif f.p2p_seq_id is not None:
+        where += f", p2p #{f.p2p_seq_id}"
+    if f.op:
+        where += f" {f.op}"
+    who = "rank" if len(f.culprit_ranks) == 1 else "ranks"
+    return f"{f.kind.value} in {where}: {f.detail}. Culprit: {who} {compact(f.culprit_ranks)}."

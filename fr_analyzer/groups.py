@@ -1,0 +1,183 @@
+"""Rebuild the job's process groups and who belongs to each, from every rank's view.
+
+A group is its name *and* its member set: split groups may share a name. Members come from each
+rank's `pg_config` when it is usable; gloo dumps key every group by `''` with ranks `'[]'`, so
+for those the membership is rebuilt from the entries (the ranks whose dumps carry the group),
+and a group described as `default_pg` spans the whole job. Ranks that disagree about a group are
+reported as `group_conflict` findings rather than stopping the run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .dumps import EntryTable, GroupClaim, RankDump
+from .model import Finding, FindingKind, Group, MembershipSource, UnreadableDump
+from .ranks import compact, label
+
+WORLD_DESCS = frozenset({"default_pg"})
+
+
+@dataclass(frozen=True)
+class GroupTable:
+    groups: tuple[Group, ...]
+    entry_group: npt.NDArray[np.int32]  # group uid of every row of the EntryTable
+    loaded_ranks: tuple[int, ...]
+    missing_ranks: tuple[int, ...]
+    world_size: int
+    conflicts: tuple[Finding, ...]
+
+    def members(self, uid: int) -> tuple[int, ...]:
+        return self.groups[uid].ranks
+
+
+def _sort_key(name: str) -> tuple[int, int | str]:
+    return (0, int(name)) if name.isdigit() else (1, name)
+
+
+def build_groups(
+    dumps: Sequence[RankDump], table: EntryTable, unreadable: Sequence[UnreadableDump]
+) -> GroupTable:
+    loaded = tuple(sorted(d.rank for d in dumps))
+    known = set(loaded) | {u.rank for u in unreadable if u.rank is not None}
+    for dump in dumps:
+        for claim in dump.claims.values():
+            known.update(claim.ranks)
+    world_size = max(known) + 1 if known else 0
+
+    # Which group names each rank's entries use, and with which descriptions.
+    n_codes = max(len(table.group_names), 1)
+    pair_keys = table.rank.astype(np.int64) * n_codes + table.group
+    unique_pairs, inverse = np.unique(pair_keys, return_inverse=True)
+    entry_names: dict[int, dict[str, Counter[str]]] = defaultdict(dict)
+    for key in unique_pairs.tolist():
+        rank, code = divmod(key, n_codes)
+        name, desc = table.group_names[code]
+        entry_names[rank].setdefault(name, Counter())[desc] += 1
+
+    claims_by_rank = {d.rank: d.claims for d in dumps}
+    members_of: dict[tuple[int, str], tuple[int, ...]] = {}
+    source: dict[tuple[str, tuple[int, ...]], MembershipSource] = {}
+    descs: dict[tuple[str, tuple[int, ...]], Counter[str]] = defaultdict(Counter)
+    config_descs: dict[tuple[str, tuple[int, ...]], dict[int, str]] = defaultdict(dict)
+    for rank, claims in claims_by_rank.items():
+        for name, claim in claims.items():
+            members_of[(rank, name)] = claim.ranks
+            source[(name, claim.ranks)] = MembershipSource.PG_CONFIG
+            config_descs[(name, claim.ranks)][rank] = claim.desc
+
+    # Names seen only in entries: adopt a member set that another rank's config gives and that
+    # contains this rank, else rebuild from the entries of all ranks.
+    carriers: dict[str, set[int]] = defaultdict(set)
+    for rank, names in entry_names.items():
+        for name in names:
+            carriers[name].add(rank)
+    for rank, names in entry_names.items():
+        for name, desc_counts in names.items():
+            if (rank, name) in members_of:
+                continue
+            adopted = [
+                s for (n, s), src in source.items()
+                if n == name and src == MembershipSource.PG_CONFIG and rank in s
+            ]
+            if len(adopted) == 1:
+                members = adopted[0]
+            elif set(desc_counts) & WORLD_DESCS:
+                members = tuple(range(world_size))
+                source.setdefault((name, members), MembershipSource.WORLD)
+            else:
+                members = tuple(sorted(carriers[name]))
+                source.setdefault((name, members), MembershipSource.ENTRIES)
+            members_of[(rank, name)] = members
+    for (rank, name), members in members_of.items():
+        for desc, count in entry_names.get(rank, {}).get(name, Counter()).items():
+            descs[(name, members)][desc] += count
+
+    keys = sorted(source, key=lambda k: (_sort_key(k[0]), k[1]))
+    uid_of = {key: uid for uid, key in enumerate(keys)}
+    groups = []
+    for uid, key in enumerate(keys):
+        name, members = key
+        by_rank = config_descs.get(key)
+        if by_rank:
+            desc = Counter(by_rank.values()).most_common(1)[0][0]
+        elif descs[key]:
+            desc = descs[key].most_common(1)[0][0]
+        else:
+            desc = ""
+        groups.append(Group(uid, name, desc, members, source[key]))
+
+    # Entry rows → group uid.
+    pair_uid = np.empty(len(unique_pairs), dtype=np.int32)
+    for i, key in enumerate(unique_pairs.tolist()):
+        rank, code = divmod(key, n_codes)
+        name = table.group_names[code][0]
+        pair_uid[i] = uid_of[(name, members_of[(rank, name)])]
+    entry_group = pair_uid[inverse] if len(inverse) else np.empty(0, dtype=np.int32)
+
+    all_members = set().union(*(g.ranks for g in groups)) if groups else set()
+    unreadable_ranks = {u.rank for u in unreadable}
+    missing = tuple(sorted(all_members - set(loaded) - unreadable_ranks))
+    conflicts = _conflicts(groups, claims_by_rank, config_descs, uid_of)
+    return GroupTable(tuple(groups), entry_group.astype(np.int32), loaded, missing, world_size,
+                      tuple(conflicts))
+
+
+def _conflicts(
+    groups: list[Group],
+    claims_by_rank: dict[int, dict[str, GroupClaim]],
+    config_descs: dict[tuple[str, tuple[int, ...]], dict[int, str]],
+    uid_of: dict[tuple[str, tuple[int, ...]], int],
+) -> list[Finding]:
+    findings = []
+    # Member sets: every loaded member of a claimed set should claim the same set.
+    by_name: dict[str, dict[tuple[int, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
+    for rank, claims in claims_by_rank.items():
+        for name, claim in claims.items():
+            by_name[name][claim.ranks].append(rank)
+    for name, variants in sorted(by_name.items(), key=lambda kv: _sort_key(kv[0])):
+        disagree: set[int] = set()
+        for members, claimants in variants.items():
+            for member in members:
+                if member not in claims_by_rank:
+                    continue  # no dump for it: nothing to compare
+                theirs = claims_by_rank[member].get(name)
+                mine = theirs.ranks if theirs is not None else None
+                if mine != members:
+                    disagree.update(claimants)
+                    disagree.add(member)
+        if not disagree:
+            continue
+        ranked = sorted(variants.items(), key=lambda kv: -len(kv[1]))
+        majority = set(ranked[0][1])
+        culprits = tuple(sorted(disagree - majority)) or tuple(sorted(disagree))
+        views = "; ".join(
+            f"{label(claimants)} say [{compact(members)}]" for members, claimants in ranked
+        )
+        group = groups[uid_of[(name, ranked[0][0])]]
+        findings.append(Finding(
+            FindingKind.GROUP_CONFLICT, group, None, None, "", tuple(sorted(disagree)), culprits,
+            f"ranks disagree on the members of group {name!r}: {views}",
+        ))
+    # Descriptions: ranks that describe the same group differently.
+    for key, by_rank in config_descs.items():
+        if len(set(by_rank.values())) < 2:
+            continue
+        counts = Counter(by_rank.values())
+        common = counts.most_common(1)[0][0]
+        culprits = tuple(sorted(r for r, d in by_rank.items() if d != common))
+        views = "; ".join(
+            f"{label([r for r, d in by_rank.items() if d == desc])} say {desc!r}"
+            for desc, _ in counts.most_common()
+        )
+        findings.append(Finding(
+            FindingKind.GROUP_CONFLICT, groups[uid_of[key]], None, None, "",
+            tuple(sorted(by_rank)), culprits,
+            f"ranks disagree on the description of group {key[0]!r}: {views}",
+        ))
+    return findings

@@ -1,0 +1,650 @@
+"""Match every collective and every send/recv across ranks, and say where they disagree.
+
+Collectives are joined on (group, collective sequence id): a coalesced block (members plus end
+marker) is one unit, with the marker's state. Units that are complete and uniform are passed by
+vectorized checks over the columns; only the rest (the few that desynced, and ops whose sizes
+legitimately differ per rank such as gather, scatter and all_to_all) get a per-unit look.
+Point-to-point ops are matched per channel (group, sender, receiver): the n-th send a→b with
+the n-th recv on b from a; `recv x<-?` takes any sender. The collective and p2p sequence-id
+namespaces are never mixed. A rank whose buffer no longer holds an op (ring-buffer wrap) is
+"not in the window", never "did not join".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from .dumps import EntryTable, RankDump
+from .groups import GroupTable
+from .model import (
+    ANY_SOURCE,
+    Finding,
+    FindingKind,
+    Group,
+    P2PKind,
+    State,
+    UnitKind,
+)
+from .ranks import compact, label
+
+I64 = npt.NDArray[np.int64]
+
+GATHER_OPS = frozenset({"gather"})
+SCATTER_OPS = frozenset({"scatter"})
+ALL_TO_ALL_OPS = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base"})
+ALL_GATHER_OPS = frozenset(
+    {"all_gather", "_all_gather_base", "all_gather_into_tensor_coalesced", "allgather",
+     "all_gather_into_tensor", "allgather_into_tensor_coalesced"}
+)
+REDUCE_SCATTER_OPS = frozenset(
+    {"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+     "reduce_scatter_tensor"}
+)
+SAME_IN_OUT_OPS = frozenset({"all_reduce", "allreduce"})
+UNCHECKED_SIZE_OPS = frozenset({"all_reduce_sparse", "coalesced", "ALLGATHER_coalesced",
+                                "REDUCE_SCATTER_coalesced", "barrier", "all_reduce_barrier"})
+COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
+P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
+
+
+class _Adder(Protocol):
+    """Records one finding for the unit being checked."""
+
+    def __call__(self, kind: FindingKind, culprits: set[int], detail: str,
+                 name: str = ..., ranks: tuple[int, ...] = ...) -> None: ...
+
+
+@dataclass(frozen=True)
+class CollectiveUnits:
+    """One row per (group, collective sequence id) seen on any rank."""
+
+    group: npt.NDArray[np.int32]
+    seq: I64
+    op: list[str]
+    ranks_present: npt.NDArray[np.int32]
+    ranks_expected: npt.NDArray[np.int32]
+    passed: npt.NDArray[np.bool_]
+    entry_unit: I64  # unit id of every EntryTable row, -1 for rows that are not collectives
+
+
+@dataclass(frozen=True)
+class P2PPairs:
+    send_row: I64
+    recv_row: I64
+    entry_pair: I64  # pair id of every EntryTable row, -1 when unmatched or not p2p
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    collectives: CollectiveUnits
+    p2p: P2PPairs
+    done: npt.NDArray[np.bool_]  # effective completion of every row (marker state, gloo retired)
+    findings: tuple[Finding, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def completion(t: EntryTable) -> npt.NDArray[np.bool_]:
+    """Whether each row finished: the end marker's state for block members; gloo records no
+    states (always `scheduled`), so there `retired` is the only completion signal."""
+    if not t.n:
+        return np.zeros(0, dtype=bool)
+    head = np.where(t.marker >= 0, t.marker, np.arange(t.n))
+    state = t.state[head]
+    retired = t.retired[head]
+    gloo = np.array([b == "gloo" for b in t.backends], dtype=bool)
+    no_states = gloo[t.backend] if len(gloo) else np.zeros(t.n, dtype=bool)
+    return np.where(no_states, retired, state == State.COMPLETED)
+
+
+def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.bool_]:
+    """Rows whose own input/output sizes contradict their op for the group's size."""
+    n_ops = len(t.ops)
+    if not t.n:
+        return np.zeros(0, dtype=bool)
+    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
+    gsize = sizes[groups.entry_group]
+    in_n = t.shape_numel[t.in_shape]
+    out_n = t.shape_numel[t.out_shape]
+    kind = np.zeros(n_ops, dtype=np.int8)
+    gloo_codes = {i for i, b in enumerate(t.backends) if b == "gloo"}
+    for code, op in enumerate(t.ops):
+        if op in SAME_IN_OUT_OPS:
+            kind[code] = 1
+        elif op in ALL_GATHER_OPS:
+            kind[code] = 2
+        elif op in REDUCE_SCATTER_OPS:
+            kind[code] = 3
+    k = kind[t.op]
+    bad = np.zeros(t.n, dtype=bool)
+    same = k == 1
+    # gloo records reduce_scatter_tensor as all_reduce: accept the reduce-scatter shape there.
+    gloo = np.isin(t.backend, list(gloo_codes)) if gloo_codes else np.zeros(t.n, dtype=bool)
+    bad |= same & (t.in_shape != t.out_shape) & ~(gloo & (in_n == out_n * gsize))
+    bad |= (k == 2) & (out_n != in_n * gsize)
+    bad |= (k == 3) & (in_n != out_n * gsize)
+    return bad
+
+
+@dataclass
+class _Context:
+    t: EntryTable
+    groups: GroupTable
+    done: npt.NDArray[np.bool_]
+    size_bad: npt.NDArray[np.bool_]
+    window: dict[tuple[int, int], tuple[int, int]]  # (rank, uid) → (lo, hi) collective seq
+    last_enqueued: dict[tuple[int, int], int]  # (rank, uid) → from pg_status
+    wrapped: dict[int, bool]
+    unavailable: frozenset[int]  # member ranks with no usable dump
+
+
+def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
+    done = completion(t)
+    ctx = _Context(
+        t=t,
+        groups=groups,
+        done=done,
+        size_bad=intrinsic_size_errors(t, groups),
+        window={},
+        last_enqueued=_last_enqueued(dumps, t, groups),
+        wrapped={d.rank: d.wrapped for d in dumps},
+        unavailable=frozenset(set(groups.missing_ranks) | (
+            set(range(groups.world_size)) - set(groups.loaded_ranks))),
+    )
+    findings: list[Finding] = []
+    units = _match_collectives(ctx, findings)
+    pairs = _match_p2p(ctx, findings)
+    return MatchResult(units, pairs, done, tuple(findings))
+
+
+def _last_enqueued(
+    dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable
+) -> dict[tuple[int, int], int]:
+    """pg_status's last enqueued collective per (rank, group uid)."""
+    out: dict[tuple[int, int], int] = {}
+    if not t.n:
+        return out
+    n_codes = max(len(t.group_names), 1)
+    code_to_uid: dict[tuple[int, int], int] = {}
+    keys = t.rank.astype(np.int64) * n_codes + t.group
+    uniq, first = np.unique(keys, return_index=True)
+    for key, row in zip(uniq.tolist(), first.tolist(), strict=True):
+        code_to_uid[divmod(key, n_codes)] = int(groups.entry_group[row])
+    for dump in dumps:
+        for code, (enqueued, _, _) in dump.pg_status.items():
+            name = dump.groups[code] if code < len(dump.groups) else None
+            if name is None:
+                continue
+            global_code = t.group_names.index(name) if name in t.group_names else -1
+            uid = code_to_uid.get((dump.rank, global_code))
+            if uid is not None and enqueued >= 0:
+                out[(dump.rank, uid)] = enqueued
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives
+
+
+def _segments(*keys: I64) -> tuple[I64, I64]:
+    """Start indices of runs of equal key tuples in sorted arrays, and run id per element."""
+    n = len(keys[0])
+    change = np.zeros(n, dtype=bool)
+    if n:
+        change[0] = True
+    for key in keys:
+        change[1:] |= key[1:] != key[:-1]
+    starts = np.flatnonzero(change)
+    run = np.cumsum(change) - 1
+    return starts, run
+
+
+def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnits:
+    t, groups = ctx.t, ctx.groups
+    unit_kind = t.unit if t.n else np.zeros(0, dtype=np.int8)
+    rows = np.flatnonzero(np.isin(unit_kind, COLLECTIVE_UNITS))
+    uid = groups.entry_group[rows].astype(np.int64)
+    seq = t.coll_seq[rows]
+    rank = t.rank[rows].astype(np.int64)
+    order = np.lexsort((rows, rank, seq, uid))
+    rows, uid, seq, rank = rows[order], uid[order], seq[order], rank[order]
+
+    # Per (rank, group) window of collective sequence ids, for the not-in-window rule.
+    if len(rows):
+        rg_order = np.lexsort((seq, uid, rank))
+        starts, _ = _segments(rank[rg_order], uid[rg_order])
+        ends = np.append(starts[1:], len(rg_order)) - 1
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            a, b = rg_order[s], rg_order[e]
+            ctx.window[(int(rank[a]), int(uid[a]))] = (int(seq[a]), int(seq[b]))
+
+    starts, run = _segments(uid, seq)
+    n_units = len(starts)
+    ends = np.append(starts[1:], len(rows))
+    sizes = np.array([g.size for g in groups.groups], dtype=np.int32)
+    unit_group = uid[starts].astype(np.int32) if n_units else np.zeros(0, np.int32)
+    expected = sizes[unit_group] if n_units else np.zeros(0, np.int32)
+
+    # Rows per (unit, rank): equal on every rank for a uniform unit.
+    rr_starts, rr_run = _segments(run, rank)
+    rr_len = np.diff(np.append(rr_starts, len(rows)))
+    rr_unit = run[rr_starts] if len(rr_starts) else np.zeros(0, np.int64)
+    present = np.bincount(rr_unit, minlength=n_units).astype(np.int32)
+    per_rank_min = np.full(n_units, np.iinfo(np.int64).max)
+    per_rank_max = np.zeros(n_units, dtype=np.int64)
+    np.minimum.at(per_rank_min, rr_unit, rr_len)
+    np.maximum.at(per_rank_max, rr_unit, rr_len)
+    uniform = (present == expected) & (per_rank_min == per_rank_max)
+
+    # Same signature at the same position on every rank: compare each row with the row one
+    # rank-block earlier (blocks have equal length in a uniform unit).
+    sig_cols = [t.op, t.in_shape, t.out_shape, t.in_dtype, t.out_dtype]
+    block = np.where(uniform, per_rank_min, 0)[run] if len(rows) else np.zeros(0, np.int64)
+    prev = np.arange(len(rows)) - block
+    has_prev = (prev >= starts[run]) & (block > 0) if len(rows) else np.zeros(0, bool)
+    differs = np.zeros(len(rows), dtype=bool)
+    safe_prev = np.where(has_prev, prev, 0)
+    for col in sig_cols:
+        values = col[rows]
+        differs |= has_prev & (values != values[safe_prev])
+    done = ctx.done[rows]
+    differs |= has_prev & (done != done[safe_prev])
+    differs |= ctx.size_bad[rows]
+    special = np.array(
+        [op in GATHER_OPS or op in SCATTER_OPS or op in ALL_TO_ALL_OPS for op in t.ops], bool
+    )
+    if len(rows):
+        differs |= special[t.op[rows]]
+    unit_bad = np.zeros(n_units, dtype=bool)
+    np.logical_or.at(unit_bad, run, differs)
+    passed = uniform & ~unit_bad
+
+    unit_op = [""] * n_units
+    head_rows = rows[starts] if n_units else rows
+    for i, r in enumerate(head_rows.tolist()):
+        unit_op[i] = t.ops[int(t.op[r])]
+    for u in np.flatnonzero(~passed).tolist():
+        unit_rows = rows[starts[u] : ends[u]]
+        ok, op = _check_unit(ctx, groups.groups[int(unit_group[u])], int(seq[starts[u]]),
+                             unit_rows, findings)
+        passed[u] = ok
+        unit_op[u] = op or unit_op[u]
+    entry_unit = np.full(t.n, -1, dtype=np.int64)
+    entry_unit[rows] = run
+    return CollectiveUnits(unit_group, seq[starts] if n_units else seq, unit_op, present,
+                           expected, passed, entry_unit)
+
+
+def _majority(values: dict[int, object]) -> tuple[set[int], str]:
+    """Ranks that deviate from the most common value; on a tie, from the lowest rank's."""
+    counts = Counter(values.values())
+    ranked = counts.most_common()
+    top = ranked[0][1]
+    leaders = [v for v, c in ranked if c == top]
+    note = ""
+    if len(leaders) > 1:
+        reference = values[min(values)]
+        note = f" (no majority; rank {min(values)} taken as reference)"
+    else:
+        reference = leaders[0]
+    return {r for r, v in values.items() if v != reference}, note
+
+
+def _check_unit(
+    ctx: _Context, group: Group, seq: int, unit_rows: I64, findings: list[Finding]
+) -> tuple[bool, str]:
+    """The per-unit look for units that failed the vectorized checks."""
+    t = ctx.t
+    by_rank: dict[int, list[int]] = {}
+    for r in unit_rows.tolist():
+        by_rank.setdefault(int(t.rank[r]), []).append(r)
+    present = tuple(sorted(by_rank))
+    ops_of = {rank: tuple(t.ops[int(t.op[r])] for r in rs) for rank, rs in by_rank.items()}
+    counts = Counter(ops_of.values())
+    main_ops = counts.most_common(1)[0][0]
+    op = _block_name(main_ops)
+    ok = True
+
+    def add(kind: FindingKind, culprits: set[int], detail: str,
+            name: str = op, ranks: tuple[int, ...] = present) -> None:
+        nonlocal ok
+        ok = False
+        findings.append(Finding(kind, group, seq, None, name, ranks, tuple(sorted(culprits)),
+                                detail))
+
+    # Who is missing, and why.
+    not_joined: list[int] = []
+    for member in group.ranks:
+        if member in by_rank or member in ctx.unavailable:
+            continue
+        if _issued(ctx, member, group.uid, seq):
+            continue
+        not_joined.append(member)
+    if not_joined:
+        last = {m: _last_seq(ctx, m, group.uid) for m in not_joined}
+        lasts = ", ".join(f"rank {m}: {'none' if s is None else f'seq {s}'}"
+                          for m, s in sorted(last.items())[:8])
+        add(FindingKind.NOT_JOINED, set(not_joined),
+            f"{label(present)} issued {op} #{seq}; {label(not_joined)} never "
+            f"did (last collective on this group: {lasts})")
+
+    # Op types, member by member for blocks.
+    if len(counts) > 1:
+        culprits, note = _majority(dict(ops_of.items()))
+        where, theirs = _first_difference(ops_of, culprits, main_ops)
+        add(FindingKind.OP_TYPE_MISMATCH, culprits,
+            f"{label(culprits)} issued {theirs} where the others issued "
+            f"{_block_name(main_ops)}{where}{note}")
+        return ok, op
+
+    # Sizes and dtypes, position by position.
+    n_pos = min(len(rs) for rs in by_rank.values())
+    for pos in range(n_pos):
+        rows_at = {rank: rs[pos] for rank, rs in by_rank.items()}
+        pos_op = t.ops[int(t.op[rows_at[present[0]]])]
+        what = pos_op if len(main_ops) == 1 else f"{pos_op} (member {pos + 1} of {op})"
+        _check_sizes(ctx, group, seq, pos_op, what, rows_at, add)
+    if len({len(rs) for rs in by_rank.values()}) > 1:
+        lengths = {rank: len(rs) for rank, rs in by_rank.items()}
+        culprits, note = _majority(dict(lengths.items()))
+        add(FindingKind.OP_TYPE_MISMATCH, culprits,
+            f"coalesced block has a different number of ops on {label(culprits)}{note}")
+
+    # Completion: the lagging ranks are the culprits, never the completed ones.
+    if not not_joined and ok:
+        heads = {rank: rs[-1] for rank, rs in by_rank.items()}
+        done = {rank: bool(ctx.done[row]) for rank, row in heads.items()}
+        if len(set(done.values())) > 1:
+            lagging = {rank for rank, d in done.items() if not d}
+            timed_out = sorted(r for r in lagging if bool(t.retired[heads[r]]))
+            states = Counter(_state_name(t, heads[r]) for r in lagging)
+            detail = (f"{label(set(done) - lagging)} completed {op} #{seq}; "
+                      f"{label(lagging)} did not ("
+                      + ", ".join(f"{n} {s}" for s, n in states.items()) + ")")
+            if timed_out:
+                detail += f"; retired without completing (timed out or failed): {compact(timed_out)}"
+            add(FindingKind.STATE_MISMATCH, lagging, detail)
+    return ok, op
+
+
+def _state_name(t: EntryTable, row: int) -> str:
+    state = State(int(t.state[row]))
+    return {State.SCHEDULED: "scheduled", State.STARTED: "started",
+            State.COMPLETED: "completed", State.UNKNOWN: "unknown"}[state] + (
+        ", retired" if bool(t.retired[row]) else "")
+
+
+def _block_name(ops: tuple[str, ...]) -> str:
+    if len(ops) == 1:
+        return ops[0]
+    members = Counter(ops[:-1])
+    inner = "+".join(f"{op}×{n}" if n > 1 else op for op, n in members.items())
+    return f"{ops[-1]}[{inner}]"
+
+
+def _first_difference(
+    ops_of: dict[int, tuple[str, ...]], culprits: set[int], reference: tuple[str, ...]
+) -> tuple[str, str]:
+    culprit = min(culprits)
+    theirs = ops_of[culprit]
+    if len(theirs) == 1 and len(reference) == 1:
+        return "", theirs[0]
+    for pos, (a, b) in enumerate(zip(theirs, reference, strict=False)):
+        if a != b:
+            return f" (member {pos + 1} of the block)", a
+    return " (block lengths differ)", _block_name(theirs)
+
+
+def _check_sizes(ctx: _Context, group: Group, seq: int, op: str, what: str,
+                 rows_at: dict[int, int], add: _Adder) -> None:
+    t = ctx.t
+    if op in UNCHECKED_SIZE_OPS:
+        return
+    present = tuple(sorted(rows_at))
+
+    def shape(code: int) -> str:
+        return str([list(s) for s in t.shapes[code]])
+
+    intrinsic = {rank for rank, r in rows_at.items() if ctx.size_bad[r]}
+    if intrinsic:
+        r0 = rows_at[min(intrinsic)]
+        add(FindingKind.SIZE_MISMATCH, intrinsic,
+            f"{what} on {label(intrinsic)}: input {shape(int(t.in_shape[r0]))} and "
+            f"output {shape(int(t.out_shape[r0]))}, inconsistent for {op} on {group.size} ranks",
+            what)
+    if op in ALL_TO_ALL_OPS:
+        if len(present) == group.size:
+            total_in = sum(int(t.shape_numel[t.in_shape[r]]) for r in rows_at.values())
+            total_out = sum(int(t.shape_numel[t.out_shape[r]]) for r in rows_at.values())
+            if total_in != total_out:
+                add(FindingKind.SIZE_MISMATCH, set(present),
+                    f"{what}: the group sends {total_in} elements in all but receives "
+                    f"{total_out}", what)
+    else:
+        check_in = op not in SCATTER_OPS  # non-root scatter inputs are not used
+        check_out = op not in GATHER_OPS  # non-root gather outputs are not used
+        sizes = {rank: ((int(t.in_shape[r]) if check_in else -1),
+                        (int(t.out_shape[r]) if check_out else -1))
+                 for rank, r in rows_at.items()}
+        if len(set(sizes.values())) > 1:
+            culprits, note = _majority(dict(sizes.items()))
+            ref_rank = next(r for r in present if r not in culprits)
+            bad = min(culprits)
+            add(FindingKind.SIZE_MISMATCH, culprits,
+                f"{what}: {label(culprits)}: in {shape(sizes[bad][0])} out "
+                f"{shape(sizes[bad][1])}; rank {ref_rank}: in {shape(sizes[ref_rank][0])} "
+                f"out {shape(sizes[ref_rank][1])}{note}", what)
+    dtypes = {}
+    for rank, r in rows_at.items():
+        in_d = () if op in SCATTER_OPS else t.dtypes[int(t.in_dtype[r])]
+        out_d = () if op in GATHER_OPS else t.dtypes[int(t.out_dtype[r])]
+        dtypes[rank] = (tuple(d for d in in_d if d), tuple(d for d in out_d if d))
+    comparable = {rank: d for rank, d in dtypes.items() if d[0] or d[1]}
+    if len(set(comparable.values())) > 1:
+        culprits, note = _majority(dict(comparable.items()))
+        bad = min(culprits)
+        ref_rank = next(r for r in sorted(comparable) if r not in culprits)
+        add(FindingKind.DTYPE_MISMATCH, culprits,
+            f"{what}: {label(culprits)}: dtypes {_dt(comparable[bad])}; rank "
+            f"{ref_rank}: {_dt(comparable[ref_rank])}{note}", what)
+
+
+def _dt(d: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
+    return f"in {','.join(d[0]) or '-'} out {','.join(d[1]) or '-'}"
+
+
+def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
+    """Did `rank` issue collective `seq` of group `uid`, even if it fell out of its buffer?"""
+    window = ctx.window.get((rank, uid))
+    enqueued = ctx.last_enqueued.get((rank, uid))
+    last = max(window[1] if window else -1, -1 if enqueued is None else enqueued)
+    if seq <= last:
+        return True  # issued; absent here only because it is outside this rank's window
+    # Nothing of this group left in a wrapped buffer and no pg_status for it: cannot tell.
+    return window is None and enqueued is None and ctx.wrapped.get(rank, False)
+
+
+def _last_seq(ctx: _Context, rank: int, uid: int) -> int | None:
+    window = ctx.window.get((rank, uid))
+    enqueued = ctx.last_enqueued.get((rank, uid))
+    values = [v for v in (window[1] if window else None, enqueued) if v is not None and v >= 0]
+    return max(values) if values else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Point to point
+
+
+def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
+    t, groups = ctx.t, ctx.groups
+    entry_pair = np.full(t.n, -1, dtype=np.int64)
+    if not t.n:
+        empty = np.zeros(0, np.int64)
+        return P2PPairs(empty, empty, entry_pair)
+    rows = np.flatnonzero(np.isin(t.unit, P2P_UNITS))
+    uid = groups.entry_group[rows].astype(np.int64)
+    offsets = np.zeros(len(groups.groups) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([g.size for g in groups.groups])
+    flat = np.array([r for g in groups.groups for r in g.ranks], dtype=np.int64)
+    size = offsets[uid + 1] - offsets[uid]
+
+    def to_global(local: I64) -> I64:
+        valid = (local >= 0) & (local < size)
+        out = np.where(valid, flat[offsets[uid] + np.where(valid, local, 0)], -3)
+        return np.where(local == ANY_SOURCE, ANY_SOURCE, out)
+
+    kind = t.p2p_kind[rows]
+    me = t.rank[rows].astype(np.int64)
+    src = to_global(t.peer_src[rows].astype(np.int64))
+    dst = to_global(t.peer_dst[rows].astype(np.int64))
+    send = kind == P2PKind.SEND
+    # The op's own end must be the rank that recorded it; the peer must be a group member.
+    src = np.where(send, me, src)
+    dst = np.where(send, dst, me)
+    bad_peer = (send & (dst < 0)) | (~send & (src == -3))
+    for r in rows[bad_peer].tolist():
+        g = groups.groups[int(groups.entry_group[r])]
+        findings.append(Finding(
+            FindingKind.MALFORMED_ENTRY, g, None, int(t.p2p_seq[r]), t.ops[int(t.op[r])],
+            (int(t.rank[r]),), (int(t.rank[r]),),
+            f"{t.profiling_names[int(t.pname[r])]} names a peer outside group "
+            f"{g.name} of size {g.size}"))
+    world = max(groups.world_size, 1) + 1
+    channel = (uid * world + np.where(src >= 0, src, world - 1)) * world + np.where(
+        dst >= 0, dst, world - 1)
+    wild = ~send & (src == ANY_SOURCE)
+    usable = ~bad_peer
+    sides = {}
+    for name, mask in (("send", send & usable), ("recv", ~send & usable & ~wild)):
+        side_rows = rows[mask]
+        side_chan = channel[mask]
+        order = np.lexsort((side_rows, side_chan))
+        side_rows, side_chan = side_rows[order], side_chan[order]
+        starts, run = _segments(side_chan)
+        ordinal = np.arange(len(side_rows)) - starts[run] if len(side_rows) else run
+        sides[name] = (side_rows, side_chan, ordinal, starts, run)
+
+    # Align: from the start when neither end's buffer wrapped, else by the completed ops
+    # (every completed send has a completed recv; ops that fell off one buffer are not in the
+    # window).
+    wrapped_ranks = np.array(sorted(r for r, w in ctx.wrapped.items() if w), dtype=np.int64)
+    keys = {}
+    for name, (side_rows, side_chan, ordinal, starts, run) in sides.items():
+        chan_src = (side_chan // world) % world
+        chan_dst = side_chan % world
+        wrapped = np.isin(chan_src, wrapped_ranks) | np.isin(chan_dst, wrapped_ranks)
+        done = ctx.done[side_rows].astype(np.int64)
+        n_done = np.bincount(run, weights=done, minlength=len(starts)).astype(np.int64) if len(
+            run) else np.zeros(0, np.int64)
+        aligned = np.where(wrapped, ordinal - (n_done[run] if len(run) else 0), ordinal)
+        keys[name] = side_chan * (1 << 22) + aligned + (1 << 21)
+    s_rows, r_rows = sides["send"][0], sides["recv"][0]
+    common, s_idx, r_idx = np.intersect1d(keys["send"], keys["recv"], assume_unique=True,
+                                          return_indices=True)
+    send_row = s_rows[s_idx]
+    recv_row = r_rows[r_idx]
+    matched = np.zeros(t.n, dtype=bool)
+    matched[send_row] = True
+    matched[recv_row] = True
+
+    # Receives from any source take the leftover sends to that rank, oldest first.
+    extra_s: list[int] = []
+    extra_r: list[int] = []
+    wild_rows = rows[wild & usable]
+    if len(wild_rows):
+        leftover = [r for r in s_rows.tolist() if not matched[r]]
+        for r in wild_rows.tolist():
+            target, g = int(t.rank[r]), int(groups.entry_group[r])
+            candidates = [s for s in leftover if int(groups.entry_group[s]) == g
+                          and _dst_of(t, groups, s) == target]
+            if candidates:
+                s = min(candidates, key=lambda x: int(t.t_created[x]))
+                leftover.remove(s)
+                extra_s.append(s)
+                extra_r.append(r)
+                matched[s] = matched[r] = True
+    send_row = np.concatenate([send_row, np.array(extra_s, np.int64)]).astype(np.int64)
+    recv_row = np.concatenate([recv_row, np.array(extra_r, np.int64)]).astype(np.int64)
+    entry_pair[send_row] = np.arange(len(send_row))
+    entry_pair[recv_row] = np.arange(len(recv_row))
+
+    _p2p_mismatches(ctx, send_row, recv_row, findings)
+    _p2p_unmatched(ctx, rows[usable], src[usable], dst[usable], matched, findings)
+    return P2PPairs(send_row, recv_row, entry_pair)
+
+
+def _dst_of(t: EntryTable, groups: GroupTable, row: int) -> int:
+    g = groups.groups[int(groups.entry_group[row])]
+    local = int(t.peer_dst[row])
+    return g.ranks[local] if 0 <= local < g.size else -1
+
+
+def _p2p_mismatches(ctx: _Context, send_row: I64, recv_row: I64,
+                    findings: list[Finding]) -> None:
+    t, groups = ctx.t, ctx.groups
+    if not len(send_row):
+        return
+    recv_shape = np.where(t.shape_numel[t.in_shape[recv_row]] > 0, t.in_shape[recv_row],
+                          t.out_shape[recv_row])
+    bad_size = t.in_shape[send_row] != recv_shape
+    recv_dtype = np.where(np.array([bool(d) for d in t.dtypes])[t.in_dtype[recv_row]],
+                          t.in_dtype[recv_row], t.out_dtype[recv_row])
+    bad_dtype = t.in_dtype[send_row] != recv_dtype
+    for i in np.flatnonzero(bad_size | bad_dtype).tolist():
+        s, r = int(send_row[i]), int(recv_row[i])
+        g = groups.groups[int(groups.entry_group[s])]
+        a, b = int(t.rank[s]), int(t.rank[r])
+        if bad_size[i]:
+            kind = FindingKind.P2P_SIZE_MISMATCH
+            what = (f"sends {t.shapes[int(t.in_shape[s])]} but rank {b} receives into "
+                    f"{t.shapes[int(recv_shape[i])]}")
+        else:
+            kind = FindingKind.P2P_DTYPE_MISMATCH
+            what = (f"sends {t.dtypes[int(t.in_dtype[s])]} but rank {b} receives "
+                    f"{t.dtypes[int(recv_dtype[i])]}")
+        findings.append(Finding(
+            kind, g, None, int(t.p2p_seq[s]), "send/recv", (a, b), (a, b),
+            f"send {a}->{b} (p2p seq {int(t.p2p_seq[s])} on rank {a}, {int(t.p2p_seq[r])} on "
+            f"rank {b}): rank {a} {what}"))
+
+
+def _p2p_unmatched(ctx: _Context, rows: I64, src: I64, dst: I64, matched: npt.NDArray[np.bool_],
+                   findings: list[Finding]) -> None:
+    t, groups = ctx.t, ctx.groups
+    pending: dict[tuple[int, int, int, int], list[int]] = {}
+    for i in np.flatnonzero(~matched[rows]).tolist():
+        row = int(rows[i])
+        a, b = int(src[i]), int(dst[i])
+        is_send = int(t.p2p_kind[row]) == P2PKind.SEND
+        peer = b if is_send else a
+        if peer in ctx.unavailable:
+            continue  # the peer has no dump: reported as missing/unreadable
+        if ctx.done[row] and (ctx.wrapped.get(peer, False) or ctx.wrapped.get(int(t.rank[row]),
+                                                                                False)):
+            continue  # completed, and its partner fell out of a wrapped buffer
+        uid = int(groups.entry_group[row])
+        pending.setdefault((uid, a, b, int(is_send)), []).append(row)
+    for (uid, a, b, is_send), rows_ in sorted(pending.items()):
+        g = groups.groups[uid]
+        first = rows_[0]
+        count = f"{len(rows_)} " if len(rows_) > 1 else ""
+        if is_send:
+            culprit = (b,)
+            detail = (f"rank {a} posted {count}send(s) to rank {b} (first at p2p seq "
+                      f"{int(t.p2p_seq[first])}) that rank {b} never received")
+            ranks = (a,)
+        else:
+            culprit = (a,) if a >= 0 else tuple(r for r in g.ranks if r != b)
+            source = f"rank {a}" if a >= 0 else "any rank"
+            detail = (f"rank {b} posted {count}recv(s) from {source} (first at p2p seq "
+                      f"{int(t.p2p_seq[first])}) that no send matches")
+            ranks = (b,)
+        findings.append(Finding(FindingKind.P2P_UNMATCHED, g, None, int(t.p2p_seq[first]),
+                                "send" if is_send else "recv", ranks, culprit, detail))

@@ -1,0 +1,106 @@
+"""`analyze()`: the stages in order (load → groups → match → findings), with no logic of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import dumps as dumps_mod
+from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump
+from .errors import DiscoveryError
+from .findings import collect, verdict
+from .groups import GroupTable, build_groups
+from .matching import MatchResult, match
+from .model import DumpSummary, Finding, UnreadableDump, Verdict
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to find and load the dumps."""
+
+    prefix: str | None = None
+    workers: int | None = None  # None: every core
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the reporters and the database writer need."""
+
+    summary: DumpSummary
+    dumps: tuple[RankDump, ...]
+    table: EntryTable
+    groups: GroupTable
+    matches: MatchResult
+    findings: tuple[Finding, ...]
+    verdict: Verdict
+
+
+def load(
+    directory: Path, options: Options, progress: Callable[[int, int], None] | None = None
+) -> tuple[list[RankDump], list[UnreadableDump], tuple[str, ...]]:
+    found = dumps_mod.discover(directory, options.prefix)
+    loaded, unreadable = dumps_mod.load_all(
+        found.files, options.workers, options.max_file_bytes, progress
+    )
+    if not loaded:
+        reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
+        raise DiscoveryError(f"{directory}: no readable rank dump ({reasons})")
+    loaded.sort(key=lambda d: d.rank)
+    return loaded, unreadable, found.ignored
+
+
+def entries(
+    directory: Path, options: Options, progress: Callable[[int, int], None] | None = None
+) -> tuple[EntryTable, GroupTable]:
+    """Load and group only: what `--just-print-entries` shows."""
+    loaded, unreadable, _ = load(directory, options, progress)
+    table = dumps_mod.merge(loaded)
+    return table, build_groups(loaded, table, unreadable)
+
+
+def analyze(
+    directory: Path,
+    options: Options = Options(),  # noqa: B008 - immutable
+    progress: Callable[[int, int], None] | None = None,
+) -> Analysis:
+    loaded, unreadable, ignored = load(directory, options, progress)
+    table = dumps_mod.merge(loaded)
+    groups = build_groups(loaded, table, unreadable)
+    matches = match(loaded, table, groups)
+    findings = collect(loaded, unreadable, table, groups, matches)
+    busy = set(np.unique(table.rank[~matches.done]).tolist()) if table.n else set()
+    summary = _summary(directory, loaded, unreadable, groups, table, ignored)
+    return Analysis(summary, tuple(loaded), table, groups, matches, tuple(findings),
+                    verdict(findings, busy))
+
+
+def _summary(
+    directory: Path,
+    loaded: list[RankDump],
+    unreadable: list[UnreadableDump],
+    groups: GroupTable,
+    table: EntryTable,
+    ignored: tuple[str, ...],
+) -> DumpSummary:
+    versions: dict[str, list[int]] = {}
+    for dump in loaded:
+        versions.setdefault(dump.version, []).append(dump.rank)
+    warnings = [w for d in loaded for w in d.warnings]
+    if len(versions) > 1:
+        warnings.insert(0, "ranks wrote different dump format versions: " + ", ".join(
+            f"{v} on {len(r)} rank(s)" for v, r in sorted(versions.items())))
+    return DumpSummary(
+        directory=str(directory),
+        ranks_loaded=tuple(d.rank for d in loaded),
+        ranks_missing=groups.missing_ranks,
+        unreadable=tuple(unreadable),
+        versions={v: tuple(r) for v, r in sorted(versions.items())},
+        backends=tuple(sorted({b for b in table.backends})),
+        comm_lib_versions=tuple(sorted({d.comm_lib_version for d in loaded if d.comm_lib_version})),
+        ignored_files=ignored,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,299 @@
+"""Render an Analysis as text (tabulate) or as the `fr-analyze.report/1` JSON; return strings.
+
+The text report is made for one screen at 3 a.m.: a header saying what was loaded, one verdict
+sentence, then the findings table with each group's first finding first. The JSON report carries
+the same content with stable keys (documented in the README); keys may be added, never renamed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tabulate import tabulate
+
+from . import __version__
+from .dumps import EntryTable
+from .findings import describe_group
+from .groups import GroupTable
+from .model import STATE_NAMES, Finding, State, UnitKind
+from .pipeline import Analysis
+from .ranks import compact
+
+SCHEMA = "fr-analyze.report/1"
+DETAIL_WIDTH = 72
+
+
+def capped(findings: Sequence[Finding], cap: int | None) -> tuple[list[Finding], dict[str, int]]:
+    """Keep at most `cap` findings per group; count the rest per group name."""
+    if cap is None:
+        return list(findings), {}
+    kept: list[Finding] = []
+    seen: Counter[int] = Counter()
+    omitted: Counter[str] = Counter()
+    for f in findings:
+        key = f.group.uid if f.group is not None else -1
+        seen[key] += 1
+        if seen[key] <= cap:
+            kept.append(f)
+        else:
+            omitted[f.group.name if f.group is not None else ""] += 1
+    return kept, dict(omitted)
+
+
+def ordered(analysis: Analysis) -> list[Finding]:
+    """The verdict's finding, then each group's first finding, then the rest in order."""
+    findings = list(analysis.findings)
+    root = analysis.verdict.finding
+    firsts: list[Finding] = []
+    rest: list[Finding] = []
+    seen: set[int] = set()
+    for f in findings:
+        if f is root:
+            continue
+        key = f.group.uid if f.group is not None else -1
+        (rest if key in seen else firsts).append(f)
+        seen.add(key)
+    return ([root] if root is not None else []) + firsts + rest
+
+
+def _stats(analysis: Analysis) -> dict[str, int]:
+    units = analysis.matches.collectives
+    return {
+        "entries": analysis.table.n,
+        "groups": len(analysis.groups.groups),
+        "collectives": len(units.seq),
+        "collectives_passed": int(units.passed.sum()),
+        "p2p_pairs": len(analysis.matches.p2p.send_row),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+
+
+def render_text(analysis: Analysis, *, verbose: bool = False, cap: int | None = None) -> str:
+    s = analysis.summary
+    lines = [f"fr-analyze {__version__}: {s.directory}"]
+    versions = ", ".join(f"{v}" + (f" ({compact(r)})" if len(s.versions) > 1 else "")
+                         for v, r in s.versions.items())
+    lines.append(
+        f"ranks loaded: {len(s.ranks_loaded)} ({compact(s.ranks_loaded)})   format: {versions}"
+        f"   backend: {', '.join(s.backends) or '-'}"
+        f"   comm lib: {', '.join(s.comm_lib_versions) or '-'}"
+    )
+    lines.append(
+        f"missing dumps: {compact(s.ranks_missing) if s.ranks_missing else 'none'}   "
+        f"unreadable: {len(s.unreadable) or 'none'}"
+    )
+    for u in s.unreadable[:10]:
+        lines.append(f"  unreadable: {u.file} (rank {u.rank}): {u.reason}")
+    if len(s.unreadable) > 10:
+        lines.append(f"  ... and {len(s.unreadable) - 10} more unreadable files")
+    for w in s.warnings:
+        lines.append(f"warning: {w}")
+    if s.ignored_files:
+        lines.append(f"ignored {len(s.ignored_files)} file(s) that are not rank dumps of this set")
+    stats = _stats(analysis)
+    lines.append("")
+    v = analysis.verdict
+    if v.finding is None:
+        lines.append(
+            f"VERDICT: OK. No desync found: {stats['collectives']} collectives and "
+            f"{stats['p2p_pairs']} send/recv pairs matched across {len(s.ranks_loaded)} ranks "
+            f"in {stats['groups']} groups."
+        )
+    else:
+        lines.append(f"VERDICT: {v.status.value.upper()}. {v.summary}")
+    findings, omitted = capped(ordered(analysis), cap)
+    if findings:
+        lines.append("")
+        lines.append(f"Findings ({len(analysis.findings)}):")
+        rows = [_finding_row(f) for f in findings]
+        lines.append(tabulate(
+            rows, headers=["kind", "group", "desc", "seq", "op", "ranks", "culprit", "detail"],
+            tablefmt="simple", maxcolwidths=[None, 12, 16, None, 24, 14, 14, DETAIL_WIDTH],
+        ))
+        for name, count in omitted.items():
+            lines.append(f"({count} more finding(s) in group {name!r} not shown: --mismatch-cap)")
+    if verbose:
+        lines.append("")
+        lines.append(render_groups(analysis.groups))
+    return "\n".join(lines) + "\n"
+
+
+def _seq_text(f: Finding) -> str:
+    if f.collective_seq_id is not None:
+        return f"c{f.collective_seq_id}"
+    if f.p2p_seq_id is not None:
+        return f"p{f.p2p_seq_id}"
+    return "-"
+
+
+def _finding_row(f: Finding) -> list[str]:
+    return [
+        f.kind.value,
+        f.group.name if f.group else "-",
+        f.group.desc if f.group else "-",
+        _seq_text(f),
+        f.op or "-",
+        compact(f.ranks),
+        compact(f.culprit_ranks),
+        f.detail,
+    ]
+
+
+def render_groups(groups: GroupTable) -> str:
+    rows = [[g.uid, g.name, g.desc, g.size, compact(g.ranks), g.source.value]
+            for g in groups.groups]
+    out = ["Process groups:", tabulate(
+        rows, headers=["id", "name", "desc", "size", "ranks", "membership from"],
+        tablefmt="simple", maxcolwidths=[None, 24, 24, None, 40, None])]
+    by_rank: dict[int, list[int]] = defaultdict(list)
+    for g in groups.groups:
+        for r in g.ranks:
+            by_rank[r].append(g.uid)
+    same: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for r, uids in by_rank.items():
+        same[tuple(uids)].append(r)
+    loaded = set(groups.loaded_ranks)
+    rows2 = []
+    for uids, ranks in sorted(same.items(), key=lambda kv: min(kv[1])):
+        no_dump = [r for r in ranks if r not in loaded]
+        rows2.append([compact(ranks), ", ".join(groups.groups[u].name for u in uids),
+                      compact(no_dump) if no_dump else ""])
+    out += ["", "Memberships (ranks with the same groups share a row):", tabulate(
+        rows2, headers=["ranks", "groups", "no dump"], tablefmt="simple",
+        maxcolwidths=[40, 60, 30])]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+
+def finding_json(f: Finding) -> dict[str, Any]:
+    return {
+        "kind": f.kind.value,
+        "group": f.group.name if f.group else None,
+        "group_desc": f.group.desc if f.group else None,
+        "group_ranks": list(f.group.ranks) if f.group else [],
+        "collective_seq_id": f.collective_seq_id,
+        "p2p_seq_id": f.p2p_seq_id,
+        "op": f.op or None,
+        "ranks": list(f.ranks),
+        "culprit_ranks": list(f.culprit_ranks),
+        "detail": f.detail,
+    }
+
+
+def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]:
+    s = analysis.summary
+    v = analysis.verdict
+    verdict: dict[str, Any] = {"status": v.status.value}
+    if v.finding is not None:
+        verdict.update({k: val for k, val in finding_json(v.finding).items()
+                        if k not in ("ranks", "detail")})
+    else:
+        verdict.update({"kind": None, "group": None, "group_desc": None, "group_ranks": [],
+                        "collective_seq_id": None, "p2p_seq_id": None, "op": None,
+                        "culprit_ranks": []})
+    verdict["summary"] = v.summary
+    findings, omitted = capped(ordered(analysis), cap)
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "fr-analyze", "version": __version__},
+        "dumps": {
+            "directory": s.directory,
+            "ranks_loaded": list(s.ranks_loaded),
+            "ranks_missing": list(s.ranks_missing),
+            "unreadable": [{"file": u.file, "rank": u.rank, "reason": u.reason}
+                           for u in s.unreadable],
+            "versions": {k: list(r) for k, r in s.versions.items()},
+            "backend": ",".join(s.backends),
+            "comm_lib_versions": list(s.comm_lib_versions),
+            "ignored_files": list(s.ignored_files),
+            "warnings": list(s.warnings),
+        },
+        "verdict": verdict,
+        "findings": [finding_json(f) for f in findings],
+        "findings_omitted": omitted,
+        "groups": [{"id": g.uid, "name": g.name, "desc": g.desc, "ranks": list(g.ranks),
+                    "membership_source": g.source.value} for g in analysis.groups.groups],
+        "stats": _stats(analysis),
+    }
+
+
+def render_json(analysis: Analysis, *, cap: int | None = None) -> str:
+    return json.dumps(report_dict(analysis, cap=cap), indent=2) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Side-by-side entries
+
+
+def render_entries(
+    table: EntryTable,
+    groups: GroupTable,
+    *,
+    ranks: Sequence[int] | None = None,
+    pg_filters: Sequence[str] = (),
+    stack: bool = False,
+) -> str:
+    """Each group's entries, one column per rank, one row per op aligned by sequence ids."""
+    out: list[str] = []
+    if not table.n:
+        return "no entries\n"
+    wanted = set(ranks) if ranks is not None else None
+    p2p_like = np.isin(table.unit, (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER))
+    for group in groups.groups:
+        if pg_filters and not any(p in (group.name, group.desc) for p in pg_filters):
+            continue
+        rows = np.flatnonzero(groups.entry_group == group.uid)
+        if wanted is not None:
+            rows = rows[np.isin(table.rank[rows], list(wanted))]
+        if not len(rows):
+            continue
+        cells: dict[tuple[int, int, int, int], dict[int, str]] = defaultdict(dict)
+        position: Counter[tuple[int, int, int, int]] = Counter()
+        for r in rows.tolist():
+            rank = int(table.rank[r])
+            base = (int(table.coll_seq[r]), int(table.p2p_seq[r]), int(p2p_like[r]))
+            pos = position[(rank, *base)]
+            position[(rank, *base)] += 1
+            cells[(*base, pos)][rank] = _cell(table, r, stack)
+        shown = sorted({int(x) for x in np.unique(table.rank[rows])})
+        body = []
+        for key in sorted(cells):
+            coll, p2p, is_p2p, _ = key
+            label = f"p{p2p}" if is_p2p else f"c{coll}"
+            body.append([label] + [cells[key].get(rank, "") for rank in shown])
+        out.append(f"== {describe_group(group)} (membership from {group.source.value})")
+        out.append(tabulate(body, headers=["seq"] + [f"rank {r}" for r in shown],
+                            tablefmt="simple"))
+        out.append("")
+    if not out:
+        return "no entries match the filters\n"
+    return "\n".join(out)
+
+
+def _cell(table: EntryTable, row: int, stack: bool) -> str:
+    name = table.profiling_names[int(table.pname[row])]
+    op = name.partition(":")[2] or name
+    state = STATE_NAMES[State(int(table.state[row]))]
+    if bool(table.retired[row]):
+        state += ",retired"
+    shapes = table.shapes[int(table.in_shape[row])]
+    sizes = str([list(s) for s in shapes]).replace(" ", "") if shapes else ""
+    text = f"{op} {sizes} {state}".replace("  ", " ")
+    if stack:
+        code = int(table.stack[row])
+        if code >= 0:
+            for frame in table.stacks[code][:6]:
+                text += f"\n  {frame.name} {frame.filename}:{frame.line}"
+        else:
+            text += "\n  (no stack in dump)"
+    return text
