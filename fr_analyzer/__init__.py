@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "1.0.0"
 
-from .database import Database, load_db  # noqa: E402
-from .pipeline import Analysis, Options, analyze  # noqa: E402
+from .database import Database, load_db
+from .pipeline import Analysis, Options, analyze
 
 __all__ = ["Analysis", "Database", "Options", "__version__", "analyze", "load_db"]

@@ -44,36 +44,78 @@ def _progress(done: int, total: int) -> None:
 
 @app.command()
 def analyze(
-    dump_dir: Annotated[Path, typer.Option(
-        "-d", "--dump-dir", help="Directory holding one Flight Recorder dump per rank "
-        "(searched recursively; pickle or JSON, optionally .gz).")],
-    output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Write the flat database (pickle of builtin types) here.")] = None,
-    json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Write the report as JSON (schema fr-analyze.report/1) here.")] = None,
-    just_print_entries: Annotated[bool, typer.Option(
-        "-j", "--just-print-entries", help="Print every rank's entries side by side per "
-        "process group, aligned by sequence id, and stop.")] = False,
-    selected_ranks: Annotated[str | None, typer.Option(
-        "--selected-ranks", help="With -j: only these ranks, e.g. 0,3-5.")] = None,
-    pg_filters: Annotated[list[str] | None, typer.Option(
-        "--pg-filters", help="With -j: only groups with this name or desc (repeatable, or "
-        "comma-separated).")] = None,
-    print_stack_trace: Annotated[bool, typer.Option(
-        "--print-stack-trace", help="With -j: show each entry's stack (innermost first).")
+    dump_dir: Annotated[
+        Path,
+        typer.Option(
+            "-d",
+            "--dump-dir",
+            help="Directory holding one Flight Recorder dump per rank "
+            "(searched recursively; pickle or JSON, optionally .gz).",
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o", "--output", help="Write the flat database (pickle of builtin types) here."
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the report as JSON (schema fr-analyze.report/1) here."),
+    ] = None,
+    just_print_entries: Annotated[
+        bool,
+        typer.Option(
+            "-j",
+            "--just-print-entries",
+            help="Print every rank's entries side by side per "
+            "process group, aligned by sequence id, and stop.",
+        ),
     ] = False,
-    prefix: Annotated[str | None, typer.Option(
-        "-p", "--prefix", help="File name prefix before the rank number (default: detected, "
-        "e.g. rank_, nccl_trace_rank_, comm_lib_trace_rank_).")] = None,
-    verbose: Annotated[bool, typer.Option(
-        "-v", "--verbose", help="Also print the process-group and membership tables.")] = False,
-    mismatch_cap: Annotated[int, typer.Option(
-        "--mismatch-cap", min=1, help="Show at most this many findings per process group.")
+    selected_ranks: Annotated[
+        str | None, typer.Option("--selected-ranks", help="With -j: only these ranks, e.g. 0,3-5.")
+    ] = None,
+    pg_filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pg-filters",
+            help="With -j: only groups with this name or desc (repeatable, or comma-separated).",
+        ),
+    ] = None,
+    print_stack_trace: Annotated[
+        bool,
+        typer.Option(
+            "--print-stack-trace", help="With -j: show each entry's stack (innermost first)."
+        ),
+    ] = False,
+    prefix: Annotated[
+        str | None,
+        typer.Option(
+            "-p",
+            "--prefix",
+            help="File name prefix before the rank number (default: detected, "
+            "e.g. rank_, nccl_trace_rank_, comm_lib_trace_rank_).",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("-v", "--verbose", help="Also print the process-group and membership tables."),
+    ] = False,
+    mismatch_cap: Annotated[
+        int,
+        typer.Option(
+            "--mismatch-cap", min=1, help="Show at most this many findings per process group."
+        ),
     ] = 10,
-    workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, help="Processes that load dumps (default: every core).")] = None,
-    version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", min=1, help="Processes that load dumps (default: every core)."),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     """Analyze a directory of per-rank Flight Recorder dumps and name the desync."""
@@ -83,8 +125,12 @@ def analyze(
         chosen = ranks.parse(selected_ranks) if selected_ranks else None
         filters = [p for item in (pg_filters or []) for p in item.split(",") if p]
         table, groups = pipeline.entries(dump_dir, options, progress)
-        typer.echo(report.render_entries(table, groups, ranks=chosen, pg_filters=filters,
-                                         stack=print_stack_trace), nl=False)
+        typer.echo(
+            report.render_entries(
+                table, groups, ranks=chosen, pg_filters=filters, stack=print_stack_trace
+            ),
+            nl=False,
+        )
         return
     if selected_ranks or pg_filters or print_stack_trace:
         raise UsageError("--selected-ranks, --pg-filters and --print-stack-trace go with -j")

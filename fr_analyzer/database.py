@@ -30,17 +30,57 @@ SCHEMA = "fr-analyze.db/1"
 COLUMNS: dict[str, tuple[str, ...]] = {
     "groups": ("id", "name", "desc", "size", "ranks", "membership_source"),
     "memberships": ("id", "group_id", "rank", "local_rank", "has_dump"),
-    "collectives": ("id", "kind", "group_id", "collective_seq_id", "p2p_seq_id", "op",
-                    "ranks_present", "ranks_expected", "passed"),
-    "nccl_calls": ("id", "rank", "entry_index", "record_id", "group_id", "collective_id",
-                   "profiling_name", "op", "unit", "collective_seq_id", "p2p_seq_id", "op_id",
-                   "state", "retired", "completed", "input_sizes", "output_sizes",
-                   "input_dtypes", "output_dtypes", "time_created_ns",
-                   "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms",
-                   "timeout_ms", "traceback_id"),
+    "collectives": (
+        "id",
+        "kind",
+        "group_id",
+        "collective_seq_id",
+        "p2p_seq_id",
+        "op",
+        "ranks_present",
+        "ranks_expected",
+        "passed",
+    ),
+    "nccl_calls": (
+        "id",
+        "rank",
+        "entry_index",
+        "record_id",
+        "group_id",
+        "collective_id",
+        "profiling_name",
+        "op",
+        "unit",
+        "collective_seq_id",
+        "p2p_seq_id",
+        "op_id",
+        "state",
+        "retired",
+        "completed",
+        "input_sizes",
+        "output_sizes",
+        "input_dtypes",
+        "output_dtypes",
+        "time_created_ns",
+        "time_discovered_started_ns",
+        "time_discovered_completed_ns",
+        "duration_ms",
+        "timeout_ms",
+        "traceback_id",
+    ),
     "tracebacks": ("id", "frames", "text"),
-    "findings": ("id", "kind", "group_id", "collective_seq_id", "p2p_seq_id", "op", "ranks",
-                 "culprit_ranks", "detail", "is_verdict"),
+    "findings": (
+        "id",
+        "kind",
+        "group_id",
+        "collective_seq_id",
+        "p2p_seq_id",
+        "op",
+        "ranks",
+        "culprit_ranks",
+        "detail",
+        "is_verdict",
+    ),
 }
 
 
@@ -51,25 +91,49 @@ def build(analysis: Analysis) -> dict[str, Any]:
     for g in groups.groups:
         tables["groups"].append([g.uid, g.name, g.desc, g.size, list(g.ranks), g.source.value])
         for local, rank in enumerate(g.ranks):
-            tables["memberships"].append([len(tables["memberships"]), g.uid, rank, local,
-                                          rank in loaded])
+            tables["memberships"].append(
+                [len(tables["memberships"]), g.uid, rank, local, rank in loaded]
+            )
     units = m.collectives
     for u in range(len(units.seq)):
-        tables["collectives"].append([u, "collective", int(units.group[u]), int(units.seq[u]),
-                                      None, units.op[u], int(units.ranks_present[u]),
-                                      int(units.ranks_expected[u]), bool(units.passed[u])])
+        tables["collectives"].append(
+            [
+                u,
+                "collective",
+                int(units.group[u]),
+                int(units.seq[u]),
+                None,
+                units.op[u],
+                int(units.ranks_present[u]),
+                int(units.ranks_expected[u]),
+                bool(units.passed[u]),
+            ]
+        )
     n_units = len(units.seq)
     pair_id = np.full(t.n, -1, dtype=np.int64)
-    for i, (s, r) in enumerate(zip(m.p2p.send_row.tolist(), m.p2p.recv_row.tolist(),
-                                   strict=True)):
+    for i, (s, r) in enumerate(zip(m.p2p.send_row.tolist(), m.p2p.recv_row.tolist(), strict=True)):
         cid = n_units + i
         pair_id[s] = pair_id[r] = cid
-        tables["collectives"].append([cid, "p2p", int(groups.entry_group[s]), None,
-                                      int(t.p2p_seq[s]), "send/recv", 2, 2, True])
+        tables["collectives"].append(
+            [
+                cid,
+                "p2p",
+                int(groups.entry_group[s]),
+                None,
+                int(t.p2p_seq[s]),
+                "send/recv",
+                2,
+                2,
+                True,
+            ]
+        )
     collective_id = np.where(units.entry_unit >= 0, units.entry_unit, pair_id)
     tables["tracebacks"] = [
-        [i, [[f.name, f.filename, f.line] for f in stack],
-         "\n".join(f"{f.name} at {f.filename}:{f.line}" for f in stack)]
+        [
+            i,
+            [[f.name, f.filename, f.line] for f in stack],
+            "\n".join(f"{f.name} at {f.filename}:{f.line}" for f in stack),
+        ]
         for i, stack in enumerate(t.stacks)
     ]
     shapes = [[list(s) for s in shape] for shape in t.shapes]
@@ -79,34 +143,69 @@ def build(analysis: Analysis) -> dict[str, Any]:
     for i in range(t.n):
         stack = int(cols["stack"][i])
         duration = float(cols["duration_ms"][i])
-        tables["nccl_calls"].append([
-            i, int(t.rank[i]), int(cols["index"][i]), int(cols["record_id"][i]),
-            int(groups.entry_group[i]), None if collective_id[i] < 0 else int(collective_id[i]),
-            t.profiling_names[int(cols["pname"][i])], t.ops[int(cols["op"][i])],
-            unit_names[int(cols["unit"][i])], int(cols["coll_seq"][i]), int(cols["p2p_seq"][i]),
-            int(cols["op_id"][i]), STATE_NAMES[State(int(cols["state"][i]))],
-            bool(cols["retired"][i]), bool(m.done[i]),
-            shapes[int(cols["in_shape"][i])], shapes[int(cols["out_shape"][i])],
-            dtypes[int(cols["in_dtype"][i])], dtypes[int(cols["out_dtype"][i])],
-            _time(cols["t_created"][i]), _time(cols["t_started"][i]),
-            _time(cols["t_completed"][i]), None if math.isnan(duration) else duration,
-            int(cols["timeout_ms"][i]), None if stack < 0 else stack,
-        ])
+        tables["nccl_calls"].append(
+            [
+                i,
+                int(t.rank[i]),
+                int(cols["index"][i]),
+                int(cols["record_id"][i]),
+                int(groups.entry_group[i]),
+                None if collective_id[i] < 0 else int(collective_id[i]),
+                t.profiling_names[int(cols["pname"][i])],
+                t.ops[int(cols["op"][i])],
+                unit_names[int(cols["unit"][i])],
+                int(cols["coll_seq"][i]),
+                int(cols["p2p_seq"][i]),
+                int(cols["op_id"][i]),
+                STATE_NAMES[State(int(cols["state"][i]))],
+                bool(cols["retired"][i]),
+                bool(m.done[i]),
+                shapes[int(cols["in_shape"][i])],
+                shapes[int(cols["out_shape"][i])],
+                dtypes[int(cols["in_dtype"][i])],
+                dtypes[int(cols["out_dtype"][i])],
+                _time(cols["t_created"][i]),
+                _time(cols["t_started"][i]),
+                _time(cols["t_completed"][i]),
+                None if math.isnan(duration) else duration,
+                int(cols["timeout_ms"][i]),
+                None if stack < 0 else stack,
+            ]
+        )
     root = analysis.verdict.finding
     for i, f in enumerate(analysis.findings):
         j = finding_json(f)
-        tables["findings"].append([i, j["kind"], f.group.uid if f.group else None,
-                                   j["collective_seq_id"], j["p2p_seq_id"], j["op"], j["ranks"],
-                                   j["culprit_ranks"], j["detail"], f is root])
+        tables["findings"].append(
+            [
+                i,
+                j["kind"],
+                f.group.uid if f.group else None,
+                j["collective_seq_id"],
+                j["p2p_seq_id"],
+                j["op"],
+                j["ranks"],
+                j["culprit_ranks"],
+                j["detail"],
+                f is root,
+            ]
+        )
     s = analysis.summary
-    meta = {"directory": s.directory, "ranks_loaded": list(s.ranks_loaded),
-            "ranks_missing": list(s.ranks_missing), "versions": {k: list(v) for k, v in
-                                                                  s.versions.items()},
-            "backends": list(s.backends), "verdict": analysis.verdict.summary,
-            "status": analysis.verdict.status.value}
-    return {"schema": SCHEMA, "meta": meta,
-            "tables": {name: {"columns": list(COLUMNS[name]), "rows": rows}
-                       for name, rows in tables.items()}}
+    meta = {
+        "directory": s.directory,
+        "ranks_loaded": list(s.ranks_loaded),
+        "ranks_missing": list(s.ranks_missing),
+        "versions": {k: list(v) for k, v in s.versions.items()},
+        "backends": list(s.backends),
+        "verdict": analysis.verdict.summary,
+        "status": analysis.verdict.status.value,
+    }
+    return {
+        "schema": SCHEMA,
+        "meta": meta,
+        "tables": {
+            name: {"columns": list(COLUMNS[name]), "rows": rows} for name, rows in tables.items()
+        },
+    }
 
 
 def _time(value: Any) -> int | None:

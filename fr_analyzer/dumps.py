@@ -257,14 +257,19 @@ class _EntryError(Exception):
     pass
 
 
+def _integral(value: Any) -> bool:
+    """A digit string ("12", as JSON dumps and old tests write seq ids) or a whole float."""
+    if isinstance(value, str):
+        return value.strip().lstrip("-").isdigit()
+    return isinstance(value, float) and math.isfinite(value) and value.is_integer()
+
+
 def _as_int(value: Any, what: str) -> int:
     if isinstance(value, bool):
         raise _EntryError(f"{what} is a boolean")
     if isinstance(value, int):
         result = value
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        result = int(value)
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    elif _integral(value):
         result = int(value)
     else:
         raise _EntryError(f"{what} is not an integer: {value!r:.40}")
@@ -381,7 +386,9 @@ def _peer(text: str) -> int:
 def build_rank(raw: Any, rank: int, file: str) -> RankDump:
     """Normalize one loaded dump into columns. Whole-dump problems raise DumpError."""
     if not isinstance(raw, dict):
-        raise DumpError(file, rank, f"not a Flight Recorder dump (top level is {type(raw).__name__})")
+        raise DumpError(
+            file, rank, f"not a Flight Recorder dump (top level is {type(raw).__name__})"
+        )
     entries = raw.get("entries", [])
     if entries is None:
         entries = []
@@ -443,8 +450,10 @@ def build_rank(raw: Any, rank: int, file: str) -> RankDump:
             record_id = entry.get("record_id", i)
             record_id = record_id if type(record_id) is int else _as_int(record_id, "record_id")
             state_text = entry.get("state")
-            state = _STATES.get(state_text, State.UNKNOWN) if isinstance(state_text, str) else (
-                State.UNKNOWN
+            state = (
+                _STATES.get(state_text, State.UNKNOWN)
+                if isinstance(state_text, str)
+                else (State.UNKNOWN)
             )
             in_shape = shapes(_shapes(entry.get("input_sizes"), "input_sizes"))
             out_shape = shapes(_shapes(entry.get("output_sizes"), "output_sizes"))
@@ -496,10 +505,11 @@ def build_rank(raw: Any, rank: int, file: str) -> RankDump:
 
     if unknown_backends:
         warnings.append(f"rank {rank}: unknown backend(s) {', '.join(sorted(unknown_backends))}")
-    arrays = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in cols.items()}
-    unit, marker = _blocks(arrays, ops.values)
-    status = _pg_status(raw.get("pg_status"), pg_ids)
+    arrays: dict[str, Any] = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in cols.items()}
     record = arrays["record_id"]
+    wrapped = bool(len(record) and int(record.min()) > 0)
+    unit, marker = _blocks(arrays, ops.values, wrapped)
+    status = _pg_status(raw.get("pg_status"), pg_ids)
     return RankDump(
         rank=rank,
         file=file,
@@ -508,7 +518,7 @@ def build_rank(raw: Any, rank: int, file: str) -> RankDump:
         claims=claims,
         pg_config_usable=usable,
         pg_status=status,
-        wrapped=bool(len(record) and int(record.min()) > 0),
+        wrapped=wrapped,
         entry_errors=errors,
         warnings=warnings,
         groups=groups.values,
@@ -567,8 +577,11 @@ def _stack(raw_frames: Sequence[Any], cache: dict[tuple[str, str, int], Frame]) 
         if not isinstance(raw, dict):
             continue
         line = raw.get("line", 0)
-        key = (_text(raw.get("name", "?")), _text(raw.get("filename", "?")),
-               line if type(line) is int else _maybe_int(line))
+        key = (
+            _text(raw.get("name", "?")),
+            _text(raw.get("filename", "?")),
+            line if type(line) is int else _maybe_int(line),
+        )
         frame = cache.get(key)
         if frame is None:
             frame = cache[key] = Frame(*key)
@@ -589,20 +602,24 @@ def _pg_status(raw: Any, pg_ids: dict[int, int]) -> dict[int, tuple[int, int, in
         if pg_id not in pg_ids or not isinstance(status, dict):
             continue
         values = []
-        for name in ("last_enqueued_collective", "last_started_collective",
-                     "last_completed_collective"):
+        for name in (
+            "last_enqueued_collective",
+            "last_started_collective",
+            "last_completed_collective",
+        ):
             values.append(_maybe_int(status.get(name, -1)))
         out[pg_ids[pg_id]] = (values[0], values[1], values[2])
     return out
 
 
-def _blocks(cols: dict[str, np.ndarray], ops: list[str]) -> tuple[I8, I32]:
+def _blocks(cols: dict[str, np.ndarray], ops: list[str], wrapped: bool) -> tuple[I8, I32]:
     """Recognise coalesced collective blocks and batched p2p blocks on one rank.
 
     A block's members come right before its end marker in the group's own order. An end marker
     belongs to a batched p2p block when the group's previous entry is a p2p op with the
     marker's p2p sequence id (its `is_p2p` is False, so that flag cannot tell); otherwise to a
-    collective block whose members share the marker's collective sequence id.
+    collective block whose members share the marker's collective sequence id. A marker with
+    no members at the start of a wrapped buffer lost them to the wrap: it is left out.
     """
     n = len(cols["group"])
     unit = np.full(n, UnitKind.COLLECTIVE, dtype=np.int8)
@@ -642,11 +659,11 @@ def _blocks(cols: dict[str, np.ndarray], ops: list[str]) -> tuple[I8, I32]:
                     members.append(r)
             elif coll[row] > coll[prev]:
                 kind = UnitKind.BLOCK_MARKER  # a block whose members were not recorded
-        elif rows and coll[row] > coll[rows[-1]]:
+        elif not wrapped or (rows and coll[row] > coll[rows[-1]]):
             kind = UnitKind.BLOCK_MARKER
         unit[row] = kind
-        member_kind = UnitKind.BATCH_MEMBER if kind == UnitKind.BATCH_MARKER else (
-            UnitKind.BLOCK_MEMBER
+        member_kind = (
+            UnitKind.BATCH_MEMBER if kind == UnitKind.BATCH_MARKER else (UnitKind.BLOCK_MEMBER)
         )
         for r in members:
             unit[r] = member_kind
@@ -658,7 +675,9 @@ def _blocks(cols: dict[str, np.ndarray], ops: list[str]) -> tuple[I8, I32]:
     return unit, marker
 
 
-def load_rank(dump_file: DumpFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> RankDump | UnreadableDump:
+def load_rank(
+    dump_file: DumpFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES
+) -> RankDump | UnreadableDump:
     """Read and normalize one rank; any problem becomes an UnreadableDump record."""
     path = str(dump_file.path)
     try:
@@ -769,18 +788,23 @@ def merge(ranks: Sequence[RankDump]) -> EntryTable:
             if col in _RECODED:
                 table_map = maps[_RECODED[col]]
                 if col == "stack":
-                    values = np.where(values >= 0, table_map[np.maximum(values, 0)]
-                                      if len(table_map) else -1, -1).astype(np.int32)
+                    values = np.where(
+                        values >= 0, table_map[np.maximum(values, 0)] if len(table_map) else -1, -1
+                    ).astype(np.int32)
                 else:
                     values = table_map[values] if len(values) else values
             parts[col].append(np.asarray(values, dtype=dtype))
         parts["rank"].append(np.full(dump.n, dump.rank, dtype=np.int32))
         parts["row_in_rank"].append(np.arange(dump.n, dtype=np.int32))
         parts["unit"].append(dump.unit)
-        parts["marker"].append(np.where(dump.marker >= 0, dump.marker + offset, -1).astype(np.int64))
+        parts["marker"].append(
+            np.where(dump.marker >= 0, dump.marker + offset, -1).astype(np.int64)
+        )
         offset += dump.n
-    columns = {k: (np.concatenate(v) if v else np.empty(0, dtype=_COLUMNS.get(k, np.int64)))
-               for k, v in parts.items()}
+    columns = {
+        k: (np.concatenate(v) if v else np.empty(0, dtype=_COLUMNS.get(k, np.int64)))
+        for k, v in parts.items()
+    }
     shapes = interners["shapes"].values
     numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
     rank = columns.pop("rank").astype(np.int32)

@@ -60,18 +60,31 @@ def _fold(findings: list[Finding]) -> list[Finding]:
     """Fold later repeats (same group, kind and culprits) into the first occurrence."""
     runs: dict[tuple[object, ...], list[Finding]] = defaultdict(list)
     for f in sorted(findings, key=_order_key):
-        runs[(f.group.uid if f.group else -1, f.kind, f.culprit_ranks, f.collective_seq_id is None)
-             ].append(f)
+        runs[
+            (f.group.uid if f.group else -1, f.kind, f.culprit_ranks, f.collective_seq_id is None)
+        ].append(f)
     out = []
     for run in runs.values():
         first = run[0]
         if len(run) > 1:
-            seqs = [s for f in run[1:] if (s := f.collective_seq_id if f.collective_seq_id
-                                          is not None else f.p2p_seq_id) is not None]
+            seqs = [
+                s
+                for f in run[1:]
+                if (s := f.collective_seq_id if f.collective_seq_id is not None else f.p2p_seq_id)
+                is not None
+            ]
             also = f" (and {len(run) - 1} later op(s) of this group"
             also += f", #{min(seqs)}-#{max(seqs)})" if seqs else ")"
-            first = Finding(first.kind, first.group, first.collective_seq_id, first.p2p_seq_id,
-                            first.op, first.ranks, first.culprit_ranks, first.detail + also)
+            first = Finding(
+                first.kind,
+                first.group,
+                first.collective_seq_id,
+                first.p2p_seq_id,
+                first.op,
+                first.ranks,
+                first.culprit_ranks,
+                first.detail + also,
+            )
         out.append(first)
     return out
 
@@ -92,23 +105,52 @@ def _input_findings(
         waiting = _waiting_on(groups, table, result, missing)
         if waiting:
             detail += "; " + waiting
-        out.append(Finding(FindingKind.MISSING_DUMP, biggest, None, None, "",
-                           tuple(sorted(missing)), tuple(sorted(missing)), detail))
+        out.append(
+            Finding(
+                FindingKind.MISSING_DUMP,
+                biggest,
+                None,
+                None,
+                "",
+                tuple(sorted(missing)),
+                tuple(sorted(missing)),
+                detail,
+            )
+        )
     for u in unreadable:
         member_of = [g for g in groups.groups if u.rank in g.ranks]
         group = max(member_of, key=lambda g: g.size) if member_of else None
         rank = () if u.rank is None else (u.rank,)
-        out.append(Finding(FindingKind.UNREADABLE_DUMP, group, None, None, "", rank, rank,
-                           f"{u.file}: {u.reason}"))
+        out.append(
+            Finding(
+                FindingKind.UNREADABLE_DUMP,
+                group,
+                None,
+                None,
+                "",
+                rank,
+                rank,
+                f"{u.file}: {u.reason}",
+            )
+        )
     for dump in dumps:
         if not dump.entry_errors:
             continue
         shown = "; ".join(f"entry {i}: {reason}" for i, reason in dump.entry_errors[:3])
         more = len(dump.entry_errors) - 3
-        out.append(Finding(
-            FindingKind.MALFORMED_ENTRY, None, None, None, "", (dump.rank,), (dump.rank,),
-            f"{dump.file}: {len(dump.entry_errors)} entr{'y' if len(dump.entry_errors) == 1 else 'ies'}"
-            f" skipped: {shown}" + (f" (+{more} more)" if more > 0 else "")))
+        out.append(
+            Finding(
+                FindingKind.MALFORMED_ENTRY,
+                None,
+                None,
+                None,
+                "",
+                (dump.rank,),
+                (dump.rank,),
+                f"{dump.file}: {len(dump.entry_errors)} malformed entries skipped: {shown}"
+                + (f" (+{more} more)" if more > 0 else ""),
+            )
+        )
     return out
 
 
@@ -118,16 +160,19 @@ def _waiting_on(
     """The first collective, in a group with a missing member, that the others did not finish."""
     units = result.collectives
     in_unit = units.entry_unit >= 0
-    unfinished = np.bincount(units.entry_unit[in_unit], weights=~result.done[in_unit],
-                             minlength=len(units.seq))
+    unfinished = np.bincount(
+        units.entry_unit[in_unit], weights=~result.done[in_unit], minlength=len(units.seq)
+    )
     for u in np.flatnonzero((units.ranks_present < units.ranks_expected) & (unfinished > 0)):
         group = groups.groups[int(units.group[u])]
         if not missing & set(group.ranks):
             continue
         ranks = np.unique(table.rank[units.entry_unit == u]).tolist()
-        return (f"{label(ranks)} are waiting in {units.op[u]} #{int(units.seq[u])} of "
-                f"group {group.name!r} ({group.desc}), which the missing ranks may never have "
-                "joined")
+        return (
+            f"{label(ranks)} are waiting in {units.op[u]} #{int(units.seq[u])} of "
+            f"group {group.name!r} ({group.desc}), which the missing ranks may never have "
+            "joined"
+        )
     return ""
 
 

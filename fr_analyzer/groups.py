@@ -82,7 +82,8 @@ def build_groups(
             if (rank, name) in members_of:
                 continue
             adopted = [
-                s for (n, s), src in source.items()
+                s
+                for (n, s), src in source.items()
                 if n == name and src == MembershipSource.PG_CONFIG and rank in s
             ]
             if len(adopted) == 1:
@@ -124,8 +125,9 @@ def build_groups(
     unreadable_ranks = {u.rank for u in unreadable}
     missing = tuple(sorted(all_members - set(loaded) - unreadable_ranks))
     conflicts = _conflicts(groups, claims_by_rank, config_descs, uid_of)
-    return GroupTable(tuple(groups), entry_group.astype(np.int32), loaded, missing, world_size,
-                      tuple(conflicts))
+    return GroupTable(
+        tuple(groups), entry_group.astype(np.int32), loaded, missing, world_size, tuple(conflicts)
+    )
 
 
 def _conflicts(
@@ -160,10 +162,18 @@ def _conflicts(
             f"{label(claimants)} say [{compact(members)}]" for members, claimants in ranked
         )
         group = groups[uid_of[(name, ranked[0][0])]]
-        findings.append(Finding(
-            FindingKind.GROUP_CONFLICT, group, None, None, "", tuple(sorted(disagree)), culprits,
-            f"ranks disagree on the members of group {name!r}: {views}",
-        ))
+        findings.append(
+            Finding(
+                FindingKind.GROUP_CONFLICT,
+                group,
+                None,
+                None,
+                "",
+                tuple(sorted(disagree)),
+                culprits,
+                f"ranks disagree on the members of group {name!r}: {views}",
+            )
+        )
     # Descriptions: ranks that describe the same group differently.
     for key, by_rank in config_descs.items():
         if len(set(by_rank.values())) < 2:
@@ -175,9 +185,16 @@ def _conflicts(
             f"{label([r for r, d in by_rank.items() if d == desc])} say {desc!r}"
             for desc, _ in counts.most_common()
         )
-        findings.append(Finding(
-            FindingKind.GROUP_CONFLICT, groups[uid_of[key]], None, None, "",
-            tuple(sorted(by_rank)), culprits,
-            f"ranks disagree on the description of group {key[0]!r}: {views}",
-        ))
+        findings.append(
+            Finding(
+                FindingKind.GROUP_CONFLICT,
+                groups[uid_of[key]],
+                None,
+                None,
+                "",
+                tuple(sorted(by_rank)),
+                culprits,
+                f"ranks disagree on the description of group {key[0]!r}: {views}",
+            )
+        )
     return findings

@@ -39,16 +39,34 @@ GATHER_OPS = frozenset({"gather"})
 SCATTER_OPS = frozenset({"scatter"})
 ALL_TO_ALL_OPS = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base"})
 ALL_GATHER_OPS = frozenset(
-    {"all_gather", "_all_gather_base", "all_gather_into_tensor_coalesced", "allgather",
-     "all_gather_into_tensor", "allgather_into_tensor_coalesced"}
+    {
+        "all_gather",
+        "_all_gather_base",
+        "all_gather_into_tensor_coalesced",
+        "allgather",
+        "all_gather_into_tensor",
+        "allgather_into_tensor_coalesced",
+    }
 )
 REDUCE_SCATTER_OPS = frozenset(
-    {"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
-     "reduce_scatter_tensor"}
+    {
+        "reduce_scatter",
+        "_reduce_scatter_base",
+        "reduce_scatter_tensor_coalesced",
+        "reduce_scatter_tensor",
+    }
 )
 SAME_IN_OUT_OPS = frozenset({"all_reduce", "allreduce"})
-UNCHECKED_SIZE_OPS = frozenset({"all_reduce_sparse", "coalesced", "ALLGATHER_coalesced",
-                                "REDUCE_SCATTER_coalesced", "barrier", "all_reduce_barrier"})
+UNCHECKED_SIZE_OPS = frozenset(
+    {
+        "all_reduce_sparse",
+        "coalesced",
+        "ALLGATHER_coalesced",
+        "REDUCE_SCATTER_coalesced",
+        "barrier",
+        "all_reduce_barrier",
+    }
+)
 COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
 P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
 
@@ -56,8 +74,14 @@ P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
 class _Adder(Protocol):
     """Records one finding for the unit being checked."""
 
-    def __call__(self, kind: FindingKind, culprits: set[int], detail: str,
-                 name: str = ..., ranks: tuple[int, ...] = ...) -> None: ...
+    def __call__(
+        self,
+        kind: FindingKind,
+        culprits: set[int],
+        detail: str,
+        name: str = ...,
+        ranks: tuple[int, ...] = ...,
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -155,8 +179,9 @@ def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Match
         window={},
         last_enqueued=_last_enqueued(dumps, t, groups),
         wrapped={d.rank: d.wrapped for d in dumps},
-        unavailable=frozenset(set(groups.missing_ranks) | (
-            set(range(groups.world_size)) - set(groups.loaded_ranks))),
+        unavailable=frozenset(
+            set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
+        ),
     )
     findings: list[Finding] = []
     units = _match_collectives(ctx, findings)
@@ -233,7 +258,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     expected = sizes[unit_group] if n_units else np.zeros(0, np.int32)
 
     # Rows per (unit, rank): equal on every rank for a uniform unit.
-    rr_starts, rr_run = _segments(run, rank)
+    rr_starts, _ = _segments(run, rank)
     rr_len = np.diff(np.append(rr_starts, len(rows)))
     rr_unit = run[rr_starts] if len(rr_starts) else np.zeros(0, np.int64)
     present = np.bincount(rr_unit, minlength=n_units).astype(np.int32)
@@ -272,14 +297,16 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
         unit_op[i] = t.ops[int(t.op[r])]
     for u in np.flatnonzero(~passed).tolist():
         unit_rows = rows[starts[u] : ends[u]]
-        ok, op = _check_unit(ctx, groups.groups[int(unit_group[u])], int(seq[starts[u]]),
-                             unit_rows, findings)
+        ok, op = _check_unit(
+            ctx, groups.groups[int(unit_group[u])], int(seq[starts[u]]), unit_rows, findings
+        )
         passed[u] = ok
         unit_op[u] = op or unit_op[u]
     entry_unit = np.full(t.n, -1, dtype=np.int64)
     entry_unit[rows] = run
-    return CollectiveUnits(unit_group, seq[starts] if n_units else seq, unit_op, present,
-                           expected, passed, entry_unit)
+    return CollectiveUnits(
+        unit_group, seq[starts] if n_units else seq, unit_op, present, expected, passed, entry_unit
+    )
 
 
 def _majority(values: dict[int, object]) -> tuple[set[int], str]:
@@ -312,12 +339,18 @@ def _check_unit(
     op = _block_name(main_ops)
     ok = True
 
-    def add(kind: FindingKind, culprits: set[int], detail: str,
-            name: str = op, ranks: tuple[int, ...] = present) -> None:
+    def add(
+        kind: FindingKind,
+        culprits: set[int],
+        detail: str,
+        name: str = op,
+        ranks: tuple[int, ...] = present,
+    ) -> None:
         nonlocal ok
         ok = False
-        findings.append(Finding(kind, group, seq, None, name, ranks, tuple(sorted(culprits)),
-                                detail))
+        findings.append(
+            Finding(kind, group, seq, None, name, ranks, tuple(sorted(culprits)), detail)
+        )
 
     # Who is missing, and why.
     not_joined: list[int] = []
@@ -329,19 +362,26 @@ def _check_unit(
         not_joined.append(member)
     if not_joined:
         last = {m: _last_seq(ctx, m, group.uid) for m in not_joined}
-        lasts = ", ".join(f"rank {m}: {'none' if s is None else f'seq {s}'}"
-                          for m, s in sorted(last.items())[:8])
-        add(FindingKind.NOT_JOINED, set(not_joined),
+        lasts = ", ".join(
+            f"rank {m}: {'none' if s is None else f'seq {s}'}" for m, s in sorted(last.items())[:8]
+        )
+        add(
+            FindingKind.NOT_JOINED,
+            set(not_joined),
             f"{label(present)} issued {op} #{seq}; {label(not_joined)} never "
-            f"did (last collective on this group: {lasts})")
+            f"did (last collective on this group: {lasts})",
+        )
 
     # Op types, member by member for blocks.
     if len(counts) > 1:
         culprits, note = _majority(dict(ops_of.items()))
         where, theirs = _first_difference(ops_of, culprits, main_ops)
-        add(FindingKind.OP_TYPE_MISMATCH, culprits,
+        add(
+            FindingKind.OP_TYPE_MISMATCH,
+            culprits,
             f"{label(culprits)} issued {theirs} where the others issued "
-            f"{_block_name(main_ops)}{where}{note}")
+            f"{_block_name(main_ops)}{where}{note}",
+        )
         return ok, op
 
     # Sizes and dtypes, position by position.
@@ -354,8 +394,11 @@ def _check_unit(
     if len({len(rs) for rs in by_rank.values()}) > 1:
         lengths = {rank: len(rs) for rank, rs in by_rank.items()}
         culprits, note = _majority(dict(lengths.items()))
-        add(FindingKind.OP_TYPE_MISMATCH, culprits,
-            f"coalesced block has a different number of ops on {label(culprits)}{note}")
+        add(
+            FindingKind.OP_TYPE_MISMATCH,
+            culprits,
+            f"coalesced block has a different number of ops on {label(culprits)}{note}",
+        )
 
     # Completion: the lagging ranks are the culprits, never the completed ones.
     if not not_joined and ok:
@@ -365,20 +408,28 @@ def _check_unit(
             lagging = {rank for rank, d in done.items() if not d}
             timed_out = sorted(r for r in lagging if bool(t.retired[heads[r]]))
             states = Counter(_state_name(t, heads[r]) for r in lagging)
-            detail = (f"{label(set(done) - lagging)} completed {op} #{seq}; "
-                      f"{label(lagging)} did not ("
-                      + ", ".join(f"{n} {s}" for s, n in states.items()) + ")")
+            detail = (
+                f"{label(set(done) - lagging)} completed {op} #{seq}; "
+                f"{label(lagging)} did not ("
+                + ", ".join(f"{n} {s}" for s, n in states.items())
+                + ")"
+            )
             if timed_out:
-                detail += f"; retired without completing (timed out or failed): {compact(timed_out)}"
+                detail += (
+                    f"; retired without completing (timed out or failed): {compact(timed_out)}"
+                )
             add(FindingKind.STATE_MISMATCH, lagging, detail)
     return ok, op
 
 
 def _state_name(t: EntryTable, row: int) -> str:
     state = State(int(t.state[row]))
-    return {State.SCHEDULED: "scheduled", State.STARTED: "started",
-            State.COMPLETED: "completed", State.UNKNOWN: "unknown"}[state] + (
-        ", retired" if bool(t.retired[row]) else "")
+    return {
+        State.SCHEDULED: "scheduled",
+        State.STARTED: "started",
+        State.COMPLETED: "completed",
+        State.UNKNOWN: "unknown",
+    }[state] + (", retired" if bool(t.retired[row]) else "")
 
 
 def _block_name(ops: tuple[str, ...]) -> str:
@@ -402,8 +453,9 @@ def _first_difference(
     return " (block lengths differ)", _block_name(theirs)
 
 
-def _check_sizes(ctx: _Context, group: Group, seq: int, op: str, what: str,
-                 rows_at: dict[int, int], add: _Adder) -> None:
+def _check_sizes(
+    ctx: _Context, group: Group, seq: int, op: str, what: str, rows_at: dict[int, int], add: _Adder
+) -> None:
     t = ctx.t
     if op in UNCHECKED_SIZE_OPS:
         return
@@ -415,32 +467,46 @@ def _check_sizes(ctx: _Context, group: Group, seq: int, op: str, what: str,
     intrinsic = {rank for rank, r in rows_at.items() if ctx.size_bad[r]}
     if intrinsic:
         r0 = rows_at[min(intrinsic)]
-        add(FindingKind.SIZE_MISMATCH, intrinsic,
+        add(
+            FindingKind.SIZE_MISMATCH,
+            intrinsic,
             f"{what} on {label(intrinsic)}: input {shape(int(t.in_shape[r0]))} and "
             f"output {shape(int(t.out_shape[r0]))}, inconsistent for {op} on {group.size} ranks",
-            what)
+            what,
+        )
     if op in ALL_TO_ALL_OPS:
         if len(present) == group.size:
             total_in = sum(int(t.shape_numel[t.in_shape[r]]) for r in rows_at.values())
             total_out = sum(int(t.shape_numel[t.out_shape[r]]) for r in rows_at.values())
             if total_in != total_out:
-                add(FindingKind.SIZE_MISMATCH, set(present),
-                    f"{what}: the group sends {total_in} elements in all but receives "
-                    f"{total_out}", what)
+                add(
+                    FindingKind.SIZE_MISMATCH,
+                    set(present),
+                    f"{what}: the group sends {total_in} elements in all but receives {total_out}",
+                    what,
+                )
     else:
         check_in = op not in SCATTER_OPS  # non-root scatter inputs are not used
         check_out = op not in GATHER_OPS  # non-root gather outputs are not used
-        sizes = {rank: ((int(t.in_shape[r]) if check_in else -1),
-                        (int(t.out_shape[r]) if check_out else -1))
-                 for rank, r in rows_at.items()}
+        sizes = {
+            rank: (
+                (int(t.in_shape[r]) if check_in else -1),
+                (int(t.out_shape[r]) if check_out else -1),
+            )
+            for rank, r in rows_at.items()
+        }
         if len(set(sizes.values())) > 1:
             culprits, note = _majority(dict(sizes.items()))
             ref_rank = next(r for r in present if r not in culprits)
             bad = min(culprits)
-            add(FindingKind.SIZE_MISMATCH, culprits,
+            add(
+                FindingKind.SIZE_MISMATCH,
+                culprits,
                 f"{what}: {label(culprits)}: in {shape(sizes[bad][0])} out "
                 f"{shape(sizes[bad][1])}; rank {ref_rank}: in {shape(sizes[ref_rank][0])} "
-                f"out {shape(sizes[ref_rank][1])}{note}", what)
+                f"out {shape(sizes[ref_rank][1])}{note}",
+                what,
+            )
     dtypes = {}
     for rank, r in rows_at.items():
         in_d = () if op in SCATTER_OPS else t.dtypes[int(t.in_dtype[r])]
@@ -451,9 +517,13 @@ def _check_sizes(ctx: _Context, group: Group, seq: int, op: str, what: str,
         culprits, note = _majority(dict(comparable.items()))
         bad = min(culprits)
         ref_rank = next(r for r in sorted(comparable) if r not in culprits)
-        add(FindingKind.DTYPE_MISMATCH, culprits,
+        add(
+            FindingKind.DTYPE_MISMATCH,
+            culprits,
             f"{what}: {label(culprits)}: dtypes {_dt(comparable[bad])}; rank "
-            f"{ref_rank}: {_dt(comparable[ref_rank])}{note}", what)
+            f"{ref_rank}: {_dt(comparable[ref_rank])}{note}",
+            what,
+        )
 
 
 def _dt(d: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
@@ -511,14 +581,23 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     bad_peer = (send & (dst < 0)) | (~send & (src == -3))
     for r in rows[bad_peer].tolist():
         g = groups.groups[int(groups.entry_group[r])]
-        findings.append(Finding(
-            FindingKind.MALFORMED_ENTRY, g, None, int(t.p2p_seq[r]), t.ops[int(t.op[r])],
-            (int(t.rank[r]),), (int(t.rank[r]),),
-            f"{t.profiling_names[int(t.pname[r])]} names a peer outside group "
-            f"{g.name} of size {g.size}"))
+        findings.append(
+            Finding(
+                FindingKind.MALFORMED_ENTRY,
+                g,
+                None,
+                int(t.p2p_seq[r]),
+                t.ops[int(t.op[r])],
+                (int(t.rank[r]),),
+                (int(t.rank[r]),),
+                f"{t.profiling_names[int(t.pname[r])]} names a peer outside group "
+                f"{g.name} of size {g.size}",
+            )
+        )
     world = max(groups.world_size, 1) + 1
     channel = (uid * world + np.where(src >= 0, src, world - 1)) * world + np.where(
-        dst >= 0, dst, world - 1)
+        dst >= 0, dst, world - 1
+    )
     wild = ~send & (src == ANY_SOURCE)
     usable = ~bad_peer
     sides = {}
@@ -541,13 +620,17 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
         chan_dst = side_chan % world
         wrapped = np.isin(chan_src, wrapped_ranks) | np.isin(chan_dst, wrapped_ranks)
         done = ctx.done[side_rows].astype(np.int64)
-        n_done = np.bincount(run, weights=done, minlength=len(starts)).astype(np.int64) if len(
-            run) else np.zeros(0, np.int64)
+        n_done = (
+            np.bincount(run, weights=done, minlength=len(starts)).astype(np.int64)
+            if len(run)
+            else np.zeros(0, np.int64)
+        )
         aligned = np.where(wrapped, ordinal - (n_done[run] if len(run) else 0), ordinal)
         keys[name] = side_chan * (1 << 22) + aligned + (1 << 21)
     s_rows, r_rows = sides["send"][0], sides["recv"][0]
-    common, s_idx, r_idx = np.intersect1d(keys["send"], keys["recv"], assume_unique=True,
-                                          return_indices=True)
+    _, s_idx, r_idx = np.intersect1d(
+        keys["send"], keys["recv"], assume_unique=True, return_indices=True
+    )
     send_row = s_rows[s_idx]
     recv_row = r_rows[r_idx]
     matched = np.zeros(t.n, dtype=bool)
@@ -561,9 +644,12 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     if len(wild_rows):
         leftover = [r for r in s_rows.tolist() if not matched[r]]
         for r in wild_rows.tolist():
-            target, g = int(t.rank[r]), int(groups.entry_group[r])
-            candidates = [s for s in leftover if int(groups.entry_group[s]) == g
-                          and _dst_of(t, groups, s) == target]
+            target, gid = int(t.rank[r]), int(groups.entry_group[r])
+            candidates = [
+                s
+                for s in leftover
+                if int(groups.entry_group[s]) == gid and _dst_of(t, groups, s) == target
+            ]
             if candidates:
                 s = min(candidates, key=lambda x: int(t.t_created[x]))
                 leftover.remove(s)
@@ -586,16 +672,19 @@ def _dst_of(t: EntryTable, groups: GroupTable, row: int) -> int:
     return g.ranks[local] if 0 <= local < g.size else -1
 
 
-def _p2p_mismatches(ctx: _Context, send_row: I64, recv_row: I64,
-                    findings: list[Finding]) -> None:
+def _p2p_mismatches(ctx: _Context, send_row: I64, recv_row: I64, findings: list[Finding]) -> None:
     t, groups = ctx.t, ctx.groups
     if not len(send_row):
         return
-    recv_shape = np.where(t.shape_numel[t.in_shape[recv_row]] > 0, t.in_shape[recv_row],
-                          t.out_shape[recv_row])
+    recv_shape = np.where(
+        t.shape_numel[t.in_shape[recv_row]] > 0, t.in_shape[recv_row], t.out_shape[recv_row]
+    )
     bad_size = t.in_shape[send_row] != recv_shape
-    recv_dtype = np.where(np.array([bool(d) for d in t.dtypes])[t.in_dtype[recv_row]],
-                          t.in_dtype[recv_row], t.out_dtype[recv_row])
+    recv_dtype = np.where(
+        np.array([bool(d) for d in t.dtypes])[t.in_dtype[recv_row]],
+        t.in_dtype[recv_row],
+        t.out_dtype[recv_row],
+    )
     bad_dtype = t.in_dtype[send_row] != recv_dtype
     for i in np.flatnonzero(bad_size | bad_dtype).tolist():
         s, r = int(send_row[i]), int(recv_row[i])
@@ -603,20 +692,39 @@ def _p2p_mismatches(ctx: _Context, send_row: I64, recv_row: I64,
         a, b = int(t.rank[s]), int(t.rank[r])
         if bad_size[i]:
             kind = FindingKind.P2P_SIZE_MISMATCH
-            what = (f"sends {t.shapes[int(t.in_shape[s])]} but rank {b} receives into "
-                    f"{t.shapes[int(recv_shape[i])]}")
+            what = (
+                f"sends {t.shapes[int(t.in_shape[s])]} but rank {b} receives into "
+                f"{t.shapes[int(recv_shape[i])]}"
+            )
         else:
             kind = FindingKind.P2P_DTYPE_MISMATCH
-            what = (f"sends {t.dtypes[int(t.in_dtype[s])]} but rank {b} receives "
-                    f"{t.dtypes[int(recv_dtype[i])]}")
-        findings.append(Finding(
-            kind, g, None, int(t.p2p_seq[s]), "send/recv", (a, b), (a, b),
-            f"send {a}->{b} (p2p seq {int(t.p2p_seq[s])} on rank {a}, {int(t.p2p_seq[r])} on "
-            f"rank {b}): rank {a} {what}"))
+            what = (
+                f"sends {t.dtypes[int(t.in_dtype[s])]} but rank {b} receives "
+                f"{t.dtypes[int(recv_dtype[i])]}"
+            )
+        findings.append(
+            Finding(
+                kind,
+                g,
+                None,
+                int(t.p2p_seq[s]),
+                "send/recv",
+                (a, b),
+                (a, b),
+                f"send {a}->{b} (p2p seq {int(t.p2p_seq[s])} on rank {a}, {int(t.p2p_seq[r])} on "
+                f"rank {b}): rank {a} {what}",
+            )
+        )
 
 
-def _p2p_unmatched(ctx: _Context, rows: I64, src: I64, dst: I64, matched: npt.NDArray[np.bool_],
-                   findings: list[Finding]) -> None:
+def _p2p_unmatched(
+    ctx: _Context,
+    rows: I64,
+    src: I64,
+    dst: I64,
+    matched: npt.NDArray[np.bool_],
+    findings: list[Finding],
+) -> None:
     t, groups = ctx.t, ctx.groups
     pending: dict[tuple[int, int, int, int], list[int]] = {}
     for i in np.flatnonzero(~matched[rows]).tolist():
@@ -626,25 +734,42 @@ def _p2p_unmatched(ctx: _Context, rows: I64, src: I64, dst: I64, matched: npt.ND
         peer = b if is_send else a
         if peer in ctx.unavailable:
             continue  # the peer has no dump: reported as missing/unreadable
-        if ctx.done[row] and (ctx.wrapped.get(peer, False) or ctx.wrapped.get(int(t.rank[row]),
-                                                                                False)):
+        if ctx.done[row] and (
+            ctx.wrapped.get(peer, False) or ctx.wrapped.get(int(t.rank[row]), False)
+        ):
             continue  # completed, and its partner fell out of a wrapped buffer
         uid = int(groups.entry_group[row])
         pending.setdefault((uid, a, b, int(is_send)), []).append(row)
-    for (uid, a, b, is_send), rows_ in sorted(pending.items()):
+    for (uid, a, b, sending), rows_ in sorted(pending.items()):
         g = groups.groups[uid]
         first = rows_[0]
         count = f"{len(rows_)} " if len(rows_) > 1 else ""
-        if is_send:
+        culprit: tuple[int, ...]
+        ranks: tuple[int, ...]
+        if sending:
             culprit = (b,)
-            detail = (f"rank {a} posted {count}send(s) to rank {b} (first at p2p seq "
-                      f"{int(t.p2p_seq[first])}) that rank {b} never received")
+            detail = (
+                f"rank {a} posted {count}send(s) to rank {b} (first at p2p seq "
+                f"{int(t.p2p_seq[first])}) that rank {b} never received"
+            )
             ranks = (a,)
         else:
             culprit = (a,) if a >= 0 else tuple(r for r in g.ranks if r != b)
             source = f"rank {a}" if a >= 0 else "any rank"
-            detail = (f"rank {b} posted {count}recv(s) from {source} (first at p2p seq "
-                      f"{int(t.p2p_seq[first])}) that no send matches")
+            detail = (
+                f"rank {b} posted {count}recv(s) from {source} (first at p2p seq "
+                f"{int(t.p2p_seq[first])}) that no send matches"
+            )
             ranks = (b,)
-        findings.append(Finding(FindingKind.P2P_UNMATCHED, g, None, int(t.p2p_seq[first]),
-                                "send" if is_send else "recv", ranks, culprit, detail))
+        findings.append(
+            Finding(
+                FindingKind.P2P_UNMATCHED,
+                g,
+                None,
+                int(t.p2p_seq[first]),
+                "send" if sending else "recv",
+                ranks,
+                culprit,
+                detail,
+            )
+        )

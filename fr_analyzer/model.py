@@ -22,8 +22,12 @@ class State(enum.IntEnum):
     UNKNOWN = 3
 
 
-STATE_NAMES = {State.SCHEDULED: "scheduled", State.STARTED: "started",
-               State.COMPLETED: "completed", State.UNKNOWN: "unknown"}
+STATE_NAMES = {
+    State.SCHEDULED: "scheduled",
+    State.STARTED: "started",
+    State.COMPLETED: "completed",
+    State.UNKNOWN: "unknown",
+}
 
 
 class UnitKind(enum.IntEnum):

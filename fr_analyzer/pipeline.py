@@ -64,7 +64,7 @@ def entries(
 
 def analyze(
     directory: Path,
-    options: Options = Options(),  # noqa: B008 - immutable
+    options: Options = Options(),
     progress: Callable[[int, int], None] | None = None,
 ) -> Analysis:
     loaded, unreadable, ignored = load(directory, options, progress)
@@ -74,8 +74,9 @@ def analyze(
     findings = collect(loaded, unreadable, table, groups, matches)
     busy = set(np.unique(table.rank[~matches.done]).tolist()) if table.n else set()
     summary = _summary(directory, loaded, unreadable, groups, table, ignored)
-    return Analysis(summary, tuple(loaded), table, groups, matches, tuple(findings),
-                    verdict(findings, busy))
+    return Analysis(
+        summary, tuple(loaded), table, groups, matches, tuple(findings), verdict(findings, busy)
+    )
 
 
 def _summary(
@@ -91,8 +92,11 @@ def _summary(
         versions.setdefault(dump.version, []).append(dump.rank)
     warnings = [w for d in loaded for w in d.warnings]
     if len(versions) > 1:
-        warnings.insert(0, "ranks wrote different dump format versions: " + ", ".join(
-            f"{v} on {len(r)} rank(s)" for v, r in sorted(versions.items())))
+        warnings.insert(
+            0,
+            "ranks wrote different dump format versions: "
+            + ", ".join(f"{v} on {len(r)} rank(s)" for v, r in sorted(versions.items())),
+        )
     return DumpSummary(
         directory=str(directory),
         ranks_loaded=tuple(d.rank for d in loaded),

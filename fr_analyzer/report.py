@@ -78,8 +78,9 @@ def _stats(analysis: Analysis) -> dict[str, int]:
 def render_text(analysis: Analysis, *, verbose: bool = False, cap: int | None = None) -> str:
     s = analysis.summary
     lines = [f"fr-analyze {__version__}: {s.directory}"]
-    versions = ", ".join(f"{v}" + (f" ({compact(r)})" if len(s.versions) > 1 else "")
-                         for v, r in s.versions.items())
+    versions = ", ".join(
+        f"{v}" + (f" ({compact(r)})" if len(s.versions) > 1 else "") for v, r in s.versions.items()
+    )
     lines.append(
         f"ranks loaded: {len(s.ranks_loaded)} ({compact(s.ranks_loaded)})   format: {versions}"
         f"   backend: {', '.join(s.backends) or '-'}"
@@ -113,10 +114,14 @@ def render_text(analysis: Analysis, *, verbose: bool = False, cap: int | None = 
         lines.append("")
         lines.append(f"Findings ({len(analysis.findings)}):")
         rows = [_finding_row(f) for f in findings]
-        lines.append(tabulate(
-            rows, headers=["kind", "group", "desc", "seq", "op", "ranks", "culprit", "detail"],
-            tablefmt="simple", maxcolwidths=[None, 12, 16, None, 24, 14, 14, DETAIL_WIDTH],
-        ))
+        lines.append(
+            tabulate(
+                rows,
+                headers=["kind", "group", "desc", "seq", "op", "ranks", "culprit", "detail"],
+                tablefmt="simple",
+                maxcolwidths=[None, 12, 16, None, 24, 14, 14, DETAIL_WIDTH],
+            )
+        )
         for name, count in omitted.items():
             lines.append(f"({count} more finding(s) in group {name!r} not shown: --mismatch-cap)")
     if verbose:
@@ -147,11 +152,18 @@ def _finding_row(f: Finding) -> list[str]:
 
 
 def render_groups(groups: GroupTable) -> str:
-    rows = [[g.uid, g.name, g.desc, g.size, compact(g.ranks), g.source.value]
-            for g in groups.groups]
-    out = ["Process groups:", tabulate(
-        rows, headers=["id", "name", "desc", "size", "ranks", "membership from"],
-        tablefmt="simple", maxcolwidths=[None, 24, 24, None, 40, None])]
+    rows = [
+        [g.uid, g.name, g.desc, g.size, compact(g.ranks), g.source.value] for g in groups.groups
+    ]
+    out = [
+        "Process groups:",
+        tabulate(
+            rows,
+            headers=["id", "name", "desc", "size", "ranks", "membership from"],
+            tablefmt="simple",
+            maxcolwidths=[None, 24, 24, None, 40, None],
+        ),
+    ]
     by_rank: dict[int, list[int]] = defaultdict(list)
     for g in groups.groups:
         for r in g.ranks:
@@ -161,13 +173,25 @@ def render_groups(groups: GroupTable) -> str:
         same[tuple(uids)].append(r)
     loaded = set(groups.loaded_ranks)
     rows2 = []
-    for uids, ranks in sorted(same.items(), key=lambda kv: min(kv[1])):
-        no_dump = [r for r in ranks if r not in loaded]
-        rows2.append([compact(ranks), ", ".join(groups.groups[u].name for u in uids),
-                      compact(no_dump) if no_dump else ""])
-    out += ["", "Memberships (ranks with the same groups share a row):", tabulate(
-        rows2, headers=["ranks", "groups", "no dump"], tablefmt="simple",
-        maxcolwidths=[40, 60, 30])]
+    for group_ids, members in sorted(same.items(), key=lambda kv: min(kv[1])):
+        no_dump = [r for r in members if r not in loaded]
+        rows2.append(
+            [
+                compact(members),
+                ", ".join(groups.groups[u].name for u in group_ids),
+                compact(no_dump) if no_dump else "",
+            ]
+        )
+    out += [
+        "",
+        "Memberships (ranks with the same groups share a row):",
+        tabulate(
+            rows2,
+            headers=["ranks", "groups", "no dump"],
+            tablefmt="simple",
+            maxcolwidths=[40, 60, 30],
+        ),
+    ]
     return "\n".join(out)
 
 
@@ -195,12 +219,22 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
     v = analysis.verdict
     verdict: dict[str, Any] = {"status": v.status.value}
     if v.finding is not None:
-        verdict.update({k: val for k, val in finding_json(v.finding).items()
-                        if k not in ("ranks", "detail")})
+        verdict.update(
+            {k: val for k, val in finding_json(v.finding).items() if k not in ("ranks", "detail")}
+        )
     else:
-        verdict.update({"kind": None, "group": None, "group_desc": None, "group_ranks": [],
-                        "collective_seq_id": None, "p2p_seq_id": None, "op": None,
-                        "culprit_ranks": []})
+        verdict.update(
+            {
+                "kind": None,
+                "group": None,
+                "group_desc": None,
+                "group_ranks": [],
+                "collective_seq_id": None,
+                "p2p_seq_id": None,
+                "op": None,
+                "culprit_ranks": [],
+            }
+        )
     verdict["summary"] = v.summary
     findings, omitted = capped(ordered(analysis), cap)
     return {
@@ -210,8 +244,9 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             "directory": s.directory,
             "ranks_loaded": list(s.ranks_loaded),
             "ranks_missing": list(s.ranks_missing),
-            "unreadable": [{"file": u.file, "rank": u.rank, "reason": u.reason}
-                           for u in s.unreadable],
+            "unreadable": [
+                {"file": u.file, "rank": u.rank, "reason": u.reason} for u in s.unreadable
+            ],
             "versions": {k: list(r) for k, r in s.versions.items()},
             "backend": ",".join(s.backends),
             "comm_lib_versions": list(s.comm_lib_versions),
@@ -221,8 +256,16 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
         "verdict": verdict,
         "findings": [finding_json(f) for f in findings],
         "findings_omitted": omitted,
-        "groups": [{"id": g.uid, "name": g.name, "desc": g.desc, "ranks": list(g.ranks),
-                    "membership_source": g.source.value} for g in analysis.groups.groups],
+        "groups": [
+            {
+                "id": g.uid,
+                "name": g.name,
+                "desc": g.desc,
+                "ranks": list(g.ranks),
+                "membership_source": g.source.value,
+            }
+            for g in analysis.groups.groups
+        ],
         "stats": _stats(analysis),
     }
 
@@ -272,8 +315,9 @@ def render_entries(
             label = f"p{p2p}" if is_p2p else f"c{coll}"
             body.append([label] + [cells[key].get(rank, "") for rank in shown])
         out.append(f"== {describe_group(group)} (membership from {group.source.value})")
-        out.append(tabulate(body, headers=["seq"] + [f"rank {r}" for r in shown],
-                            tablefmt="simple"))
+        out.append(
+            tabulate(body, headers=["seq"] + [f"rank {r}" for r in shown], tablefmt="simple")
+        )
         out.append("")
     if not out:
         return "no entries match the filters\n"

@@ -68,10 +68,17 @@ def make_dump(
     entries = list(entries)
     for i, entry in enumerate(entries):
         entry.setdefault("record_id", i)
-    config = {name: {"name": name, "desc": desc, "ranks": str(list(ranks))}
-              for name, (desc, ranks) in (groups or {"0": ("default_pg", [0, 1])}).items()}
-    dump: dict[str, Any] = {"version": version, "pg_config": config, "pg_status": {},
-                            "comm_lib_version": "2.21.5", "entries": entries}
+    config = {
+        name: {"name": name, "desc": desc, "ranks": str(list(ranks))}
+        for name, (desc, ranks) in (groups or {"0": ("default_pg", [0, 1])}).items()
+    }
+    dump: dict[str, Any] = {
+        "version": version,
+        "pg_config": config,
+        "pg_status": {},
+        "comm_lib_version": "2.21.5",
+        "entries": entries,
+    }
     dump.update(extra)
     return dump
 
@@ -82,8 +89,13 @@ def renumber(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return entries
 
 
-def write_dumps(directory: Path, dumps: Mapping[int, dict[str, Any]], *, fmt: str = "pickle",
-                prefix: str = "nccl_trace_rank_") -> Path:
+def write_dumps(
+    directory: Path,
+    dumps: Mapping[int, dict[str, Any]],
+    *,
+    fmt: str = "pickle",
+    prefix: str = "nccl_trace_rank_",
+) -> Path:
     """Write one file per rank into `directory` and return it."""
     directory.mkdir(parents=True, exist_ok=True)
     for rank, dump in dumps.items():

@@ -1,0 +1,27 @@
+"""Shared fixtures: run the whole pipeline over dumps built in a temporary directory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_analyzer import Analysis, analyze
+from fr_analyzer.pipeline import Options
+from tests.builders import write_dumps
+
+Run = Callable[..., Analysis]
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Run:
+    """`run({0: dump0, 1: dump1})` writes the dumps and returns the Analysis."""
+    counter = iter(range(1_000_000))
+
+    def _run(dumps: Mapping[int, dict[str, Any]], **kwargs: Any) -> Analysis:
+        directory = write_dumps(tmp_path / f"dumps{next(counter)}", dumps, **kwargs)
+        return analyze(directory, Options(workers=1))
+
+    return _run

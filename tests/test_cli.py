@@ -1,0 +1,264 @@
+"""The command line: every flag, exit codes, one-line errors, outputs written atomically."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fr_analyzer import load_db
+from tests.builders import make_dump, make_entry
+
+TWO = {"0": ("default_pg", [0, 1])}
+
+
+def fr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fr_analyzer", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def healthy(tmp_path: Path) -> Path:
+    d = tmp_path / "healthy"
+    d.mkdir()
+    for rank in (0, 1):
+        entries = [
+            make_entry(
+                "all_reduce",
+                s,
+                record_id=s,
+                frames=[{"name": "step", "filename": "train.py", "line": 212}],
+            )
+            for s in range(3)
+        ]
+        (d / f"rank_{rank}.pkl").write_bytes(pickle.dumps(make_dump(entries, TWO)))
+    return d
+
+
+@pytest.fixture
+def desynced(tmp_path: Path) -> Path:
+    d = tmp_path / "desync"
+    d.mkdir()
+    ranks = {
+        0: [make_entry("all_reduce", s, record_id=s) for s in range(3)],
+        1: [make_entry("all_reduce", s, record_id=s) for s in range(2)],
+    }
+    for rank, entries in ranks.items():
+        (d / f"rank_{rank}.pkl").write_bytes(pickle.dumps(make_dump(entries, TWO)))
+    return d
+
+
+def test_healthy_dumps_exit_0_and_say_no_desync(healthy: Path) -> None:
+    result = fr("-d", str(healthy))
+    assert result.returncode == 0, result.stderr
+    assert "VERDICT: OK. No desync found" in result.stdout
+    assert result.stderr == ""
+
+
+def test_findings_exit_1_and_the_verdict_names_group_seq_op_and_culprit(desynced: Path) -> None:
+    result = fr("-d", str(desynced))
+    assert result.returncode == 1
+    assert (
+        "VERDICT: DESYNC. not_joined in group '0' (default_pg), ranks 0-1, collective #2 "
+        "all_reduce" in result.stdout
+    )
+    assert "Culprit: rank 1." in result.stdout
+
+
+def test_json_report_has_the_documented_keys(desynced: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    assert fr("-d", str(desynced), "--json", str(out)).returncode == 1
+    report = json.loads(out.read_text())
+    assert report["schema"] == "fr-analyze.report/1"
+    assert set(report["dumps"]) >= {
+        "ranks_loaded",
+        "ranks_missing",
+        "unreadable",
+        "versions",
+        "backend",
+    }
+    verdict = report["verdict"]
+    assert verdict["status"] == "desync"
+    assert verdict["kind"] == "not_joined"
+    assert verdict["group"] == "0" and verdict["group_desc"] == "default_pg"
+    assert verdict["group_ranks"] == [0, 1]
+    assert verdict["collective_seq_id"] == 2 and verdict["p2p_seq_id"] is None
+    assert verdict["op"] == "all_reduce" and verdict["culprit_ranks"] == [1]
+    assert verdict["summary"]
+    (finding,) = report["findings"]
+    assert set(finding) >= set(verdict) - {"status", "summary"} | {"ranks", "detail"}
+    assert finding["ranks"] == [0]
+
+
+def test_database_is_written_and_read_back(healthy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "db.pkl"
+    assert fr("-d", str(healthy), "-o", str(out)).returncode == 0
+    db = load_db(out)
+    assert set(db.tables) == {
+        "groups",
+        "memberships",
+        "collectives",
+        "nccl_calls",
+        "tracebacks",
+        "findings",
+    }
+    groups = {g["id"] for g in db["groups"].records()}
+    collectives = db["collectives"].records()
+    assert len(collectives) == 3
+    assert all(c["group_id"] in groups for c in collectives)
+    calls = db["nccl_calls"].records()
+    assert len(calls) == 6
+    ids = {c["id"] for c in collectives}
+    assert all(c["collective_id"] in ids for c in calls)
+    (tb,) = db["tracebacks"].records()
+    assert tb["frames"] == [["step", "train.py", 212]]
+    assert all(c["traceback_id"] == tb["id"] for c in calls)
+
+
+def test_database_loads_with_plain_pickle_and_no_fr_analyzer(healthy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "db.pkl"
+    fr("-d", str(healthy), "-o", str(out))
+    code = (
+        "import pickle,sys; sys.modules['fr_analyzer']=None; "
+        f"db=pickle.load(open({str(out)!r},'rb')); print(sorted(db['tables']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "nccl_calls" in result.stdout
+
+
+def test_just_print_entries_shows_ranks_side_by_side(healthy: Path) -> None:
+    result = fr("-d", str(healthy), "-j")
+    assert result.returncode == 0
+    assert "rank 0" in result.stdout and "rank 1" in result.stdout
+    assert "c2" in result.stdout and "all_reduce [[4,4]] completed,retired" in result.stdout
+
+
+def test_just_print_entries_filters_and_stacks(healthy: Path) -> None:
+    result = fr(
+        "-d",
+        str(healthy),
+        "--just-print-entries",
+        "--selected-ranks",
+        "1",
+        "--pg-filters",
+        "default_pg",
+        "--print-stack-trace",
+    )
+    assert result.returncode == 0
+    assert "rank 1" in result.stdout and "rank 0" not in result.stdout
+    assert "step train.py:212" in result.stdout
+    none = fr("-d", str(healthy), "-j", "--pg-filters", "nope")
+    assert "no entries match the filters" in none.stdout
+
+
+def test_verbose_adds_group_and_membership_tables(healthy: Path) -> None:
+    out = fr("-d", str(healthy), "-v").stdout
+    assert "Process groups:" in out and "membership from" in out and "Memberships" in out
+
+
+def test_mismatch_cap_bounds_findings_per_group(tmp_path: Path) -> None:
+    d = tmp_path / "many"
+    d.mkdir()
+    for rank in (0, 1):
+        entries = [
+            make_entry("all_reduce", 0, in_sizes=[[rank + 1]], out_sizes=[[rank + 1]]),
+            make_entry("all_reduce", 1, in_dtypes=["Float" if rank else "Half"]),
+            make_entry("all_reduce" if rank else "broadcast", 2),
+        ]
+        (d / f"rank_{rank}").write_bytes(pickle.dumps(make_dump(entries, TWO)))
+    full = fr("-d", str(d), "--mismatch-cap", "50", "--json", str(tmp_path / "a.json"))
+    capped = fr("-d", str(d), "--mismatch-cap", "1", "--json", str(tmp_path / "b.json"))
+    assert full.returncode == capped.returncode == 1
+    a = json.loads((tmp_path / "a.json").read_text())
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert len(b["findings"]) == 1 < len(a["findings"])
+    assert b["findings_omitted"] == {"0": len(a["findings"]) - 1}
+    assert "not shown: --mismatch-cap" in capped.stdout
+
+
+def test_prefix_option(tmp_path: Path, healthy: Path) -> None:
+    result = fr("-d", str(healthy), "-p", "rank_")
+    assert result.returncode == 0
+    assert fr("-d", str(healthy), "-p", "zzz_").returncode == 2
+
+
+def test_workers_option(healthy: Path) -> None:
+    assert fr("-d", str(healthy), "--workers", "2").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-d", "/no/such/dir"], "not a directory"),
+        ([], "Missing option"),
+        (["-d", "."], "no rank dump files"),
+        (["--bogus"], "No such option"),
+        (["-d", ".", "--mismatch-cap", "0"], "--mismatch-cap"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_clear_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = fr(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_filters_without_j_are_a_usage_error(healthy: Path) -> None:
+    result = fr("-d", str(healthy), "--selected-ranks", "0")
+    assert result.returncode == 2
+    assert "go with -j" in result.stderr
+
+
+def test_bad_rank_list_is_a_usage_error(healthy: Path) -> None:
+    result = fr("-d", str(healthy), "-j", "--selected-ranks", "a-b")
+    assert result.returncode == 2 and "bad rank list" in result.stderr
+
+
+def test_no_readable_dump_exits_2_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "rank_0").write_bytes(b"\x80\x04garbage")
+    result = fr("-d", str(tmp_path))
+    assert result.returncode == 2
+    assert "rank_0" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_output_inside_the_dump_directory_is_refused(healthy: Path) -> None:
+    before = sorted(p.name for p in healthy.iterdir())
+    result = fr("-d", str(healthy), "-o", str(healthy / "db.pkl"))
+    assert result.returncode == 2 and "inside the dump directory" in result.stderr
+    assert sorted(p.name for p in healthy.iterdir()) == before
+
+
+def test_unwritable_output_is_a_one_line_error(healthy: Path, tmp_path: Path) -> None:
+    result = fr("-d", str(healthy), "--json", str(tmp_path / "no" / "such" / "r.json"))
+    assert result.returncode == 2
+    assert "cannot write" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_existing_output_is_replaced_only_on_success(healthy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "db.pkl"
+    out.write_bytes(b"old")
+    fr("-d", str(tmp_path / "missing"), "-o", str(out))
+    assert out.read_bytes() == b"old"
+    assert fr("-d", str(healthy), "-o", str(out)).returncode == 0
+    assert load_db(out).schema == "fr-analyze.db/1"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".db.pkl")] == []
+
+
+def test_version_flag() -> None:
+    result = fr("--version")
+    assert result.returncode == 0 and result.stdout.startswith("fr-analyze ")

@@ -1,0 +1,210 @@
+"""Loader: file discovery, safe unpickling, JSON/pickle normalization, unreadable files."""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from fr_analyzer import analyze
+from fr_analyzer.dumps import discover, load_rank, read_raw
+from fr_analyzer.errors import DiscoveryError, DumpError
+from fr_analyzer.model import FindingKind, UnreadableDump
+from fr_analyzer.pipeline import Options
+from tests.builders import make_dump, make_entry
+
+TWO = {"0": ("default_pg", [0, 1])}
+
+
+def dump_bytes() -> bytes:
+    return pickle.dumps(make_dump([make_entry()], TWO))
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["rank_0", "rank_1"],
+        ["rank_0.pkl", "rank_1.pkl"],
+        ["rank_0.pickle", "rank_1.pickle"],
+        ["nccl_trace_rank_0", "nccl_trace_rank_1"],
+        ["comm_lib_trace_rank_0", "comm_lib_trace_rank_1"],
+        ["nccl_trace_rank_container-node07_0", "nccl_trace_rank_container-node08_1"],
+        ["rank_0.pkl.gz", "rank_1.pkl.gz"],
+    ],
+)
+def test_discovery_finds_one_file_per_rank_whatever_the_naming(
+    tmp_path: Path, names: list[str]
+) -> None:
+    for name in names:
+        data = dump_bytes()
+        (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    (tmp_path / "NOTE.md").write_text("not a dump")
+    found = discover(tmp_path)
+    assert [f.rank for f in found.files] == [0, 1]
+    assert str(tmp_path / "NOTE.md") in found.ignored
+
+
+def test_discovery_is_recursive(tmp_path: Path) -> None:
+    (tmp_path / "host_a").mkdir()
+    (tmp_path / "host_b").mkdir()
+    (tmp_path / "host_a" / "rank_0").write_bytes(dump_bytes())
+    (tmp_path / "host_b" / "rank_1").write_bytes(dump_bytes())
+    assert [f.rank for f in discover(tmp_path).files] == [0, 1]
+
+
+def test_two_files_for_one_rank_is_an_error_naming_both(tmp_path: Path) -> None:
+    (tmp_path / "rank_3.pkl").write_bytes(dump_bytes())
+    (tmp_path / "rank_3.json").write_text("{}")
+    with pytest.raises(DiscoveryError) as err:
+        discover(tmp_path)
+    assert "rank_3.pkl" in str(err.value) and "rank_3.json" in str(err.value)
+
+
+def test_prefix_option_chooses_the_files(tmp_path: Path) -> None:
+    (tmp_path / "rank_0.pkl").write_bytes(dump_bytes())
+    (tmp_path / "trace_0.pkl").write_bytes(dump_bytes())
+    (tmp_path / "trace_1.pkl").write_bytes(dump_bytes())
+    found = discover(tmp_path, prefix="trace_")
+    assert [f.path.name for f in found.files] == ["trace_0.pkl", "trace_1.pkl"]
+
+
+def test_empty_directory_is_a_discovery_error(tmp_path: Path) -> None:
+    with pytest.raises(DiscoveryError, match="no rank dump files"):
+        discover(tmp_path)
+
+
+def test_symlink_loops_do_not_hang_discovery(tmp_path: Path) -> None:
+    (tmp_path / "rank_0").write_bytes(dump_bytes())
+    os.symlink(tmp_path, tmp_path / "loop")
+    assert [f.rank for f in discover(tmp_path).files] == [0]
+
+
+class Boom:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("touch MARKER",))
+
+
+def test_pickle_with_a_global_is_refused_without_running_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "rank_0"
+    path.write_bytes(pickle.dumps({"version": "2.10", "entries": [Boom()]}))
+    result = load_rank(discover(tmp_path).files[0])
+    assert isinstance(result, UnreadableDump)
+    assert "refused to load global" in result.reason
+    assert "system" in result.reason
+    assert not (tmp_path / "MARKER").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "empty file"),
+        (dump_bytes()[:40], "truncated"),
+        (b"hello world, not a dump", "not a valid dump pickle"),
+        (b"{not json", "malformed JSON"),
+        (pickle.dumps([1, 2, 3]), "not a Flight Recorder dump"),
+        (pickle.dumps({"something": "else"}), "not a Flight Recorder dump"),
+        (gzip.compress(b"")[:10], "bad gzip data"),
+    ],
+)
+def test_bad_files_are_reported_with_their_reason(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    (tmp_path / "rank_0").write_bytes(dump_bytes())
+    (tmp_path / "rank_1").write_bytes(content)
+    analysis = analyze(tmp_path, Options(workers=1))
+    assert analysis.summary.ranks_loaded == (0,)
+    (bad,) = analysis.summary.unreadable
+    assert bad.rank == 1 and bad.file.endswith("rank_1")
+    assert reason in bad.reason
+    unreadable = [f for f in analysis.findings if f.kind == FindingKind.UNREADABLE_DUMP]
+    assert unreadable[0].culprit_ranks == (1,)
+
+
+def test_no_readable_dump_at_all_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "rank_0").write_bytes(b"")
+    with pytest.raises(DiscoveryError, match="no readable rank dump"):
+        analyze(tmp_path, Options(workers=1))
+
+
+def test_read_errors_name_the_file_and_rank(tmp_path: Path) -> None:
+    path = tmp_path / "rank_7"
+    path.write_bytes(b"\x80\x04")
+    with pytest.raises(DumpError) as err:
+        read_raw(path, 7)
+    assert str(err.value).startswith(f"{path} (rank 7): ")
+
+
+def test_garbage_collector_is_never_left_disabled(tmp_path: Path) -> None:
+    (tmp_path / "rank_0").write_bytes(dump_bytes())
+    (tmp_path / "rank_1").write_bytes(dump_bytes()[:30])
+    assert gc.isenabled()
+    analyze(tmp_path, Options(workers=1))
+    assert gc.isenabled()
+    with pytest.raises(DumpError):
+        read_raw(tmp_path / "rank_1", 1)
+    assert gc.isenabled()
+
+
+def test_json_and_pickle_flavours_normalize_to_the_same_analysis(tmp_path: Path) -> None:
+    entries = [
+        make_entry("all_reduce", 0),
+        make_entry("all_reduce", 1, state="scheduled", retired=False),
+    ]
+    pkl = tmp_path / "pkl"
+    js = tmp_path / "json"
+    pkl.mkdir()
+    js.mkdir()
+    for rank in (0, 1):
+        dump = make_dump([dict(e) for e in entries], TWO)
+        (pkl / f"rank_{rank}.pkl").write_bytes(pickle.dumps(dump))
+        # JSON flavour: lists for tuples, 0 for unset times, string seq ids and pg_status.
+        jdump = json.loads(json.dumps(dump))
+        for e in jdump["entries"]:
+            e["collective_seq_id"] = str(e["collective_seq_id"])
+            e["time_discovered_started_ns"] = 0
+            if e["time_discovered_completed_ns"] is None:
+                e["time_discovered_completed_ns"] = 0
+        jdump["nccl_version"] = jdump.pop("comm_lib_version")
+        (js / f"rank_{rank}.json").write_text(json.dumps(jdump))
+    a = analyze(pkl, Options(workers=1))
+    b = analyze(js, Options(workers=1))
+    assert a.findings == b.findings == ()
+    assert list(a.table.t_completed) == list(b.table.t_completed)
+    assert a.summary.comm_lib_versions == b.summary.comm_lib_versions == ("2.21.5",)
+
+
+def test_dtype_given_as_a_bare_string_or_a_list_is_the_same(tmp_path: Path) -> None:
+    (tmp_path / "rank_0").write_bytes(pickle.dumps(make_dump([make_entry(in_dtypes="Float")], TWO)))
+    (tmp_path / "rank_1").write_bytes(
+        pickle.dumps(make_dump([make_entry(in_dtypes=["Float"])], TWO))
+    )
+    assert analyze(tmp_path, Options(workers=1)).findings == ()
+
+
+def test_different_format_versions_are_reported_and_analysis_proceeds(tmp_path: Path) -> None:
+    (tmp_path / "rank_0").write_bytes(pickle.dumps(make_dump([make_entry()], TWO, version="2.8")))
+    (tmp_path / "rank_1").write_bytes(dump_bytes())
+    analysis = analyze(tmp_path, Options(workers=1))
+    assert analysis.summary.versions == {"2.10": (1,), "2.8": (0,)}
+    assert "different dump format versions" in analysis.summary.warnings[0]
+    assert analysis.findings == ()
+
+
+def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> None:
+    group = {"0": ("default_pg", list(range(8)))}
+    for rank in range(8):
+        (tmp_path / f"rank_{rank}").write_bytes(
+            pickle.dumps(make_dump([make_entry("all_reduce", s) for s in range(20)], group))
+        )
+    a = analyze(tmp_path, Options(workers=1))
+    b = analyze(tmp_path, Options(workers=2))
+    assert a.findings == b.findings == ()
+    assert list(a.table.rank) == list(b.table.rank)
