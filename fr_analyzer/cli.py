@@ -149,7 +149,7 @@ def analyze(
 def main() -> None:
     """Console-script entry point."""
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="fr-analyze")
     except typer.Exit as exc:
         code = exc.exit_code
     except FrAnalyzerError as exc:

@@ -59,7 +59,7 @@ class DumpFile:
 @dataclass(frozen=True)
 class Discovery:
     files: tuple[DumpFile, ...]
-    ignored: tuple[str, ...]
+    ignored: tuple[str, ...]  # files that look like rank dumps but are not of the chosen set
 
 
 _NAME_RE = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<suffix>\.(?:pkl|pickle|json))?(?:\.gz)?$")
@@ -102,8 +102,7 @@ def discover(directory: Path, prefix: str | None = None) -> Discovery:
         else:
             match = _NAME_RE.match(name)
             if match is None:
-                ignored.append(str(path))
-                continue
+                continue  # no rank number: notes, logs and the like are not candidates
             family = _family(match["stem"])
         candidates.setdefault(family, []).append(DumpFile(int(match["rank"]), path))
     if not candidates:
