@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -57,34 +58,23 @@ def _order_key(f: Finding) -> tuple[int, tuple[int, int], int]:
 
 
 def _fold(findings: list[Finding]) -> list[Finding]:
-    """Fold later repeats (same group, kind and culprits) into the first occurrence."""
+    """Fold later repeats of a collective problem (same group, kind and culprits) into the
+    first occurrence. P2P findings are already one per channel and are left alone: p2p
+    sequence ids of different ranks are different counters."""
     runs: dict[tuple[object, ...], list[Finding]] = defaultdict(list)
-    for f in sorted(findings, key=_order_key):
-        runs[
-            (f.group.uid if f.group else -1, f.kind, f.culprit_ranks, f.collective_seq_id is None)
-        ].append(f)
+    for i, f in enumerate(sorted(findings, key=_order_key)):
+        if f.collective_seq_id is None or f.group is None:
+            runs[(i,)].append(f)
+        else:
+            runs[(f.group.uid, f.kind, f.culprit_ranks)].append(f)
     out = []
     for run in runs.values():
         first = run[0]
         if len(run) > 1:
-            seqs = [
-                s
-                for f in run[1:]
-                if (s := f.collective_seq_id if f.collective_seq_id is not None else f.p2p_seq_id)
-                is not None
-            ]
-            also = f" (and {len(run) - 1} later op(s) of this group"
-            also += f", #{min(seqs)}-#{max(seqs)})" if seqs else ")"
-            first = Finding(
-                first.kind,
-                first.group,
-                first.collective_seq_id,
-                first.p2p_seq_id,
-                first.op,
-                first.ranks,
-                first.culprit_ranks,
-                first.detail + also,
-            )
+            seqs = [f.collective_seq_id for f in run[1:] if f.collective_seq_id is not None]
+            also = f" (and {len(run) - 1} later collective(s) of this group, "
+            also += f"#{min(seqs)}-#{max(seqs)})" if len(seqs) > 1 else f"#{seqs[0]})"
+            first = replace(first, detail=first.detail + also)
         out.append(first)
     return out
 

@@ -24,6 +24,7 @@ from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .model import (
     ANY_SOURCE,
+    STATE_NAMES,
     Finding,
     FindingKind,
     Group,
@@ -31,7 +32,7 @@ from .model import (
     State,
     UnitKind,
 )
-from .ranks import compact, label
+from .ranks import label
 
 I64 = npt.NDArray[np.int64]
 
@@ -406,30 +407,23 @@ def _check_unit(
         done = {rank: bool(ctx.done[row]) for rank, row in heads.items()}
         if len(set(done.values())) > 1:
             lagging = {rank for rank, d in done.items() if not d}
-            timed_out = sorted(r for r in lagging if bool(t.retired[heads[r]]))
-            states = Counter(_state_name(t, heads[r]) for r in lagging)
+            by_state: dict[str, list[int]] = {}
+            for r in sorted(lagging):
+                by_state.setdefault(_state_name(t, heads[r]), []).append(r)
             detail = (
-                f"{label(set(done) - lagging)} completed {op} #{seq}; "
-                f"{label(lagging)} did not ("
-                + ", ".join(f"{n} {s}" for s, n in states.items())
+                f"{label(set(done) - lagging)} completed {op} #{seq}; {label(lagging)} did not ("
+                + "; ".join(f"{label(rs)}: {state}" for state, rs in by_state.items())
                 + ")"
             )
-            if timed_out:
-                detail += (
-                    f"; retired without completing (timed out or failed): {compact(timed_out)}"
-                )
             add(FindingKind.STATE_MISMATCH, lagging, detail)
     return ok, op
 
 
 def _state_name(t: EntryTable, row: int) -> str:
-    state = State(int(t.state[row]))
-    return {
-        State.SCHEDULED: "scheduled",
-        State.STARTED: "started",
-        State.COMPLETED: "completed",
-        State.UNKNOWN: "unknown",
-    }[state] + (", retired" if bool(t.retired[row]) else "")
+    name = STATE_NAMES[State(int(t.state[row]))]
+    if bool(t.retired[row]):
+        return f"{name}, retired without completing (timed out or failed)"
+    return name
 
 
 def _block_name(ops: tuple[str, ...]) -> str:

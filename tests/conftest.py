@@ -25,3 +25,11 @@ def run(tmp_path: Path) -> Run:
         return analyze(directory, Options(workers=1))
 
     return _run
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite tests/golden/*.txt from the current reports",
+    )

@@ -199,7 +199,7 @@ def test_later_repeats_of_one_problem_fold_into_the_first(run: Run) -> None:
     analysis = run({r: make_dump(renumber(e), FOUR) for r, e in entries.items()})
     (finding,) = analysis.findings
     assert finding.collective_seq_id == 2
-    assert "(and 3 later op(s) of this group, #3-#5)" in finding.detail
+    assert "(and 3 later collective(s) of this group, #3-#5)" in finding.detail
 
 
 def test_group_conflict_when_ranks_disagree_on_members(run: Run) -> None:
