@@ -94,3 +94,13 @@ def test_golden_text_report(
         golden.write_text(text)
     assert golden.exists(), f"no golden report for {name}: run pytest --update-golden"
     assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if n.startswith("nccl_")))
+def test_committed_nccl_samples_are_what_the_generator_makes(name: str, tmp_path: Path) -> None:
+    from tools.nccl_scenarios import write_scenario
+
+    write_scenario(name, tmp_path)
+    made = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    committed = {p.name: p.read_bytes() for p in (SAMPLES / name).iterdir()}
+    assert made == committed
