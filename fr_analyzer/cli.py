@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from . import __version__, database, pipeline, ranks, report
+from .diagnosis import Thresholds
 from .errors import FrAnalyzerError, UsageError
 from .output import check_output_path, write_atomic
 
@@ -107,6 +108,37 @@ def analyze(
             "--mismatch-cap", min=1, help="Show at most this many findings per process group."
         ),
     ] = 10,
+    ranks_table: Annotated[
+        bool,
+        typer.Option(
+            "--ranks",
+            help="Print where every rank stands in every group (ranks in the same position "
+            "share a row), who is blocked waiting for whom, and the grouped stacks.",
+        ),
+    ] = False,
+    stack_depth: Annotated[
+        int,
+        typer.Option(
+            "--stack-depth", min=1, help="Innermost frames compared when grouping ranks by stack."
+        ),
+    ] = 8,
+    dead_after: Annotated[
+        float,
+        typer.Option(
+            "--dead-after",
+            min=0,
+            help="Seconds an idle rank's buffer may end before "
+            "its peers start waiting for it until it is called dead.",
+        ),
+    ] = 60.0,
+    straggler_ms: Annotated[
+        float,
+        typer.Option(
+            "--straggler-ms",
+            min=0,
+            help="Median lateness (ms) at collectives that makes a rank a straggler.",
+        ),
+    ] = 50.0,
     workers: Annotated[
         int | None,
         typer.Option("--workers", min=1, help="Processes that load dumps (default: every core)."),
@@ -119,7 +151,10 @@ def analyze(
     ] = False,
 ) -> None:
     """Analyze a directory of per-rank Flight Recorder dumps and name the desync."""
-    options = pipeline.Options(prefix=prefix, workers=workers)
+    thresholds = Thresholds(
+        dead_after_s=dead_after, straggler_ms=straggler_ms, stack_depth=stack_depth
+    )
+    options = pipeline.Options(prefix=prefix, workers=workers, thresholds=thresholds)
     progress = _progress if sys.stderr.isatty() else None
     if just_print_entries:
         chosen = ranks.parse(selected_ranks) if selected_ranks else None
@@ -138,12 +173,16 @@ def analyze(
         if path is not None:
             check_output_path(path, dump_dir)
     result = pipeline.analyze(dump_dir, options, progress)
-    typer.echo(report.render_text(result, verbose=verbose, cap=mismatch_cap), nl=False)
+    typer.echo(
+        report.render_text(result, verbose=verbose, cap=mismatch_cap, ranks=ranks_table),
+        nl=False,
+    )
     if json_out is not None:
         write_atomic(json_out, report.render_json(result, cap=mismatch_cap).encode())
     if output is not None:
         database.write(result, output)
-    raise typer.Exit(EXIT_FINDINGS if result.findings else EXIT_OK)
+    problems = result.findings or result.diagnosis.root_cause is not None
+    raise typer.Exit(EXIT_FINDINGS if problems else EXIT_OK)
 
 
 def main() -> None:

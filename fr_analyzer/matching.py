@@ -96,6 +96,7 @@ class CollectiveUnits:
     ranks_expected: npt.NDArray[np.int32]
     passed: npt.NDArray[np.bool_]
     entry_unit: I64  # unit id of every EntryTable row, -1 for rows that are not collectives
+    not_joined: dict[int, tuple[int, ...]]  # unit id → members that never issued it
 
 
 @dataclass(frozen=True)
@@ -296,17 +297,27 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     head_rows = rows[starts] if n_units else rows
     for i, r in enumerate(head_rows.tolist()):
         unit_op[i] = t.ops[int(t.op[r])]
+    not_joined: dict[int, tuple[int, ...]] = {}
     for u in np.flatnonzero(~passed).tolist():
         unit_rows = rows[starts[u] : ends[u]]
-        ok, op = _check_unit(
+        ok, op, missing = _check_unit(
             ctx, groups.groups[int(unit_group[u])], int(seq[starts[u]]), unit_rows, findings
         )
         passed[u] = ok
         unit_op[u] = op or unit_op[u]
+        if missing:
+            not_joined[u] = missing
     entry_unit = np.full(t.n, -1, dtype=np.int64)
     entry_unit[rows] = run
     return CollectiveUnits(
-        unit_group, seq[starts] if n_units else seq, unit_op, present, expected, passed, entry_unit
+        unit_group,
+        seq[starts] if n_units else seq,
+        unit_op,
+        present,
+        expected,
+        passed,
+        entry_unit,
+        not_joined,
     )
 
 
@@ -327,7 +338,7 @@ def _majority(values: dict[int, object]) -> tuple[set[int], str]:
 
 def _check_unit(
     ctx: _Context, group: Group, seq: int, unit_rows: I64, findings: list[Finding]
-) -> tuple[bool, str]:
+) -> tuple[bool, str, tuple[int, ...]]:
     """The per-unit look for units that failed the vectorized checks."""
     t = ctx.t
     by_rank: dict[int, list[int]] = {}
@@ -383,7 +394,7 @@ def _check_unit(
             f"{label(culprits)} issued {theirs} where the others issued "
             f"{_block_name(main_ops)}{where}{note}",
         )
-        return ok, op
+        return ok, op, tuple(not_joined)
 
     # Sizes and dtypes, position by position.
     n_pos = min(len(rs) for rs in by_rank.values())
@@ -416,7 +427,7 @@ def _check_unit(
                 + ")"
             )
             add(FindingKind.STATE_MISMATCH, lagging, detail)
-    return ok, op
+    return ok, op, tuple(not_joined)
 
 
 def _state_name(t: EntryTable, row: int) -> str:

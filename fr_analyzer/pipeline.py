@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from . import dumps as dumps_mod
+from .diagnosis import Diagnosis, Thresholds, diagnose
 from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump
 from .errors import DiscoveryError
 from .findings import collect, verdict
@@ -24,6 +25,7 @@ class Options:
     prefix: str | None = None
     workers: int | None = None  # None: every core
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    thresholds: Thresholds = field(default_factory=Thresholds)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Analysis:
     matches: MatchResult
     findings: tuple[Finding, ...]
     verdict: Verdict
+    diagnosis: Diagnosis
 
 
 def load(
@@ -74,8 +77,16 @@ def analyze(
     findings = collect(loaded, unreadable, table, groups, matches)
     busy = set(np.unique(table.rank[~matches.done]).tolist()) if table.n else set()
     summary = _summary(directory, loaded, unreadable, groups, table, ignored)
+    diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds)
     return Analysis(
-        summary, tuple(loaded), table, groups, matches, tuple(findings), verdict(findings, busy)
+        summary,
+        tuple(loaded),
+        table,
+        groups,
+        matches,
+        tuple(findings),
+        verdict(findings, busy),
+        diagnosis,
     )
 
 

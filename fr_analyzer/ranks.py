@@ -46,3 +46,8 @@ def label(ranks: Iterable[int]) -> str:
     """`"rank 3"` or `"ranks 0-2,5"`, for sentences."""
     values = sorted(set(ranks))
     return f"rank {values[0]}" if len(values) == 1 else f"ranks {compact(values)}"
+
+
+def agree(ranks: Iterable[int], singular: str, plural: str) -> str:
+    """The verb form for a rank list: `agree(r, "waits", "wait")`."""
+    return singular if len(set(ranks)) == 1 else plural

@@ -16,12 +16,13 @@ import numpy as np
 from tabulate import tabulate
 
 from . import __version__
+from .diagnosis import Diagnosis, OpRef, Position, RootCause
 from .dumps import EntryTable
 from .findings import describe_group
 from .groups import GroupTable
 from .model import STATE_NAMES, Finding, State, UnitKind
 from .pipeline import Analysis
-from .ranks import compact
+from .ranks import compact, label
 
 SCHEMA = "fr-analyze.report/1"
 DETAIL_WIDTH = 72
@@ -75,7 +76,9 @@ def _stats(analysis: Analysis) -> dict[str, int]:
 # Text
 
 
-def render_text(analysis: Analysis, *, verbose: bool = False, cap: int | None = None) -> str:
+def render_text(
+    analysis: Analysis, *, verbose: bool = False, cap: int | None = None, ranks: bool = False
+) -> str:
     s = analysis.summary
     lines = [f"fr-analyze {__version__}: {s.directory}"]
     versions = ", ".join(
@@ -109,6 +112,9 @@ def render_text(analysis: Analysis, *, verbose: bool = False, cap: int | None = 
         )
     else:
         lines.append(f"VERDICT: {v.status.value.upper()}. {v.summary}")
+    root = analysis.diagnosis.root_cause
+    if root is not None:
+        lines += render_root_cause(root)
     findings, omitted = capped(ordered(analysis), cap)
     if findings:
         lines.append("")
@@ -124,6 +130,10 @@ def render_text(analysis: Analysis, *, verbose: bool = False, cap: int | None = 
         )
         for name, count in omitted.items():
             lines.append(f"({count} more finding(s) in group {name!r} not shown: --mismatch-cap)")
+    if root is not None or ranks:
+        lines += ["", render_stacks(analysis.diagnosis)]
+    if ranks or verbose:
+        lines += ["", render_positions(analysis.diagnosis)]
     if verbose:
         lines.append("")
         lines.append(render_groups(analysis.groups))
@@ -149,6 +159,127 @@ def _finding_row(f: Finding) -> list[str]:
         compact(f.culprit_ranks),
         f.detail,
     ]
+
+
+def render_root_cause(root: RootCause) -> list[str]:
+    lines = ["", f"ROOT CAUSE: {root.kind.value}, {label(root.ranks)}. {root.sentence}"]
+    lines += [f"  - {e}" for e in root.evidence]
+    if len(root.wait_chain) > 1:
+        steps = []
+        for rank, group, seq in root.wait_chain:
+            where = f" (group {group!r} #{seq})" if group is not None else ""
+            steps.append(f"rank {rank}{where}")
+        lines.append("  wait chain: " + " -> waits for -> ".join(steps))
+    return lines
+
+
+def render_stacks(diagnosis: Diagnosis, limit: int = 6) -> str:
+    """Distinct stacks of the ops ranks are blocked in (idle ranks: their newest op)."""
+    out = ["Stacks of the blocking op of each rank (idle ranks: newest op), innermost first:"]
+    if not diagnosis.stacks:
+        return out[0] + " none"
+    for i, group in enumerate(diagnosis.stacks):
+        if i >= limit and not group.odd:
+            continue
+        mark = "  <-- odd one out" if group.odd else ""
+        out.append(f"[{len(group.ranks)} rank(s): {compact(group.ranks)}]{mark}")
+        if group.stack is None:
+            out.append("    (no stack in the dump: gloo JSON dumps and slow dumps omit frames)")
+            continue
+        for frame in group.stack:
+            out.append(f"    {frame.name} at {frame.filename}:{frame.line}")
+    return "\n".join(out)
+
+
+def _op_text(ref: OpRef | None) -> str:
+    return "-" if ref is None else ref.describe()
+
+
+def collapsed_positions(diagnosis: Diagnosis) -> list[tuple[Position, list[int], float | None]]:
+    """Ranks in the same position of a group share one row: (example, ranks, oldest age)."""
+    rows: dict[tuple[object, ...], tuple[Position, list[int], float | None]] = {}
+    for p in diagnosis.positions:
+        fi = p.first_incomplete
+        key = (p.group.uid, _op_text(p.last_completed), _op_text(fi))
+        age = fi.age_s if fi is not None else None
+        if key in rows:
+            example, ranks, oldest = rows[key]
+            ranks.append(p.rank)
+            if age is not None and (oldest is None or age > oldest):
+                oldest = age
+            rows[key] = (example, ranks, oldest)
+        else:
+            rows[key] = (p, [p.rank], age)
+    return sorted(rows.values(), key=lambda r: (r[0].group.uid, min(r[1])))
+
+
+def render_positions(diagnosis: Diagnosis) -> str:
+    body = []
+    for p, ranks, age in collapsed_positions(diagnosis):
+        body.append(
+            [
+                p.group.name,
+                p.group.desc,
+                compact(ranks),
+                _op_text(p.last_completed),
+                _op_text(p.first_incomplete),
+                "-" if age is None else f"{age:.1f}s",
+            ]
+        )
+    blocked = [s for s in diagnosis.ranks if s.blocked is not None]
+    out = [
+        "Where every rank stands (ranks in the same position share a row):",
+        tabulate(
+            body,
+            headers=[
+                "group",
+                "desc",
+                "ranks",
+                "last completed",
+                "first not completed",
+                "enqueued ago",
+            ],
+            tablefmt="simple",
+            maxcolwidths=[12, 16, 30, 40, 40, 12],
+        ),
+    ]
+    if blocked:
+        rows: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+        for s in blocked:
+            assert s.blocked is not None
+            rows[(s.blocked.group.name, s.blocked.describe(), compact(s.waits_for))].append(s.rank)
+        table = [
+            [compact(r), g, op, w if w != "-" else "nobody"]
+            for (g, op, w), r in sorted(rows.items(), key=lambda kv: min(kv[1]))
+        ]
+        out += [
+            "",
+            "Blocked ranks:",
+            tabulate(
+                table,
+                headers=["ranks", "group", "blocked in", "waiting for"],
+                tablefmt="simple",
+                maxcolwidths=[30, 12, 40, 30],
+            ),
+        ]
+    return "\n".join(out)
+
+
+def root_cause_json(root: RootCause | None) -> dict[str, Any] | None:
+    if root is None:
+        return None
+    return {
+        "kind": root.kind.value,
+        "ranks": list(root.ranks),
+        "group": root.group.name if root.group else None,
+        "group_desc": root.group.desc if root.group else None,
+        "collective_seq_id": root.collective_seq_id,
+        "p2p_seq_id": root.p2p_seq_id,
+        "op": root.op or None,
+        "summary": root.sentence,
+        "evidence": list(root.evidence),
+        "wait_chain": [list(step) for step in root.wait_chain],
+    }
 
 
 def render_groups(groups: GroupTable) -> str:
@@ -236,6 +367,9 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             }
         )
     verdict["summary"] = v.summary
+    root = analysis.diagnosis.root_cause
+    verdict["root_cause"] = root.kind.value if root is not None else None
+    verdict["root_cause_ranks"] = list(root.ranks) if root is not None else []
     findings, omitted = capped(ordered(analysis), cap)
     return {
         "schema": SCHEMA,
@@ -254,6 +388,7 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             "warnings": list(s.warnings),
         },
         "verdict": verdict,
+        "root_cause": root_cause_json(analysis.diagnosis.root_cause),
         "findings": [finding_json(f) for f in findings],
         "findings_omitted": omitted,
         "groups": [
@@ -267,6 +402,26 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             for g in analysis.groups.groups
         ],
         "stats": _stats(analysis),
+        "stacks": [
+            {
+                "ranks": list(g.ranks),
+                "odd": g.odd,
+                "frames": None
+                if g.stack is None
+                else [[f.name, f.filename, f.line] for f in g.stack],
+            }
+            for g in analysis.diagnosis.stacks
+        ],
+        "positions": [
+            {
+                "group": p.group.name,
+                "ranks": ranks,
+                "last_completed": _op_text(p.last_completed) if p.last_completed else None,
+                "first_incomplete": _op_text(p.first_incomplete) if p.first_incomplete else None,
+                "oldest_age_s": age,
+            }
+            for p, ranks, age in collapsed_positions(analysis.diagnosis)
+        ],
     }
 
 

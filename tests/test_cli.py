@@ -95,7 +95,8 @@ def test_json_report_has_the_documented_keys(desynced: Path, tmp_path: Path) -> 
     assert verdict["op"] == "all_reduce" and verdict["culprit_ranks"] == [1]
     assert verdict["summary"]
     (finding,) = report["findings"]
-    assert set(finding) >= set(verdict) - {"status", "summary"} | {"ranks", "detail"}
+    assert set(finding) >= set(verdict) - {"status", "summary", "root_cause", "root_cause_ranks"}
+    assert {"ranks", "detail"} <= set(finding)
     assert finding["ranks"] == [0]
 
 

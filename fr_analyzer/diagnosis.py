@@ -1,0 +1,733 @@
+"""Hang diagnosis: where every rank stands, who waits for whom, and the root cause.
+
+Each rank is *blocked* in its oldest op that did not complete (gloo: not retired; a collective
+that some member never issued cannot have completed either, whatever its flags say). A blocked
+rank *waits for* the members of that collective's group that never issued it, or for the peer
+of an unmatched send/recv. Following these edges across groups leads to the root ranks that
+wait on nobody: a rank that is idle (never joined), a rank with no dump (dead), or ranks stuck
+in an op every member issued (a communication-level hang). Cycles are cross-group deadlocks.
+When nobody is blocked, a rank that consistently arrives last at collectives is a straggler;
+that is measured from each rank's own clock (completion minus enqueue), so host clock offsets
+do not matter.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .dumps import EntryTable, RankDump
+from .groups import GroupTable
+from .matching import MatchResult
+from .model import (
+    ANY_SOURCE,
+    STATE_NAMES,
+    Finding,
+    FindingKind,
+    Group,
+    P2PKind,
+    Stack,
+    State,
+    UnitKind,
+)
+from .ranks import agree, label
+
+MISMATCH_KINDS = frozenset(
+    {
+        FindingKind.OP_TYPE_MISMATCH,
+        FindingKind.SIZE_MISMATCH,
+        FindingKind.DTYPE_MISMATCH,
+        FindingKind.P2P_SIZE_MISMATCH,
+        FindingKind.P2P_DTYPE_MISMATCH,
+    }
+)
+
+
+class RootKind(enum.StrEnum):
+    MISMATCH = "mismatch"
+    NOT_JOINED = "not_joined"
+    DEAD_RANK = "dead_rank"
+    STUCK_COLLECTIVE = "stuck_collective"
+    DEADLOCK = "deadlock"
+    STRAGGLER = "straggler"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Tunable limits of the diagnosis."""
+
+    dead_after_s: float = 60.0  # an idle rank whose buffer ends this long before its waiters'
+    straggler_ms: float = 50.0  # median lateness that makes a rank a straggler
+    stack_depth: int = 8  # innermost frames compared when grouping stacks
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """One op of one rank, as shown to a person."""
+
+    rank: int
+    row: int
+    group: Group
+    collective_seq_id: int | None
+    p2p_seq_id: int | None
+    op: str
+    state: str
+    retired: bool
+    sizes: str
+    age_s: float | None  # how long before the rank's newest timestamp it was enqueued
+
+    def describe(self) -> str:
+        seq = f"#{self.collective_seq_id}" if self.p2p_seq_id is None else f"p#{self.p2p_seq_id}"
+        flags = self.state + (", retired" if self.retired else "")
+        return f"{self.op} {seq} ({flags})"
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where one rank stands in one group."""
+
+    rank: int
+    group: Group
+    last_completed: OpRef | None
+    first_incomplete: OpRef | None
+
+
+@dataclass(frozen=True)
+class RankState:
+    rank: int
+    blocked: OpRef | None  # the oldest op that did not complete
+    newest: OpRef | None  # the newest op in its buffer
+    waits_for: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Ranks whose blocking (or, when idle, newest) op has the same innermost frames."""
+
+    stack: Stack | None  # None: the dump has no frames for that op
+    ranks: tuple[int, ...]
+    odd: bool  # the odd one out: a minority stack
+
+
+@dataclass(frozen=True)
+class RootCause:
+    kind: RootKind
+    ranks: tuple[int, ...]
+    group: Group | None
+    collective_seq_id: int | None
+    p2p_seq_id: int | None
+    op: str
+    sentence: str
+    evidence: tuple[str, ...]
+    wait_chain: tuple[tuple[int, str | None, int | None], ...]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    positions: tuple[Position, ...]
+    ranks: tuple[RankState, ...]
+    stacks: tuple[StackGroup, ...]
+    root_cause: RootCause | None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class _Graph:
+    """The rows and tables the diagnosis reads, with small helpers."""
+
+    def __init__(
+        self,
+        table: EntryTable,
+        groups: GroupTable,
+        matches: MatchResult,
+        newest_ns: dict[int, int],
+    ) -> None:
+        self.t = table
+        self.groups = groups
+        self.m = matches
+        self.newest_ns = newest_ns
+
+    def ref(self, row: int) -> OpRef:
+        t = self.t
+        rank = int(t.rank[row])
+        unit = int(t.unit[row])
+        p2p = unit in (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER)
+        created = int(t.t_created[row])
+        newest = self.newest_ns.get(rank, -1)
+        age = (newest - created) / 1e9 if created >= 0 and newest >= created else None
+        shapes = t.shapes[int(t.in_shape[row])]
+        name = t.profiling_names[int(t.pname[row])]
+        return OpRef(
+            rank=rank,
+            row=row,
+            group=self.groups.groups[int(self.groups.entry_group[row])],
+            collective_seq_id=None if p2p else int(t.coll_seq[row]),
+            p2p_seq_id=int(t.p2p_seq[row]) if p2p else None,
+            op=name.partition(":")[2] or name,
+            state=STATE_NAMES[State(int(t.state[row]))],
+            retired=bool(t.retired[row]),
+            sizes=str([list(s) for s in shapes]).replace(" ", ""),
+            age_s=age,
+        )
+
+
+def diagnose(
+    dumps: Sequence[RankDump],
+    table: EntryTable,
+    groups: GroupTable,
+    matches: MatchResult,
+    findings: Sequence[Finding],
+    thresholds: Thresholds = Thresholds(),
+) -> Diagnosis:
+    t = table
+    unavailable = set(range(groups.world_size)) - set(groups.loaded_ranks)
+    newest_ns = _newest(t)
+    graph = _Graph(t, groups, matches, newest_ns)
+    incomplete = _incomplete(t, matches)
+    blocked_row = _first_per_rank(t.rank, incomplete)
+    last_row = _last_per_rank(t)
+
+    states: dict[int, RankState] = {}
+    terminal: dict[int, str] = {}  # blocked rank → why it waits on nobody
+    for rank in groups.loaded_ranks:
+        row = blocked_row.get(rank)
+        waits: tuple[int, ...] = ()
+        if row is not None:
+            waits, why = _waits_for(graph, row, unavailable)
+            if not waits:
+                terminal[rank] = why
+        states[rank] = RankState(
+            rank,
+            graph.ref(row) if row is not None else None,
+            graph.ref(last_row[rank]) if rank in last_row else None,
+            waits,
+        )
+
+    positions = _positions(graph, incomplete)
+    stacks = _stacks(t, states, thresholds.stack_depth)
+    root = _root_cause(graph, states, terminal, unavailable, findings, thresholds)
+    if root is None and not blocked_row:
+        root = _straggler(t, groups, matches, thresholds)
+    ordered = tuple(states[r] for r in sorted(states))
+    return Diagnosis(positions, ordered, stacks, root)
+
+
+def _newest(t: EntryTable) -> dict[int, int]:
+    if not t.n:
+        return {}
+    stamp = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
+    out = np.full(int(t.rank.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(out, t.rank, stamp)
+    return {int(r): int(out[r]) for r in np.unique(t.rank)}
+
+
+def _incomplete(t: EntryTable, m: MatchResult) -> npt.NDArray[np.bool_]:
+    """Rows that did not complete: not done, or in a collective some member never issued."""
+    out = ~m.done.copy()
+    if m.collectives.not_joined:
+        units = np.array(sorted(m.collectives.not_joined), dtype=np.int64)
+        out |= np.isin(m.collectives.entry_unit, units)
+    if t.n:
+        out &= t.unit != UnitKind.ORPHAN_MARKER
+    return out
+
+
+def _first_per_rank(rank: npt.NDArray[np.int32], mask: npt.NDArray[np.bool_]) -> dict[int, int]:
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return {}
+    ranks, first = np.unique(rank[rows], return_index=True)
+    return dict(zip(ranks.tolist(), rows[first].tolist(), strict=True))
+
+
+def _last_per_rank(t: EntryTable) -> dict[int, int]:
+    if not t.n:
+        return {}
+    ranks, first = np.unique(t.rank[::-1], return_index=True)
+    return dict(zip(ranks.tolist(), (t.n - 1 - first).tolist(), strict=True))
+
+
+def _waits_for(graph: _Graph, row: int, unavailable: set[int]) -> tuple[tuple[int, ...], str]:
+    """Ranks the op at `row` waits for; when none, why it is stuck anyway."""
+    t, groups, m = graph.t, graph.groups, graph.m
+    rank = int(t.rank[row])
+    group = groups.groups[int(groups.entry_group[row])]
+    unit = int(m.collectives.entry_unit[row])
+    if unit >= 0:
+        missing = set(m.collectives.not_joined.get(unit, ())) | (set(group.ranks) & unavailable)
+        missing.discard(rank)
+        return tuple(sorted(missing)), "collective"
+    kind = int(t.p2p_kind[row])
+    if kind == P2PKind.NONE:
+        return (), "other"
+    if int(m.p2p.entry_pair[row]) >= 0:
+        return (), "p2p"
+    local = int(t.peer_dst[row]) if kind == P2PKind.SEND else int(t.peer_src[row])
+    if local == ANY_SOURCE:
+        return tuple(r for r in group.ranks if r != rank), "p2p"
+    if 0 <= local < group.size:
+        return (group.ranks[local],), "p2p"
+    return (), "other"
+
+
+def _positions(graph: _Graph, incomplete: npt.NDArray[np.bool_]) -> tuple[Position, ...]:
+    t, groups = graph.t, graph.groups
+    if not t.n:
+        return ()
+    key = t.rank.astype(np.int64) * (len(groups.groups) + 1) + groups.entry_group
+    done_rows = np.flatnonzero(
+        ~incomplete & (t.unit != UnitKind.BLOCK_MEMBER) & (t.unit != UnitKind.BATCH_MEMBER)
+    )
+    last_done: dict[int, int] = {}
+    if len(done_rows):
+        keys, idx = np.unique(key[done_rows][::-1], return_index=True)
+        last_done = dict(zip(keys.tolist(), done_rows[::-1][idx].tolist(), strict=True))
+    inc_rows = np.flatnonzero(incomplete)
+    first_inc: dict[int, int] = {}
+    if len(inc_rows):
+        keys, idx = np.unique(key[inc_rows], return_index=True)
+        first_inc = dict(zip(keys.tolist(), inc_rows[idx].tolist(), strict=True))
+    out = []
+    for k in sorted(set(np.unique(key).tolist())):
+        rank, uid = divmod(k, len(groups.groups) + 1)
+        lc, fi = last_done.get(k), first_inc.get(k)
+        out.append(
+            Position(
+                rank,
+                groups.groups[uid],
+                graph.ref(lc) if lc is not None else None,
+                graph.ref(fi) if fi is not None else None,
+            )
+        )
+    return tuple(sorted(out, key=lambda p: (p.group.uid, p.rank)))
+
+
+def _stacks(t: EntryTable, states: dict[int, RankState], depth: int) -> tuple[StackGroup, ...]:
+    by_stack: dict[Stack | None, list[int]] = defaultdict(list)
+    for rank, state in states.items():
+        ref = state.blocked or state.newest
+        if ref is None:
+            continue
+        code = int(t.stack[ref.row])
+        stack = t.stacks[code][:depth] if code >= 0 else None
+        by_stack[stack].append(rank)
+    if not by_stack:
+        return ()
+    ordered = sorted(by_stack.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    biggest = len(ordered[0][1])
+    return tuple(
+        StackGroup(stack, tuple(sorted(ranks)), len(ordered) > 1 and len(ranks) < biggest)
+        for stack, ranks in ordered
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Root cause
+
+
+def _reaches(states: dict[int, RankState], target: set[int]) -> dict[int, int]:
+    """For every rank that (transitively) waits for `target`, its distance to it."""
+    waiters: dict[int, list[int]] = defaultdict(list)
+    for rank, state in states.items():
+        for other in state.waits_for:
+            waiters[other].append(rank)
+    dist = {r: 0 for r in target}
+    queue = deque(target)
+    while queue:
+        node = queue.popleft()
+        for w in waiters.get(node, ()):
+            if w not in dist:
+                dist[w] = dist[node] + 1
+                queue.append(w)
+    return dist
+
+
+def _chain(
+    states: dict[int, RankState], roots: set[int]
+) -> tuple[tuple[int, str | None, int | None], ...]:
+    """The longest wait chain that ends at one of `roots`, as [rank, group, seq] steps."""
+    dist = _reaches(states, roots)
+    start = max(dist, key=lambda r: (dist[r], -r))
+    chain = []
+    node = start
+    seen: set[int] = set()
+    while node not in seen:
+        seen.add(node)
+        state = states.get(node)
+        ref = state.blocked if state else None
+        seq = (
+            None
+            if ref is None
+            else (ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id)
+        )
+        chain.append((node, ref.group.name if ref else None, seq))
+        if node in roots or state is None:
+            break
+        nxt = [w for w in state.waits_for if w in dist and dist[w] < dist[node]]
+        if not nxt:
+            break
+        node = min(nxt)
+    return tuple(chain)
+
+
+def _cycles(states: dict[int, RankState]) -> list[list[int]]:
+    """Strongly connected components of more than one rank (Tarjan, iterative)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for start in sorted(states):
+        if start in index:
+            continue
+        work = [(start, iter(states[start].waits_for))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in states:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(states[nxt].waits_for)))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def _root_cause(
+    graph: _Graph,
+    states: dict[int, RankState],
+    terminal: dict[int, str],
+    unavailable: set[int],
+    findings: Sequence[Finding],
+    th: Thresholds,
+) -> RootCause | None:
+    waiting = {r for r, s in states.items() if s.waits_for}
+    first_mismatch = next((f for f in findings if f.kind in MISMATCH_KINDS), None)
+    if first_mismatch is not None:
+        return _mismatch_root(states, first_mismatch)
+    cycles = _cycles(states)
+    if cycles:
+        return _deadlock_root(states, cycles[0])
+    if not waiting and not terminal:
+        return None
+    # Candidate roots: ranks waited on that wait on nobody, and blocked ranks stuck on their own.
+    waited_on = {w for s in states.values() for w in s.waits_for}
+    idle_roots = {
+        r for r in waited_on if r in unavailable or not states.get(r) or states[r].blocked is None
+    }
+    candidates = idle_roots | set(terminal)
+    reach = {r: len(_reaches(states, {r})) for r in candidates}
+    # Terminal ranks stuck in the same collective form one root.
+    by_unit: dict[tuple[str, int, int | None], set[int]] = defaultdict(set)
+    for r in terminal:
+        ref = states[r].blocked
+        assert ref is not None  # terminal ranks are blocked by construction
+        by_unit[
+            (
+                terminal[r],
+                ref.group.uid,
+                ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id,
+            )
+        ].add(r)
+    best_idle = max(idle_roots, key=lambda r: (reach[r], -r), default=None)
+    best_unit = max(
+        by_unit.items(), key=lambda kv: (sum(reach[r] for r in kv[1]), -min(kv[1])), default=None
+    )
+    idle_weight = reach[best_idle] if best_idle is not None else -1
+    unit_weight = sum(reach[r] for r in best_unit[1]) if best_unit is not None else -1
+    if best_idle is not None and idle_weight >= unit_weight:
+        roots = (
+            {r for r in idle_roots if reach[r] == idle_weight}
+            if len(idle_roots) > 1
+            else {best_idle}
+        )
+        return _idle_root(graph, states, roots, unavailable, th)
+    if best_unit is not None:
+        return _stuck_root(graph, states, best_unit[1])
+    return None
+
+
+def _mismatch_root(states: dict[int, RankState], f: Finding) -> RootCause:
+    roots = set(f.culprit_ranks)
+    chain = (
+        _chain(states, roots) if any(states.get(r) and states[r].waits_for for r in states) else ()
+    )
+    seq = f.collective_seq_id if f.collective_seq_id is not None else f.p2p_seq_id
+    where = f"group {f.group.name!r} ({f.group.desc})" if f.group else "the job"
+    sentence = (
+        f"{label(roots)} {agree(roots, 'disagrees', 'disagree')} with the rest of {where} at "
+        f"{'collective' if f.collective_seq_id is not None else 'p2p'} #{seq} {f.op}: "
+        f"{f.kind.value.replace('_', ' ')}. This is a program bug on those ranks "
+        "(different code path, shapes or dtypes); look at their stacks."
+    )
+    return RootCause(
+        RootKind.MISMATCH,
+        tuple(sorted(roots)),
+        f.group,
+        f.collective_seq_id,
+        f.p2p_seq_id,
+        f.op,
+        sentence,
+        (f.detail,),
+        chain,
+    )
+
+
+def _deadlock_root(states: dict[int, RankState], cycle: list[int]) -> RootCause:
+    evidence = []
+    for r in cycle:
+        ref = states[r].blocked
+        if ref is not None:
+            evidence.append(
+                f"rank {r} is blocked in {ref.describe()} of group "
+                f"{ref.group.name!r} ({ref.group.desc}) waiting for "
+                f"{label(states[r].waits_for)}"
+            )
+    chain = []
+    node = cycle[0]
+    for _ in range(len(cycle) + 1):
+        ref = states[node].blocked
+        seq = (
+            None
+            if ref is None
+            else (ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id)
+        )
+        chain.append((node, ref.group.name if ref else None, seq))
+        nxt = [w for w in states[node].waits_for if w in cycle]
+        if not nxt:
+            break
+        node = min(nxt)
+    first = states[cycle[0]].blocked
+    sentence = (
+        f"Cross-group deadlock: {label(cycle)} wait for each other in a cycle; they "
+        "issued collectives of different groups in different orders. Make every rank "
+        "issue these groups' collectives in the same order."
+    )
+    return RootCause(
+        RootKind.DEADLOCK,
+        tuple(cycle),
+        first.group if first else None,
+        first.collective_seq_id if first else None,
+        first.p2p_seq_id if first else None,
+        first.op if first else "",
+        sentence,
+        tuple(evidence),
+        tuple(chain),
+    )
+
+
+def _idle_root(
+    graph: _Graph,
+    states: dict[int, RankState],
+    roots: set[int],
+    unavailable: set[int],
+    th: Thresholds,
+) -> RootCause:
+    waiters = {r: s for r, s in states.items() if set(s.waits_for) & roots}
+    # The op the waiters are in: the most common among them.
+    refs = Counter(
+        (s.blocked.group.uid, s.blocked.collective_seq_id, s.blocked.p2p_seq_id, s.blocked.op)
+        for s in waiters.values()
+        if s.blocked is not None
+    )
+    (uid, cseq, pseq, op), _ = refs.most_common(1)[0]
+    group = graph.groups.groups[uid]
+    waiting_in = [
+        s.blocked for s in waiters.values() if s.blocked is not None and s.blocked.group.uid == uid
+    ]
+    evidence = [
+        f"{label(waiters)} wait in {op} "
+        f"{'#' + str(cseq) if pseq is None else 'p#' + str(pseq)} of group "
+        f"{group.name!r} ({group.desc}) for {label(roots)}"
+    ]
+    dead = sorted(r for r in roots if r in unavailable)
+    if not dead:
+        oldest_wait = min(
+            (graph.t.t_created[w.row] for w in waiting_in if int(graph.t.t_created[w.row]) >= 0),
+            default=None,
+        )
+        for r in sorted(roots):
+            newest = graph.newest_ns.get(r, -1)
+            if (
+                oldest_wait is not None
+                and newest >= 0
+                and (int(oldest_wait) - newest) / 1e9 > th.dead_after_s
+            ):
+                dead.append(r)
+                evidence.append(
+                    f"rank {r}'s buffer ends {(int(oldest_wait) - newest) / 1e9:.0f}"
+                    " s before its peers started waiting for it"
+                )
+    for r in sorted(roots):
+        if r in unavailable:
+            evidence.append(f"rank {r} has no usable dump")
+            continue
+        newest_ref = states[r].newest
+        if newest_ref is not None:
+            evidence.append(
+                f"rank {r} never issued it; its newest op is {newest_ref.describe()}"
+                f" of group {newest_ref.group.name!r} ({newest_ref.group.desc}), "
+                "completed: it is doing something else (compute, data loading, "
+                "a different code path)"
+            )
+    chain = _chain(states, roots)
+    where = (
+        f"{op} {'#' + str(cseq) if pseq is None else 'p#' + str(pseq)} of group "
+        f"{group.name!r} ({group.desc})"
+    )
+    if dead:
+        kind = RootKind.DEAD_RANK
+        sentence = (
+            f"{label(dead)} {agree(dead, 'looks', 'look')} dead: {label(waiters)} "
+            f"{agree(waiters, 'waits', 'wait')} for it in {where} and it "
+            "has no dump or stopped recording long before; check that host's logs "
+            "(OOM, crash, preemption)."
+        )
+    else:
+        kind = RootKind.NOT_JOINED
+        sentence = (
+            f"{label(roots)} never joined {where} that {label(waiters)} "
+            f"{agree(waiters, 'waits', 'wait')} in; look at "
+            "what it is doing instead (its newest op and stack below)."
+        )
+    return RootCause(
+        kind, tuple(sorted(roots)), group, cseq, pseq, op, sentence, tuple(evidence), chain
+    )
+
+
+def _stuck_root(graph: _Graph, states: dict[int, RankState], ranks: set[int]) -> RootCause:
+    any_ref = states[min(ranks)].blocked
+    assert any_ref is not None  # terminal ranks are blocked by construction
+    group = any_ref.group
+    members = set(group.ranks)
+    # Who in the group completed this op: the stuck ones are the ones that did not.
+    completed: list[int] = []
+    t, m = graph.t, graph.m
+    unit = int(m.collectives.entry_unit[any_ref.row])
+    if unit >= 0:
+        rows = np.flatnonzero(m.collectives.entry_unit == unit)
+        completed = sorted(set(t.rank[rows][m.done[rows]].tolist()))
+    stuck = sorted(ranks - set(completed))
+    evidence = [f"every member of group {group.name!r} ({group.desc}) issued {any_ref.describe()}"]
+    if completed:
+        evidence.append(f"{label(completed)} completed it; {label(stuck)} did not")
+    else:
+        evidence.append(f"none of {label(members)} completed it")
+    for state, rs in _by_state(states, stuck).items():
+        evidence.append(f"{label(rs)}: {state}")
+    seq = any_ref.collective_seq_id if any_ref.p2p_seq_id is None else any_ref.p2p_seq_id
+    sentence = (
+        f"{label(stuck)} stuck in {any_ref.op} #{seq} of group {group.name!r} "
+        f"({group.desc}) although every member issued it: a communication-level hang "
+        "(network, NCCL, GPU), not a program bug."
+    )
+    chain = (
+        _chain(states, set(stuck))
+        if any(s.waits_for for s in states.values())
+        else tuple((r, group.name, seq) for r in stuck[:1])
+    )
+    return RootCause(
+        RootKind.STUCK_COLLECTIVE,
+        tuple(stuck),
+        group,
+        any_ref.collective_seq_id,
+        any_ref.p2p_seq_id,
+        any_ref.op,
+        sentence,
+        tuple(evidence),
+        chain,
+    )
+
+
+def _by_state(states: dict[int, RankState], ranks: Sequence[int]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for r in ranks:
+        ref = states[r].blocked
+        if ref is not None:
+            out[ref.state + (", retired without completing" if ref.retired else "")].append(r)
+    return out
+
+
+def _straggler(
+    t: EntryTable, groups: GroupTable, m: MatchResult, th: Thresholds
+) -> RootCause | None:
+    """The rank that arrives last, measured as how much shorter it waits than its peers."""
+    units = m.collectives
+    rows = np.flatnonzero(
+        (units.entry_unit >= 0)
+        & (t.t_created >= 0)
+        & (t.t_completed >= 0)
+        & ((t.unit == UnitKind.COLLECTIVE) | (t.unit == UnitKind.BLOCK_MARKER))
+    )
+    if not len(rows):
+        return None
+    full = np.flatnonzero(
+        units.passed & (units.ranks_present == units.ranks_expected) & (units.ranks_expected > 1)
+    )
+    rows = rows[np.isin(units.entry_unit[rows], full)]
+    if len(rows) < 2:
+        return None
+    wait = (t.t_completed[rows] - t.t_created[rows]).astype(np.float64)
+    unit = units.entry_unit[rows]
+    longest = np.full(len(units.seq), -np.inf)
+    np.maximum.at(longest, unit, wait)
+    lateness_ms = (longest[unit] - wait) / 1e6
+    rank = t.rank[rows]
+    medians = {int(r): float(np.median(lateness_ms[rank == r])) for r in np.unique(rank)}
+    if len(medians) < 2:
+        return None
+    worst = max(medians, key=lambda r: (medians[r], -r))
+    others = sorted(v for r, v in medians.items() if r != worst)
+    typical = others[len(others) // 2]
+    if medians[worst] < th.straggler_ms or medians[worst] < 3 * max(typical, 1.0):
+        return None
+    samples = int((rank == worst).sum())
+    worst_units = unit[(rank == worst)]
+    uid = Counter(units.group[worst_units].tolist()).most_common(1)[0][0]
+    group = groups.groups[int(uid)]
+    evidence = (
+        f"over {samples} completed collectives rank {worst} arrived a median "
+        f"{medians[worst]:.0f} ms after the first rank; the other ranks' median lateness is "
+        f"{typical:.1f} ms",
+        "measured from each rank's own clock (completion minus enqueue, i.e. how long it "
+        "waited for the others), so host clock offsets do not distort it",
+    )
+    sentence = (
+        f"rank {worst} is a straggler: it reaches collectives about "
+        f"{medians[worst]:.0f} ms after its peers, who wait for it every time; "
+        "look at that host (slow GPU, data loading, CPU contention, thermal throttling)."
+    )
+    return RootCause(RootKind.STRAGGLER, (worst,), group, None, None, "", sentence, evidence, ())
