@@ -557,22 +557,24 @@ def _idle_root(
     th: Thresholds,
 ) -> RootCause:
     waiters = {r: s for r, s in states.items() if set(s.waits_for) & roots}
-    # The op the waiters are in: the most common among them.
-    refs = Counter(
-        (s.blocked.group.uid, s.blocked.collective_seq_id, s.blocked.p2p_seq_id, s.blocked.op)
-        for s in waiters.values()
-        if s.blocked is not None
-    )
-    (uid, cseq, pseq, op), _ = refs.most_common(1)[0]
+    # Waiters grouped by the op they wait in; the biggest group names the root's op.
+    by_op: dict[tuple[int, int | None, int | None, str], list[int]] = defaultdict(list)
+    for r, s in sorted(waiters.items()):
+        if s.blocked is not None:
+            b = s.blocked
+            by_op[(b.group.uid, b.collective_seq_id, b.p2p_seq_id, b.op)].append(r)
+    ranked = sorted(by_op.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    (uid, cseq, pseq, op), _ = ranked[0]
     group = graph.groups.groups[uid]
-    waiting_in = [
-        s.blocked for s in waiters.values() if s.blocked is not None and s.blocked.group.uid == uid
-    ]
-    evidence = [
-        f"{label(waiters)} wait in {op} "
-        f"{'#' + str(cseq) if pseq is None else 'p#' + str(pseq)} of group "
-        f"{group.name!r} ({group.desc}) for {label(roots)}"
-    ]
+    waiting_in = [s.blocked for s in waiters.values() if s.blocked is not None]
+    evidence = []
+    for (g_uid, c, p, o), rs in ranked:
+        g = graph.groups.groups[g_uid]
+        evidence.append(
+            f"{label(rs)} {agree(rs, 'waits', 'wait')} in {o} "
+            f"{'#' + str(c) if p is None else 'p#' + str(p)} of group {g.name!r} ({g.desc}) for "
+            f"{label(set(roots) & {w for r in rs for w in states[r].waits_for})}"
+        )
     dead = sorted(r for r in roots if r in unavailable)
     if not dead:
         oldest_wait = min(
@@ -608,20 +610,22 @@ def _idle_root(
         f"{op} {'#' + str(cseq) if pseq is None else 'p#' + str(pseq)} of group "
         f"{group.name!r} ({group.desc})"
     )
+    direct = ranked[0][1]
+    others = len(waiters) - len(direct)
+    elsewhere = f" (and {others} more rank(s) elsewhere)" if others else ""
     if dead:
         kind = RootKind.DEAD_RANK
         sentence = (
-            f"{label(dead)} {agree(dead, 'looks', 'look')} dead: {label(waiters)} "
-            f"{agree(waiters, 'waits', 'wait')} for it in {where} and it "
-            "has no dump or stopped recording long before; check that host's logs "
-            "(OOM, crash, preemption)."
+            f"{label(dead)} {agree(dead, 'looks', 'look')} dead: {label(direct)} "
+            f"{agree(direct, 'waits', 'wait')} for it in {where}{elsewhere} and it has no dump "
+            "or stopped recording long before; check that host's logs (OOM, crash, preemption)."
         )
     else:
         kind = RootKind.NOT_JOINED
         sentence = (
-            f"{label(roots)} never joined {where} that {label(waiters)} "
-            f"{agree(waiters, 'waits', 'wait')} in; look at "
-            "what it is doing instead (its newest op and stack below)."
+            f"{label(roots)} never joined {where} that {label(direct)} "
+            f"{agree(direct, 'waits', 'wait')} in{elsewhere}; look at what it is doing instead "
+            "(its newest op and stack below)."
         )
     return RootCause(
         kind, tuple(sorted(roots)), group, cseq, pseq, op, sentence, tuple(evidence), chain

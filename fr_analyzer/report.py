@@ -108,7 +108,7 @@ def render_text(
         lines.append(
             f"VERDICT: OK. No desync found: {stats['collectives']} collectives and "
             f"{stats['p2p_pairs']} send/recv pairs matched across {len(s.ranks_loaded)} ranks "
-            f"in {stats['groups']} groups."
+            f"in {stats['groups']} group(s)."
         )
     else:
         lines.append(f"VERDICT: {v.status.value.upper()}. {v.summary}")

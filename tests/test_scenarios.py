@@ -48,6 +48,11 @@ EXPECTED: dict[str, Expect] = {
     # Rank 2 never posts its last recv from rank 1, so it never sends its last to rank 3
     # either: both unmatched ends name rank 2; the recv on rank 3 has p2p seq 40.
     "nccl_p2p_pipeline": Expect("desync", "p2p_unmatched", "1", 40, None, (2,)),
+    "nccl_wait_chain": Expect("desync", "not_joined", "2", 4, "all_reduce", (3,)),
+    "nccl_deadlock": Expect("desync", "not_joined", "1", 4, "all_reduce", (1,)),
+    "nccl_all_stuck": Expect("ok"),
+    "nccl_straggler": Expect("ok"),
+    "nccl_dead_rank": Expect("desync", "not_joined", "0", 4, "all_reduce", (2, 3)),
 }
 
 

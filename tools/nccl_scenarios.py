@@ -406,6 +406,8 @@ class Job:
             )
             for rank in range(world_size)
         ]
+        self._lag_ns: dict[int, int] = {}
+        self._max_lag_ns = 0
         self.world = self.group("0", "default_pg", range(world_size))
 
     # -- setup ---------------------------------------------------------------------------------
@@ -432,6 +434,12 @@ class Job:
     def advance(self, ms: float) -> None:
         """Let simulated time pass (compute between communication calls)."""
         self._now += int(ms * 1_000_000)
+
+    def straggle(self, rank: int, ms: float) -> None:
+        """From now on `rank` reaches every op `ms` later than its peers, who wait for it:
+        its enqueue times are late, everyone's completion times are late by the same amount."""
+        self._lag_ns[rank] = int(ms * 1_000_000)
+        self._max_lag_ns = max(self._lag_ns.values())
 
     def hang(self, ranks: Iterable[int], first_state: State = "scheduled") -> None:
         """From now on, ops the ranks issue never complete: the first one is left in
@@ -841,7 +849,7 @@ class Job:
         started: int | None = None
         completed: int | None = None
         if state != "scheduled":
-            launch = proc.clock_ns + t + _JITTER_NS + 2_000
+            launch = proc.clock_ns + t + _JITTER_NS + 2_000 + self._max_lag_ns
             if self.timing:
                 started = launch + jitter // 4
             if state == "completed":
@@ -858,7 +866,7 @@ class Job:
             "p2p_seq_id": pg.p2p_seq,
             "op_id": pg.op_id,
             "profiling_name": op.name,
-            "time_created_ns": proc.clock_ns + t + jitter,
+            "time_created_ns": proc.clock_ns + t + jitter + self._lag_ns.get(proc.rank, 0),
         }
         if not self.stack_traces:
             del entry["frames"]
@@ -1397,6 +1405,131 @@ SCENARIOS: dict[str, Callable[[], Job]] = {
     "nccl_not_joined": not_joined,
     "nccl_missing_dump": missing_dump,
     "nccl_op_mismatch_json": op_mismatch_json,
+}
+
+
+def wait_chain() -> Job:
+    """TP waits on PP waits on one rank that is busy elsewhere."""
+    job = Job(world_size=4, seed=110)
+    world = job.world
+    tp = [job.group("1", "tp", [0, 1]), job.group("2", "tp", [2, 3])]
+    pp = job.group("3", "pp", [1, 3])
+    act = [2, 256, 1024]
+    for _step in range(3):
+        job.advance(ms=30)
+        for g in tp:
+            job.all_reduce(g, act, dtype=BF16, site="forward")
+        job.send_recv(pp, 3, 1, act, dtype=BF16, send_site="backward", recv_site="forward")
+        job.all_reduce(world, [1], site="grad_norm")
+    # Rank 3 (stage 1) goes on computing and never sends; rank 1 waits in its recv before its
+    # TP all_reduce, so rank 0 waits in the TP all_reduce for rank 1; rank 2 waits for rank 3.
+    job.recv(pp, 1, 3, act, dtype=BF16, state="scheduled", site="forward")
+    job.all_reduce(tp[0], act, dtype=BF16, ranks=[0], state="scheduled", site="forward")
+    job.all_reduce(tp[1], act, dtype=BF16, ranks=[2], state="scheduled", site="forward")
+    job.story = [
+        "4 ranks: tp groups 1 [0, 1] and 2 [2, 3], pp group 3 [1, 3] (rank 3 sends to rank 1).",
+        "In step 4 rank 3 never sends: rank 1 waits in its pp recv, so it never issues its tp "
+        "all_reduce, in which rank 0 waits; rank 2 waits in tp all_reduce for rank 3.",
+        "EXPECTED ROOT CAUSE: not_joined, root rank 3, wait chain 0 (tp) -> 1 (pp) -> 3.",
+    ]
+    job.expected = [Expected("p2p_unmatched", (3,), pp, "p2p", job.seq(pp, 1, "p2p"), on_rank=1)]
+    return job
+
+
+def deadlock() -> Job:
+    """Two groups of the same ranks used in opposite orders: a cross-group cycle."""
+    job = Job(world_size=2, seed=111)
+    a = job.group("1", "dp_shard", [0, 1])
+    b = job.group("2", "dp_replicate", [0, 1])
+    for _step in range(3):
+        job.advance(ms=30)
+        job.all_reduce(a, [4096], site="grad_sync")
+        job.all_reduce(b, [4096], site="grad_sync")
+    # Rank 1 takes another code path that syncs b before a; both hosts block on the first.
+    job.all_reduce(a, [4096], ranks=[0], state="scheduled", site="grad_sync")
+    job.all_reduce(b, [4096], ranks=[1], state="scheduled", site="param_gather")
+    job.story = [
+        "2 ranks, groups 1 (dp_shard) and 2 (dp_replicate) over the same ranks, 3 healthy steps.",
+        "In step 4 rank 0 all_reduces on group 1 first, rank 1 on group 2 first; each host "
+        "blocks on its first op, which the other never issues.",
+        "EXPECTED ROOT CAUSE: deadlock, ranks 0 and 1 (cycle 0 -> 1 -> 0).",
+    ]
+    job.expected = [
+        Expected("not_joined", (1,), a, "collective", job.seq(a, 0)),
+        Expected("not_joined", (0,), b, "collective", job.seq(b, 1)),
+    ]
+    return job
+
+
+def all_stuck() -> Job:
+    """Every rank issued the same all_reduce and none completed it: a network-level hang."""
+    job = Job(world_size=4, timing=True, seed=112)
+    world = job.world
+    for _step in range(3):
+        job.advance(ms=30)
+        job.all_reduce(world, [1 << 20], dtype=BF16, site="grad_sync")
+    job.all_reduce(world, [1 << 20], dtype=BF16, state="started", retired=False, site="grad_sync")
+    k = job.seq(world, 0)
+    job.story = [
+        "4 ranks, timing enabled, world all_reduces.",
+        f"All four ranks issued world all_reduce seq {k}; it started everywhere and completed "
+        "nowhere (an NCCL/network hang).",
+        "EXPECTED ROOT CAUSE: stuck_collective, ranks 0-3, group 0 seq "
+        f"{k}; no finding (all ranks agree).",
+    ]
+    return job
+
+
+def straggler() -> Job:
+    """Rank 6 reaches every collective ~200 ms after the others; nothing hangs."""
+    job = Job(world_size=8, seed=113)
+    world = job.world
+    tp = [job.group(str(1 + i), "tp", [2 * i, 2 * i + 1]) for i in range(4)]
+    job.straggle(6, ms=200)
+    for _step in range(10):
+        job.advance(ms=300)
+        for g in tp:
+            job.all_reduce(g, [2, 256, 1024], dtype=BF16, site="forward")
+        job.all_reduce(world, [1], site="grad_norm")
+    job.story = [
+        "8 ranks, tp pairs and world all_reduces, 10 steps, all completed.",
+        "Rank 6 reaches every collective about 200 ms after its peers (slow host); they wait.",
+        "EXPECTED ROOT CAUSE: straggler, rank 6; no finding.",
+    ]
+    return job
+
+
+def dead_rank() -> Job:
+    """Rank 3 stops recording long before the others start waiting for it."""
+    job = Job(world_size=4, seed=114)
+    world = job.world
+    tp = [job.group("1", "tp", [0, 1]), job.group("2", "tp", [2, 3])]
+    for _step in range(3):
+        job.advance(ms=30)
+        for g in tp:
+            job.all_reduce(g, [2, 256, 1024], dtype=BF16, site="forward")
+        job.all_reduce(world, [1], site="grad_norm")
+    job.advance(ms=600_000)  # rank 3's process is gone; the others run on for 10 minutes
+    job.all_reduce(tp[0], [2, 256, 1024], dtype=BF16, ranks=[0, 1], site="forward")
+    job.all_reduce(tp[1], [2, 256, 1024], dtype=BF16, ranks=[2], state="scheduled", site="forward")
+    job.all_reduce(world, [1], ranks=[0, 1], state="scheduled", site="grad_norm")
+    k = job.seq(world, 0)
+    job.story = [
+        "4 ranks, tp groups 1-2; rank 3's host froze after step 3 (its dump was taken later).",
+        "Its buffer ends 10 minutes before the ops ranks 0-2 wait in (tp all_reduce on rank 2, "
+        f"world all_reduce seq {k} on ranks 0, 1).",
+        "EXPECTED ROOT CAUSE: dead_rank, rank 3.",
+    ]
+    job.expected = [Expected("not_joined", (2, 3), world, "collective", k)]
+    return job
+
+
+SCENARIOS |= {
+    "nccl_wait_chain": wait_chain,
+    "nccl_deadlock": deadlock,
+    "nccl_all_stuck": all_stuck,
+    "nccl_straggler": straggler,
+    "nccl_dead_rank": dead_rank,
 }
 
 

@@ -1,0 +1,140 @@
+"""Hang diagnosis: root-cause class, root ranks and wait chain for every scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_analyzer import analyze
+from fr_analyzer.pipeline import Options
+from fr_analyzer.report import collapsed_positions, render_text
+from tests.builders import make_dump, make_entry, renumber
+from tests.conftest import Run
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
+
+# scenario → (class, root ranks, wait chain or None when not asserted)
+ROOTS: dict[str, tuple[str, tuple[int, ...], Any]] = {
+    "gloo_skip_collective": ("not_joined", (2,), ((0, "0", 4), (2, None, None))),
+    "gloo_subgroup_desync": ("not_joined", (3,), ((2, "2", 3), (3, None, None))),
+    "gloo_size_mismatch": ("mismatch", (1,), None),
+    "gloo_op_mismatch": ("mismatch", (3,), None),
+    "nccl_coalesced": ("mismatch", (1,), None),
+    "nccl_op_mismatch_json": ("mismatch", (0,), None),
+    "nccl_not_joined": ("not_joined", (5,), ((0, "0", 6), (5, None, None))),
+    "nccl_p2p_pipeline": ("not_joined", (2,), ((1, "1", 80), (2, None, None))),
+    "nccl_wait_chain": ("not_joined", (3,), ((0, "1", 4), (1, "3", 4), (3, None, None))),
+    "nccl_stuck_started": ("stuck_collective", (2,), ((0, "0", 8), (2, "0", 7))),
+    "nccl_all_stuck": ("stuck_collective", (0, 1, 2, 3), None),
+    "nccl_deadlock": ("deadlock", (0, 1), ((0, "1", 4), (1, "2", 4), (0, "1", 4))),
+    "nccl_dead_rank": ("dead_rank", (3,), ((0, "0", 4), (3, None, None))),
+    "nccl_missing_dump": ("dead_rank", (3,), ((0, "0", 4), (3, None, None))),
+    "nccl_straggler": ("straggler", (6,), ()),
+}
+HEALTHY = ["gloo_healthy", "gloo_healthy_json", "nccl_healthy", "nccl_batched_p2p", "nccl_wrapped"]
+
+
+@pytest.mark.parametrize("name", sorted(ROOTS))
+def test_root_cause_class_ranks_and_chain(name: str) -> None:
+    kind, ranks, chain = ROOTS[name]
+    root = analyze(SAMPLES / name, Options(workers=1)).diagnosis.root_cause
+    assert root is not None
+    assert root.kind.value == kind, root.sentence
+    assert root.ranks == ranks
+    if chain is not None:
+        assert root.wait_chain == chain
+    assert root.sentence and root.evidence
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_sets_have_no_root_cause(name: str) -> None:
+    analysis = analyze(SAMPLES / name, Options(workers=1))
+    assert analysis.diagnosis.root_cause is None
+    assert all(s.blocked is None for s in analysis.diagnosis.ranks)
+
+
+def test_every_sample_set_is_diagnosed() -> None:
+    names = {p.name for p in SAMPLES.iterdir() if p.is_dir()}
+    assert names == set(ROOTS) | set(HEALTHY)
+
+
+def test_stuck_rank_position_names_first_incomplete_op_with_state_and_age() -> None:
+    analysis = analyze(SAMPLES / "nccl_stuck_started", Options(workers=1))
+    (rank2,) = [p for p in analysis.diagnosis.positions if p.rank == 2 and p.group.name == "0"]
+    assert rank2.first_incomplete is not None
+    assert rank2.first_incomplete.collective_seq_id == 7
+    assert rank2.first_incomplete.state == "started" and rank2.first_incomplete.retired
+    assert rank2.first_incomplete.age_s is not None and rank2.first_incomplete.age_s >= 0
+    assert rank2.last_completed is not None and rank2.last_completed.collective_seq_id == 6
+
+
+def test_ranks_in_the_same_position_collapse_into_one_row(run: Run) -> None:
+    group = {"0": ("default_pg", list(range(64)))}
+    dumps = {}
+    for r in range(64):
+        entries = [make_entry("all_reduce", s, group=("0", "default_pg")) for s in range(3)]
+        if r != 7:
+            entries.append(
+                make_entry(
+                    "all_reduce", 3, group=("0", "default_pg"), state="scheduled", retired=False
+                )
+            )
+        dumps[r] = make_dump(renumber(entries), group)
+    analysis = run(dumps)
+    rows = collapsed_positions(analysis.diagnosis)
+    assert [sorted(ranks) == list(range(64)) for _, ranks, _ in rows] == [False, False]
+    assert sorted(len(ranks) for _, ranks, _ in rows) == [1, 63]
+    text = render_text(analysis, ranks=True)
+    assert "0-6,8-63" in text
+    root = analysis.diagnosis.root_cause
+    assert root is not None and root.kind.value == "not_joined" and root.ranks == (7,)
+
+
+def test_stacks_are_grouped_with_the_odd_one_out_marked(run: Run) -> None:
+    def frames(line: int) -> list[dict[str, Any]]:
+        return [
+            {"name": "step", "filename": "train.py", "line": line},
+            {"name": "main", "filename": "train.py", "line": 1},
+        ]
+
+    group = {"0": ("default_pg", [0, 1, 2, 3])}
+    dumps = {}
+    for r in range(4):
+        entries = [make_entry("all_reduce", 0, group=("0", "default_pg"), frames=frames(10))]
+        if r != 2:
+            entries.append(
+                make_entry(
+                    "all_reduce",
+                    1,
+                    group=("0", "default_pg"),
+                    state="scheduled",
+                    retired=False,
+                    frames=frames(20),
+                )
+            )
+        dumps[r] = make_dump(renumber(entries), group)
+    stacks = run(dumps).diagnosis.stacks
+    assert [(g.ranks, g.odd) for g in stacks] == [((0, 1, 3), False), ((2,), True)]
+    assert stacks[1].stack is not None and stacks[1].stack[0].line == 10
+
+
+def test_dumps_without_frames_say_so() -> None:
+    analysis = analyze(SAMPLES / "nccl_op_mismatch_json", Options(workers=1))
+    assert all(g.stack is None for g in analysis.diagnosis.stacks)
+    assert "no stack in the dump" in render_text(analysis)
+
+
+def test_root_cause_in_json(tmp_path: Path) -> None:
+    import json
+
+    from fr_analyzer.report import render_json
+
+    data = json.loads(render_json(analyze(SAMPLES / "nccl_wait_chain", Options(workers=1))))
+    rc = data["root_cause"]
+    assert rc["kind"] == "not_joined" and rc["ranks"] == [3]
+    assert rc["wait_chain"] == [[0, "1", 4], [1, "3", 4], [3, None, None]]
+    assert rc["evidence"] and set(rc) >= {"group", "collective_seq_id", "op"}
+    assert data["verdict"]["root_cause"] == "not_joined"
+    assert data["positions"] and data["stacks"]
