@@ -191,8 +191,10 @@ def render_stacks(diagnosis: Diagnosis, limit: int = 6) -> str:
     return "\n".join(out)
 
 
-def _op_text(ref: OpRef | None) -> str:
-    return "-" if ref is None else ref.describe()
+def _op_text(ref: OpRef | None, sizes: bool = False) -> str:
+    if ref is None:
+        return "-"
+    return ref.describe() + (f" {ref.sizes}" if sizes and ref.sizes != "[]" else "")
 
 
 def collapsed_positions(diagnosis: Diagnosis) -> list[tuple[Position, list[int], float | None]]:
@@ -200,7 +202,7 @@ def collapsed_positions(diagnosis: Diagnosis) -> list[tuple[Position, list[int],
     rows: dict[tuple[object, ...], tuple[Position, list[int], float | None]] = {}
     for p in diagnosis.positions:
         fi = p.first_incomplete
-        key = (p.group.uid, _op_text(p.last_completed), _op_text(fi))
+        key = (p.group.uid, _op_text(p.last_completed), _op_text(fi, sizes=True))
         age = fi.age_s if fi is not None else None
         if key in rows:
             example, ranks, oldest = rows[key]
@@ -222,7 +224,7 @@ def render_positions(diagnosis: Diagnosis) -> str:
                 p.group.desc,
                 compact(ranks),
                 _op_text(p.last_completed),
-                _op_text(p.first_incomplete),
+                _op_text(p.first_incomplete, sizes=True),
                 "-" if age is None else f"{age:.1f}s",
             ]
         )
@@ -417,7 +419,9 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
                 "group": p.group.name,
                 "ranks": ranks,
                 "last_completed": _op_text(p.last_completed) if p.last_completed else None,
-                "first_incomplete": _op_text(p.first_incomplete) if p.first_incomplete else None,
+                "first_incomplete": (
+                    _op_text(p.first_incomplete, sizes=True) if p.first_incomplete else None
+                ),
                 "oldest_age_s": age,
             }
             for p, ranks, age in collapsed_positions(analysis.diagnosis)
