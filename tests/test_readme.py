@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import typer
 
 from fr_analyzer.cli import app
+from tools.sync_readme_usage import help_text, readme_usage
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_usage_block_matches_help() -> None:
-    env = dict(os.environ, COLUMNS="80")
-    result = subprocess.run(
-        [sys.executable, "-m", "fr_analyzer", "--help"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    block = re.search(
-        r"<!-- usage:start -->\n```\n(.*?)\n```\n<!-- usage:end -->", README.read_text(), re.S
-    )
-    assert block is not None
-    assert block.group(1).rstrip() == result.stdout.rstrip()
+    assert readme_usage() == help_text(), "run: .venv/bin/python tools/sync_readme_usage.py"
 
 
 def test_readme_gives_exactly_the_two_setup_commands() -> None:
