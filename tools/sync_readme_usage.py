@@ -9,22 +9,30 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCK = re.compile(r"<!-- usage:start -->\n```\n(.*?)\n```\n<!-- usage:end -->", re.S)
 
 
-def main() -> None:
+def help_text() -> str:
+    """`fr-analyze --help` as an 80-column terminal shows it."""
     env = dict(os.environ, COLUMNS="80")
-    help_text = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "fr_analyzer", "--help"],
         capture_output=True,
         text=True,
         env=env,
         check=True,
     ).stdout.rstrip()
-    text = README.read_text()
-    block = f"<!-- usage:start -->\n```\n{help_text}\n```\n<!-- usage:end -->"
-    README.write_text(
-        re.sub(r"<!-- usage:start -->.*?<!-- usage:end -->", lambda _: block, text, flags=re.S)
-    )
+
+
+def readme_usage() -> str | None:
+    """The usage block currently in the README."""
+    found = BLOCK.search(README.read_text())
+    return found.group(1).rstrip() if found else None
+
+
+def main() -> None:
+    block = f"<!-- usage:start -->\n```\n{help_text()}\n```\n<!-- usage:end -->"
+    README.write_text(BLOCK.sub(lambda _: block, README.read_text()))
 
 
 if __name__ == "__main__":
