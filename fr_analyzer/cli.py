@@ -6,13 +6,15 @@ on stderr, never a traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from tabulate import tabulate
 
-from . import __version__, database, pipeline, ranks, report
+from . import __version__, database, pipeline, ranks, report, timeline, traces
 from .diagnosis import Thresholds
 from .errors import FrAnalyzerError, UsageError
 from .output import check_output_path, write_atomic
@@ -43,17 +45,18 @@ def _progress(done: int, total: int) -> None:
         sys.stderr.flush()
 
 
-@app.command()
+@app.callback(invoke_without_command=True)
 def analyze(
+    ctx: typer.Context,
     dump_dir: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "-d",
             "--dump-dir",
             help="Directory holding one Flight Recorder dump per rank "
-            "(searched recursively; pickle or JSON, optionally .gz).",
+            "(searched recursively; pickle or JSON, optionally .gz). Required.",
         ),
-    ],
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -150,7 +153,14 @@ def analyze(
         ),
     ] = False,
 ) -> None:
-    """Analyze a directory of per-rank Flight Recorder dumps and name the desync."""
+    """Analyze a directory of per-rank Flight Recorder dumps and name the desync.
+
+    Other commands: `fr-analyze timeline --help`, `fr-analyze merge-traces --help`.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if dump_dir is None:
+        raise UsageError("missing option -d/--dump-dir (see fr-analyze --help)")
     thresholds = Thresholds(
         dead_after_s=dead_after, straggler_ms=straggler_ms, stack_depth=stack_depth
     )
@@ -183,6 +193,153 @@ def analyze(
         database.write(result, output)
     problems = result.findings or result.diagnosis.root_cause is not None
     raise typer.Exit(EXIT_FINDINGS if problems else EXIT_OK)
+
+
+def _analysis(dump_dir: Path, prefix: str | None, workers: int | None) -> pipeline.Analysis:
+    progress = _progress if sys.stderr.isatty() else None
+    return pipeline.analyze(dump_dir, pipeline.Options(prefix=prefix, workers=workers), progress)
+
+
+@app.command("timeline")
+def timeline_cmd(
+    dump_dir: Annotated[
+        Path, typer.Option("-d", "--dump-dir", help="Directory of per-rank dumps.")
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Write the Chrome trace JSON here.")
+    ],
+    align: Annotated[
+        bool,
+        typer.Option(
+            "--align",
+            help="Shift each rank's clock so that the completions of "
+            "collectives every member completed line up (least squares).",
+        ),
+    ] = False,
+    last: Annotated[
+        int | None, typer.Option("--last", min=1, help="Only each rank's newest N ops.")
+    ] = None,
+    seq: Annotated[
+        str | None,
+        typer.Option("--seq", help="Only collective sequence ids A:B (inclusive)."),
+    ] = None,
+    start: Annotated[
+        float | None,
+        typer.Option("--start", help="Window start, µs from the trace's origin."),
+    ] = None,
+    end: Annotated[
+        float | None, typer.Option("--end", help="Window end, µs from the trace's origin.")
+    ] = None,
+    selected_ranks: Annotated[
+        str | None, typer.Option("--selected-ranks", help="Only these ranks, e.g. 0,3-5.")
+    ] = None,
+    no_flows: Annotated[
+        bool, typer.Option("--no-flows", help="Leave out the flow arrows between ranks.")
+    ] = False,
+    prefix: Annotated[
+        str | None, typer.Option("-p", "--prefix", help="Dump file name prefix.")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=1, help="Processes that load dumps.")
+    ] = None,
+) -> None:
+    """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
+    one thread per process group, findings and the root cause marked."""
+    check_output_path(output, dump_dir)
+    options = timeline.TimelineOptions(
+        align=align,
+        last=last,
+        seq=_seq_range(seq),
+        start_us=start,
+        end_us=end,
+        ranks=ranks.parse(selected_ranks) if selected_ranks else None,
+        flows=not no_flows,
+    )
+    trace = timeline.build(_analysis(dump_dir, prefix, workers), options)
+    write_atomic(output, json.dumps(trace).encode())
+    n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+    typer.echo(f"wrote {output}: {n} op slices, {len(trace['traceEvents'])} events")
+
+
+def _seq_range(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        return timeline.parse_seq(text)
+    except ValueError as exc:
+        raise UsageError(f"--seq: {exc}") from None
+
+
+@app.command("merge-traces")
+def merge_traces_cmd(
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(help="Per-rank trace files (.json or .json.gz) or directories of them."),
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Write the merged Chrome trace here.")
+    ],
+    start: Annotated[
+        float | None, typer.Option("--start", help="Keep events from this time (µs).")
+    ] = None,
+    end: Annotated[
+        float | None, typer.Option("--end", help="Keep events up to this time (µs).")
+    ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option("--steps", help="Keep only ProfilerStep#A..#B of each rank, e.g. 3:9."),
+    ] = None,
+    fr_dir: Annotated[
+        Path | None,
+        typer.Option("--fr", help="Overlay the Flight Recorder timeline of these dumps."),
+    ] = None,
+) -> None:
+    """Merge per-rank profiler traces into one trace: pid = rank, clocks synced."""
+    step_range = None
+    if steps is not None:
+        try:
+            step_range = timeline.parse_seq(steps)
+        except ValueError as exc:
+            raise UsageError(f"--steps: {exc}") from None
+    files = traces.expand_inputs(inputs)
+    if output.resolve() in {f.resolve() for f in files}:
+        raise UsageError(f"{output}: is one of the input traces")
+    infos = [traces.inspect(f) for f in files]
+    overlay = None
+    if fr_dir is not None:
+        check_output_path(output, fr_dir)
+        overlay = traces.fr_overlay(_analysis(fr_dir, None, None), infos)
+    report_ = traces.merge(
+        files, output, traces.MergeOptions(start, end, step_range), overlay, infos
+    )
+    rows = [
+        [
+            r.rank,
+            r.file,
+            r.rank_source,
+            f"{r.offset_us:.1f}",
+            r.events_in,
+            r.events_out,
+            "; ".join(r.warnings),
+        ]
+        for r in report_.ranks
+    ]
+    typer.echo(
+        tabulate(
+            rows,
+            headers=[
+                "rank",
+                "file",
+                "rank from",
+                "offset µs",
+                "events in",
+                "events out",
+                "warnings",
+            ],
+            tablefmt="simple",
+        )
+    )
+    typer.echo(f"clock sync: {report_.clock_source}; wrote {output}")
 
 
 def main() -> None:

@@ -203,7 +203,7 @@ def test_workers_option(healthy: Path) -> None:
     ("args", "message"),
     [
         (["-d", "/no/such/dir"], "not a directory"),
-        ([], "Missing option"),
+        ([], "missing option -d"),
         (["-d", "."], "no rank dump files"),
         (["--bogus"], "No such option"),
         (["-d", ".", "--mismatch-cap", "0"], "--mismatch-cap"),

@@ -1,0 +1,144 @@
+"""`fr-analyze timeline`: a valid Chrome trace with every rank, op, flow and finding."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fr_analyzer import analyze
+from fr_analyzer.pipeline import Options
+from fr_analyzer.timeline import TimelineOptions, build, clock_offsets
+from tests.trace_format import problems
+from tools.nccl_scenarios import SCENARIOS
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
+
+
+def load(name: str):  # type: ignore[no-untyped-def]
+    return analyze(SAMPLES / name, Options(workers=1))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
+def test_every_sample_set_gives_a_valid_trace(name: str) -> None:
+    for align in (False, True):
+        trace = build(load(name), TimelineOptions(align=align))
+        assert problems(trace) == []
+        json.dumps(trace)
+
+
+def test_one_process_per_rank_sorted_and_one_thread_per_group() -> None:
+    trace = build(load("nccl_healthy"))
+    meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
+    names = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    assert names == {r: f"rank {r}" for r in range(8)}
+    order = {e["pid"]: e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"}
+    assert order == {r: r for r in range(8)}
+    threads = {e["args"]["name"] for e in meta if e["name"] == "thread_name" and e["pid"] == 0}
+    assert "group 0 (default_pg)" in threads
+    assert any(t.endswith("send/recv") for t in threads)
+
+
+def test_every_op_is_one_slice_with_seq_ids_sizes_and_dtypes() -> None:
+    analysis = load("nccl_not_joined")
+    trace = build(analysis)
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    heads = sum(1 for u in analysis.table.unit.tolist() if u in (0, 2, 3, 5))
+    assert len(slices) == heads
+    args = slices[0]["args"]
+    assert {
+        "collective_seq_id",
+        "p2p_seq_id",
+        "input_sizes",
+        "output_sizes",
+        "input_dtypes",
+        "state",
+        "retired",
+    } <= set(args)
+
+
+def test_ops_that_never_completed_run_to_the_dump_time_and_are_marked() -> None:
+    trace = build(load("nccl_not_joined"))
+    stuck = [e for e in trace["traceEvents"] if e["ph"] == "X" and not e["args"]["completed"]]
+    assert {e["pid"] for e in stuck} == {0, 1, 2, 3, 4, 6, 7}
+    assert all(e["cname"] == "terrible" and "(not completed)" in e["name"] for e in stuck)
+
+
+def test_flows_join_collectives_across_ranks_and_sends_to_recvs() -> None:
+    trace = build(load("nccl_p2p_pipeline"))
+    flows = Counter((e["cat"], e["ph"]) for e in trace["traceEvents"] if e["ph"] in "stf")
+    assert flows[("fr.p2p", "s")] == flows[("fr.p2p", "f")] > 0
+    assert flows[("fr.collective", "s")] == flows[("fr.collective", "f")] > 0
+
+
+def test_findings_and_root_cause_are_instant_events_on_the_culprit_ranks() -> None:
+    analysis = load("nccl_wait_chain")
+    trace = build(analysis)
+    marks = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+    root = [e for e in marks if e["name"].startswith("ROOT CAUSE")]
+    assert [e["pid"] for e in root] == [3]
+    assert "never joined" in root[0]["args"]["root_cause"]
+    culprits = Counter((r, f.kind.value) for f in analysis.findings for r in f.culprit_ranks)
+    shown = Counter((e["pid"], e["name"]) for e in marks if e["cat"] == "fr.finding")
+    assert shown == culprits and {r for r, _ in culprits} == {1, 3}
+
+
+def test_align_recovers_the_generators_host_clock_offsets() -> None:
+    job = SCENARIOS["nccl_straggler"]()
+    truth = {p.rank: p.clock_ns for p in job._procs}  # noqa: SLF001 - test peeks at the model
+    offsets = clock_offsets(load("nccl_straggler"))
+    for rank, offset in offsets.items():
+        expected = truth[rank] - truth[0]
+        assert abs(offset - expected) < 60_000, (rank, offset, expected)  # within jitter
+    trace = build(load("nccl_straggler"), TimelineOptions(align=True))
+    assert trace["otherData"]["clock_offsets_ns"]["0"] == 0
+
+
+@pytest.mark.parametrize("last", [1, 3])
+def test_last_n_ops_per_rank(last: int) -> None:
+    trace = build(load("nccl_healthy"), TimelineOptions(last=last))
+    per_rank = Counter(e["pid"] for e in trace["traceEvents"] if e["ph"] == "X")
+    assert set(per_rank.values()) == {last}
+    assert problems(trace) == []
+
+
+def test_seq_window_keeps_only_those_collectives() -> None:
+    trace = build(load("nccl_healthy"), TimelineOptions(seq=(2, 3)))
+    seqs = {e["args"]["collective_seq_id"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert seqs <= {2, 3} and seqs
+
+
+def test_time_window() -> None:
+    full = build(load("nccl_healthy"))
+    xs = sorted(e["ts"] for e in full["traceEvents"] if e["ph"] == "X")
+    mid = xs[len(xs) // 2]
+    part = build(load("nccl_healthy"), TimelineOptions(end_us=mid))
+    kept = [e for e in part["traceEvents"] if e["ph"] == "X"]
+    assert 0 < len(kept) < len(xs)
+    assert problems(part) == []
+
+
+def test_cli_writes_the_trace(tmp_path: Path) -> None:
+    from tests.test_cli import fr
+
+    out = tmp_path / "timeline.json"
+    result = fr(
+        "timeline",
+        "-d",
+        str(SAMPLES / "nccl_stuck_started"),
+        "-o",
+        str(out),
+        "--align",
+        "--last",
+        "5",
+        "--selected-ranks",
+        "0-2",
+    )
+    assert result.returncode == 0, result.stderr
+    trace = json.loads(out.read_text())
+    assert problems(trace) == []
+    assert {e["pid"] for e in trace["traceEvents"]} == {0, 1, 2}
+    bad = fr("timeline", "-d", str(SAMPLES / "nccl_stuck_started"), "-o", str(out), "--seq", "9:3")
+    assert bad.returncode == 2 and "--seq" in bad.stderr
