@@ -87,7 +87,7 @@ def test_findings_and_root_cause_are_instant_events_on_the_culprit_ranks() -> No
 
 def test_align_recovers_the_generators_host_clock_offsets() -> None:
     job = SCENARIOS["nccl_straggler"]()
-    truth = {p.rank: p.clock_ns for p in job._procs}  # noqa: SLF001 - test peeks at the model
+    truth = {p.rank: p.clock_ns for p in job._procs}  # the test peeks at the model
     offsets = clock_offsets(load("nccl_straggler"))
     for rank, offset in offsets.items():
         expected = truth[rank] - truth[0]
