@@ -654,9 +654,9 @@ def _stuck_root(graph: _Graph, states: dict[int, RankState], ranks: set[int]) ->
         evidence.append(f"{label(rs)}: {state}")
     seq = any_ref.collective_seq_id if any_ref.p2p_seq_id is None else any_ref.p2p_seq_id
     sentence = (
-        f"{label(stuck)} stuck in {any_ref.op} #{seq} of group {group.name!r} "
-        f"({group.desc}) although every member issued it: a communication-level hang "
-        "(network, NCCL, GPU), not a program bug."
+        f"{label(stuck)} {agree(stuck, 'is', 'are')} stuck in {any_ref.op} #{seq} of group "
+        f"{group.name!r} ({group.desc}) although every member issued it: a communication-level "
+        "hang (network, NCCL, GPU), not a program bug."
     )
     chain = (
         _chain(states, set(stuck))

@@ -104,15 +104,20 @@ def render_text(
     stats = _stats(analysis)
     lines.append("")
     v = analysis.verdict
-    if v.finding is None:
+    root = analysis.diagnosis.root_cause
+    agreed = (
+        f"{stats['collectives']} collectives and {stats['p2p_pairs']} send/recv pairs matched "
+        f"across {len(s.ranks_loaded)} ranks in {stats['groups']} group(s)"
+    )
+    if v.finding is None and root is None:
+        lines.append(f"VERDICT: OK. No desync found: {agreed}.")
+    elif v.finding is None and root is not None:
+        state = "SLOW" if root.kind.value == "straggler" else "HUNG"
         lines.append(
-            f"VERDICT: OK. No desync found: {stats['collectives']} collectives and "
-            f"{stats['p2p_pairs']} send/recv pairs matched across {len(s.ranks_loaded)} ranks "
-            f"in {stats['groups']} group(s)."
+            f"VERDICT: {state}. The ranks agree on every op ({agreed}), but: {root.sentence}"
         )
     else:
         lines.append(f"VERDICT: {v.status.value.upper()}. {v.summary}")
-    root = analysis.diagnosis.root_cause
     if root is not None:
         lines += render_root_cause(root)
     findings, omitted = capped(ordered(analysis), cap)
@@ -368,8 +373,8 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
                 "culprit_ranks": [],
             }
         )
-    verdict["summary"] = v.summary
     root = analysis.diagnosis.root_cause
+    verdict["summary"] = root.sentence if v.finding is None and root is not None else v.summary
     verdict["root_cause"] = root.kind.value if root is not None else None
     verdict["root_cause_ranks"] = list(root.ranks) if root is not None else []
     findings, omitted = capped(ordered(analysis), cap)
