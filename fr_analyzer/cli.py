@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from . import __version__, database, pipeline, ranks, report, timeline, traces
 from .diagnosis import Thresholds
+from .dumps import DEFAULT_MAX_FILE_BYTES, parse_size
 from .errors import FrAnalyzerError, UsageError
 from .output import check_output_path, write_atomic
 
@@ -43,6 +44,15 @@ def _progress(done: int, total: int) -> None:
         if done == total:
             sys.stderr.write("\n")
         sys.stderr.flush()
+
+
+def _file_size(text: str | int) -> int:
+    if isinstance(text, int):  # the default
+        return text
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 @app.callback(invoke_without_command=True)
@@ -146,6 +156,17 @@ def analyze(
         int | None,
         typer.Option("--workers", min=1, help="Processes that load dumps (default: every core)."),
     ] = None,
+    max_file_size: Annotated[
+        int,
+        typer.Option(
+            "--max-file-size",
+            parser=_file_size,
+            metavar="<size>",
+            show_default=False,
+            help="Largest dump file to read, counted after gunzip: bytes, or e.g. 512M, 2G "
+            "(default: 1G). A bigger file is reported unreadable; the others are analyzed.",
+        ),
+    ] = DEFAULT_MAX_FILE_BYTES,
     version: Annotated[
         bool,
         typer.Option(
@@ -164,7 +185,9 @@ def analyze(
     thresholds = Thresholds(
         dead_after_s=dead_after, straggler_ms=straggler_ms, stack_depth=stack_depth
     )
-    options = pipeline.Options(prefix=prefix, workers=workers, thresholds=thresholds)
+    options = pipeline.Options(
+        prefix=prefix, workers=workers, thresholds=thresholds, max_file_bytes=max_file_size
+    )
     progress = _progress if sys.stderr.isatty() else None
     if just_print_entries:
         chosen = ranks.parse(selected_ranks) if selected_ranks else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -11,22 +12,47 @@ from .errors import OutputError
 
 def check_output_path(path: Path, dump_dir: Path) -> None:
     """An output must not land inside the dump directory (it would be read as input next time,
-    or overwrite a dump)."""
+    or overwrite a dump), nor on a file the dump directory links to (a dump kept elsewhere)."""
     try:
         target = path.resolve()
-        inside = target.is_relative_to(dump_dir.resolve())
-    except OSError as exc:
+        root = dump_dir.resolve()
+        inside = target == root or target.is_relative_to(root)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
         raise OutputError(f"{path}: cannot resolve output path: {exc}") from None
     if inside:
         raise OutputError(f"{path}: refusing to write inside the dump directory {dump_dir}")
     if target.is_dir():
         raise OutputError(f"{path}: is a directory")
+    source = _input_behind(target, root)
+    if source is not None:
+        raise OutputError(f"{path}: refusing to overwrite an input dump ({source} points to it)")
+
+
+def _input_behind(target: Path, root: Path) -> str | None:
+    """The entry of the dump directory that is `target` under another name (a symlink to it,
+    or a hard link), if any."""
+    try:
+        info = os.stat(target)
+    except OSError:
+        return None  # nothing there yet: nothing to overwrite
+    same = (info.st_dev, info.st_ino)
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            entry = os.path.join(folder, name)
+            try:
+                found = os.stat(entry)
+            except OSError:
+                continue
+            if (found.st_dev, found.st_ino) == same:
+                return entry
+    return None
 
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename: an existing file is replaced only
-    when the new one is complete."""
+    when the new one is complete (and keeps its permissions)."""
     directory = path.parent if str(path.parent) else Path(".")
+    mode = _mode_for(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
@@ -36,6 +62,7 @@ def write_atomic(path: Path, data: bytes) -> None:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
+            os.fchmod(stream.fileno(), mode)
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -43,3 +70,16 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions of the file being replaced, else what a plain open() would give."""
+    try:
+        info = os.stat(path)
+        if stat.S_ISREG(info.st_mode):
+            return stat.S_IMODE(info.st_mode)
+    except OSError:
+        pass
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask

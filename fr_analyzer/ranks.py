@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from .errors import UsageError
@@ -24,16 +25,25 @@ def compact(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+MAX_RANK = (1 << 20) - 1
+"""Largest rank accepted anywhere (file names, pg_config, options): far above real jobs."""
+
+_PART = re.compile(r"^([0-9]+)(?:-([0-9]+))?$", re.ASCII)
+
+
 def parse(text: str) -> tuple[int, ...]:
     """`"0,3-5"` → `(0, 3, 4, 5)`; spaces are allowed; anything else is a UsageError."""
     out: set[int] = set()
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
-        low, sep, high = part.partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()):
+        found = _PART.match(part)
+        if found is None:
             raise UsageError(f"bad rank list {text!r}: expected e.g. 0,3-5")
-        first, last = int(low), int(high) if sep else int(low)
+        low, high = found.group(1), found.group(2) or found.group(1)
+        if len(high) > 8 or int(high) > MAX_RANK:
+            raise UsageError(f"rank {high} in {text!r} is beyond the largest rank {MAX_RANK}")
+        first, last = int(low), int(high)
         if last < first:
             raise UsageError(f"bad rank range {part!r} in {text!r}")
         out.update(range(first, last + 1))

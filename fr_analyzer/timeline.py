@@ -254,7 +254,7 @@ def _end_ns(analysis: Analysis, row: int, dump_time: int) -> tuple[int, str]:
         return completed, "completed"
     started = int(t.t_started[row])
     duration = float(t.duration_ms[row])
-    if started >= 0 and math.isfinite(duration):
+    if started >= 0 and math.isfinite(duration) and 0 <= duration < 1e10:
         return started + int(duration * 1e6), "duration"
     if bool(analysis.matches.done[row]):
         return int(t.t_created[row]), "completion time unknown"
