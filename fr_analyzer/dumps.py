@@ -27,6 +27,7 @@ import gzip
 import io
 import json
 import math
+import operator
 import os
 import pickle
 import pickletools
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -1054,6 +1056,211 @@ def _dims(shape: Any, what: str) -> tuple[int, ...]:
     return dims
 
 
+_FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
+_Fast = tuple[dict[str, Any], dict[int, int], set[str], set[str]]
+
+
+def _column(entries: Sequence[dict[str, Any]], key: str) -> list[Any]:
+    return [e.get(key) for e in entries]
+
+
+def _ints(values: list[Any], low: int, high: int) -> npt.NDArray[np.int64] | None:
+    """An int64 column when every value is a plain int in [low, high]; else None."""
+    if not set(map(type, values)) <= {int}:
+        return None
+    try:
+        out = np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+    if len(out) and (int(out.min()) < low or int(out.max()) > high):
+        return None
+    return out
+
+
+def _stamps(values: list[Any]) -> npt.NDArray[np.int64] | None:
+    """Timestamps: None or 0 (JSON) mean unset (-1); anything but ints and None: not fast."""
+    kinds = set(map(type, values))
+    if not kinds <= {int, type(None)}:
+        return None
+    try:
+        out = np.array(
+            values if type(None) not in kinds else [-1 if v is None else v for v in values],
+            dtype=np.int64,
+        )
+    except OverflowError:
+        return None
+    out[out <= 0] = NO_TIME
+    return out
+
+
+def _plain(text: Any, most: int) -> bool:
+    return type(text) is str and len(text) <= most and text.isprintable()
+
+
+def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
+    """Columns of a rank whose entries are all well formed, one pass per key in C-level loops,
+    each distinct value validated once. None sends the rank through the careful per-entry
+    path, which names every problem; so anything unusual here just returns None."""
+    n = len(entries)
+    if not n or not isinstance(entries, list) or set(map(type, entries)) != {dict}:
+        return None
+    try:
+        ins, outs = _column(entries, "input_sizes"), _column(entries, "output_sizes")
+        frames = _column(entries, "frames")
+        if not set(map(type, ins)) | set(map(type, outs)) <= {list}:
+            return None
+        if not set(map(type, frames)) <= {list, type(None)}:
+            return None
+        # The expansion bound first: len() of a list repeated by memo references is O(1), so a
+        # memo bomb is caught here before anything is copied.
+        shapes = sum(map(len, ins)) + sum(map(len, outs))
+        dims = sum(map(len, chain.from_iterable(ins))) + sum(map(len, chain.from_iterable(outs)))
+        items = 5 * n + shapes + dims + sum(map(len, filter(None, frames)))
+        if items > limit:
+            raise read.bomb()
+        if shapes > 16 * n:
+            return None
+        in_keys = [tuple(map(tuple, v)) for v in ins]
+        out_keys = [tuple(map(tuple, v)) for v in outs]
+        stack_keys = [tuple(map(_FRAME_FIELDS, f)) if f else None for f in frames]
+        in_dt = _column(entries, "input_dtypes")
+        out_dt = _column(entries, "output_dtypes")
+        if not set(map(type, in_dt)) | set(map(type, out_dt)) <= {list}:
+            return None
+        in_dt_keys = [tuple(v) for v in in_dt]
+        out_dt_keys = [tuple(v) for v in out_dt]
+        pgs = _column(entries, "process_group")
+        pg_keys = [p if type(p) is tuple else tuple(p) for p in pgs]
+        pnames = _column(entries, "profiling_name")
+    except (TypeError, KeyError):
+        return None
+
+    shape_code: dict[Any, int] = {}
+    for key in dict.fromkeys(chain.from_iterable(zip(in_keys, out_keys, strict=True))):
+        if not all(_fast_shape(shape) for shape in key):
+            return None
+        shape_code[key] = read.shapes(key)
+    dtype_code: dict[Any, int] = {}
+    for key in dict.fromkeys(chain.from_iterable(zip(in_dt_keys, out_dt_keys, strict=True))):
+        if not all(_plain(d, 64) for d in key):
+            return None
+        dtype_code[key] = read.dtypes(key)
+    stack_code: dict[Any, int] = {None: -1}
+    frame_of: dict[tuple[Any, Any, Any], Frame] = {}
+    for found_stack in dict.fromkeys(stack_keys):
+        if found_stack is None:
+            continue
+        stack = []
+        for name, filename, line in found_stack or ():
+            frame = frame_of.get((name, filename, line))
+            if frame is None:
+                if not (
+                    _plain(name, 256)
+                    and _plain(filename, 256)
+                    and type(line) is int
+                    and -_INT64_MAX <= line <= _INT64_MAX
+                ):
+                    return None
+                frame = frame_of[(name, filename, line)] = Frame(name, filename, line)
+            stack.append(frame)
+        stack_code[found_stack] = read.stacks(tuple(stack))
+    group_code: dict[Any, int] = {}
+    for key in dict.fromkeys(pg_keys):
+        if len(key) != 2 or not (_plain(key[0], 64) and _plain(key[1], 64)):
+            return None
+        group_code[key] = read.groups(key)
+    parsed: dict[Any, tuple[int, int, int, int, int, int, int]] = {}
+    unknown_backends: set[str] = set()
+    unknown_ops: set[str] = set()
+    for pname in dict.fromkeys(pnames):
+        if not _plain(pname, 64):
+            return None
+        found = read.names.get(pname) or read.name(pname)
+        if isinstance(found, _EntryError):
+            return None
+        backend, op, kind, src, dst = found
+        if backend not in KNOWN_BACKENDS:
+            unknown_backends.add(backend)
+        if op not in KNOWN_OPS:
+            unknown_ops.add(op)
+        marker = op in MARKER_OPS
+        parsed[pname] = (
+            read.pnames(pname),
+            read.ops(op),
+            read.backends(backend),
+            kind,
+            src,
+            dst,
+            int(marker),
+        )
+    states = _column(entries, "state")
+    if not set(states) <= _STATES.keys():
+        return None
+    table = np.array([parsed[p] for p in pnames], dtype=np.int64).reshape(n, 7)
+    is_p2p = np.array([v is True for v in _column(entries, "is_p2p")])
+    if bool((is_p2p & (table[:, 3] == P2PKind.NONE) & (table[:, 6] == 0)).any()):
+        return None  # an is_p2p entry that is neither send nor recv: reported per entry
+    coll = _ints(_column(entries, "collective_seq_id"), -1, MAX_SEQ_ID)
+    p2p = _ints(_column(entries, "p2p_seq_id"), -1, MAX_SEQ_ID)
+    record = _ints(_column(entries, "record_id"), -_INT64_MAX, _INT64_MAX)
+    op_id = _ints(_column(entries, "op_id"), -_INT64_MAX, _INT64_MAX)
+    timeout = _ints(_column(entries, "timeout_ms"), -_INT64_MAX, _INT64_MAX)
+    created = _stamps(_column(entries, "time_created_ns"))
+    started = _stamps(_column(entries, "time_discovered_started_ns"))
+    completed = _stamps(_column(entries, "time_discovered_completed_ns"))
+    columns = (coll, p2p, record, op_id, timeout, created, started, completed)
+    if any(c is None for c in columns):
+        return None
+    assert coll is not None and p2p is not None and record is not None  # for the type checker
+    assert op_id is not None and timeout is not None and created is not None
+    assert started is not None and completed is not None
+    durations = _column(entries, "duration_ms")
+    if set(map(type, durations)) <= {type(None)}:
+        duration = np.full(n, math.nan)
+    else:
+        duration = np.array([_duration(v) for v in durations], dtype=np.float64)
+    groups = np.array([group_code[k] for k in pg_keys], dtype=np.int32)
+    pg_ids: dict[int, int] = {}
+    for pg_id, code in zip(_column(entries, "pg_id"), groups.tolist(), strict=True):
+        if type(pg_id) is int and pg_id not in pg_ids:
+            pg_ids[pg_id] = code
+    arrays: dict[str, Any] = {
+        "index": np.arange(n, dtype=np.int32),
+        "record_id": record,
+        "group": groups,
+        "coll_seq": coll,
+        "p2p_seq": p2p,
+        "op_id": op_id,
+        "op": table[:, 1].astype(np.int32),
+        "backend": table[:, 2].astype(np.int32),
+        "pname": table[:, 0].astype(np.int32),
+        "p2p_kind": table[:, 3].astype(np.int8),
+        "peer_src": table[:, 4].astype(np.int32),
+        "peer_dst": table[:, 5].astype(np.int32),
+        "state": np.array([_STATES[v] for v in states], dtype=np.int8),
+        "retired": np.array([v is True for v in _column(entries, "retired")], dtype=np.bool_),
+        "t_created": created,
+        "t_started": started,
+        "t_completed": completed,
+        "duration_ms": duration,
+        "in_shape": np.array([shape_code[k] for k in in_keys], dtype=np.int32),
+        "out_shape": np.array([shape_code[k] for k in out_keys], dtype=np.int32),
+        "in_dtype": np.array([dtype_code[k] for k in in_dt_keys], dtype=np.int32),
+        "out_dtype": np.array([dtype_code[k] for k in out_dt_keys], dtype=np.int32),
+        "stack": np.array([stack_code[k] for k in stack_keys], dtype=np.int32),
+        "timeout_ms": timeout,
+    }
+    return arrays, pg_ids, unknown_backends, unknown_ops
+
+
+def _fast_shape(shape: tuple[Any, ...]) -> bool:
+    return (
+        len(shape) <= MAX_DIMS
+        and all(type(d) is int and d >= 0 for d in shape)
+        and math.prod(shape) <= MAX_NUMEL
+    )
+
+
 def build_rank(
     raw: Any,
     rank: int,
@@ -1120,151 +1327,163 @@ def _build_rank(
     if not usable:
         claims = {}
 
-    cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
     errors: list[tuple[int, str]] = []
-    pg_ids: dict[int, int] = {}
-    unknown_backends: set[str] = set()
-    unknown_ops: set[str] = set()
     odd_states: Counter[str] = Counter()
-    append = {k: v.append for k, v in cols.items()}
-    names, shape_lists, dtype_lists, stack_lists = (
-        read.names,
-        read.shape_lists,
-        read.dtype_lists,
-        read.stack_lists,
-    )
-    text, group_code_of = read.text, read.groups
-    shape_code_of, dtype_code_of = read.shapes, read.dtypes
-    items, limit = 0, read.limit if read.limit is not None else _INT64_MAX
+    limit = read.limit if read.limit is not None else _INT64_MAX
+    arrays: dict[str, Any]
+    pg_ids: dict[int, int]
+    unknown_backends: set[str]
+    unknown_ops: set[str]
+    fast = _fast_columns(entries, read, limit)
+    if fast is not None:
+        arrays, pg_ids, unknown_backends, unknown_ops = fast
+    else:
+        cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
+        pg_ids, unknown_backends, unknown_ops = {}, set(), set()
+        append = {k: v.append for k, v in cols.items()}
+        names, shape_lists, dtype_lists, stack_lists = (
+            read.names,
+            read.shape_lists,
+            read.dtype_lists,
+            read.stack_lists,
+        )
+        text, group_code_of = read.text, read.groups
+        shape_code_of, dtype_code_of = read.shapes, read.dtypes
+        items = 0
 
-    for i, entry in enumerate(entries):
-        items += 1
+        for i, entry in enumerate(entries):
+            items += 1
+            if items > limit:
+                raise read.bomb()
+            try:
+                if type(entry) is not dict:
+                    raise _EntryError("entry is not a mapping")
+                pg = entry.get("process_group")
+                if not isinstance(pg, list | tuple) or len(pg) != 2:
+                    raise _EntryError(f"bad process_group {_short(pg)}")
+                pg_name, pg_desc = pg
+                if type(pg_name) is not str or len(pg_name) > 64 or not pg_name.isprintable():
+                    pg_name = text(pg_name)
+                if type(pg_desc) is not str or len(pg_desc) > 64 or not pg_desc.isprintable():
+                    pg_desc = text(pg_desc)
+                if pg_name is None or pg_desc is None:
+                    raise _EntryError(f"bad process_group {_short(pg[0])}, {_short(pg[1])}")
+                pname = entry.get("profiling_name")
+                if type(pname) is not str:
+                    raise _EntryError(f"bad profiling_name {_short(pname, 60)}")
+                parsed = names.get(pname) or read.name(pname)
+                if isinstance(parsed, _EntryError):
+                    raise parsed
+                backend, op, p2p_kind, src, dst = parsed
+                coll_seq = entry.get("collective_seq_id", -1)
+                if type(coll_seq) is not int or not -1 <= coll_seq <= MAX_SEQ_ID:
+                    coll_seq = _seq(coll_seq, "collective_seq_id")
+                p2p_seq = entry.get("p2p_seq_id", -1)
+                if type(p2p_seq) is not int or not -1 <= p2p_seq <= MAX_SEQ_ID:
+                    p2p_seq = _seq(p2p_seq, "p2p_seq_id")
+                record_id = entry.get("record_id", i)
+                if type(record_id) is not int or not -_INT64_MAX <= record_id <= _INT64_MAX:
+                    record_id = _as_int(record_id, "record_id")
+                state_text = entry.get("state")
+                state = _STATES.get(state_text) if type(state_text) is str else None
+                value = entry.get("input_sizes")
+                if type(value) is list and len(value) <= _SMALL:
+                    shapes = tuple([_dims(shape, "input_sizes") for shape in value])
+                    in_shape = shape_code_of(shapes)
+                    items += 1 + len(shapes) + sum(map(len, shapes))
+                else:
+                    hit = shape_lists.get(id(value)) or read.shapes_of(value, "input_sizes")
+                    if isinstance(hit, _EntryError):
+                        raise hit
+                    in_shape = hit[0]
+                    items += hit[1]
+                value = entry.get("output_sizes")
+                if type(value) is list and len(value) <= _SMALL:
+                    shapes = tuple([_dims(shape, "output_sizes") for shape in value])
+                    out_shape = shape_code_of(shapes)
+                    items += 1 + len(shapes) + sum(map(len, shapes))
+                else:
+                    hit = shape_lists.get(id(value)) or read.shapes_of(value, "output_sizes")
+                    if isinstance(hit, _EntryError):
+                        raise hit
+                    out_shape = hit[0]
+                    items += hit[1]
+                value = entry.get("input_dtypes")
+                if type(value) is list and len(value) == 1 and type(value[0]) is str:
+                    in_dtype = dtype_code_of((value[0],))  # the common case; cleaned at the end
+                    items += 2
+                else:
+                    hit = dtype_lists.get(id(value)) or read.dtypes_of(value)
+                    if isinstance(hit, _EntryError):
+                        raise hit
+                    in_dtype = hit[0]
+                    items += hit[1]
+                value = entry.get("output_dtypes")
+                if type(value) is list and len(value) == 1 and type(value[0]) is str:
+                    out_dtype = dtype_code_of((value[0],))
+                    items += 2
+                else:
+                    hit = dtype_lists.get(id(value)) or read.dtypes_of(value)
+                    if isinstance(hit, _EntryError):
+                        raise hit
+                    out_dtype = hit[0]
+                    items += hit[1]
+                value = entry.get("frames")
+                hit = stack_lists.get(id(value)) or read.stack_of(value)
+                if isinstance(hit, _EntryError):  # never: any list of frames is usable
+                    raise hit
+                stack_code = hit[0]
+                items += hit[1]
+                if (
+                    p2p_kind == P2PKind.NONE
+                    and entry.get("is_p2p") is True
+                    and op not in MARKER_OPS
+                ):
+                    raise _EntryError(f"is_p2p entry {_short(pname, 60)} is neither send nor recv")
+                group_code = group_code_of((pg_name, pg_desc))
+                pg_id = entry.get("pg_id")
+                if type(pg_id) is int:
+                    pg_ids.setdefault(pg_id, group_code)
+            except _EntryError as exc:
+                errors.append((i, str(exc)))
+                continue
+            if state is None:
+                state = State.UNKNOWN
+                odd_states[_short(state_text, 20)] += 1
+            if backend not in KNOWN_BACKENDS:
+                unknown_backends.add(backend)
+            if op not in KNOWN_OPS:
+                unknown_ops.add(op)
+            append["index"](i)
+            append["record_id"](record_id)
+            append["group"](group_code)
+            append["coll_seq"](coll_seq)
+            append["p2p_seq"](p2p_seq)
+            append["op_id"](_maybe_int(entry.get("op_id")))
+            append["op"](read.ops(op))
+            append["backend"](read.backends(backend))
+            append["pname"](
+                read.pnames(pname if len(pname) <= 64 and pname.isprintable() else text(pname))
+            )
+            append["p2p_kind"](p2p_kind)
+            append["peer_src"](src)
+            append["peer_dst"](dst)
+            append["state"](state)
+            append["retired"](entry.get("retired") is True)
+            append["t_created"](_time(entry.get("time_created_ns")))
+            append["t_started"](_time(entry.get("time_discovered_started_ns")))
+            append["t_completed"](_time(entry.get("time_discovered_completed_ns")))
+            append["duration_ms"](_duration(entry.get("duration_ms")))
+            append["in_shape"](in_shape)
+            append["out_shape"](out_shape)
+            append["in_dtype"](in_dtype)
+            append["out_dtype"](out_dtype)
+            append["stack"](stack_code)
+            append["timeout_ms"](_maybe_int(entry.get("timeout_ms")))
+
         if items > limit:
             raise read.bomb()
-        try:
-            if type(entry) is not dict:
-                raise _EntryError("entry is not a mapping")
-            pg = entry.get("process_group")
-            if not isinstance(pg, list | tuple) or len(pg) != 2:
-                raise _EntryError(f"bad process_group {_short(pg)}")
-            pg_name, pg_desc = pg
-            if type(pg_name) is not str or len(pg_name) > 64 or not pg_name.isprintable():
-                pg_name = text(pg_name)
-            if type(pg_desc) is not str or len(pg_desc) > 64 or not pg_desc.isprintable():
-                pg_desc = text(pg_desc)
-            if pg_name is None or pg_desc is None:
-                raise _EntryError(f"bad process_group {_short(pg[0])}, {_short(pg[1])}")
-            pname = entry.get("profiling_name")
-            if type(pname) is not str:
-                raise _EntryError(f"bad profiling_name {_short(pname, 60)}")
-            parsed = names.get(pname) or read.name(pname)
-            if isinstance(parsed, _EntryError):
-                raise parsed
-            backend, op, p2p_kind, src, dst = parsed
-            coll_seq = entry.get("collective_seq_id", -1)
-            if type(coll_seq) is not int or not -1 <= coll_seq <= MAX_SEQ_ID:
-                coll_seq = _seq(coll_seq, "collective_seq_id")
-            p2p_seq = entry.get("p2p_seq_id", -1)
-            if type(p2p_seq) is not int or not -1 <= p2p_seq <= MAX_SEQ_ID:
-                p2p_seq = _seq(p2p_seq, "p2p_seq_id")
-            record_id = entry.get("record_id", i)
-            if type(record_id) is not int or not -_INT64_MAX <= record_id <= _INT64_MAX:
-                record_id = _as_int(record_id, "record_id")
-            state_text = entry.get("state")
-            state = _STATES.get(state_text) if type(state_text) is str else None
-            value = entry.get("input_sizes")
-            if type(value) is list and len(value) <= _SMALL:
-                shapes = tuple([_dims(shape, "input_sizes") for shape in value])
-                in_shape = shape_code_of(shapes)
-                items += 1 + len(shapes) + sum(map(len, shapes))
-            else:
-                hit = shape_lists.get(id(value)) or read.shapes_of(value, "input_sizes")
-                if isinstance(hit, _EntryError):
-                    raise hit
-                in_shape = hit[0]
-                items += hit[1]
-            value = entry.get("output_sizes")
-            if type(value) is list and len(value) <= _SMALL:
-                shapes = tuple([_dims(shape, "output_sizes") for shape in value])
-                out_shape = shape_code_of(shapes)
-                items += 1 + len(shapes) + sum(map(len, shapes))
-            else:
-                hit = shape_lists.get(id(value)) or read.shapes_of(value, "output_sizes")
-                if isinstance(hit, _EntryError):
-                    raise hit
-                out_shape = hit[0]
-                items += hit[1]
-            value = entry.get("input_dtypes")
-            if type(value) is list and len(value) == 1 and type(value[0]) is str:
-                in_dtype = dtype_code_of((value[0],))  # the common case; cleaned at the end
-                items += 2
-            else:
-                hit = dtype_lists.get(id(value)) or read.dtypes_of(value)
-                if isinstance(hit, _EntryError):
-                    raise hit
-                in_dtype = hit[0]
-                items += hit[1]
-            value = entry.get("output_dtypes")
-            if type(value) is list and len(value) == 1 and type(value[0]) is str:
-                out_dtype = dtype_code_of((value[0],))
-                items += 2
-            else:
-                hit = dtype_lists.get(id(value)) or read.dtypes_of(value)
-                if isinstance(hit, _EntryError):
-                    raise hit
-                out_dtype = hit[0]
-                items += hit[1]
-            value = entry.get("frames")
-            hit = stack_lists.get(id(value)) or read.stack_of(value)
-            if isinstance(hit, _EntryError):  # never: any list of frames is usable
-                raise hit
-            stack_code = hit[0]
-            items += hit[1]
-            if p2p_kind == P2PKind.NONE and entry.get("is_p2p") is True and op not in MARKER_OPS:
-                raise _EntryError(f"is_p2p entry {_short(pname, 60)} is neither send nor recv")
-            group_code = group_code_of((pg_name, pg_desc))
-            pg_id = entry.get("pg_id")
-            if type(pg_id) is int:
-                pg_ids.setdefault(pg_id, group_code)
-        except _EntryError as exc:
-            errors.append((i, str(exc)))
-            continue
-        if state is None:
-            state = State.UNKNOWN
-            odd_states[_short(state_text, 20)] += 1
-        if backend not in KNOWN_BACKENDS:
-            unknown_backends.add(backend)
-        if op not in KNOWN_OPS:
-            unknown_ops.add(op)
-        append["index"](i)
-        append["record_id"](record_id)
-        append["group"](group_code)
-        append["coll_seq"](coll_seq)
-        append["p2p_seq"](p2p_seq)
-        append["op_id"](_maybe_int(entry.get("op_id")))
-        append["op"](read.ops(op))
-        append["backend"](read.backends(backend))
-        append["pname"](
-            read.pnames(pname if len(pname) <= 64 and pname.isprintable() else text(pname))
-        )
-        append["p2p_kind"](p2p_kind)
-        append["peer_src"](src)
-        append["peer_dst"](dst)
-        append["state"](state)
-        append["retired"](entry.get("retired") is True)
-        append["t_created"](_time(entry.get("time_created_ns")))
-        append["t_started"](_time(entry.get("time_discovered_started_ns")))
-        append["t_completed"](_time(entry.get("time_discovered_completed_ns")))
-        append["duration_ms"](_duration(entry.get("duration_ms")))
-        append["in_shape"](in_shape)
-        append["out_shape"](out_shape)
-        append["in_dtype"](in_dtype)
-        append["out_dtype"](out_dtype)
-        append["stack"](stack_code)
-        append["timeout_ms"](_maybe_int(entry.get("timeout_ms")))
-
-    if items > limit:
-        raise read.bomb()
+        arrays = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in cols.items()}
     if unknown_backends:
         warnings.append(f"rank {rank}: unknown backend(s) {_listed(unknown_backends)}")
     if unknown_ops:
@@ -1275,7 +1494,6 @@ def _build_rank(
             f"rank {rank}: {count} entr{'y' if count == 1 else 'ies'} with an unknown state"
             f" ({_listed(odd_states)})"
         )
-    arrays: dict[str, Any] = {k: np.asarray(v, dtype=_COLUMNS[k]) for k, v in cols.items()}
     record = arrays["record_id"]
     wrapped = bool(len(record) and int(record.min()) > 0)
     unit, marker = _blocks(arrays, read.ops.values, wrapped)
@@ -1296,7 +1514,7 @@ def _build_rank(
         backends=read.backends.values,
         profiling_names=read.pnames.values,
         shapes=read.shapes.values,
-        dtypes=[tuple(text(name) or "" for name in found) for found in read.dtypes.values],
+        dtypes=[tuple(read.text(name) or "" for name in found) for found in read.dtypes.values],
         stacks=read.stacks.values,
         unit=unit,
         marker=marker,

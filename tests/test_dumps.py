@@ -208,3 +208,45 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
     b = analyze(tmp_path, Options(workers=2))
     assert a.findings == b.findings == ()
     assert list(a.table.rank) == list(b.table.rank)
+
+
+def test_fast_and_careful_normalization_agree_on_every_sample_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fr_analyzer import dumps
+
+    samples = Path(__file__).resolve().parent.parent / "sample_dumps"
+    files = [f for d in sorted(samples.iterdir()) for f in discover(d).files]
+    fast = [load_rank(f) for f in files]
+    monkeypatch.setattr(dumps, "_fast_columns", lambda *args: None)
+    careful = [load_rank(f) for f in files]
+    for a, b in zip(fast, careful, strict=True):
+        assert not isinstance(a, UnreadableDump) and not isinstance(b, UnreadableDump)
+        for column in (
+            "record_id",
+            "group",
+            "coll_seq",
+            "p2p_seq",
+            "op_id",
+            "op",
+            "pname",
+            "p2p_kind",
+            "peer_src",
+            "peer_dst",
+            "state",
+            "retired",
+            "t_created",
+            "t_started",
+            "t_completed",
+            "in_shape",
+            "out_shape",
+            "in_dtype",
+            "out_dtype",
+            "stack",
+            "timeout_ms",
+            "unit",
+            "marker",
+        ):
+            assert getattr(a, column).tolist() == getattr(b, column).tolist(), (a.file, column)
+        assert a.shapes == b.shapes and a.dtypes == b.dtypes and a.stacks == b.stacks
+        assert a.groups == b.groups and a.pg_status == b.pg_status
