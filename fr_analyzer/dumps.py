@@ -1788,43 +1788,44 @@ _RECODED = {
 
 
 def merge(ranks: Sequence[RankDump]) -> EntryTable:
-    """Concatenate ranks (sorted by rank) into one table, re-coding per-rank tables globally."""
+    """Concatenate ranks (sorted by rank) into one table, re-coding per-rank tables globally.
+
+    Column by column, each rank's copy is released as soon as it is in the table (the ranks
+    keep only their metadata), so memory peaks at one table plus one column, not two tables.
+    """
     interners = {name: _Interner() for name in set(_RECODED.values())}
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
-    parts["rank"], parts["row_in_rank"], parts["unit"], parts["marker"] = [], [], [], []
-    offset = 0
+    maps: list[dict[str, npt.NDArray[np.int32]]] = []
     for dump in ranks:
-        maps = {}
-        for table in interners:
+        per_rank = {}
+        for table, intern in interners.items():
             values = getattr(dump, table)
-            intern = interners[table]
-            maps[table] = np.fromiter((intern(v) for v in values), np.int32, len(values))
-        for col, dtype in _COLUMNS.items():
+            per_rank[table] = np.fromiter((intern(v) for v in values), np.int32, len(values))
+        maps.append(per_rank)
+    sizes = np.array([d.n for d in ranks], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(ranks) else sizes
+    columns: dict[str, np.ndarray] = {}
+    for col, dtype in (*_COLUMNS.items(), ("unit", np.int8), ("marker", np.int64)):
+        pieces: list[np.ndarray] = []
+        for dump, per_rank, offset in zip(ranks, maps, offsets.tolist(), strict=True):
             values = getattr(dump, col)
-            if col in _RECODED:
-                table_map = maps[_RECODED[col]]
+            if col in _RECODED and len(values):
+                table_map = per_rank[_RECODED[col]]
                 if col == "stack":
-                    values = np.where(
-                        values >= 0, table_map[np.maximum(values, 0)] if len(table_map) else -1, -1
-                    ).astype(np.int32)
+                    safe = table_map[np.maximum(values, 0)] if len(table_map) else -1
+                    values = np.where(values >= 0, safe, -1)
                 else:
-                    values = table_map[values] if len(values) else values
-            parts[col].append(np.asarray(values, dtype=dtype))
-        parts["rank"].append(np.full(dump.n, dump.rank, dtype=np.int32))
-        parts["row_in_rank"].append(np.arange(dump.n, dtype=np.int32))
-        parts["unit"].append(dump.unit)
-        parts["marker"].append(
-            np.where(dump.marker >= 0, dump.marker + offset, -1).astype(np.int64)
-        )
-        offset += dump.n
-    columns = {
-        k: (np.concatenate(v) if v else np.empty(0, dtype=_COLUMNS.get(k, np.int64)))
-        for k, v in parts.items()
-    }
+                    values = table_map[values]
+            elif col == "marker":
+                values = np.where(values >= 0, values + offset, -1)
+            pieces.append(np.asarray(values, dtype=dtype))
+            setattr(dump, col, _EMPTY)
+        columns[col] = np.concatenate(pieces) if pieces else np.empty(0, dtype=dtype)
+        del pieces
+    rank = np.repeat(np.array([d.rank for d in ranks], dtype=np.int32), sizes)
+    starts = np.repeat(offsets, sizes)
+    row_in_rank = (np.arange(int(sizes.sum()), dtype=np.int64) - starts).astype(np.int32)
     shapes = interners["shapes"].values
     numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
-    rank = columns.pop("rank").astype(np.int32)
-    row_in_rank = columns.pop("row_in_rank").astype(np.int32)
     return EntryTable(
         rank=rank,
         row_in_rank=row_in_rank,
@@ -1838,6 +1839,9 @@ def merge(ranks: Sequence[RankDump]) -> EntryTable:
         stacks=interners["stacks"].values,
         columns=columns,
     )
+
+
+_EMPTY = np.empty(0, dtype=np.int8)
 
 
 def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:
