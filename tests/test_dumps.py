@@ -213,12 +213,12 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
 def test_fast_and_careful_normalization_agree_on_every_sample_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fr_analyzer import dumps
+    from fr_analyzer.dumps import normalize
 
     samples = Path(__file__).resolve().parent.parent / "sample_dumps"
     files = [f for d in sorted(samples.iterdir()) for f in discover(d).files]
     fast = [load_rank(f) for f in files]
-    monkeypatch.setattr(dumps, "_fast_columns", lambda *args: None)
+    monkeypatch.setattr(normalize, "_fast_columns", lambda *args: None)
     careful = [load_rank(f) for f in files]
     for a, b in zip(fast, careful, strict=True):
         assert not isinstance(a, UnreadableDump) and not isinstance(b, UnreadableDump)

@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fr_analyzer import cli, dumps
+from fr_analyzer.model import UnreadableDump
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"
@@ -911,7 +912,7 @@ def _load_rank_or_die(dump_file: dumps.DumpFile, max_bytes: int) -> Any:
 def test_a_loader_process_that_dies_costs_only_its_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dumps, "load_rank", _load_rank_or_die)
+    monkeypatch.setattr(dumps.loading, "load_rank", _load_rank_or_die)
     directory = tmp_path / "dumps"
     shutil.copytree(SAMPLES / "nccl_healthy", directory)
     outcome = run_cli(capsys, ["-d", str(directory), "--workers", "2"], tmp_path / "r.json")
@@ -1205,4 +1206,4 @@ def test_random_opcode_streams_are_refused_or_loaded_never_crash(
         start = time.perf_counter()
         result = dumps.load_rank(dumps.DumpFile(0, path))
         assert time.perf_counter() - start < 5
-    assert isinstance(result, dumps.RankDump | dumps.UnreadableDump)
+    assert isinstance(result, dumps.RankDump | UnreadableDump)

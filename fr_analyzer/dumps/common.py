@@ -1,0 +1,175 @@
+"""Limits, names and text helpers shared by the loader modules."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model import State
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+I8 = npt.NDArray[np.int8]
+B = npt.NDArray[np.bool_]
+F64 = npt.NDArray[np.float64]
+
+# Limits. Genuine dumps are far inside every one of them.
+DEFAULT_MAX_FILE_BYTES = 1 << 30
+"""Largest rank file read, counted after gunzip (`--max-file-size`)."""
+MAX_SEQ_ID = 1 << 62
+"""Largest sequence id: a per-group counter never gets near it."""
+MAX_NUMEL = 1 << 40
+"""Largest number of elements in one tensor shape (2**40 elements is terabytes)."""
+MAX_DURATION_MS = 1e10
+"""Longest duration believed (115 days); longer, negative or NaN durations count as unknown."""
+MAX_DIMS = 64
+"""Most dimensions in one tensor shape."""
+GZIP_MAX_RATIO = 500
+"""Refuse gzip data that inflates more than this many times (dumps compress about 5-30x)..."""
+GZIP_RATIO_FLOOR = 32 << 20
+"""...once it has produced this many bytes."""
+FAST_SCAN_TUPLES = 20_000
+"""Pickles with more tuples than this (a genuine one has one per entry) get the exact check."""
+MAX_TUPLE_NODES = 10_000
+"""Most tuples one tuple may hold, counted through nesting and repeats (hashing visits each)."""
+EXPANSION_FACTOR = 4
+EXPANSION_FLOOR = 1 << 20
+"""A file's entries may expand to at most FACTOR x its bytes + FLOOR items (entries, shapes,
+dimensions, dtypes, frames). Every item costs at least one byte unless the pickle refers to one
+list many times, so only such repetition (a memo bomb) gets near the limit."""
+MIN_ENTRY_BYTES = 16
+DENSE_FLOOR = 10_000
+"""More entries than max(DENSE_FLOOR, bytes / MIN_ENTRY_BYTES) cannot be real entries."""
+
+NO_TIME = -1
+MARKER_OPS = frozenset({"coalesced", "ALLGATHER_coalesced", "REDUCE_SCATTER_coalesced"})
+P2P_OPS = frozenset({"send", "recv"})
+KNOWN_BACKENDS = frozenset(
+    {
+        "nccl",
+        "ncclx",
+        "gloo",
+        "xccl",
+        "rccl",
+        "hccl",
+        "mccl",
+        "nccl2",
+        "c10d",
+        "ucc",
+        "mpi",
+    }
+)
+KNOWN_OPS = (
+    MARKER_OPS
+    | P2P_OPS
+    | frozenset(
+        {
+            "all_reduce",
+            "allreduce",
+            "allreduce_coalesced",
+            "all_reduce_coalesced",
+            "all_reduce_barrier",
+            "all_reduce_sparse",
+            "barrier",
+            "monitored_barrier",
+            "broadcast",
+            "_broadcast_oop",
+            "reduce",
+            "_reduce_oop",
+            "all_gather",
+            "allgather",
+            "_all_gather_base",
+            "all_gather_into_tensor",
+            "all_gather_into_tensor_coalesced",
+            "allgather_into_tensor_coalesced",
+            "allgather_coalesced",
+            "reduce_scatter",
+            "_reduce_scatter_base",
+            "reduce_scatter_tensor",
+            "reduce_scatter_tensor_coalesced",
+            "gather",
+            "scatter",
+            "all_to_all",
+            "all_to_all_single",
+            "alltoall",
+            "alltoall_base",
+            "recvAnysource",
+        }
+    )
+)
+_STATES = {
+    "scheduled": State.SCHEDULED,
+    "started": State.STARTED,
+    "completed": State.COMPLETED,
+}
+_INT64_MAX = (1 << 63) - 1
+_O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+_SIZE_RE = re.compile(
+    r"\s*([0-9]{1,30})(?:\.([0-9]{1,9}))?\s*([kmgt]?)(?:i?b)?\s*",
+    re.IGNORECASE | re.ASCII,
+)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """`"512M"` → 536870912: a byte count, or a number with K, M, G or T (powers of 1024)."""
+    match = _SIZE_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: give bytes, or e.g. 512M or 2G")
+    unit = _SIZE_UNITS[match[3].lower()]
+    fraction = match[2] or "0"
+    value: int = int(match[1]) * unit + int(fraction) * unit // 10 ** len(fraction)
+    if value < 1:
+        raise ValueError(f"{text!r} is not a size: it must be at least one byte")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Text from dumps
+
+
+def _escape(text: str) -> str:
+    """`text` with every unprintable character (controls, lone surrogates, ...) escaped."""
+    return "".join(ch if ch.isprintable() else _escape_char(ch) for ch in text)
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str) -> str:
+    """Safe to print and to encode as UTF-8: unprintable characters are escaped."""
+    return text if text.isprintable() else _escape(text)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """A bounded, printable description of any loaded value, for messages."""
+    if isinstance(value, str | bytes | bytearray):
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value) if -(10**30) < value < 10**30 else f"<{value.bit_length()}-bit integer>"
+    if isinstance(value, list | tuple | dict | set | frozenset):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return f"<{type(value).__name__}>"
+
+
+def _scalar_text(value: Any) -> str | None:
+    """Text for a non-str scalar (bytes, number, bool, None); None for containers."""
+    if isinstance(value, bytes | bytearray):
+        return printable(bytes(value).decode("utf-8", "replace"))
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return _short(value)
+    return None

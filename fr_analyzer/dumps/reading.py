@@ -1,0 +1,416 @@
+"""Read one dump file safely: regular files only, bounded sizes, gzip, JSON, and pickles
+scanned for bombs before an unpickler that refuses every global builds them."""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import io
+import json
+import os
+import pickle
+import pickletools
+import re
+import stat
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import DumpError
+from .common import (
+    _O_FLAGS,
+    DEFAULT_MAX_FILE_BYTES,
+    FAST_SCAN_TUPLES,
+    GZIP_MAX_RATIO,
+    GZIP_RATIO_FLOOR,
+    MAX_TUPLE_NODES,
+    _short,
+    printable,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Safe reading
+
+
+class NoGlobalsUnpickler(pickle.Unpickler):
+    """Genuine dumps hold only builtin containers and scalars, so every global is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(
+            f"refused to load global {printable(module[:80])}.{printable(name[:80])}"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refused persistent id")
+
+
+@dataclass
+class _Raw:
+    """A loaded file: the object, how many bytes it was parsed from, and notes for warnings."""
+
+    obj: Any
+    nbytes: int
+    notes: list[str]
+
+
+def read_raw(path: Path, rank: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Any:
+    """Bytes of one file → the dump object, refusing globals; errors name the file and rank."""
+    return _read(path, rank, max_bytes).obj
+
+
+def _read(path: Path, rank: int | None, max_bytes: int) -> _Raw:
+    where = printable(str(path))
+    data = _read_bytes(path, where, rank, max_bytes)
+    if not data:
+        raise DumpError(where, rank, "empty file")
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip(data, where, rank, max_bytes)
+        if not data:
+            raise DumpError(where, rank, "empty file (after gunzip)")
+        if data[:2] == b"\x1f\x8b":
+            raise DumpError(where, rank, "gzip data inside gzip data: decompress it first")
+    for magic, kind in _OTHER_FORMATS:
+        if data.startswith(magic):
+            raise DumpError(where, rank, f"{kind} data, not a dump (only gzip is read)")
+    notes: list[str] = []
+    head = data[:64].removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
+    if head in (b"{", b"["):
+        return _Raw(_load_json(data, where, rank, notes), len(data), notes)
+    reason, exact = _scan_pickle(data)
+    if reason is None and exact:
+        reason = _check_tuples(data)
+    if reason is not None:
+        raise DumpError(where, rank, reason)
+    return _Raw(_unpickle(data, where, rank), len(data), notes)
+
+
+_OTHER_FORMATS = (
+    (b"\xfd7zXZ\x00", "xz-compressed"),
+    (b"BZh", "bzip2-compressed"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
+    (b"\x04\x22\x4d\x18", "lz4-compressed"),
+    (b"PK\x03\x04", "zip"),
+)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _read_bytes(path: Path, where: str, rank: int | None, max_bytes: int) -> bytes:
+    """At most `max_bytes` of a regular file; FIFOs, devices and sockets are never opened."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise DumpError(where, rank, f"not a regular file ({_file_kind(info.st_mode)})")
+        if info.st_size > max_bytes:
+            raise DumpError(
+                where,
+                rank,
+                f"file is {info.st_size} bytes, over the {max_bytes}-byte limit"
+                " (see --max-file-size)",
+            )
+        with open(os.open(path, _O_FLAGS), "rb", buffering=0) as stream:
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):  # replaced between stat and open
+                raise DumpError(where, rank, f"not a regular file ({_file_kind(info.st_mode)})")
+            parts: list[bytes] = []
+            total, want = 0, min(info.st_size, max_bytes) + 1
+            while total <= max_bytes:
+                chunk = stream.read(min(want, max_bytes + 1 - total))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                total += len(chunk)
+                want = 1 << 20
+    except OSError as exc:
+        raise DumpError(where, rank, f"cannot read: {exc.strerror or exc}") from None
+    if total > max_bytes:
+        raise DumpError(
+            where,
+            rank,
+            f"file is over the {max_bytes}-byte limit (see --max-file-size)",
+        )
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _gunzip(data: bytes, where: str, rank: int | None, max_bytes: int) -> bytes:
+    """Inflate gzip data (every member) in steps, stopping at the size limit or at a ratio no
+    real dump reaches (a gzip bomb)."""
+    source = io.BytesIO(data)
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=source) as stream:
+            while chunk := stream.read(1 << 20):
+                out += chunk
+                if len(out) > max_bytes:
+                    raise DumpError(
+                        where,
+                        rank,
+                        f"gzip data inflates to over the {max_bytes}-byte limit"
+                        " (see --max-file-size)",
+                    )
+                if len(out) > GZIP_RATIO_FLOOR and len(out) > GZIP_MAX_RATIO * source.tell():
+                    raise DumpError(
+                        where,
+                        rank,
+                        f"gzip bomb: {source.tell()} compressed bytes inflate to over"
+                        f" {len(out)} bytes (more than {GZIP_MAX_RATIO}x)",
+                    )
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DumpError(where, rank, f"bad gzip data: {printable(str(exc))[:200]}") from None
+    return bytes(out)
+
+
+def _load_json(data: bytes, where: str, rank: int | None, notes: list[str]) -> Any:
+    try:
+        try:
+            return json.loads(data)
+        except UnicodeDecodeError:
+            notes.append("bytes that are not UTF-8 were replaced")
+            return json.loads(data.decode("utf-8", "replace"))
+    except RecursionError:
+        raise DumpError(where, rank, "malformed JSON: nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        what = _text_head(data) if exc.pos < 8 else None
+        reason = f"looks like text ({what})" if what else printable(str(exc))[:200]
+        raise DumpError(where, rank, f"malformed JSON: {reason}") from None
+    except ValueError as exc:
+        raise DumpError(where, rank, f"malformed JSON: {printable(str(exc))[:200]}") from None
+
+
+def _unpickle(data: bytes, where: str, rank: int | None) -> Any:
+    was_enabled = gc.isenabled()
+    gc.disable()  # building millions of small containers is much faster without GC passes
+    try:
+        return NoGlobalsUnpickler(io.BytesIO(data)).load()
+    except EOFError:
+        raise DumpError(where, rank, "pickle data was truncated") from None
+    except MemoryError:
+        raise DumpError(where, rank, "pickle needs more memory than available") from None
+    except RecursionError:
+        raise DumpError(where, rank, "not a valid dump pickle: nested too deeply") from None
+    except (
+        pickle.UnpicklingError,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+    ) as exc:
+        raise DumpError(
+            where, rank, f"not a valid dump pickle: {_pickle_error(exc, data)}"
+        ) from None
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _pickle_error(exc: Exception, data: bytes) -> str:
+    """The unpickler's complaint, or what the file looks like when it is plainly text."""
+    text = printable(str(exc))[:200]
+    if data[:1] != b"\x80" and not text.startswith("refused"):
+        head = _text_head(data)
+        if head:
+            return f"looks like text, not a pickle ({head})"
+    return text
+
+
+def _text_head(data: bytes) -> str | None:
+    """The first line, quoted and cut short, when a file starts as plain text."""
+    try:
+        head = data[:200].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < 196:  # not just a character cut at the end
+            return None
+        head = data[: exc.start].decode("utf-8")
+    lines = head.strip().splitlines()
+    if lines and all(ch.isprintable() or ch in "\t\r\n" for ch in head):
+        return _short(lines[0])
+    return None
+
+
+# Opcode scan. Opcodes whose argument has a fixed size and that neither build tuples nor share
+# them are skipped in runs by one regular expression; the rest are looked at one by one.
+_OPS = {ord(op.code): op for op in pickletools.opcodes}
+_TUPLE_OPS = frozenset(b"\x85\x86\x87t")
+_SHARING_OPS = frozenset(b"201\x8f\x90\x91")  # DUP, POP, POP_MARK, EMPTY_SET, ADDITEMS, FROZENSET
+_MEMO_PUTS = frozenset(b"qrp\x94")  # BINPUT, LONG_BINPUT, PUT, MEMOIZE
+_STOP, _FRAME, _LONG_BINPUT, _PUT = ord("."), 0x95, ord("r"), ord("p")
+_NEUTRAL = frozenset((_FRAME, 0x80))  # FRAME, PROTO
+_TWO_LINES = frozenset(b"ci")  # GLOBAL and INST: module and name lines
+_COUNTED = {
+    -2: (1, False),
+    -3: (4, True),
+    -4: (4, False),
+    -5: (8, False),
+}  # length prefixes
+
+
+def _plain_run() -> re.Pattern[bytes]:
+    special = _TUPLE_OPS | _SHARING_OPS | {_STOP, _FRAME, _LONG_BINPUT}
+    zero: list[int] = []
+    fixed: dict[int, list[int]] = {}
+    for code, op in _OPS.items():
+        size = 0 if op.arg is None else op.arg.n
+        if code in special or size < 0:
+            continue
+        (zero if size == 0 else fixed.setdefault(size, [])).append(code)
+
+    def charset(codes: Iterable[int]) -> bytes:
+        return b"[" + b"".join(re.escape(bytes([c])) for c in sorted(codes)) + b"]"
+
+    parts = [charset(zero)]
+    parts += [charset(codes) + b".{%d}" % size for size, codes in sorted(fixed.items())]
+    parts.append(b"r..[\\x00-\\x0f]\\x00")  # LONG_BINPUT to a memo slot below 2**20
+    parts.append(  # LONG1 of up to 9 bytes: timestamps and the like
+        b"\\x8a(?:" + b"|".join(re.escape(bytes([n])) + b".{%d}" % n for n in range(10)) + b")"
+    )
+    return re.compile(b"(?:" + b"|".join(parts) + b")*+", re.DOTALL)
+
+
+_PLAIN_RUN = _plain_run()
+
+
+def _scan_pickle(data: bytes) -> tuple[str | None, bool]:
+    """Walk a pickle's opcodes without building anything: (a reason to refuse it, or None;
+    whether its tuples need the exact check). Where the stream is malformed the walk stops: the
+    unpickler, which reads the same opcodes in the same order, refuses it at that point."""
+    n = len(data)
+    pos = tuples = 0
+    tuple_memo = sharing = False
+    skip = _PLAIN_RUN.match
+    while True:
+        pos = skip(data, pos).end()  # type: ignore[union-attr]  # `*+` always matches
+        if pos >= n:
+            break
+        code = data[pos]
+        if code == _STOP:
+            break
+        if code in _TUPLE_OPS:
+            tuples += 1
+            pos += 1
+            after = pos  # past opcodes that leave the stack alone: is the tuple memoized?
+            while after < n and data[after] in _NEUTRAL:
+                after += 9 if data[after] == _FRAME else 2
+            tuple_memo = tuple_memo or (after < n and data[after] in _MEMO_PUTS)
+            continue
+        if code in _SHARING_OPS:
+            sharing = True
+            pos += 1
+            continue
+        op = _OPS.get(code)
+        if op is None or op.arg is None:
+            break
+        size = op.arg.n
+        if code in (_LONG_BINPUT, _FRAME):
+            width = 4 if code == _LONG_BINPUT else 8
+            if pos + 1 + width > n:
+                break
+            value = int.from_bytes(data[pos + 1 : pos + 1 + width], "little")
+            if code == _LONG_BINPUT and value > pos:
+                return _memo_bomb(value, pos), False
+            if code == _FRAME and value > n - pos - 9:
+                return "pickle data was truncated", False
+            pos += 1 + width
+        elif size > 0:
+            pos += 1 + size
+        elif size == -1:  # protocol 0 text argument(s), newline-terminated
+            end = data.find(b"\n", pos + 1)
+            if end >= 0 and code in _TWO_LINES:
+                end = data.find(b"\n", end + 1)
+            if end < 0:
+                break
+            if code == _PUT:
+                text = data[pos + 1 : end].strip()
+                if not text.isdigit():
+                    break
+                if len(text) > 20 or int(text) > pos:
+                    return _memo_bomb(int(text) if len(text) <= 20 else 10**20, pos), False
+            pos = end + 1
+        else:
+            width, signed = _COUNTED[size]
+            if pos + 1 + width > n:
+                break
+            length = int.from_bytes(data[pos + 1 : pos + 1 + width], "little", signed=signed)
+            if length < 0:
+                break
+            pos += 1 + width + length
+            if pos > n:
+                return "pickle data was truncated", False
+    exact = tuples > FAST_SCAN_TUPLES or (tuples > 1 and (tuple_memo or sharing))
+    return None, exact
+
+
+def _memo_bomb(index: int, pos: int) -> str:
+    return (
+        f"refused: pickle memo index {_short(index)} at byte {pos} is beyond anything the file"
+        " holds (the unpickler would allocate gigabytes for it)"
+    )
+
+
+def _check_tuples(data: bytes) -> str | None:
+    """Exact check of the tuples a pickle builds: hashing a tuple (as a dict key or set member)
+    visits every tuple inside it, recursively, so one may hold at most MAX_TUPLE_NODES tuples,
+    counting nested ones and repeats. Slow (every opcode in Python); only for pickles that share
+    tuples or hold very many."""
+    stack: list[int] = []  # per item: how many tuples it is made of (0 for anything else)
+    marks: list[int] = []
+    memo: dict[int, int] = {}
+    markobject = pickletools.markobject
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            code = op.code
+            if code in "\x85\x86\x87t)":
+                if code == "t":
+                    start = marks.pop() if marks else 0
+                elif code == ")":
+                    start = len(stack)
+                else:
+                    start = max(0, len(stack) - (ord(code) - 0x84))
+                nodes = 1 + sum(stack[start:])
+                del stack[start:]
+                if nodes > MAX_TUPLE_NODES:
+                    return (
+                        f"refused: pickle builds a tuple of over {MAX_TUPLE_NODES} nested or"
+                        " repeated tuples (hashing it would never finish or crash)"
+                    )
+                stack.append(nodes)
+            elif code == "(":
+                marks.append(len(stack))
+            elif code in "qrp":
+                memo[int(arg or 0)] = stack[-1] if stack else 0
+            elif code == "\x94":
+                memo[len(memo)] = stack[-1] if stack else 0
+            elif code in "hjg":
+                stack.append(memo.get(int(arg or 0), 0))
+            elif code == "2":
+                stack.append(stack[-1] if stack else 0)
+            elif code == ".":
+                break
+            else:
+                before = op.stack_before
+                if markobject in before:
+                    start = marks.pop() if marks else 0
+                    del stack[start:]
+                    below = before.index(markobject)
+                else:
+                    below = len(before)
+                if below:
+                    del stack[max(0, len(stack) - below) :]
+                stack.extend([0] * len(op.stack_after))
+    except ValueError as exc:
+        return f"not a valid dump pickle: {printable(str(exc))[:200]}"
+    return None
