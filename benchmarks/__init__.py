@@ -1,0 +1,1 @@
+"""Scale benchmark for fr-analyze: a streaming dump generator (`gen`) and a runner (`run`)."""

@@ -1,0 +1,637 @@
+"""Scale benchmark: how fr-analyze's time and memory grow with the number of ranks.
+
+For each size it generates (or reuses) a dump set with `benchmarks.gen`, then measures, one
+tool at a time so that nothing competes for the two cores:
+
+- the load floor: one fresh Python process that only `pickle.load`s every file (gc disabled);
+- `fr-analyze -d DIR`: wall time, CPU time, peak memory, exit code and verdict;
+- with `--compare`: PyTorch's `torchfrtrace` (`python -m torch.distributed.flight_recorder.fr_trace
+  DIR -p PREFIX`) from a separate virtualenv, killed at `--time-limit` or `--mem-limit-gib`.
+
+Memory is reported twice: `max RSS` is the largest resident set of any single process of the
+tree (`ru_maxrss` of the waited-for tree, from `wait4`); `peak PSS` is the peak of the
+proportional set size summed over the whole tree (parent and worker processes, sampled five
+times a second from /proc), which counts pages shared between forked workers once.
+
+Results print as one table and are written as JSON (default `bench-results/bench.json` in the
+repository, which git ignores) so that runs can be compared across commits.
+
+Usage: `python -m benchmarks.run [--sizes 256,1024] [--fault none] [--compare]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from .gen import DEFAULT_OUT, FAULTS, FILE_PREFIX, FRAME_MODES, PICKLERS, Manifest, Spec, generate
+from .gen import stderr_progress as gen_progress
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = REPO / "bench-results" / "bench.json"
+DEFAULT_SIZES = (256, 1024)
+TORCH_PYTHON = Path("/tmp/torchvenv/bin/python")
+SCHEMA = "fr-analyze.bench/1"
+GIB = 1 << 30
+SAMPLE_SECONDS = 0.2
+
+LOAD_FLOOR_CODE = """
+import gc, json, os, pickle, sys, time
+directory = sys.argv[1]
+names = sorted(n for n in os.listdir(directory) if n.startswith(sys.argv[2]))
+gc.disable()
+start = time.perf_counter()
+entries = 0
+for name in names:
+    with open(os.path.join(directory, name), "rb") as stream:
+        dump = pickle.load(stream)
+    entries += len(dump["entries"])
+    del dump
+print(json.dumps({"seconds": time.perf_counter() - start, "files": len(names), "entries": entries}))
+"""
+
+# --- measuring one process tree ----------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """One command's run: status is ok, crash, timeout, memory-limit or unavailable."""
+
+    status: str
+    exit_code: int | None
+    wall_s: float
+    cpu_s: float
+    max_rss_bytes: int
+    peak_tree_pss_bytes: int
+    others_cores: float = 0.0  # cores other processes used during the run (skews timings)
+    stdout_tail: list[str] = field(default_factory=list)
+    stderr_tail: list[str] = field(default_factory=list)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as stream:
+                out.extend(int(child) for child in stream.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    seen, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        seen.append(current)
+        todo.extend(_children(current))
+    return seen
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size of one process in bytes (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as stream:
+            for line in stream:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class _Watch(threading.Thread):
+    """Samples the tree's summed PSS and kills the tree at the time or memory limit."""
+
+    def __init__(self, pid: int, time_limit: float, mem_limit: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.time_limit, self.mem_limit = pid, time_limit, mem_limit
+        self.peak = 0
+        self.killed: str | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        while not self.stop.wait(SAMPLE_SECONDS):
+            total = sum(_pss(p) for p in _tree(self.pid))
+            self.peak = max(self.peak, total)
+            if time.perf_counter() - start > self.time_limit:
+                self.killed = "timeout"
+            elif total > self.mem_limit:
+                self.killed = "memory-limit"
+            if self.killed:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)  # our own child's session only
+                return
+
+
+def _tail(path: Path, lines: int = 8) -> list[str]:
+    try:
+        with path.open("rb") as stream:
+            stream.seek(max(0, path.stat().st_size - 16_384))
+            text = stream.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line.rstrip() for line in text.splitlines()[-lines:]]
+
+
+def measure(
+    cmd: Sequence[str],
+    scratch: Path,
+    time_limit: float,
+    mem_limit: int,
+    ok_codes: tuple[int, ...] = (0,),
+    env: dict[str, str] | None = None,
+) -> Measurement:
+    """Run `cmd` in its own session; wall time, CPU time and memory of its whole tree.
+
+    Status: ok (exit code in `ok_codes`), crash (any other exit), timeout or memory-limit.
+    """
+    out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        busy_before, _ = _cpu_ticks()
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+        watch = _Watch(proc.pid, time_limit, mem_limit)
+        watch.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        busy_after, _ = _cpu_ticks()
+        watch.stop.set()
+        watch.join()
+    cpu = usage.ru_utime + usage.ru_stime
+    others = max(0.0, (busy_after - busy_before) / _TICKS_PER_S - cpu) / max(wall, 1e-9)
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code  # reaped by wait4; tell Popen so it does not try again
+    if watch.killed:
+        state = watch.killed
+    elif code not in ok_codes:
+        state = "crash"
+    else:
+        state = "ok"
+    return Measurement(
+        status=state,
+        exit_code=code,
+        wall_s=round(wall, 3),
+        cpu_s=round(cpu, 3),
+        max_rss_bytes=usage.ru_maxrss * 1024,
+        peak_tree_pss_bytes=watch.peak,
+        others_cores=round(others, 2),
+        stdout_tail=_tail(out_path),
+        stderr_tail=_tail(err_path),
+    )
+
+
+# --- one size --------------------------------------------------------------------------------
+
+
+@dataclass
+class SizeResult:
+    """Everything measured for one dump set (JSON-ready)."""
+
+    ranks: int
+    fault: str
+    frames: str
+    pickler: str
+    dumps_dir: str
+    entries: int
+    disk_bytes: int
+    generate_s: float
+    reused: bool
+    load_floor_s: float | None = None  # fastest of the runs
+    load_floor_runs_s: list[float] = field(default_factory=list)
+    fr_analyze: Measurement | None = None  # the fastest successful run
+    fr_analyze_runs_s: list[float] = field(default_factory=list)
+    ratio_to_floor: float | None = None
+    s_per_million_entries: float | None = None
+    expected: dict[str, Any] = field(default_factory=dict)
+    verdict: dict[str, Any] | None = None
+    verdict_ok: bool | None = None
+    torchfrtrace: Measurement | None = None
+    busy_cores_before: list[float] = field(default_factory=list)  # others' load, per run
+    skipped: str | None = None
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot."""
+    with open("/proc/stat", encoding="ascii") as stream:
+        fields = [int(v) for v in stream.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_cores(seconds: float = 2.0) -> float:
+    """How many cores other processes keep busy right now (we are idle while sampling)."""
+    try:
+        busy0, total0 = _cpu_ticks()
+        time.sleep(seconds)
+        busy1, total1 = _cpu_ticks()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    cpus = os.cpu_count() or 1
+    return cpus * (busy1 - busy0) / max(1, total1 - total0)
+
+
+def wait_for_idle(max_wait: float, threshold: float = 0.3) -> float:
+    """Wait (up to `max_wait` s) until other processes use under `threshold` cores, so that
+    timings are not skewed by someone else's job; returns the last busy reading."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        busy = busy_cores()
+        if busy < threshold or time.monotonic() >= deadline:
+            return round(busy, 2)
+        _log(f"  machine busy ({busy:.1f} cores used by other processes); waiting")
+        time.sleep(15)
+
+
+def _warm(directory: Path) -> None:
+    """Read every file once so that both the floor and the tools see a warm page cache."""
+    with os.scandir(directory) as it:
+        for entry in it:
+            with open(entry.path, "rb") as stream:
+                while stream.read(1 << 20):
+                    pass
+
+
+def load_floor(directory: Path) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_FLOOR_CODE, str(directory), FILE_PREFIX],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    seconds: float = json.loads(done.stdout)["seconds"]
+    return round(seconds, 3)
+
+
+def verdict_matches(expected: dict[str, Any], verdict: dict[str, Any] | None, code: int) -> bool:
+    """The report's verdict agrees with what the generator injected (or found nothing)."""
+    if verdict is None:
+        return False
+    if expected["status"] == "ok":
+        return code == 0 and verdict.get("status") == "ok"
+    keys = ("status", "kind", "group", "collective_seq_id", "culprit_ranks")
+    return code == 1 and all(verdict.get(k) == expected.get(k) for k in keys)
+
+
+def estimate_bytes(spec: Spec) -> int:
+    """Disk a set needs: measured ~340 KB per rank (shared frames; ~2.3x with distinct
+    frames) plus each file's copy of the world member list."""
+    per_rank = 310_000 if spec.frames == "shared" else 530_000
+    return spec.world_size * (per_rank + 7 * spec.world_size)
+
+
+def fr_analyze_cmd(source: Path | None) -> list[str]:
+    """The working tree's `fr-analyze`, or `python -m fr_analyzer` from an exported revision."""
+    script = Path(sys.executable).parent / "fr-analyze"
+    if source is None and script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "fr_analyzer"]
+
+
+def export_revision(rev: str, into: Path) -> Path:
+    """`git archive` the fr_analyzer package of `rev` into `into` (the repo is not touched)."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "fr_analyzer"],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
+    need = estimate_bytes(spec)
+    args.data.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(args.data).free
+    manifest_path = args.data / spec.folder_name() / "manifest.json"
+    if not manifest_path.exists() and free < need * 1.15:
+        return SizeResult(
+            spec.world_size,
+            spec.fault,
+            spec.frames,
+            spec.pickler,
+            "",
+            0,
+            need,
+            0.0,
+            False,
+            skipped=f"needs ~{need / GIB:.1f} GiB, {free / GIB:.1f} GiB free",
+        )
+    _log(f"[{spec.world_size} ranks] generating (or reusing) in {args.data}")
+    manifest, reused = generate(spec, args.data, args.gen_workers, gen_progress)
+    result = _start(spec, manifest, reused)
+    directory = Path(manifest.dumps_dir)
+    _log(f"[{spec.world_size} ranks] warming the page cache")
+    _warm(directory)
+    _log(f"[{spec.world_size} ranks] load floor")
+    result.busy_cores_before = [wait_for_idle(args.idle_wait)]
+    result.load_floor_runs_s = [load_floor(directory) for _ in range(args.repeat)]
+    result.load_floor_s = min(result.load_floor_runs_s)
+    mem_limit = int(args.mem_limit_gib * GIB)
+    with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
+        scratch = Path(tmp)
+        report = scratch / "report.json"
+        cmd = [*fr_analyze_cmd(args.source), "-d", str(directory), "--workers", str(args.workers)]
+        cmd += ["--json", str(report)]
+        _log(f"[{spec.world_size} ranks] fr-analyze: {' '.join(cmd)}")
+        runs = []
+        for _ in range(args.repeat):
+            result.busy_cores_before.append(wait_for_idle(args.idle_wait))
+            runs.append(measure(cmd, scratch, args.time_limit, mem_limit, (0, 1), args.env))
+            if runs[-1].status != "ok":
+                break
+        result.fr_analyze_runs_s = [r.wall_s for r in runs]
+        m = result.fr_analyze = min(runs, key=lambda r: (r.status != "ok", r.wall_s))
+        if m.status == "ok" and result.load_floor_s:
+            result.ratio_to_floor = round(m.wall_s / result.load_floor_s, 2)
+            result.s_per_million_entries = round(m.wall_s / (manifest.entries / 1e6), 3)
+        try:
+            result.verdict = json.loads(report.read_text(encoding="utf-8"))["verdict"]
+        except (OSError, ValueError, KeyError):
+            result.verdict = None
+        code = m.exit_code if m.exit_code is not None else -1
+        if m.status == "ok":
+            result.verdict_ok = verdict_matches(manifest.expected, result.verdict, code)
+        if args.compare:
+            result.busy_cores_before.append(wait_for_idle(args.idle_wait))
+            result.torchfrtrace = _torchfrtrace(directory, scratch, args)
+    if args.delete_after:
+        shutil.rmtree(directory.parent)
+    return result
+
+
+def _start(spec: Spec, manifest: Manifest, reused: bool) -> SizeResult:
+    return SizeResult(
+        ranks=spec.world_size,
+        fault=spec.fault,
+        frames=spec.frames,
+        pickler=spec.pickler,
+        dumps_dir=manifest.dumps_dir,
+        entries=manifest.entries,
+        disk_bytes=manifest.bytes,
+        generate_s=manifest.seconds,
+        reused=reused,
+        expected=manifest.expected,
+    )
+
+
+def _torchfrtrace(directory: Path, scratch: Path, args: argparse.Namespace) -> Measurement:
+    python = args.torch_python
+    probe = subprocess.run(
+        [str(python), "-c", "import torch.distributed.flight_recorder.fr_trace"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return Measurement("unavailable", None, 0.0, 0.0, 0, 0)
+    cmd = [str(python), "-m", "torch.distributed.flight_recorder.fr_trace", str(directory)]
+    cmd += ["-p", FILE_PREFIX]
+    _log(f"torchfrtrace: {' '.join(cmd)}")
+    return measure(cmd, scratch, args.time_limit, int(args.mem_limit_gib * GIB))
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def _tool_time(m: Measurement | None) -> str:
+    if m is None:
+        return "-"
+    if m.status == "ok":
+        return f"{m.wall_s:.1f}"
+    if m.status == "crash":
+        last = m.stderr_tail[-1] if m.stderr_tail else f"exit {m.exit_code}"
+        return f"crash after {m.wall_s:.1f} ({last[:40]})"
+    if m.status in ("timeout", "memory-limit"):
+        return f"{m.status} at {m.wall_s:.0f}"
+    return m.status
+
+
+def _verdict_text(r: SizeResult) -> str:
+    if r.verdict_ok is None:
+        return "no result"
+    text = "right" if r.verdict_ok else "WRONG"
+    return text if r.fault == "none" else f"{text} ({r.fault})"
+
+
+def table(results: Sequence[SizeResult], compare: bool) -> str:
+    headers = [
+        "ranks",
+        "entries",
+        "disk GiB",
+        "gen s",
+        "load floor s",
+        "fr-analyze s",
+        "x floor",
+        "s / M entries",
+        "CPU s",
+        "max RSS GiB",
+        "peak PSS GiB",
+        "verdict",
+        "others' load",
+    ]
+    if compare:
+        headers += ["torchfrtrace s", "tft max RSS GiB", "tft peak PSS GiB"]
+    rows = []
+    for r in results:
+        if r.skipped:
+            rows.append([r.ranks, "-", _gib(r.disk_bytes), f"skipped: {r.skipped}"])
+            continue
+        m = r.fr_analyze
+        row: list[Any] = [
+            r.ranks,
+            f"{r.entries:,}",
+            _gib(r.disk_bytes),
+            "reused" if r.reused else f"{r.generate_s:.1f}",
+            r.load_floor_s,
+            _tool_time(m),
+            r.ratio_to_floor if r.ratio_to_floor is not None else "-",
+            r.s_per_million_entries if r.s_per_million_entries is not None else "-",
+            f"{m.cpu_s:.1f}" if m else "-",
+            _gib(m.max_rss_bytes) if m else "-",
+            _gib(m.peak_tree_pss_bytes) if m else "-",
+            _verdict_text(r),
+            f"{m.others_cores:.1f}" if m else "-",
+        ]
+        if compare:
+            t = r.torchfrtrace
+            row += [
+                _tool_time(t),
+                _gib(t.max_rss_bytes) if t and t.max_rss_bytes else "-",
+                _gib(t.peak_tree_pss_bytes) if t and t.peak_tree_pss_bytes else "-",
+            ]
+        rows.append(row)
+    return tabulate(rows, headers=headers, disable_numparse=True, stralign="right")
+
+
+def _git() -> dict[str, Any]:
+    def git(*argv: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(REPO), *argv], capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty_paths": git("status", "--porcelain", "--", "fr_analyzer").splitlines(),
+    }
+
+
+def _analyzer(rev: str | None) -> str:
+    if rev is None:
+        return "working tree"
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True, check=False
+    )
+    return f"git revision {rev} ({done.stdout.strip()})"
+
+
+def _machine() -> dict[str, Any]:
+    mem = 0
+    try:
+        with open("/proc/meminfo", encoding="ascii") as stream:
+            for line in stream:
+                if line.startswith("MemTotal:"):
+                    mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "mem_bytes": mem,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text}"
+        ) from None
+    if not sizes or any(s < 32 or s % 32 for s in sizes):
+        raise argparse.ArgumentTypeError("sizes must be multiples of 32 (tp 8 x pp 4)")
+    return sizes
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Time and memory of fr-analyze on generated dump sets of growing size.",
+    )
+    parser.add_argument(
+        "--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="e.g. 256,1024,4096,16384"
+    )
+    parser.add_argument("--fault", choices=FAULTS, default="none", help="fault to inject")
+    parser.add_argument("--frames", choices=FRAME_MODES, default="shared", help="see gen.py")
+    parser.add_argument("--pickler", choices=PICKLERS, default="torch", help="see gen.py")
+    parser.add_argument("--compare", action="store_true", help="also time torchfrtrace")
+    parser.add_argument("--time-limit", type=float, default=1800.0, help="seconds per tool run")
+    parser.add_argument(
+        "--mem-limit-gib", type=float, default=20.0, help="kill a tool whose tree PSS passes this"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs of the floor and fr-analyze; keep the fastest"
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help="results JSON")
+    parser.add_argument("--data", type=Path, default=DEFAULT_OUT, help="where dump sets live")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="fr-analyze --workers"
+    )
+    parser.add_argument("--gen-workers", type=int, default=None, help="generator processes")
+    parser.add_argument("--torch-python", type=Path, default=TORCH_PYTHON)
+    parser.add_argument(
+        "--rev",
+        default=None,
+        help="benchmark fr_analyzer as committed at this git revision (e.g. HEAD) instead of "
+        "the working tree",
+    )
+    parser.add_argument(
+        "--idle-wait",
+        type=float,
+        default=600.0,
+        help="before each timed run, wait up to this many seconds for other processes to "
+        "leave the cores idle (0: do not wait)",
+    )
+    parser.add_argument(
+        "--delete-after", action="store_true", help="delete each dump set once measured"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    results: list[SizeResult] = []
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="fr-bench-src-") as src:
+        args.source, args.env = None, None
+        if args.rev is not None:
+            args.source = export_revision(args.rev, Path(src))
+            args.env = {**os.environ, "PYTHONPATH": str(args.source)}
+            _log(f"benchmarking fr_analyzer from {args.rev} (exported to {args.source})")
+        for size in args.sizes:
+            spec = Spec(size, fault=args.fault, frames=args.frames, pickler=args.pickler)
+            results.append(run_size(spec, args))
+            print(table(results[-1:], args.compare), file=sys.stderr, flush=True)
+        args.source = args.env = None
+    print(table(results, args.compare))
+    doc = {
+        "schema": SCHEMA,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "git": _git(),
+        "analyzer": _analyzer(args.rev),
+        "machine": _machine(),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "memory_note": "max_rss_bytes: largest single process of the tree (ru_maxrss); "
+        "peak_tree_pss_bytes: peak of the PSS summed over the tree, sampled every "
+        f"{SAMPLE_SECONDS} s",
+        "results": [asdict(r) for r in results],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    print(f"results written to {args.out}", file=sys.stderr)
+    failed = [r for r in results if not r.skipped and not r.verdict_ok]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
