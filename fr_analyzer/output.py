@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from .errors import OutputError
 
@@ -48,9 +51,11 @@ def _input_behind(target: Path, root: Path) -> str | None:
     return None
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: an existing file is replaced only
-    when the new one is complete (and keeps its permissions)."""
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
+    """A binary stream to a temporary file beside `path`, renamed onto it when the block ends
+    without error: an existing file is replaced only when the new one is complete (and keeps
+    its permissions); on any error the temporary file is removed."""
     directory = path.parent if str(path.parent) else Path(".")
     mode = _mode_for(path)
     try:
@@ -59,7 +64,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as stream:
-            stream.write(data)
+            yield stream
             stream.flush()
             os.fsync(stream.fileno())
             os.fchmod(stream.fileno(), mode)
@@ -70,6 +75,12 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (see `atomic_writer`)."""
+    with atomic_writer(path) as stream:
+        stream.write(data)
 
 
 def _mode_for(path: Path) -> int:

@@ -12,17 +12,17 @@ trace, not the sum. Flight Recorder timelines can be overlaid on the same ranks.
 from __future__ import annotations
 
 import gzip
+import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from . import timeline
-from .errors import FrAnalyzerError, OutputError
+from .errors import FrAnalyzerError
+from .output import atomic_writer
 from .pipeline import Analysis
 
 _HEAD_BYTES = 1 << 20
@@ -327,13 +327,9 @@ def merge(
         seen[info.rank] = info.path
     clock, offsets = clock_offsets(infos)
     reports: list[RankReport] = []
-    directory = output.parent if str(output.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise OutputError(f"{output}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+    with atomic_writer(output) as raw:
+        stream = io.TextIOWrapper(raw, encoding="utf-8")
+        try:
             stream.write('{"traceEvents": [\n')
             first = True
             for info in sorted(infos, key=lambda i: i.rank):
@@ -356,13 +352,9 @@ def merge(
                 "inputs": {str(r.rank): r.file for r in reports},
             }
             stream.write('\n], "displayTimeUnit": "ms", "otherData": ' + json.dumps(meta) + "}\n")
-        os.replace(tmp, output)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputError(f"{output}: cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        finally:
+            stream.flush()
+            stream.detach()  # atomic_writer syncs and closes the file itself
     return MergeReport(clock, reports, str(output))
 
 
