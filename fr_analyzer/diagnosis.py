@@ -617,8 +617,13 @@ def _idle_root(
         kind = RootKind.DEAD_RANK
         sentence = (
             f"{label(dead)} {agree(dead, 'looks', 'look')} dead: {label(direct)} "
-            f"{agree(direct, 'waits', 'wait')} for it in {where}{elsewhere} and it has no dump "
-            "or stopped recording long before; check that host's logs (OOM, crash, preemption)."
+            f"{agree(direct, 'waits', 'wait')} for it in {where}{elsewhere}, and it "
+            + (
+                "has no usable dump"
+                if any(r in unavailable for r in dead)
+                else "stopped recording long before they started waiting"
+            )
+            + "; check that host's logs (OOM, crash, preemption, hardware)."
         )
     else:
         kind = RootKind.NOT_JOINED
