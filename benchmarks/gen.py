@@ -1,7 +1,7 @@
 """Streaming generator of large NCCL-format Flight Recorder dump sets for the scale benchmark.
 
-It writes what ProcessGroupNCCL's Flight Recorder (PyTorch 2.13, dump format "2.10", pickle
-protocol 4) would dump for a Megatron-style 3D-parallel training job: tensor parallel groups of
+It writes what ProcessGroupNCCL's Flight Recorder (PyTorch 2.13, dump format "2.10") would dump
+for a Megatron-style 3D-parallel training job: tensor parallel groups of
 `tp` ranks, data parallel groups, `pp` pipeline stages with a 1F1B schedule (unbatched and
 batched send/recv between neighbouring stages), coalesced gradient buckets, uneven all_gather /
 reduce_scatter blocks and world collectives. The job runs longer than the ring buffer holds, so
@@ -18,6 +18,11 @@ Stack frames follow what torch 2.13 writes (FlightRecorderDetail.hpp): each entr
 `frames` list, and each distinct frame is one dict shared by every entry of that dump that
 references it (`--frames shared`, the default). `--frames distinct` gives every entry fresh
 frame dicts instead: larger files, slower loads, a worst case.
+
+Bytes: `--pickler torch` (default) serializes the way torch's C++ pickler does (protocol 2, no
+framing, strings memoized by value, shared frame dicts memoized, nothing else memoized), as
+real dumps are; `--pickler python` uses `pickle.dumps(protocol=4)` like tools/nccl_scenarios.py,
+which loads to the same objects but memoizes every tuple and container and frames the stream.
 
 Faults (`--fault`):
 - `none`: a healthy job, every op completed; fr-analyze must report nothing.
@@ -745,7 +750,7 @@ def _thread_id(rank: int, autograd: bool) -> str:
 
 
 def build_dump(spec: Spec, rank: int) -> dict[str, Any]:
-    """Rank `rank`'s dump object, exactly as torch 2.13 pickles it."""
+    """Rank `rank`'s dump object, as torch 2.13 builds it (what `pickle.load` returns)."""
     rec = run_program(spec, rank)
     groups = rank_groups(spec, rank)
     keys = [(g.name, g.desc) for g in groups]

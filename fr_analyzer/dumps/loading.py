@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 
 from ..errors import DumpError
 from ..model import UnreadableDump
@@ -49,9 +50,10 @@ def load_all(
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(files) // 4 or 1))
     results: dict[int, RankDump | UnreadableDump] = {}
+    members: dict[tuple[int, ...], tuple[int, ...]] = {}
     if workers == 1:
         for i, dump_file in enumerate(files):
-            results[i] = load_rank(dump_file, max_bytes)
+            results[i] = _share_members(load_rank(dump_file, max_bytes), members)
             if progress is not None:
                 progress(len(results), len(files))
     else:
@@ -60,13 +62,13 @@ def load_all(
         try:
             mapped = pool.map(load_rank, files, [max_bytes] * len(files), chunksize=chunk)
             for i, result in enumerate(mapped):
-                results[i] = result
+                results[i] = _share_members(result, members)
                 if progress is not None:
                     progress(len(results), len(files))
         except BrokenProcessPool:
             for i, dump_file in enumerate(files):
                 if i not in results:
-                    results[i] = _load_isolated(dump_file, max_bytes)
+                    results[i] = _share_members(_load_isolated(dump_file, max_bytes), members)
                     if progress is not None:
                         progress(len(results), len(files))
         finally:
@@ -81,6 +83,19 @@ def load_all(
         loaded.remove(dump)
         unreadable.append(UnreadableDump(dump.file, dump.rank, reason))
     return loaded, unreadable
+
+
+def _share_members(
+    result: RankDump | UnreadableDump, members: dict[tuple[int, ...], tuple[int, ...]]
+) -> RankDump | UnreadableDump:
+    """Every rank's pg_config lists the world group's members: keep one copy of each distinct
+    member list, or memory grows with ranks squared (16,384 ranks x 16,384 members)."""
+    if isinstance(result, RankDump) and result.claims:
+        result.claims = {
+            name: replace(claim, ranks=members.setdefault(claim.ranks, claim.ranks))
+            for name, claim in result.claims.items()
+        }
+    return result
 
 
 def _load_isolated(dump_file: DumpFile, max_bytes: int) -> RankDump | UnreadableDump:

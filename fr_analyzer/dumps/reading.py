@@ -194,7 +194,10 @@ def _unpickle(data: bytes, where: str, rank: int | None) -> Any:
     was_enabled = gc.isenabled()
     gc.disable()  # building millions of small containers is much faster without GC passes
     try:
-        return NoGlobalsUnpickler(io.BytesIO(data)).load()
+        # A buffered stream lets the C unpickler read unframed (protocol 2, torch-written)
+        # pickles in big chunks: several times faster than a bare BytesIO.
+        stream = io.BufferedReader(io.BytesIO(data), buffer_size=1 << 16)
+        return NoGlobalsUnpickler(stream).load()
     except EOFError:
         raise DumpError(where, rank, "pickle data was truncated") from None
     except MemoryError:
