@@ -376,6 +376,26 @@ class _Reader:
         self.stack_lists[id(value)] = found
         return found
 
+    def shape_code(self, value: Any, what: str) -> tuple[int, int]:
+        """(shape-table code, items it stands for) of one input/output sizes value."""
+        if type(value) is list and len(value) <= _SMALL:
+            shapes = tuple([_dims(shape, what) for shape in value])
+            return self.shapes(shapes), 1 + len(shapes) + sum(map(len, shapes))
+        hit = self.shape_lists.get(id(value)) or self.shapes_of(value, what)
+        if isinstance(hit, _EntryError):
+            raise hit
+        return hit
+
+    def dtype_code(self, value: Any) -> tuple[int, int]:
+        """(dtype-table code, items it stands for); one plain name is the common case and is
+        cleaned at the end."""
+        if type(value) is list and len(value) == 1 and type(value[0]) is str:
+            return self.dtypes((value[0],)), 2
+        hit = self.dtype_lists.get(id(value)) or self.dtypes_of(value)
+        if isinstance(hit, _EntryError):
+            raise hit
+        return hit
+
     def _frame(self, name: Any, filename: Any, line: Any) -> Frame:
         if type(line) is not int or not -_INT64_MAX <= line <= _INT64_MAX:
             line = _maybe_int(line)
@@ -687,14 +707,8 @@ def _build_rank(
         cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
         pg_ids, unknown_backends, unknown_ops = {}, set(), set()
         append = {k: v.append for k, v in cols.items()}
-        names, shape_lists, dtype_lists, stack_lists = (
-            read.names,
-            read.shape_lists,
-            read.dtype_lists,
-            read.stack_lists,
-        )
+        names, stack_lists = read.names, read.stack_lists
         text, group_code_of = read.text, read.groups
-        shape_code_of, dtype_code_of = read.shapes, read.dtypes
         items = 0
 
         for i, entry in enumerate(entries):
@@ -732,48 +746,14 @@ def _build_rank(
                     record_id = _as_int(record_id, "record_id")
                 state_text = entry.get("state")
                 state = _STATES.get(state_text) if type(state_text) is str else None
-                value = entry.get("input_sizes")
-                if type(value) is list and len(value) <= _SMALL:
-                    shapes = tuple([_dims(shape, "input_sizes") for shape in value])
-                    in_shape = shape_code_of(shapes)
-                    items += 1 + len(shapes) + sum(map(len, shapes))
-                else:
-                    hit = shape_lists.get(id(value)) or read.shapes_of(value, "input_sizes")
-                    if isinstance(hit, _EntryError):
-                        raise hit
-                    in_shape = hit[0]
-                    items += hit[1]
-                value = entry.get("output_sizes")
-                if type(value) is list and len(value) <= _SMALL:
-                    shapes = tuple([_dims(shape, "output_sizes") for shape in value])
-                    out_shape = shape_code_of(shapes)
-                    items += 1 + len(shapes) + sum(map(len, shapes))
-                else:
-                    hit = shape_lists.get(id(value)) or read.shapes_of(value, "output_sizes")
-                    if isinstance(hit, _EntryError):
-                        raise hit
-                    out_shape = hit[0]
-                    items += hit[1]
-                value = entry.get("input_dtypes")
-                if type(value) is list and len(value) == 1 and type(value[0]) is str:
-                    in_dtype = dtype_code_of((value[0],))  # the common case; cleaned at the end
-                    items += 2
-                else:
-                    hit = dtype_lists.get(id(value)) or read.dtypes_of(value)
-                    if isinstance(hit, _EntryError):
-                        raise hit
-                    in_dtype = hit[0]
-                    items += hit[1]
-                value = entry.get("output_dtypes")
-                if type(value) is list and len(value) == 1 and type(value[0]) is str:
-                    out_dtype = dtype_code_of((value[0],))
-                    items += 2
-                else:
-                    hit = dtype_lists.get(id(value)) or read.dtypes_of(value)
-                    if isinstance(hit, _EntryError):
-                        raise hit
-                    out_dtype = hit[0]
-                    items += hit[1]
+                in_shape, counted = read.shape_code(entry.get("input_sizes"), "input_sizes")
+                items += counted
+                out_shape, counted = read.shape_code(entry.get("output_sizes"), "output_sizes")
+                items += counted
+                in_dtype, counted = read.dtype_code(entry.get("input_dtypes"))
+                items += counted
+                out_dtype, counted = read.dtype_code(entry.get("output_dtypes"))
+                items += counted
                 value = entry.get("frames")
                 hit = stack_lists.get(id(value)) or read.stack_of(value)
                 if isinstance(hit, _EntryError):  # never: any list of frames is usable
