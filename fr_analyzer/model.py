@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class State(enum.IntEnum):
@@ -98,9 +99,10 @@ INPUT_KINDS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Frame:
-    """One stack frame as recorded (innermost first in a stack)."""
+class Frame(NamedTuple):
+    """One stack frame as recorded (innermost first in a stack). A named tuple, not a
+    dataclass: stacks of frames are hashed by the million when ranks are merged, and a tuple
+    hashes in C."""
 
     name: str
     filename: str

@@ -420,15 +420,50 @@ def _dims(shape: Any, what: str) -> tuple[int, ...]:
     return dims
 
 
-_FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 _Fast = tuple[dict[str, Any], dict[int, int], set[str], set[str]]
+
+# The keys a modern dump's entries all have, fetched together in one C-level pass.
+_FAST_KEYS = (
+    "input_sizes",
+    "output_sizes",
+    "frames",
+    "input_dtypes",
+    "output_dtypes",
+    "process_group",
+    "profiling_name",
+    "state",
+    "is_p2p",
+    "retired",
+    "pg_id",
+    "collective_seq_id",
+    "p2p_seq_id",
+    "record_id",
+    "op_id",
+    "timeout_ms",
+    "time_created_ns",
+    "time_discovered_started_ns",
+    "time_discovered_completed_ns",
+)
+_FAST_GET = operator.itemgetter(*_FAST_KEYS)
 
 
 def _column(entries: Sequence[dict[str, Any]], key: str) -> list[Any]:
     return [e.get(key) for e in entries]
 
 
-def _ints(values: list[Any], low: int, high: int) -> npt.NDArray[np.int64] | None:
+def _fetch(entries: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
+    """Every fast-path key as one column (a tuple or list of the entries' values)."""
+    try:
+        columns: dict[str, Sequence[Any]] = dict(
+            zip(_FAST_KEYS, zip(*map(_FAST_GET, entries)), strict=True)
+        )
+    except KeyError:  # an older format lacks some keys: None stands in, as `.get` gives
+        columns = {key: _column(entries, key) for key in _FAST_KEYS}
+    columns["duration_ms"] = _column(entries, "duration_ms")  # only some versions have it
+    return columns
+
+
+def _ints(values: Sequence[Any], low: int, high: int) -> npt.NDArray[np.int64] | None:
     """An int64 column when every value is a plain int in [low, high]; else None."""
     if not set(map(type, values)) <= {int}:
         return None
@@ -441,7 +476,7 @@ def _ints(values: list[Any], low: int, high: int) -> npt.NDArray[np.int64] | Non
     return out
 
 
-def _stamps(values: list[Any]) -> npt.NDArray[np.int64] | None:
+def _stamps(values: Sequence[Any]) -> npt.NDArray[np.int64] | None:
     """Timestamps: None or 0 (JSON) mean unset (-1); anything but ints and None: not fast."""
     kinds = set(map(type, values))
     if not kinds <= {int, type(None)}:
@@ -457,6 +492,17 @@ def _stamps(values: list[Any]) -> npt.NDArray[np.int64] | None:
     return out
 
 
+def _flags(values: Sequence[Any]) -> npt.NDArray[np.bool_]:
+    """True exactly where a value is True (not merely truthy)."""
+    if set(map(type, values)) <= {bool}:
+        return np.array(values, dtype=np.bool_)
+    return np.array([v is True for v in values], dtype=np.bool_)
+
+
+def _codes(keys: Sequence[Any], code: dict[Any, int]) -> npt.NDArray[np.int32]:
+    return np.fromiter(map(code.__getitem__, keys), np.int32, len(keys))
+
+
 def _plain(text: Any, most: int) -> bool:
     return type(text) is str and len(text) <= most and text.isprintable()
 
@@ -469,8 +515,8 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
     if not n or not isinstance(entries, list) or set(map(type, entries)) != {dict}:
         return None
     try:
-        ins, outs = _column(entries, "input_sizes"), _column(entries, "output_sizes")
-        frames = _column(entries, "frames")
+        cols = _fetch(entries)
+        ins, outs, frames = cols["input_sizes"], cols["output_sizes"], cols["frames"]
         if not set(map(type, ins)) | set(map(type, outs)) <= {list}:
             return None
         if not set(map(type, frames)) <= {list, type(None)}:
@@ -486,16 +532,14 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
             return None
         in_keys = [tuple(map(tuple, v)) for v in ins]
         out_keys = [tuple(map(tuple, v)) for v in outs]
-        stack_keys = [tuple(map(_FRAME_FIELDS, f)) if f else None for f in frames]
-        in_dt = _column(entries, "input_dtypes")
-        out_dt = _column(entries, "output_dtypes")
+        in_dt, out_dt = cols["input_dtypes"], cols["output_dtypes"]
         if not set(map(type, in_dt)) | set(map(type, out_dt)) <= {list}:
             return None
-        in_dt_keys = [tuple(v) for v in in_dt]
-        out_dt_keys = [tuple(v) for v in out_dt]
-        pgs = _column(entries, "process_group")
-        pg_keys = [p if type(p) is tuple else tuple(p) for p in pgs]
-        pnames = _column(entries, "profiling_name")
+        in_dt_keys = list(map(tuple, in_dt))
+        out_dt_keys = list(map(tuple, out_dt))
+        pgs = cols["process_group"]
+        pg_keys = pgs if set(map(type, pgs)) == {tuple} else list(map(tuple, pgs))
+        pnames = cols["profiling_name"]
     except (TypeError, KeyError):
         return None
 
@@ -509,31 +553,16 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         if not all(_plain(d, 64) for d in key):
             return None
         dtype_code[key] = read.dtypes(key)
-    stack_code: dict[Any, int] = {None: -1}
-    frame_of: dict[tuple[Any, Any, Any], Frame] = {}
-    for found_stack in dict.fromkeys(stack_keys):
-        if found_stack is None:
-            continue
-        stack = []
-        for name, filename, line in found_stack or ():
-            frame = frame_of.get((name, filename, line))
-            if frame is None:
-                if not (
-                    _plain(name, 256)
-                    and _plain(filename, 256)
-                    and type(line) is int
-                    and -_INT64_MAX <= line <= _INT64_MAX
-                ):
-                    return None
-                frame = frame_of[(name, filename, line)] = Frame(name, filename, line)
-            stack.append(frame)
-        stack_code[found_stack] = read.stacks(tuple(stack))
+    stack_keys, stack_code = _fast_stacks(frames, read)
+    if stack_code is None:
+        return None
     group_code: dict[Any, int] = {}
     for key in dict.fromkeys(pg_keys):
         if len(key) != 2 or not (_plain(key[0], 64) and _plain(key[1], 64)):
             return None
         group_code[key] = read.groups(key)
-    parsed: dict[Any, tuple[int, int, int, int, int, int, int]] = {}
+    parsed: list[tuple[int, int, int, int, int, int, int]] = []
+    pname_code: dict[Any, int] = {}
     unknown_backends: set[str] = set()
     unknown_ops: set[str] = set()
     for pname in dict.fromkeys(pnames):
@@ -547,47 +576,53 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
             unknown_backends.add(backend)
         if op not in KNOWN_OPS:
             unknown_ops.add(op)
-        marker = op in MARKER_OPS
-        parsed[pname] = (
-            read.pnames(pname),
-            read.ops(op),
-            read.backends(backend),
-            kind,
-            src,
-            dst,
-            int(marker),
+        pname_code[pname] = len(parsed)
+        parsed.append(
+            (
+                read.pnames(pname),
+                read.ops(op),
+                read.backends(backend),
+                kind,
+                src,
+                dst,
+                int(op in MARKER_OPS),
+            )
         )
-    states = _column(entries, "state")
-    if not set(states) <= _STATES.keys():
+    states = cols["state"]
+    if not set(map(type, states)) <= {str} or not set(states) <= _STATES.keys():
         return None
-    table = np.array([parsed[p] for p in pnames], dtype=np.int64).reshape(n, 7)
-    is_p2p = np.array([v is True for v in _column(entries, "is_p2p")])
+    table = np.array(parsed, dtype=np.int64)[_codes(pnames, pname_code)]
+    is_p2p = _flags(cols["is_p2p"])
     if bool((is_p2p & (table[:, 3] == P2PKind.NONE) & (table[:, 6] == 0)).any()):
         return None  # an is_p2p entry that is neither send nor recv: reported per entry
-    coll = _ints(_column(entries, "collective_seq_id"), -1, MAX_SEQ_ID)
-    p2p = _ints(_column(entries, "p2p_seq_id"), -1, MAX_SEQ_ID)
-    record = _ints(_column(entries, "record_id"), -_INT64_MAX, _INT64_MAX)
-    op_id = _ints(_column(entries, "op_id"), -_INT64_MAX, _INT64_MAX)
-    timeout = _ints(_column(entries, "timeout_ms"), -_INT64_MAX, _INT64_MAX)
-    created = _stamps(_column(entries, "time_created_ns"))
-    started = _stamps(_column(entries, "time_discovered_started_ns"))
-    completed = _stamps(_column(entries, "time_discovered_completed_ns"))
+    coll = _ints(cols["collective_seq_id"], -1, MAX_SEQ_ID)
+    p2p = _ints(cols["p2p_seq_id"], -1, MAX_SEQ_ID)
+    record = _ints(cols["record_id"], -_INT64_MAX, _INT64_MAX)
+    op_id = _ints(cols["op_id"], -_INT64_MAX, _INT64_MAX)
+    timeout = _ints(cols["timeout_ms"], -_INT64_MAX, _INT64_MAX)
+    created = _stamps(cols["time_created_ns"])
+    started = _stamps(cols["time_discovered_started_ns"])
+    completed = _stamps(cols["time_discovered_completed_ns"])
     columns = (coll, p2p, record, op_id, timeout, created, started, completed)
     if any(c is None for c in columns):
         return None
     assert coll is not None and p2p is not None and record is not None  # for the type checker
     assert op_id is not None and timeout is not None and created is not None
     assert started is not None and completed is not None
-    durations = _column(entries, "duration_ms")
+    durations = cols["duration_ms"]
     if set(map(type, durations)) <= {type(None)}:
         duration = np.full(n, math.nan)
     else:
         duration = np.array([_duration(v) for v in durations], dtype=np.float64)
-    groups = np.array([group_code[k] for k in pg_keys], dtype=np.int32)
+    groups = _codes(pg_keys, group_code)
     pg_ids: dict[int, int] = {}
-    for pg_id, code in zip(_column(entries, "pg_id"), groups.tolist(), strict=True):
-        if type(pg_id) is int and pg_id not in pg_ids:
-            pg_ids[pg_id] = code
+    ids = cols["pg_id"]
+    if set(map(type, ids)) == {int}:  # the first row of each pg_id names its group
+        pg_ids = dict(zip(reversed(ids), reversed(groups.tolist()), strict=True))
+    else:
+        for pg_id, code in zip(ids, groups.tolist(), strict=True):
+            if type(pg_id) is int and pg_id not in pg_ids:
+                pg_ids[pg_id] = code
     arrays: dict[str, Any] = {
         "index": np.arange(n, dtype=np.int32),
         "record_id": record,
@@ -601,20 +636,59 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         "p2p_kind": table[:, 3].astype(np.int8),
         "peer_src": table[:, 4].astype(np.int32),
         "peer_dst": table[:, 5].astype(np.int32),
-        "state": np.array([_STATES[v] for v in states], dtype=np.int8),
-        "retired": np.array([v is True for v in _column(entries, "retired")], dtype=np.bool_),
+        "state": _codes(states, _STATES).astype(np.int8),
+        "retired": _flags(cols["retired"]),
         "t_created": created,
         "t_started": started,
         "t_completed": completed,
         "duration_ms": duration,
-        "in_shape": np.array([shape_code[k] for k in in_keys], dtype=np.int32),
-        "out_shape": np.array([shape_code[k] for k in out_keys], dtype=np.int32),
-        "in_dtype": np.array([dtype_code[k] for k in in_dt_keys], dtype=np.int32),
-        "out_dtype": np.array([dtype_code[k] for k in out_dt_keys], dtype=np.int32),
-        "stack": np.array([stack_code[k] for k in stack_keys], dtype=np.int32),
+        "in_shape": _codes(in_keys, shape_code),
+        "out_shape": _codes(out_keys, shape_code),
+        "in_dtype": _codes(in_dt_keys, dtype_code),
+        "out_dtype": _codes(out_dt_keys, dtype_code),
+        "stack": _codes(stack_keys, stack_code),
         "timeout_ms": timeout,
     }
     return arrays, pg_ids, unknown_backends, unknown_ops
+
+
+def _fast_stacks(
+    frames: Sequence[list[Any] | None], read: _Reader
+) -> tuple[list[Any], dict[Any, int] | None]:
+    """Each entry's stack key and the stack-table code of each key; None codes when a frame is
+    odd (the careful path reads it). An entry's key is the identities of its frame objects:
+    torch's pickler writes each distinct frame once and refers to it after, so a pickle's
+    entries share frame dicts and a stack is recognized without reading its frames again. The
+    dump keeps every frame alive while it is read, so identities are not reused."""
+    keys: list[Any] = [tuple(map(id, f)) if f else None for f in frames]
+    code: dict[Any, int] = {None: -1}
+    made: dict[int, Frame] = {}  # by frame object identity
+    by_value: dict[tuple[Any, Any, Any], Frame] = {}
+    for key, found in dict(zip(keys, frames, strict=True)).items():
+        if found is None or key in code:
+            continue
+        stack = []
+        for raw in found:
+            frame = made.get(id(raw))
+            if frame is None:
+                if type(raw) is not dict:
+                    return keys, None
+                value = (raw.get("name"), raw.get("filename"), raw.get("line"))
+                frame = by_value.get(value)
+                if frame is None:
+                    name, filename, line = value
+                    if not (
+                        _plain(name, 256)
+                        and _plain(filename, 256)
+                        and type(line) is int
+                        and -_INT64_MAX <= line <= _INT64_MAX
+                    ):
+                        return keys, None
+                    frame = by_value[value] = Frame(name, filename, line)
+                made[id(raw)] = frame
+            stack.append(frame)
+        code[key] = read.stacks(tuple(stack))
+    return keys, code
 
 
 def _fast_shape(shape: tuple[Any, ...]) -> bool:
@@ -913,56 +987,55 @@ def _blocks(cols: dict[str, np.ndarray], ops: list[str], wrapped: bool) -> tuple
     marker's p2p sequence id (its `is_p2p` is False, so that flag cannot tell); otherwise to a
     collective block whose members share the marker's collective sequence id. A marker with
     no members at the start of a wrapped buffer lost them to the wrap: it is left out.
+
+    Vectorized: rows are put in group order, and a block's members are the run of rows just
+    before its marker that share the previous row's kind and sequence id.
     """
     n = len(cols["group"])
     unit = np.full(n, UnitKind.COLLECTIVE, dtype=np.int8)
     marker = np.arange(n, dtype=np.int32)
+    p2p_rows = cols["p2p_kind"] != P2PKind.NONE
+    unit[p2p_rows] = UnitKind.P2P
     is_marker_op = np.array([op in MARKER_OPS for op in ops], dtype=bool)
-    p2p = cols["p2p_kind"] != P2PKind.NONE
-    unit[p2p] = UnitKind.P2P
-    marker_rows = np.flatnonzero(is_marker_op[cols["op"]]) if n else np.empty(0, np.int64)
-    if not len(marker_rows):
+    if not n or not is_marker_op.any() or not is_marker_op[cols["op"]].any():
         return unit, marker
-    group, coll, p2p_seq = cols["group"], cols["coll_seq"], cols["p2p_seq"]
-    last_closed: dict[int, int] = {}  # group → row of its last end marker
-    rows_by_group: dict[int, list[int]] = {}
-    marker_set = set(marker_rows.tolist())
-    for row in range(n):
-        g = int(group[row])
-        rows = rows_by_group.setdefault(g, [])
-        if row not in marker_set:
-            rows.append(row)
-            continue
-        floor = last_closed.get(g, -1)
-        members: list[int] = []
-        kind = UnitKind.ORPHAN_MARKER
-        if rows and rows[-1] > floor:
-            prev = rows[-1]
-            if p2p[prev] and p2p_seq[prev] == p2p_seq[row]:
-                kind = UnitKind.BATCH_MARKER
-                for r in reversed(rows):
-                    if r <= floor or not p2p[r] or p2p_seq[r] != p2p_seq[row]:
-                        break
-                    members.append(r)
-            elif not p2p[prev] and coll[prev] == coll[row]:
-                kind = UnitKind.BLOCK_MARKER
-                for r in reversed(rows):
-                    if r <= floor or p2p[r] or coll[r] != coll[row]:
-                        break
-                    members.append(r)
-            elif coll[row] > coll[prev]:
-                kind = UnitKind.BLOCK_MARKER  # a block whose members were not recorded
-        elif not wrapped or (rows and coll[row] > coll[rows[-1]]):
-            kind = UnitKind.BLOCK_MARKER
-        unit[row] = kind
-        member_kind = (
-            UnitKind.BATCH_MEMBER if kind == UnitKind.BATCH_MARKER else (UnitKind.BLOCK_MEMBER)
-        )
-        for r in members:
-            unit[r] = member_kind
-            marker[r] = row
-        if kind == UnitKind.ORPHAN_MARKER:
-            marker[row] = -1
-        rows.append(row)
-        last_closed[g] = row
+    order = np.argsort(cols["group"], kind="stable")  # each group's rows together, in order
+    group = cols["group"][order]
+    is_m = is_marker_op[cols["op"][order]]
+    p2p = p2p_rows[order]
+    coll, p2p_seq = cols["coll_seq"][order], cols["p2p_seq"][order]
+    pos = np.arange(n)
+    first = np.ones(n, dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    # floor: the group's last marker before each row, or the row before the group's first
+    before = np.full(n, -1)
+    before[1:] = np.where(is_m[:-1], pos[:-1], -1)
+    floor = np.maximum.accumulate(np.maximum(before, np.where(first, pos - 1, -1)))
+    # a run: consecutive rows of one group, neither a marker, of one kind and sequence id
+    seq = np.where(p2p, p2p_seq, coll)
+    brk = first | is_m
+    brk[1:] |= is_m[:-1] | (p2p[1:] != p2p[:-1]) | (seq[1:] != seq[:-1])
+    run_start = np.maximum.accumulate(np.where(brk, pos, 0))
+
+    at = np.flatnonzero(is_m)
+    prev = np.maximum(at - 1, 0)
+    has_prev = (at - 1) > floor[at]  # the group's previous row is not a marker
+    batch = has_prev & p2p[prev] & (p2p_seq[prev] == p2p_seq[at])
+    block = has_prev & ~p2p[prev] & (coll[prev] == coll[at])
+    later = coll[at] > coll[prev]  # meaningful where the group has a previous row
+    bare = has_prev & ~batch & ~block & later  # a block whose members were not recorded
+    lone = ~has_prev & (~first[at] & later if wrapped else True)
+    kinds = np.full(len(at), UnitKind.ORPHAN_MARKER, dtype=np.int8)
+    kinds[block | bare | lone] = UnitKind.BLOCK_MARKER
+    kinds[batch] = UnitKind.BATCH_MARKER
+    rows = order[at]
+    unit[rows] = kinds
+    marker[rows[kinds == UnitKind.ORPHAN_MARKER]] = -1
+    for chosen, member_kind in ((batch, UnitKind.BATCH_MEMBER), (block, UnitKind.BLOCK_MEMBER)):
+        ends = prev[chosen]
+        starts = run_start[ends]
+        sizes = ends - starts + 1
+        members = np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())
+        unit[order[members]] = member_kind
+        marker[order[members]] = np.repeat(rows[chosen], sizes)
     return unit, marker
