@@ -455,7 +455,7 @@ def _fetch(entries: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
     """Every fast-path key as one column (a tuple or list of the entries' values)."""
     try:
         columns: dict[str, Sequence[Any]] = dict(
-            zip(_FAST_KEYS, zip(*map(_FAST_GET, entries)), strict=True)
+            zip(_FAST_KEYS, zip(*map(_FAST_GET, entries), strict=True), strict=True)
         )
     except KeyError:  # an older format lacks some keys: None stands in, as `.get` gives
         columns = {key: _column(entries, key) for key in _FAST_KEYS}
