@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .dumps import EntryTable, GroupClaim, RankDump
+from .dumps import EntryTable, RankDump
 from .model import Finding, FindingKind, Group, MembershipSource, UnreadableDump
 from .ranks import compact, label
 
@@ -40,14 +40,39 @@ def _sort_key(name: str) -> tuple[int, int | str]:
     return (0, int(name)) if name.isdigit() else (1, name)
 
 
+class _MemberSets:
+    """Distinct member sets, each with a small id. Ranks loaded together share one tuple per
+    distinct set (see `dumps.loading`), so a set is looked up by identity first: hashing a
+    16,384-member tuple for each of 16,384 ranks would cost more than the rest of this stage."""
+
+    def __init__(self) -> None:
+        self.sets: list[tuple[int, ...]] = []
+        self._by_value: dict[tuple[int, ...], int] = {}
+        self._by_identity: dict[int, tuple[tuple[int, ...], int]] = {}
+
+    def id_of(self, members: tuple[int, ...]) -> int:
+        hit = self._by_identity.get(id(members))
+        if hit is not None and hit[0] is members:
+            return hit[1]
+        found = self._by_value.setdefault(members, len(self.sets))
+        if found == len(self.sets):
+            self.sets.append(members)
+        self._by_identity[id(members)] = (members, found)  # holds it, so the id stays its own
+        return found
+
+
 def build_groups(
     dumps: Sequence[RankDump], table: EntryTable, unreadable: Sequence[UnreadableDump]
 ) -> GroupTable:
     loaded = tuple(sorted(d.rank for d in dumps))
-    known = set(loaded) | {u.rank for u in unreadable if u.rank is not None}
+    sets = _MemberSets()
+    claimed: dict[tuple[int, str], int] = {}  # (rank, group name) → member set id
     for dump in dumps:
-        for claim in dump.claims.values():
-            known.update(claim.ranks)
+        for name, claim in dump.claims.items():
+            claimed[(dump.rank, name)] = sets.id_of(claim.ranks)
+    known = set(loaded) | {u.rank for u in unreadable if u.rank is not None}
+    for members in sets.sets:
+        known.update(members)
     world_size = max(known) + 1 if known else 0
 
     # Which group names each rank's entries use, and with which descriptions.
@@ -61,15 +86,16 @@ def build_groups(
         entry_names[rank].setdefault(name, Counter())[desc] += 1
 
     claims_by_rank = {d.rank: d.claims for d in dumps}
-    members_of: dict[tuple[int, str], tuple[int, ...]] = {}
-    source: dict[tuple[str, tuple[int, ...]], MembershipSource] = {}
-    descs: dict[tuple[str, tuple[int, ...]], Counter[str]] = defaultdict(Counter)
-    config_descs: dict[tuple[str, tuple[int, ...]], dict[int, str]] = defaultdict(dict)
+    # Groups are keyed by (name, member set id) from here on.
+    members_of: dict[tuple[int, str], int] = dict(claimed)
+    source: dict[tuple[str, int], MembershipSource] = {}
+    descs: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    config_descs: dict[tuple[str, int], dict[int, str]] = defaultdict(dict)
     for rank, claims in claims_by_rank.items():
         for name, claim in claims.items():
-            members_of[(rank, name)] = claim.ranks
-            source[(name, claim.ranks)] = MembershipSource.PG_CONFIG
-            config_descs[(name, claim.ranks)][rank] = claim.desc
+            key = (name, claimed[(rank, name)])
+            source[key] = MembershipSource.PG_CONFIG
+            config_descs[key][rank] = claim.desc
 
     # Names seen only in entries: adopt a member set that another rank's config gives and that
     # contains this rank, else rebuild from the entries of all ranks.
@@ -82,28 +108,28 @@ def build_groups(
             if (rank, name) in members_of:
                 continue
             adopted = [
-                s
-                for (n, s), src in source.items()
-                if n == name and src == MembershipSource.PG_CONFIG and rank in s
+                set_id
+                for (n, set_id), src in source.items()
+                if n == name and src == MembershipSource.PG_CONFIG and rank in sets.sets[set_id]
             ]
             if len(adopted) == 1:
-                members = adopted[0]
+                set_id = adopted[0]
             elif set(desc_counts) & WORLD_DESCS:
-                members = tuple(range(world_size))
-                source.setdefault((name, members), MembershipSource.WORLD)
+                set_id = sets.id_of(tuple(range(world_size)))
+                source.setdefault((name, set_id), MembershipSource.WORLD)
             else:
-                members = tuple(sorted(carriers[name]))
-                source.setdefault((name, members), MembershipSource.ENTRIES)
-            members_of[(rank, name)] = members
-    for (rank, name), members in members_of.items():
+                set_id = sets.id_of(tuple(sorted(carriers[name])))
+                source.setdefault((name, set_id), MembershipSource.ENTRIES)
+            members_of[(rank, name)] = set_id
+    for (rank, name), set_id in members_of.items():
         for desc, count in entry_names.get(rank, {}).get(name, Counter()).items():
-            descs[(name, members)][desc] += count
+            descs[(name, set_id)][desc] += count
 
-    keys = sorted(source, key=lambda k: (_sort_key(k[0]), k[1]))
+    keys = sorted(source, key=lambda k: (_sort_key(k[0]), sets.sets[k[1]]))
     uid_of = {key: uid for uid, key in enumerate(keys)}
     groups = []
     for uid, key in enumerate(keys):
-        name, members = key
+        name, set_id = key
         by_rank = config_descs.get(key)
         if by_rank:
             desc = Counter(by_rank.values()).most_common(1)[0][0]
@@ -111,7 +137,7 @@ def build_groups(
             desc = descs[key].most_common(1)[0][0]
         else:
             desc = ""
-        groups.append(Group(uid, name, desc, members, source[key]))
+        groups.append(Group(uid, name, desc, sets.sets[set_id], source[key]))
 
     # Entry rows → group uid.
     pair_uid = np.empty(len(unique_pairs), dtype=np.int32)
@@ -121,10 +147,12 @@ def build_groups(
         pair_uid[i] = uid_of[(name, members_of[(rank, name)])]
     entry_group = pair_uid[inverse] if len(inverse) else np.empty(0, dtype=np.int32)
 
-    all_members = set().union(*(g.ranks for g in groups)) if groups else set()
+    all_members: set[int] = set()
+    for set_id in {set_id for _, set_id in keys}:
+        all_members.update(sets.sets[set_id])
     unreadable_ranks = {u.rank for u in unreadable}
     missing = tuple(sorted(all_members - set(loaded) - unreadable_ranks))
-    conflicts = _conflicts(groups, claims_by_rank, config_descs, uid_of)
+    conflicts = _conflicts(groups, set(loaded), claimed, sets.sets, config_descs, uid_of)
     return GroupTable(
         tuple(groups), entry_group.astype(np.int32), loaded, missing, world_size, tuple(conflicts)
     )
@@ -132,25 +160,24 @@ def build_groups(
 
 def _conflicts(
     groups: list[Group],
-    claims_by_rank: dict[int, dict[str, GroupClaim]],
-    config_descs: dict[tuple[str, tuple[int, ...]], dict[int, str]],
-    uid_of: dict[tuple[str, tuple[int, ...]], int],
+    loaded: set[int],
+    claimed: dict[tuple[int, str], int],
+    sets: list[tuple[int, ...]],
+    config_descs: dict[tuple[str, int], dict[int, str]],
+    uid_of: dict[tuple[str, int], int],
 ) -> list[Finding]:
     findings = []
     # Member sets: every loaded member of a claimed set should claim the same set.
-    by_name: dict[str, dict[tuple[int, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
-    for rank, claims in claims_by_rank.items():
-        for name, claim in claims.items():
-            by_name[name][claim.ranks].append(rank)
+    by_name: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for (rank, name), set_id in claimed.items():
+        by_name[name][set_id].append(rank)
     for name, variants in sorted(by_name.items(), key=lambda kv: _sort_key(kv[0])):
         disagree: set[int] = set()
-        for members, claimants in variants.items():
-            for member in members:
-                if member not in claims_by_rank:
+        for set_id, claimants in variants.items():
+            for member in sets[set_id]:
+                if member not in loaded:
                     continue  # no dump for it: nothing to compare
-                theirs = claims_by_rank[member].get(name)
-                mine = theirs.ranks if theirs is not None else None
-                if mine != members:
+                if claimed.get((member, name)) != set_id:
                     disagree.update(claimants)
                     disagree.add(member)
         if not disagree:
@@ -159,7 +186,7 @@ def _conflicts(
         majority = set(ranked[0][1])
         culprits = tuple(sorted(disagree - majority)) or tuple(sorted(disagree))
         views = "; ".join(
-            f"{label(claimants)} say [{compact(members)}]" for members, claimants in ranked
+            f"{label(claimants)} say [{compact(sets[set_id])}]" for set_id, claimants in ranked
         )
         group = groups[uid_of[(name, ranked[0][0])]]
         findings.append(

@@ -10,7 +10,7 @@ import math
 import operator
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -499,7 +499,7 @@ def _flags(values: Sequence[Any]) -> npt.NDArray[np.bool_]:
     return np.array([v is True for v in values], dtype=np.bool_)
 
 
-def _codes(keys: Sequence[Any], code: dict[Any, int]) -> npt.NDArray[np.int32]:
+def _codes(keys: Sequence[Any], code: Mapping[Any, int]) -> npt.NDArray[np.int32]:
     return np.fromiter(map(code.__getitem__, keys), np.int32, len(keys))
 
 
@@ -673,7 +673,11 @@ def _fast_stacks(
             if frame is None:
                 if type(raw) is not dict:
                     return keys, None
-                value = (raw.get("name"), raw.get("filename"), raw.get("line"))
+                value: tuple[Any, Any, Any] = (
+                    raw.get("name"),
+                    raw.get("filename"),
+                    raw.get("line"),
+                )
                 frame = by_value.get(value)
                 if frame is None:
                     name, filename, line = value
