@@ -44,24 +44,26 @@ class Analysis:
 
 def load(
     directory: Path, options: Options, progress: Callable[[int, int], None] | None = None
-) -> tuple[list[RankDump], list[UnreadableDump], tuple[str, ...]]:
+) -> tuple[list[RankDump], list[UnreadableDump], tuple[str, ...], EntryTable]:
+    """Load every rank; each rank's columns go into the table as soon as it arrives."""
     found = dumps_mod.discover(directory, options.prefix)
+    builder = dumps_mod.TableBuilder()
     loaded, unreadable = dumps_mod.load_all(
-        found.files, options.workers, options.max_file_bytes, progress
+        found.files, options.workers, options.max_file_bytes, progress, sink=builder.add
     )
     if not loaded:
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
         raise DiscoveryError(f"{directory}: no readable rank dump ({reasons})")
     loaded.sort(key=lambda d: d.rank)
-    return loaded, unreadable, found.ignored
+    table = builder.build([d.rank for d in loaded])
+    return loaded, unreadable, found.ignored, table
 
 
 def entries(
     directory: Path, options: Options, progress: Callable[[int, int], None] | None = None
 ) -> tuple[EntryTable, GroupTable]:
     """Load and group only: what `--just-print-entries` shows."""
-    loaded, unreadable, _ = load(directory, options, progress)
-    table = dumps_mod.merge(loaded)
+    loaded, unreadable, _, table = load(directory, options, progress)
     return table, build_groups(loaded, table, unreadable)
 
 
@@ -70,8 +72,7 @@ def analyze(
     options: Options = Options(),
     progress: Callable[[int, int], None] | None = None,
 ) -> Analysis:
-    loaded, unreadable, ignored = load(directory, options, progress)
-    table = dumps_mod.merge(loaded)
+    loaded, unreadable, ignored, table = load(directory, options, progress)
     groups = build_groups(loaded, table, unreadable)
     matches = match(loaded, table, groups)
     findings = collect(loaded, unreadable, table, groups, matches)

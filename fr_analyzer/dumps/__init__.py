@@ -31,7 +31,7 @@ from .discovery import Discovery, DumpFile, discover
 from .loading import load_all, load_rank
 from .normalize import GroupClaim, RankDump, build_rank
 from .reading import NoGlobalsUnpickler, read_raw
-from .table import EntryTable, merge
+from .table import EntryTable, TableBuilder, merge
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -43,6 +43,7 @@ __all__ = [
     "GroupClaim",
     "NoGlobalsUnpickler",
     "RankDump",
+    "TableBuilder",
     "build_rank",
     "discover",
     "load_all",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
+
+import numpy as np
 
 from ..errors import DumpError
 from ..model import UnreadableDump
@@ -46,37 +49,47 @@ def load_all(
     workers: int | None = None,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     progress: Callable[[int, int], None] | None = None,
+    sink: Callable[[RankDump], None] | None = None,
 ) -> tuple[list[RankDump], list[UnreadableDump]]:
     """Load every rank, in worker processes when there are enough files to pay for them.
 
-    A worker that dies (killed for memory, say) does not take the run with it: the files it
-    had not returned are read again one per process, and the one that kills its process again
-    is reported unreadable. Ranks outside the job (see `_outside_the_job`) are set aside."""
+    Each loaded rank is handed to `sink` (if given) as soon as it arrives, in file order: the
+    table builder takes its columns then, while the workers go on. A worker that dies (killed
+    for memory, say) does not take the run with it: the files it had not returned are read again
+    one per process, and the one that kills its process again is reported unreadable. Ranks
+    outside the job (see `_outside_the_job`) are set aside; the caller leaves them out of its
+    table."""
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(files) // 4 or 1))
     results: dict[int, RankDump | UnreadableDump] = {}
-    members: dict[tuple[int, ...], tuple[int, ...]] = {}
+    members = _Members()
+
+    def arrived(i: int, result: RankDump | UnreadableDump) -> None:
+        results[i] = result
+        if sink is not None and isinstance(result, RankDump):
+            sink(result)
+        if progress is not None:
+            progress(len(results), len(files))
+
     if workers == 1:
         for i, dump_file in enumerate(files):
-            results[i] = _share_members(load_rank(dump_file, max_bytes), members)
-            if progress is not None:
-                progress(len(results), len(files))
+            arrived(i, members.share(load_rank(dump_file, max_bytes)))
     else:
         pool = ProcessPoolExecutor(max_workers=workers)
-        chunk = max(1, min(64, len(files) // (workers * 8)))
+        # Small chunks keep both cores busy to the end; each costs well under a millisecond.
+        chunk = max(1, min(16, len(files) // (workers * 16)))
         try:
-            mapped = pool.map(load_rank, files, [max_bytes] * len(files), chunksize=chunk)
-            for i, result in enumerate(mapped):
-                results[i] = _share_members(result, members)
-                if progress is not None:
-                    progress(len(results), len(files))
+            mapped = pool.map(_load_packed, files, [max_bytes] * len(files), chunksize=chunk)
+            for i, (result, packed) in enumerate(mapped):
+                unpacked = members.unpack(result, packed)
+                if unpacked is None:  # never expected: see `_Members.unpack`
+                    unpacked = members.share(load_rank(files[i], max_bytes))
+                arrived(i, unpacked)
         except BrokenProcessPool:
             for i, dump_file in enumerate(files):
                 if i not in results:
-                    results[i] = _share_members(_load_isolated(dump_file, max_bytes), members)
-                    if progress is not None:
-                        progress(len(results), len(files))
+                    arrived(i, members.share(_load_isolated(dump_file, max_bytes)))
         finally:
             pool.shutdown(cancel_futures=True)
     loaded: list[RankDump] = []
@@ -91,17 +104,81 @@ def load_all(
     return loaded, unreadable
 
 
-def _share_members(
-    result: RankDump | UnreadableDump, members: dict[tuple[int, ...], tuple[int, ...]]
-) -> RankDump | UnreadableDump:
-    """Every rank's pg_config lists the world group's members: keep one copy of each distinct
-    member list, or memory grows with ranks squared (16,384 ranks x 16,384 members)."""
-    if isinstance(result, RankDump) and result.claims:
-        result.claims = {
-            name: replace(claim, ranks=members.setdefault(claim.ranks, claim.ranks))
-            for name, claim in result.claims.items()
-        }
-    return result
+# Member lists between processes. Every rank's pg_config lists the world group, so sending
+# each rank's member lists back whole would move ranks x world-size integers through the pipes
+# (16,384 x 16,384 at 16,384 ranks). A worker sends a long list whole the first time and after
+# that only its digest; the parent keeps one tuple per digest, shared by every rank.
+_PACK_FROM = 64  # shorter lists always travel whole
+_Packed = dict[str, tuple[bytes, tuple[int, ...] | None]]
+_sent: set[bytes] = set()  # in a worker: digests of the lists this process has sent whole
+_digests: dict[int, tuple[tuple[int, ...], bytes]] = {}  # in a worker: by the list's identity
+
+
+def _load_packed(dump_file: DumpFile, max_bytes: int) -> tuple[RankDump | UnreadableDump, _Packed]:
+    """`load_rank` in a worker process, with the long member lists of its claims packed."""
+    result = load_rank(dump_file, max_bytes)
+    packed: _Packed = {}
+    if isinstance(result, RankDump):
+        for name, claim in list(result.claims.items()):
+            if len(claim.ranks) < _PACK_FROM:
+                continue
+            digest = _digest(claim.ranks)
+            packed[name] = (digest, None if digest in _sent else claim.ranks)
+            _sent.add(digest)
+            result.claims[name] = replace(claim, ranks=())
+    return result, packed
+
+
+def _digest(ranks: tuple[int, ...]) -> bytes:
+    hit = _digests.get(id(ranks))
+    if hit is not None and hit[0] is ranks:
+        return hit[1]
+    digest = hashlib.blake2b(np.array(ranks, dtype=np.int64).tobytes(), digest_size=16).digest()
+    if len(_digests) >= 4096:
+        _digests.clear()
+    _digests[id(ranks)] = (ranks, digest)  # holds the tuple, so the identity stays its own
+    return digest
+
+
+class _Members:
+    """In the parent: one tuple per distinct member list, shared by every rank that lists it
+    (or memory grows with ranks squared: 16,384 ranks x 16,384 members)."""
+
+    def __init__(self) -> None:
+        self._by_value: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._by_digest: dict[bytes, tuple[int, ...]] = {}
+
+    def share(
+        self, result: RankDump | UnreadableDump, done: Iterable[str] = ()
+    ) -> RankDump | UnreadableDump:
+        """Swap each claim's member list (but those named in `done`) for the shared copy."""
+        if isinstance(result, RankDump) and result.claims:
+            skip = set(done)
+            result.claims = {
+                name: claim
+                if name in skip
+                else replace(claim, ranks=self._by_value.setdefault(claim.ranks, claim.ranks))
+                for name, claim in result.claims.items()
+            }
+        return result
+
+    def unpack(
+        self, result: RankDump | UnreadableDump, packed: _Packed
+    ) -> RankDump | UnreadableDump | None:
+        """Restore packed member lists; None if a digest is unknown. That cannot happen: a
+        worker handles its files in the order they were handed out, and results are taken in
+        that order, so a list sent whole is always taken before any digest-only reference."""
+        if not isinstance(result, RankDump):
+            return result
+        for name, (digest, ranks) in packed.items():
+            if ranks is None:
+                found = self._by_digest.get(digest)
+                if found is None:
+                    return None
+            else:
+                found = self._by_digest.setdefault(digest, self._by_value.setdefault(ranks, ranks))
+            result.claims[name] = replace(result.claims[name], ranks=found)
+        return self.share(result, done=packed)
 
 
 def _load_isolated(dump_file: DumpFile, max_bytes: int) -> RankDump | UnreadableDump:

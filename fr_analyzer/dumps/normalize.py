@@ -183,8 +183,26 @@ def _duration(value: Any) -> float:
     return result if 0 <= result <= MAX_DURATION_MS else math.nan  # NaN fails both
 
 
+_PARSED_RANKS: dict[str, tuple[int, ...] | None] = {}
+"""Member lists already parsed by this process, by their text: every rank of a job lists the
+world group (16,384 members at 16,384 ranks), and a worker process reads many ranks. The same
+text gives the same tuple object, which later stages recognize by identity."""
+_PARSED_RANKS_MOST = 4096
+
+
 def _parse_ranks(value: Any) -> tuple[int, ...] | None:
     """pg_config ranks: a string like "[0, 1]" (or a list); None when empty or unparsable."""
+    if type(value) is str:
+        if value in _PARSED_RANKS:
+            return _PARSED_RANKS[value]
+        if len(_PARSED_RANKS) >= _PARSED_RANKS_MOST:
+            _PARSED_RANKS.clear()
+        parsed = _PARSED_RANKS[value] = _parse_ranks_uncached(value)
+        return parsed
+    return _parse_ranks_uncached(value)
+
+
+def _parse_ranks_uncached(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, str):
         text = value.strip()
         if not (text.startswith("[") and text.endswith("]")):
