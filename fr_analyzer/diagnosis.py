@@ -222,9 +222,16 @@ def _newest(t: EntryTable) -> dict[int, int]:
     if not t.n:
         return {}
     stamp = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
-    out = np.full(int(t.rank.max()) + 1, -1, dtype=np.int64)
-    np.maximum.at(out, t.rank, stamp)
-    return {int(r): int(out[r]) for r in np.unique(t.rank)}
+    starts = _rank_starts(t.rank)
+    newest = np.maximum.reduceat(stamp, starts)
+    return dict(zip(t.rank[starts].tolist(), newest.tolist(), strict=True))
+
+
+def _rank_starts(rank: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
+    """Where each rank's rows begin (rows are in rank order)."""
+    change = np.ones(len(rank), dtype=bool)
+    change[1:] = rank[1:] != rank[:-1]
+    return np.flatnonzero(change)
 
 
 def _incomplete(t: EntryTable, m: MatchResult) -> npt.NDArray[np.bool_]:
@@ -690,6 +697,18 @@ def _by_state(states: dict[int, RankState], ranks: Sequence[int]) -> dict[str, l
     return out
 
 
+def _medians_by_rank(
+    rank: npt.NDArray[np.int32], values: npt.NDArray[np.float64]
+) -> dict[int, float]:
+    """The median of `values` per rank; `rank` is sorted."""
+    starts = _rank_starts(rank)
+    counts = np.diff(np.append(starts, len(rank)))
+    ordered = values[np.lexsort((values, rank))]
+    low = ordered[starts + (counts - 1) // 2]
+    high = ordered[starts + counts // 2]
+    return dict(zip(rank[starts].tolist(), ((low + high) / 2).tolist(), strict=True))
+
+
 def _straggler(
     t: EntryTable, groups: GroupTable, m: MatchResult, th: Thresholds
 ) -> RootCause | None:
@@ -714,8 +733,8 @@ def _straggler(
     longest = np.full(len(units.seq), -np.inf)
     np.maximum.at(longest, unit, wait)
     lateness_ms = (longest[unit] - wait) / 1e6
-    rank = t.rank[rows]
-    medians = {int(r): float(np.median(lateness_ms[rank == r])) for r in np.unique(rank)}
+    rank = t.rank[rows]  # in rank order, as the table is
+    medians = _medians_by_rank(rank, lateness_ms)
     if len(medians) < 2:
         return None
     worst = max(medians, key=lambda r: (medians[r], -r))

@@ -605,22 +605,25 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     )
     wild = ~send & (src == ANY_SOURCE)
     usable = ~bad_peer
+    # Dense channel ids keep the join keys below 2**63 whatever the world size.
+    _, dense = np.unique(channel, return_inverse=True)
     sides = {}
     for name, mask in (("send", send & usable), ("recv", ~send & usable & ~wild)):
         side_rows = rows[mask]
         side_chan = channel[mask]
+        side_dense = dense[mask].astype(np.int64)
         order = np.lexsort((side_rows, side_chan))
         side_rows, side_chan = side_rows[order], side_chan[order]
         starts, run = _segments(side_chan)
         ordinal = np.arange(len(side_rows)) - starts[run] if len(side_rows) else run
-        sides[name] = (side_rows, side_chan, ordinal, starts, run)
+        sides[name] = (side_rows, side_chan, side_dense[order], ordinal, starts, run)
 
     # Align: from the start when neither end's buffer wrapped, else by the completed ops
     # (every completed send has a completed recv; ops that fell off one buffer are not in the
     # window).
     wrapped_ranks = np.array(sorted(r for r, w in ctx.wrapped.items() if w), dtype=np.int64)
     keys = {}
-    for name, (side_rows, side_chan, ordinal, starts, run) in sides.items():
+    for name, (side_rows, side_chan, side_dense, ordinal, starts, run) in sides.items():
         chan_src = (side_chan // world) % world
         chan_dst = side_chan % world
         wrapped = np.isin(chan_src, wrapped_ranks) | np.isin(chan_dst, wrapped_ranks)
@@ -631,7 +634,7 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
             else np.zeros(0, np.int64)
         )
         aligned = np.where(wrapped, ordinal - (n_done[run] if len(run) else 0), ordinal)
-        keys[name] = side_chan * (1 << 22) + aligned + (1 << 21)
+        keys[name] = side_dense * (1 << 32) + aligned + (1 << 31)
     s_rows, r_rows = sides["send"][0], sides["recv"][0]
     _, s_idx, r_idx = np.intersect1d(
         keys["send"], keys["recv"], assume_unique=True, return_indices=True
@@ -731,20 +734,25 @@ def _p2p_unmatched(
     findings: list[Finding],
 ) -> None:
     t, groups = ctx.t, ctx.groups
+    keep = ~matched[rows]
+    rows, src, dst = rows[keep], src[keep], dst[keep]
+    is_send = t.p2p_kind[rows] == P2PKind.SEND
+    peer = np.where(is_send, dst, src)
+    # A peer with no dump is reported as missing or unreadable, not here.
+    keep = ~np.isin(peer, np.array(sorted(ctx.unavailable), dtype=np.int64))
+    wrapped = np.array(sorted(r for r, w in ctx.wrapped.items() if w), dtype=np.int64)
+    # Completed, and its partner fell out of a wrapped buffer.
+    keep &= ~(ctx.done[rows] & (np.isin(peer, wrapped) | np.isin(t.rank[rows], wrapped)))
     pending: dict[tuple[int, int, int, int], list[int]] = {}
-    for i in np.flatnonzero(~matched[rows]).tolist():
-        row = int(rows[i])
-        a, b = int(src[i]), int(dst[i])
-        is_send = int(t.p2p_kind[row]) == P2PKind.SEND
-        peer = b if is_send else a
-        if peer in ctx.unavailable:
-            continue  # the peer has no dump: reported as missing/unreadable
-        if ctx.done[row] and (
-            ctx.wrapped.get(peer, False) or ctx.wrapped.get(int(t.rank[row]), False)
-        ):
-            continue  # completed, and its partner fell out of a wrapped buffer
+    for row, a, b, sending in zip(
+        rows[keep].tolist(),
+        src[keep].tolist(),
+        dst[keep].tolist(),
+        is_send[keep].tolist(),
+        strict=True,
+    ):
         uid = int(groups.entry_group[row])
-        pending.setdefault((uid, a, b, int(is_send)), []).append(row)
+        pending.setdefault((uid, a, b, int(sending)), []).append(row)
     for (uid, a, b, sending), rows_ in sorted(pending.items()):
         g = groups.groups[uid]
         first = rows_[0]

@@ -47,7 +47,7 @@ def load(
 ) -> tuple[list[RankDump], list[UnreadableDump], tuple[str, ...], EntryTable]:
     """Load every rank; each rank's columns go into the table as soon as it arrives."""
     found = dumps_mod.discover(directory, options.prefix)
-    builder = dumps_mod.TableBuilder()
+    builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
     loaded, unreadable = dumps_mod.load_all(
         found.files, options.workers, options.max_file_bytes, progress, sink=builder.add
     )

@@ -16,7 +16,7 @@ from fr_analyzer.dumps import discover, load_rank, read_raw
 from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options
-from tests.builders import make_dump, make_entry
+from tests.builders import make_dump, make_entry, write_dumps
 
 TWO = {"0": ("default_pg", [0, 1])}
 
@@ -250,3 +250,30 @@ def test_fast_and_careful_normalization_agree_on_every_sample_rank(
             assert getattr(a, column).tolist() == getattr(b, column).tolist(), (a.file, column)
         assert a.shapes == b.shapes and a.dtypes == b.dtypes and a.stacks == b.stacks
         assert a.groups == b.groups and a.pg_status == b.pg_status
+
+
+def test_worker_processes_send_long_member_lists_once_and_get_them_right(tmp_path: Path) -> None:
+    """Every rank lists the world group; worker processes send a long list whole once and then
+    only its digest. The parent must rebuild every rank's claims exactly, share one tuple per
+    distinct list, and still see a rank that lists a different world."""
+    world, low, high = list(range(100)), list(range(70)), list(range(30, 100))
+    dumps = {}
+    for rank in world:
+        groups = {"0": ("default_pg", world if rank != 7 else [r for r in world if r != 5])}
+        if rank in low:
+            groups["1"] = ("low", low)
+        if rank in high:
+            groups["2"] = ("high", high)
+        dumps[rank] = make_dump([make_entry(group=("0", "default_pg"))], groups)
+    write_dumps(tmp_path, dumps)
+
+    pooled = analyze(tmp_path, Options(workers=2))
+    alone = analyze(tmp_path, Options(workers=1))
+    claims = {d.rank: d.claims for d in pooled.dumps}
+    assert claims == {d.rank: d.claims for d in alone.dumps}
+    assert claims[7]["0"].ranks == tuple(r for r in world if r != 5)
+    assert claims[3]["1"].ranks == tuple(low) and claims[99]["2"].ranks == tuple(high)
+    assert len({id(c["0"].ranks) for r, c in claims.items() if r != 7}) == 1  # one shared copy
+    assert [g.ranks for g in pooled.groups.groups] == [g.ranks for g in alone.groups.groups]
+    (conflict,) = [f for f in pooled.findings if f.kind == FindingKind.GROUP_CONFLICT]
+    assert conflict.culprit_ranks == (7,)

@@ -67,22 +67,30 @@ _TABLE_COLUMNS: tuple[tuple[str, type], ...] = (
 class TableBuilder:
     """Builds the EntryTable one rank at a time, as ranks arrive from the loader.
 
-    `add` re-codes a rank's per-rank tables into global ones and keeps its columns as pieces,
-    taking them off the RankDump (which keeps only its metadata); `build` concatenates the
-    pieces in rank order, column by column, freeing each column's pieces as it goes, so memory
-    peaks at one table plus one column."""
+    `add` re-codes a rank's per-rank tables into global ones and writes its columns straight
+    into the table's columns, taking them off the RankDump (which keeps only its metadata).
+    The columns are allocated once for the expected size (`ranks_hint` ranks like the first
+    one): pages never written cost no memory, and growing or trimming a large array moves no
+    data, so memory stays at one table however many ranks arrive. Small per-rank pieces kept
+    until the end would cost a second table, as freed small blocks stay with the process."""
 
-    def __init__(self) -> None:
+    def __init__(self, ranks_hint: int = 1) -> None:
         self._interners = {name: _Interner() for name in set(_RECODED.values())}
-        self._pieces: dict[int, dict[str, np.ndarray]] = {}
+        self._columns: dict[str, np.ndarray] = {
+            col: np.empty(0, dtype=dtype) for col, dtype in _TABLE_COLUMNS
+        }
+        self._ranks_hint = max(ranks_hint, 1)
+        self._spans: list[tuple[int, int, int]] = []  # (rank, first row, rows) as added
+        self._n = 0
 
     def add(self, dump: RankDump) -> None:
         maps: dict[str, npt.NDArray[np.int32]] = {}
         for table, intern in self._interners.items():
             values = getattr(dump, table)
             maps[table] = np.fromiter(map(intern, values), np.int32, len(values))
-        pieces: dict[str, np.ndarray] = {}
-        for col, dtype in _TABLE_COLUMNS:
+        start, n = self._n, dump.n
+        self._reserve(start + n, n)
+        for col, _ in _TABLE_COLUMNS:
             values = getattr(dump, col)
             if col in _RECODED and len(values):
                 table_map = maps[_RECODED[col]]
@@ -91,27 +99,50 @@ class TableBuilder:
                     values = np.where(values >= 0, safe, -1)
                 else:
                     values = table_map[values]
-            pieces[col] = np.asarray(values, dtype=dtype)
+            elif col == "marker":
+                values = np.where(values >= 0, values + start, -1)
+            self._columns[col][start : start + n] = values
             setattr(dump, col, _EMPTY)
-        self._pieces[dump.rank] = pieces
+        self._spans.append((dump.rank, start, n))
+        self._n = start + n
+
+    def _reserve(self, rows: int, per_rank: int) -> None:
+        capacity = len(self._columns["index"])
+        if rows <= capacity:
+            return
+        if not self._spans:  # the first rank: room for every expected rank like it
+            new = max(rows, int(per_rank * self._ranks_hint * 1.25) + 1024)
+        else:
+            new = max(rows, capacity + capacity // 2)
+        for column in self._columns.values():
+            column.resize(new, refcheck=False)
 
     def build(self, ranks: Sequence[int] | None = None) -> EntryTable:
         """The table of the given ranks (default: every rank added), in rank order."""
-        order = sorted(self._pieces if ranks is None else ranks)
-        sizes = np.array([len(self._pieces[r]["index"]) for r in order], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(order) else sizes
-        columns: dict[str, np.ndarray] = {}
-        for col, dtype in _TABLE_COLUMNS:
-            pieces = []
-            for r, offset in zip(order, offsets.tolist(), strict=True):
-                values = self._pieces[r].pop(col)
-                if col == "marker":
-                    values = np.where(values >= 0, values + offset, -1).astype(dtype)
-                pieces.append(values)
-            columns[col] = np.concatenate(pieces) if pieces else np.empty(0, dtype=dtype)
-            del pieces
-        self._pieces.clear()
-        rank = np.repeat(np.array(order, dtype=np.int32), sizes)
+        added = self._spans
+        wanted = {r for r, _, _ in added} if ranks is None else set(ranks)
+        spans = sorted((s for s in added if s[0] in wanted), key=lambda s: s[0])
+        columns, n = self._columns, self._n
+        self._columns, self._spans, self._n = {}, [], 0
+        if spans == added:  # every rank kept, added in rank order: the columns are the table
+            for column in columns.values():
+                column.resize(n, refcheck=False)
+        else:  # ranks left out, or added out of rank order: gather the rows
+            take = np.concatenate(
+                [np.arange(s, s + k, dtype=np.int64) for _, s, k in spans]
+                or [np.empty(0, np.int64)]
+            )
+            position = np.full(max(n, 1), -1, dtype=np.int64)
+            position[take] = np.arange(len(take))
+            for col in list(columns):
+                columns[col] = columns[col][take]
+            marker = columns["marker"]
+            columns["marker"] = np.where(marker >= 0, position[np.maximum(marker, 0)], -1).astype(
+                np.int32
+            )
+        sizes = np.array([n for _, _, n in spans], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(spans) else sizes
+        rank = np.repeat(np.array([r for r, _, _ in spans], dtype=np.int32), sizes)
         starts = np.repeat(offsets, sizes)
         row_in_rank = (np.arange(int(sizes.sum()), dtype=np.int64) - starts).astype(np.int32)
         interners = self._interners
