@@ -152,6 +152,17 @@ class _Graph:
         self.groups = groups
         self.m = matches
         self.newest_ns = newest_ns
+        self._missing: dict[int, tuple[int, ...]] = {}
+
+    def missing_in_unit(self, unit: int, group: Group, unavailable: set[int]) -> tuple[int, ...]:
+        """Members a collective unit waits for: those that never issued it and those with no
+        usable dump. Once per unit: every member blocked in it asks (16,384 in a world hang)."""
+        found = self._missing.get(unit)
+        if found is None:
+            missing = set(self.m.collectives.not_joined.get(unit, ()))
+            missing.update(unavailable.intersection(group.ranks))
+            found = self._missing[unit] = tuple(sorted(missing))
+        return found
 
     def ref(self, row: int) -> OpRef:
         t = self.t
@@ -267,9 +278,8 @@ def _waits_for(graph: _Graph, row: int, unavailable: set[int]) -> tuple[tuple[in
     group = groups.groups[int(groups.entry_group[row])]
     unit = int(m.collectives.entry_unit[row])
     if unit >= 0:
-        missing = set(m.collectives.not_joined.get(unit, ())) | (set(group.ranks) & unavailable)
-        missing.discard(rank)
-        return tuple(sorted(missing)), "collective"
+        missing = graph.missing_in_unit(unit, group, unavailable)
+        return tuple(r for r in missing if r != rank), "collective"
     kind = int(t.p2p_kind[row])
     if kind == P2PKind.NONE:
         return (), "other"

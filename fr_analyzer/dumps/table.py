@@ -68,7 +68,8 @@ class TableBuilder:
     """Builds the EntryTable one rank at a time, as ranks arrive from the loader.
 
     `add` re-codes a rank's per-rank tables into global ones and writes its columns straight
-    into the table's columns, taking them off the RankDump (which keeps only its metadata).
+    into the table's columns, taking them and its string, shape and stack tables off the
+    RankDump (which keeps only its metadata and group names).
     The columns are allocated once for the expected size (`ranks_hint` ranks like the first
     one): pages never written cost no memory, and growing or trimming a large array moves no
     data, so memory stays at one table however many ranks arrive. Small per-rank pieces kept
@@ -88,6 +89,8 @@ class TableBuilder:
         for table, intern in self._interners.items():
             values = getattr(dump, table)
             maps[table] = np.fromiter(map(intern, values), np.int32, len(values))
+            if table != "groups":  # the global tables hold these now; matching reads `groups`
+                setattr(dump, table, [])
         start, n = self._n, dump.n
         self._reserve(start + n, n)
         for col, _ in _TABLE_COLUMNS:
