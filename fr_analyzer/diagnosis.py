@@ -257,18 +257,20 @@ def _incomplete(t: EntryTable, m: MatchResult) -> npt.NDArray[np.bool_]:
 
 
 def _first_per_rank(rank: npt.NDArray[np.int32], mask: npt.NDArray[np.bool_]) -> dict[int, int]:
+    """Each rank's first row in `mask` (rows are in rank order)."""
     rows = np.flatnonzero(mask)
     if not len(rows):
         return {}
-    ranks, first = np.unique(rank[rows], return_index=True)
-    return dict(zip(ranks.tolist(), rows[first].tolist(), strict=True))
+    first = _rank_starts(rank[rows])
+    return dict(zip(rank[rows[first]].tolist(), rows[first].tolist(), strict=True))
 
 
 def _last_per_rank(t: EntryTable) -> dict[int, int]:
     if not t.n:
         return {}
-    ranks, first = np.unique(t.rank[::-1], return_index=True)
-    return dict(zip(ranks.tolist(), (t.n - 1 - first).tolist(), strict=True))
+    starts = _rank_starts(t.rank)
+    last = np.append(starts[1:], t.n) - 1
+    return dict(zip(t.rank[starts].tolist(), last.tolist(), strict=True))
 
 
 def _waits_for(graph: _Graph, row: int, unavailable: set[int]) -> tuple[tuple[int, ...], str]:
@@ -297,29 +299,28 @@ def _positions(graph: _Graph, incomplete: npt.NDArray[np.bool_]) -> tuple[Positi
     t, groups = graph.t, graph.groups
     if not t.n:
         return ()
-    key = t.rank.astype(np.int64) * (len(groups.groups) + 1) + groups.entry_group
+    # One position per (rank, group uid); a rank's pairs of one uid (same name, two
+    # descriptions) share it.
+    pair_key = t.pair_rank.astype(np.int64) * (len(groups.groups) + 1) + groups.pair_uid
+    keys, key_of_pair = np.unique(pair_key, return_inverse=True)
+    key = key_of_pair[t.pair]
     done_rows = np.flatnonzero(
         ~incomplete & (t.unit != UnitKind.BLOCK_MEMBER) & (t.unit != UnitKind.BATCH_MEMBER)
     )
-    last_done: dict[int, int] = {}
-    if len(done_rows):
-        keys, idx = np.unique(key[done_rows][::-1], return_index=True)
-        last_done = dict(zip(keys.tolist(), done_rows[::-1][idx].tolist(), strict=True))
+    last_done = np.full(len(keys), -1, dtype=np.int64)
+    np.maximum.at(last_done, key[done_rows], done_rows)
     inc_rows = np.flatnonzero(incomplete)
-    first_inc: dict[int, int] = {}
-    if len(inc_rows):
-        keys, idx = np.unique(key[inc_rows], return_index=True)
-        first_inc = dict(zip(keys.tolist(), inc_rows[idx].tolist(), strict=True))
+    first_inc = np.full(len(keys), t.n, dtype=np.int64)
+    np.minimum.at(first_inc, key[inc_rows], inc_rows)
     out = []
-    for k in sorted(set(np.unique(key).tolist())):
+    for k, lc, fi in zip(keys.tolist(), last_done.tolist(), first_inc.tolist(), strict=True):
         rank, uid = divmod(k, len(groups.groups) + 1)
-        lc, fi = last_done.get(k), first_inc.get(k)
         out.append(
             Position(
                 rank,
                 groups.groups[uid],
-                graph.ref(lc) if lc is not None else None,
-                graph.ref(fi) if fi is not None else None,
+                graph.ref(lc) if lc >= 0 else None,
+                graph.ref(fi) if fi < t.n else None,
             )
         )
     return tuple(sorted(out, key=lambda p: (p.group.uid, p.rank)))

@@ -31,6 +31,7 @@ class GroupTable:
     missing_ranks: tuple[int, ...]
     world_size: int
     conflicts: tuple[Finding, ...]
+    pair_uid: npt.NDArray[np.int32]  # group uid of each (rank, group) pair of the EntryTable
 
     def members(self, uid: int) -> tuple[int, ...]:
         return self.groups[uid].ranks
@@ -76,12 +77,17 @@ def build_groups(
     world_size = max(known) + 1 if known else 0
 
     # Which group names each rank's entries use, and with which descriptions.
-    n_codes = max(len(table.group_names), 1)
-    pair_keys = table.rank.astype(np.int64) * n_codes + table.group
-    unique_pairs, inverse = np.unique(pair_keys, return_inverse=True)
+    pair_order = np.lexsort((table.pair_group, table.pair_rank))  # by rank, then group code
+    pairs = list(
+        zip(
+            pair_order.tolist(),
+            table.pair_rank[pair_order].tolist(),
+            table.pair_group[pair_order].tolist(),
+            strict=True,
+        )
+    )
     entry_names: dict[int, dict[str, Counter[str]]] = defaultdict(dict)
-    for key in unique_pairs.tolist():
-        rank, code = divmod(key, n_codes)
+    for _, rank, code in pairs:
         name, desc = table.group_names[code]
         entry_names[rank].setdefault(name, Counter())[desc] += 1
 
@@ -139,13 +145,12 @@ def build_groups(
             desc = ""
         groups.append(Group(uid, name, desc, sets.sets[set_id], source[key]))
 
-    # Entry rows → group uid.
-    pair_uid = np.empty(len(unique_pairs), dtype=np.int32)
-    for i, key in enumerate(unique_pairs.tolist()):
-        rank, code = divmod(key, n_codes)
+    # (rank, group) pairs and entry rows → group uid.
+    pair_uid = np.empty(len(pairs), dtype=np.int32)
+    for i, rank, code in pairs:
         name = table.group_names[code][0]
         pair_uid[i] = uid_of[(name, members_of[(rank, name)])]
-    entry_group = pair_uid[inverse] if len(inverse) else np.empty(0, dtype=np.int32)
+    entry_group = pair_uid[table.pair] if table.n else np.empty(0, dtype=np.int32)
 
     all_members: set[int] = set()
     for set_id in {set_id for _, set_id in keys}:
@@ -154,7 +159,13 @@ def build_groups(
     missing = tuple(sorted(all_members - set(loaded) - unreadable_ranks))
     conflicts = _conflicts(groups, set(loaded), claimed, sets.sets, config_descs, uid_of)
     return GroupTable(
-        tuple(groups), entry_group.astype(np.int32), loaded, missing, world_size, tuple(conflicts)
+        tuple(groups),
+        entry_group.astype(np.int32),
+        loaded,
+        missing,
+        world_size,
+        tuple(conflicts),
+        pair_uid,
     )
 
 

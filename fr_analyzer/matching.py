@@ -165,7 +165,7 @@ class _Context:
     groups: GroupTable
     done: npt.NDArray[np.bool_]
     size_bad: npt.NDArray[np.bool_]
-    window: dict[tuple[int, int], tuple[int, int]]  # (rank, uid) → (lo, hi) collective seq
+    window: dict[tuple[int, int], int | None]  # (rank, uid) → newest collective seq, on demand
     last_enqueued: dict[tuple[int, int], int]  # (rank, uid) → from pg_status
     wrapped: dict[int, bool]
     unavailable: frozenset[int]  # member ranks with no usable dump
@@ -198,19 +198,20 @@ def _last_enqueued(
     out: dict[tuple[int, int], int] = {}
     if not t.n:
         return out
-    n_codes = max(len(t.group_names), 1)
-    code_to_uid: dict[tuple[int, int], int] = {}
-    keys = t.rank.astype(np.int64) * n_codes + t.group
-    uniq, first = np.unique(keys, return_index=True)
-    for key, row in zip(uniq.tolist(), first.tolist(), strict=True):
-        code_to_uid[divmod(key, n_codes)] = int(groups.entry_group[row])
+    code_to_uid = dict(
+        zip(
+            zip(t.pair_rank.tolist(), t.pair_group.tolist(), strict=True),
+            groups.pair_uid.tolist(),
+            strict=True,
+        )
+    )
+    global_codes = {name: code for code, name in enumerate(t.group_names)}
     for dump in dumps:
         for code, (enqueued, _, _) in dump.pg_status.items():
             name = dump.groups[code] if code < len(dump.groups) else None
             if name is None:
                 continue
-            global_code = t.group_names.index(name) if name in t.group_names else -1
-            uid = code_to_uid.get((dump.rank, global_code))
+            uid = code_to_uid.get((dump.rank, global_codes.get(name, -1)))
             if uid is not None and enqueued >= 0:
                 out[(dump.rank, uid)] = enqueued
     return out
@@ -233,24 +234,27 @@ def _segments(*keys: I64) -> tuple[I64, I64]:
     return starts, run
 
 
+def _by_group_and_seq(uid: I64, seq: I64) -> I64:
+    """A stable order of rows by (group uid, sequence id): one sort of one combined key when
+    the values allow it (they always do in real dumps), else a lexsort."""
+    if not len(uid):
+        return np.zeros(0, dtype=np.int64)
+    low, high = int(seq.min()), int(seq.max())
+    span = high - low + 1
+    if span * (int(uid.max()) + 1) < 1 << 62:
+        return np.argsort(uid * span + (seq - low), kind="stable").astype(np.int64)
+    return np.lexsort((seq, uid)).astype(np.int64)
+
+
 def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnits:
     t, groups = ctx.t, ctx.groups
     unit_kind = t.unit if t.n else np.zeros(0, dtype=np.int8)
     rows = np.flatnonzero(np.isin(unit_kind, COLLECTIVE_UNITS))
     uid = groups.entry_group[rows].astype(np.int64)
     seq = t.coll_seq[rows]
+    order = _by_group_and_seq(uid, seq)  # ties stay in row order: by rank, then record
+    rows, uid, seq = rows[order], uid[order], seq[order]
     rank = t.rank[rows].astype(np.int64)
-    order = np.lexsort((rows, rank, seq, uid))
-    rows, uid, seq, rank = rows[order], uid[order], seq[order], rank[order]
-
-    # Per (rank, group) window of collective sequence ids, for the not-in-window rule.
-    if len(rows):
-        rg_order = np.lexsort((seq, uid, rank))
-        starts, _ = _segments(rank[rg_order], uid[rg_order])
-        ends = np.append(starts[1:], len(rg_order)) - 1
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            a, b = rg_order[s], rg_order[e]
-            ctx.window[(int(rank[a]), int(uid[a]))] = (int(seq[a]), int(seq[b]))
 
     starts, run = _segments(uid, seq)
     n_units = len(starts)
@@ -535,21 +539,34 @@ def _dt(d: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
     return f"in {','.join(d[0]) or '-'} out {','.join(d[1]) or '-'}"
 
 
+def _newest_seq(ctx: _Context, rank: int, uid: int) -> int | None:
+    """The newest collective sequence id of group `uid` in `rank`'s buffer (None: none left).
+    Looked up only for the few units that fail the vectorized checks, so it reads that rank's
+    rows (contiguous: the table is in rank order) on demand."""
+    key = (rank, uid)
+    if key not in ctx.window:
+        t = ctx.t
+        lo, hi = np.searchsorted(t.rank, [rank, rank + 1]).tolist()
+        mine = (ctx.groups.entry_group[lo:hi] == uid) & np.isin(t.unit[lo:hi], COLLECTIVE_UNITS)
+        ctx.window[key] = int(t.coll_seq[lo:hi][mine].max()) if mine.any() else None
+    return ctx.window[key]
+
+
 def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
     """Did `rank` issue collective `seq` of group `uid`, even if it fell out of its buffer?"""
-    window = ctx.window.get((rank, uid))
+    newest = _newest_seq(ctx, rank, uid)
     enqueued = ctx.last_enqueued.get((rank, uid))
-    last = max(window[1] if window else -1, -1 if enqueued is None else enqueued)
+    last = max(-1 if newest is None else newest, -1 if enqueued is None else enqueued)
     if seq <= last:
         return True  # issued; absent here only because it is outside this rank's window
     # Nothing of this group left in a wrapped buffer and no pg_status for it: cannot tell.
-    return window is None and enqueued is None and ctx.wrapped.get(rank, False)
+    return newest is None and enqueued is None and ctx.wrapped.get(rank, False)
 
 
 def _last_seq(ctx: _Context, rank: int, uid: int) -> int | None:
-    window = ctx.window.get((rank, uid))
+    newest = _newest_seq(ctx, rank, uid)
     enqueued = ctx.last_enqueued.get((rank, uid))
-    values = [v for v in (window[1] if window else None, enqueued) if v is not None and v >= 0]
+    values = [v for v in (newest, enqueued) if v is not None and v >= 0]
     return max(values) if values else None
 
 

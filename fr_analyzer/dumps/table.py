@@ -31,6 +31,10 @@ class EntryTable:
     shape_numel: I64
     dtypes: list[tuple[str, ...]]
     stacks: list[Stack]
+    # (rank, group) pairs: every distinct group code each rank's rows carry. `pair` (a column)
+    # numbers them densely, so per-(rank, group) questions are bincounts, not sorts.
+    pair_rank: I32 = field(default_factory=lambda: np.empty(0, np.int32))
+    pair_group: I32 = field(default_factory=lambda: np.empty(0, np.int32))
     columns: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -61,6 +65,7 @@ _TABLE_COLUMNS: tuple[tuple[str, type], ...] = (
     *_COLUMNS.items(),
     ("unit", np.int8),
     ("marker", np.int32),
+    ("pair", np.int32),
 )
 
 
@@ -71,8 +76,8 @@ class TableBuilder:
     into the table's columns, taking them and its string, shape and stack tables off the
     RankDump (which keeps only its metadata and group names).
     The columns are allocated once for the expected size (`ranks_hint` ranks like the first
-    one): pages never written cost no memory, and growing or trimming a large array moves no
-    data, so memory stays at one table however many ranks arrive. Small per-rank pieces kept
+    one): pages never written cost no memory, and trimming a large array moves no data, so
+    memory stays at one table however many ranks arrive. Small per-rank pieces kept
     until the end would cost a second table, as freed small blocks stay with the process."""
 
     def __init__(self, ranks_hint: int = 1) -> None:
@@ -83,6 +88,8 @@ class TableBuilder:
         self._ranks_hint = max(ranks_hint, 1)
         self._spans: list[tuple[int, int, int]] = []  # (rank, first row, rows) as added
         self._n = 0
+        self._pair_rank: list[int] = []
+        self._pair_group: list[int] = []
 
     def add(self, dump: RankDump) -> None:
         maps: dict[str, npt.NDArray[np.int32]] = {}
@@ -93,7 +100,13 @@ class TableBuilder:
                 setattr(dump, table, [])
         start, n = self._n, dump.n
         self._reserve(start + n, n)
+        pairs = len(self._pair_rank)
+        self._pair_rank += [dump.rank] * len(dump.groups)
+        self._pair_group += maps["groups"].tolist()
         for col, _ in _TABLE_COLUMNS:
+            if col == "pair":
+                self._columns[col][start : start + n] = pairs + dump.group
+                continue
             values = getattr(dump, col)
             if col in _RECODED and len(values):
                 table_map = maps[_RECODED[col]]
@@ -105,7 +118,9 @@ class TableBuilder:
             elif col == "marker":
                 values = np.where(values >= 0, values + start, -1)
             self._columns[col][start : start + n] = values
-            setattr(dump, col, _EMPTY)
+            if col != "group":  # `pair` is made from it, last
+                setattr(dump, col, _EMPTY)
+        dump.group = _EMPTY_I32
         self._spans.append((dump.rank, start, n))
         self._n = start + n
 
@@ -117,8 +132,10 @@ class TableBuilder:
             new = max(rows, int(per_rank * self._ranks_hint * 1.25) + 1024)
         else:
             new = max(rows, capacity + capacity // 2)
-        for column in self._columns.values():
-            column.resize(new, refcheck=False)
+        for col, column in self._columns.items():
+            grown = np.empty(new, dtype=column.dtype)  # untouched pages cost nothing yet
+            grown[: self._n] = column[: self._n]
+            self._columns[col] = grown
 
     def build(self, ranks: Sequence[int] | None = None) -> EntryTable:
         """The table of the given ranks (default: every rank added), in rank order."""
@@ -143,6 +160,15 @@ class TableBuilder:
             columns["marker"] = np.where(marker >= 0, position[np.maximum(marker, 0)], -1).astype(
                 np.int32
             )
+        # Number only the pairs that kept rows (ranks may have been left out).
+        pair_rank = np.array(self._pair_rank, dtype=np.int32)
+        pair_group = np.array(self._pair_group, dtype=np.int32)
+        used = np.bincount(columns["pair"], minlength=len(pair_rank)) > 0
+        if not used.all():
+            renumber = (np.cumsum(used) - 1).astype(np.int32)
+            columns["pair"] = renumber[columns["pair"]]
+            pair_rank, pair_group = pair_rank[used], pair_group[used]
+        self._pair_rank, self._pair_group = [], []
         sizes = np.array([n for _, _, n in spans], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(spans) else sizes
         rank = np.repeat(np.array([r for r, _, _ in spans], dtype=np.int32), sizes)
@@ -162,6 +188,8 @@ class TableBuilder:
             shape_numel=numel,
             dtypes=interners["dtypes"].values,
             stacks=interners["stacks"].values,
+            pair_rank=pair_rank,
+            pair_group=pair_group,
             columns=columns,
         )
 
@@ -176,6 +204,7 @@ def merge(ranks: Sequence[RankDump]) -> EntryTable:
 
 
 _EMPTY = np.empty(0, dtype=np.int8)
+_EMPTY_I32 = np.empty(0, dtype=np.int32)
 
 
 def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:
