@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -169,6 +169,7 @@ class _Context:
     last_enqueued: dict[tuple[int, int], int]  # (rank, uid) → from pg_status
     wrapped: dict[int, bool]
     unavailable: frozenset[int]  # member ranks with no usable dump
+    rank_rows: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank → rows, on demand
 
 
 def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
@@ -546,7 +547,17 @@ def _newest_seq(ctx: _Context, rank: int, uid: int) -> int | None:
     key = (rank, uid)
     if key not in ctx.window:
         t = ctx.t
-        lo, hi = np.searchsorted(t.rank, [rank, rank + 1]).tolist()
+        if not ctx.rank_rows and t.n:
+            starts = np.flatnonzero(np.append(True, t.rank[1:] != t.rank[:-1]))
+            ends = np.append(starts[1:], t.n)
+            ctx.rank_rows.update(
+                zip(
+                    t.rank[starts].tolist(),
+                    zip(starts.tolist(), ends.tolist(), strict=True),
+                    strict=True,
+                )
+            )
+        lo, hi = ctx.rank_rows.get(rank, (0, 0))
         mine = (ctx.groups.entry_group[lo:hi] == uid) & np.isin(t.unit[lo:hi], COLLECTIVE_UNITS)
         ctx.window[key] = int(t.coll_seq[lo:hi][mine].max()) if mine.any() else None
     return ctx.window[key]

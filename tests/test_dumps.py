@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import gzip
 import json
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps import discover, load_rank, read_raw
+from fr_analyzer.dumps import RankDump, TableBuilder, discover, load_rank, read_raw
 from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options
-from tests.builders import make_dump, make_entry, write_dumps
+from tests.builders import make_dump, make_entry, renumber, write_dumps
 
 TWO = {"0": ("default_pg", [0, 1])}
 
@@ -277,3 +278,31 @@ def test_worker_processes_send_long_member_lists_once_and_get_them_right(tmp_pat
     assert [g.ranks for g in pooled.groups.groups] == [g.ranks for g in alone.groups.groups]
     (conflict,) = [f for f in pooled.findings if f.kind == FindingKind.GROUP_CONFLICT]
     assert conflict.culprit_ranks == (7,)
+
+
+def test_table_builder_orders_ranks_and_leaves_out_the_ones_asked(tmp_path: Path) -> None:
+    """Ranks may arrive out of order and some may be dropped after loading (a stray rank
+    outside the job): the table is still in rank order, block markers still point at their
+    own rank's rows, and every (rank, group) pair is numbered densely."""
+    block = [
+        make_entry("all_reduce", 0, group=("0", "default_pg")),
+        make_entry("all_reduce", 0, group=("0", "default_pg")),
+        make_entry("coalesced", 0, group=("0", "default_pg")),
+        make_entry("all_reduce", 0, group=("1", "tp")),
+    ]
+    groups = {"0": ("default_pg", [0, 1, 2]), "1": ("tp", [0, 1, 2])}
+    write_dumps(tmp_path, {r: make_dump(renumber(copy.deepcopy(block)), groups) for r in range(3)})
+    dumps = [load_rank(f) for f in discover(tmp_path).files]
+    builder = TableBuilder(ranks_hint=3)
+    for dump in (dumps[2], dumps[0], dumps[1]):
+        assert isinstance(dump, RankDump)
+        builder.add(dump)
+    table = builder.build([0, 2])
+
+    assert table.rank.tolist() == [0] * 4 + [2] * 4
+    assert table.row_in_rank.tolist() == [0, 1, 2, 3] * 2
+    assert table.marker.tolist() == [2, 2, 2, 3, 6, 6, 6, 7]
+    assert table.pair_rank.tolist() == [2, 2, 0, 0]  # in the order the ranks were added
+    assert [table.pair_rank[p] for p in table.pair.tolist()] == table.rank.tolist()
+    names = [table.group_names[table.pair_group[p]][0] for p in table.pair.tolist()]
+    assert names == [table.group_names[g][0] for g in table.group.tolist()]

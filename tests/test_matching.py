@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from fr_analyzer.matching import _by_group_and_seq
 from fr_analyzer.model import FindingKind
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run
@@ -270,3 +273,12 @@ def test_gloo_membership_is_rebuilt_from_entries(run: Run) -> None:
     assert by_name["0"].ranks == (0, 1, 2, 3) and by_name["0"].source.value == "world"
     assert by_name["1"].ranks == (0, 1) and by_name["1"].source.value == "entries"
     assert by_name["2"].ranks == (2, 3)
+
+
+def test_rows_are_ordered_by_group_and_sequence_id_even_for_absurd_ids() -> None:
+    """One sort of a combined key when ids are sane; the same stable order when they are not."""
+    rng = np.random.default_rng(7)
+    uid = rng.integers(0, 5, 500).astype(np.int64)
+    for seq in (rng.integers(0, 50, 500), rng.integers(0, 1 << 62, 500)):
+        seq = seq.astype(np.int64)
+        assert _by_group_and_seq(uid, seq).tolist() == np.lexsort((seq, uid)).tolist()
