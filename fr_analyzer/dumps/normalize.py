@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -477,7 +477,12 @@ def _fetch(entries: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
         )
     except KeyError:  # an older format lacks some keys: None stands in, as `.get` gives
         columns = {key: _column(entries, key) for key in _FAST_KEYS}
-    columns["duration_ms"] = _column(entries, "duration_ms")  # only some versions have it
+    # Only some versions (and only with timing enabled) record durations.
+    columns["duration_ms"] = (
+        _column(entries, "duration_ms")
+        if any(map(operator.contains, entries, repeat("duration_ms")))
+        else (None,) * len(entries)
+    )
     return columns
 
 
@@ -561,42 +566,51 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
     except (TypeError, KeyError):
         return None
 
-    shape_code: dict[Any, int] = {}
-    for key in dict.fromkeys(chain.from_iterable(zip(in_keys, out_keys, strict=True))):
-        if not all(_fast_shape(shape) for shape in key):
-            return None
-        shape_code[key] = read.shapes(key)
-    dtype_code: dict[Any, int] = {}
-    for key in dict.fromkeys(chain.from_iterable(zip(in_dt_keys, out_dt_keys, strict=True))):
-        if not all(_plain(d, 64) for d in key):
-            return None
-        dtype_code[key] = read.dtypes(key)
     stack_keys, stack_code = _fast_stacks(frames, read)
     if stack_code is None:
         return None
+    # Entries repeat a few signatures (op, group, shapes, dtypes, stack): each distinct one is
+    # validated and coded once, and the rows take their codes from it in one pass.
+    signatures = list(
+        zip(pnames, pg_keys, in_keys, out_keys, in_dt_keys, out_dt_keys, stack_keys, strict=True)
+    )
+    shape_code: dict[Any, int] = {}
+    dtype_code: dict[Any, int] = {}
     group_code: dict[Any, int] = {}
-    for key in dict.fromkeys(pg_keys):
-        if len(key) != 2 or not (_plain(key[0], 64) and _plain(key[1], 64)):
-            return None
-        group_code[key] = read.groups(key)
-    parsed: list[tuple[int, int, int, int, int, int, int]] = []
-    pname_code: dict[Any, int] = {}
+    parsed: dict[Any, tuple[int, int, int, int, int, int, int]] = {}
     unknown_backends: set[str] = set()
     unknown_ops: set[str] = set()
-    for pname in dict.fromkeys(pnames):
-        if not _plain(pname, 64):
-            return None
-        found = read.names.get(pname) or read.name(pname)
-        if isinstance(found, _EntryError):
-            return None
-        backend, op, kind, src, dst = found
-        if backend not in KNOWN_BACKENDS:
-            unknown_backends.add(backend)
-        if op not in KNOWN_OPS:
-            unknown_ops.add(op)
-        pname_code[pname] = len(parsed)
-        parsed.append(
-            (
+    rows: list[tuple[int, ...]] = []
+    signature_code: dict[Any, int] = {}
+    for signature in dict.fromkeys(signatures):
+        pname, pg, in_key, out_key, in_dt, out_dt, stack = signature
+        for key in (in_key, out_key):
+            if key not in shape_code:
+                if not all(_fast_shape(shape) for shape in key):
+                    return None
+                shape_code[key] = read.shapes(key)
+        for key in (in_dt, out_dt):
+            if key not in dtype_code:
+                if not all(_plain(d, 64) for d in key):
+                    return None
+                dtype_code[key] = read.dtypes(key)
+        if pg not in group_code:
+            if len(pg) != 2 or not (_plain(pg[0], 64) and _plain(pg[1], 64)):
+                return None
+            group_code[pg] = read.groups(pg)
+        fields = parsed.get(pname)
+        if fields is None:
+            if not _plain(pname, 64):
+                return None
+            found = read.names.get(pname) or read.name(pname)
+            if isinstance(found, _EntryError):
+                return None
+            backend, op, kind, src, dst = found
+            if backend not in KNOWN_BACKENDS:
+                unknown_backends.add(backend)
+            if op not in KNOWN_OPS:
+                unknown_ops.add(op)
+            fields = parsed[pname] = (
                 read.pnames(pname),
                 read.ops(op),
                 read.backends(backend),
@@ -605,11 +619,22 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
                 dst,
                 int(op in MARKER_OPS),
             )
+        signature_code[signature] = len(rows)
+        rows.append(
+            (
+                *fields,
+                group_code[pg],
+                shape_code[in_key],
+                shape_code[out_key],
+                dtype_code[in_dt],
+                dtype_code[out_dt],
+                stack_code[stack],
+            )
         )
     states = cols["state"]
     if not set(map(type, states)) <= {str} or not set(states) <= _STATES.keys():
         return None
-    table = np.array(parsed, dtype=np.int64)[_codes(pnames, pname_code)]
+    table = np.array(rows, dtype=np.int64)[_codes(signatures, signature_code)]
     is_p2p = _flags(cols["is_p2p"])
     if bool((is_p2p & (table[:, 3] == P2PKind.NONE) & (table[:, 6] == 0)).any()):
         return None  # an is_p2p entry that is neither send nor recv: reported per entry
@@ -632,7 +657,7 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         duration = np.full(n, math.nan)
     else:
         duration = np.array([_duration(v) for v in durations], dtype=np.float64)
-    groups = _codes(pg_keys, group_code)
+    groups = table[:, 7].astype(np.int32)
     pg_ids: dict[int, int] = {}
     ids = cols["pg_id"]
     if set(map(type, ids)) == {int}:  # the first row of each pg_id names its group
@@ -660,11 +685,11 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         "t_started": started,
         "t_completed": completed,
         "duration_ms": duration,
-        "in_shape": _codes(in_keys, shape_code),
-        "out_shape": _codes(out_keys, shape_code),
-        "in_dtype": _codes(in_dt_keys, dtype_code),
-        "out_dtype": _codes(out_dt_keys, dtype_code),
-        "stack": _codes(stack_keys, stack_code),
+        "in_shape": table[:, 8].astype(np.int32),
+        "out_shape": table[:, 9].astype(np.int32),
+        "in_dtype": table[:, 10].astype(np.int32),
+        "out_dtype": table[:, 11].astype(np.int32),
+        "stack": table[:, 12].astype(np.int32),
         "timeout_ms": timeout,
     }
     return arrays, pg_ids, unknown_backends, unknown_ops
