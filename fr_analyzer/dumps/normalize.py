@@ -62,7 +62,7 @@ class GroupClaim:
 
 @dataclass
 class RankDump:
-    """One rank's dump as columns. Codes index the per-rank tables (re-coded by `merge`)."""
+    """One rank's dump as columns. Codes index the per-rank tables (re-coded by `TableBuilder`)."""
 
     rank: int
     file: str

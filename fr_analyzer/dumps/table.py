@@ -1,4 +1,4 @@
-"""Merge every rank's columns into one EntryTable with global codes."""
+"""Build one EntryTable with global codes from every rank's columns, as the ranks arrive."""
 
 from __future__ import annotations
 
@@ -74,11 +74,11 @@ class TableBuilder:
 
     `add` re-codes a rank's per-rank tables into global ones and writes its columns straight
     into the table's columns, taking them and its string, shape and stack tables off the
-    RankDump (which keeps only its metadata and group names).
-    The columns are allocated once for the expected size (`ranks_hint` ranks like the first
-    one): pages never written cost no memory, and trimming a large array moves no data, so
-    memory stays at one table however many ranks arrive. Small per-rank pieces kept
-    until the end would cost a second table, as freed small blocks stay with the process."""
+    RankDump (which keeps only its metadata and group names). The columns are allocated once
+    for the expected size (`ranks_hint` ranks like the first one): pages never written cost no
+    memory, and trimming a large array moves no data, so memory stays at one table however
+    many ranks arrive. Small per-rank pieces kept until the end would cost a second table, as
+    freed small blocks stay with the process."""
 
     def __init__(self, ranks_hint: int = 1) -> None:
         self._interners = {name: _Interner() for name in set(_RECODED.values())}
@@ -192,15 +192,6 @@ class TableBuilder:
             pair_group=pair_group,
             columns=columns,
         )
-
-
-def merge(ranks: Sequence[RankDump]) -> EntryTable:
-    """Concatenate ranks into one table (in rank order), re-coding per-rank tables globally.
-    Each rank's columns move into the table: the RankDumps keep only their metadata."""
-    builder = TableBuilder()
-    for dump in ranks:
-        builder.add(dump)
-    return builder.build()
 
 
 _EMPTY = np.empty(0, dtype=np.int8)
