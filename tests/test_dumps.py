@@ -14,6 +14,7 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.dumps import RankDump, TableBuilder, discover, load_rank, read_raw
+from fr_analyzer.dumps.reading import _scan_pickle
 from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options
@@ -306,3 +307,24 @@ def test_table_builder_orders_ranks_and_leaves_out_the_ones_asked(tmp_path: Path
     assert [table.pair_rank[p] for p in table.pair.tolist()] == table.rank.tolist()
     names = [table.group_names[table.pair_group[p]][0] for p in table.pair.tolist()]
     assert names == [table.group_names[g][0] for g in table.group.tolist()]
+
+
+@pytest.mark.parametrize(
+    ("data", "plain"),
+    [
+        (dump_bytes(), True),  # builtin containers and scalars only: the plain C unpickler
+        (pickle.dumps({"version": "2.10", "entries": [], "x": Path("a")}), False),  # a global
+        (pickle.dumps({"version": "2.10"})[:-1], False),  # no STOP: the walk did not finish
+    ],
+)
+def test_only_pickles_proven_free_of_globals_skip_the_refusing_unpickler(
+    data: bytes, plain: bool
+) -> None:
+    assert _scan_pickle(data).plain is plain
+
+
+def test_a_global_hidden_after_a_plain_looking_start_is_still_refused(tmp_path: Path) -> None:
+    body = pickle.dumps([make_dump([make_entry()], TWO), os.system], protocol=2)
+    (tmp_path / "rank_0").write_bytes(body)
+    with pytest.raises(DumpError, match="refused to load global"):
+        read_raw(tmp_path / "rank_0", 0)
