@@ -463,6 +463,22 @@ _FAST_KEYS = (
     "time_discovered_completed_ns",
 )
 _FAST_GET = operator.itemgetter(*_FAST_KEYS)
+# What one distinct entry signature (op, group, shapes, dtypes, stack) gives its rows.
+_SIGNATURE_COLUMNS = (
+    "pname",
+    "op",
+    "backend",
+    "p2p_kind",
+    "peer_src",
+    "peer_dst",
+    "is_marker",
+    "group",
+    "in_shape",
+    "out_shape",
+    "in_dtype",
+    "out_dtype",
+    "stack",
+)
 
 
 def _column(entries: Sequence[dict[str, Any]], key: str) -> list[Any]:
@@ -636,7 +652,8 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         return None
     table = np.array(rows, dtype=np.int64)[_codes(signatures, signature_code)]
     is_p2p = _flags(cols["is_p2p"])
-    if bool((is_p2p & (table[:, 3] == P2PKind.NONE) & (table[:, 6] == 0)).any()):
+    sig = {name: table[:, i] for i, name in enumerate(_SIGNATURE_COLUMNS)}
+    if bool((is_p2p & (sig["p2p_kind"] == P2PKind.NONE) & (sig["is_marker"] == 0)).any()):
         return None  # an is_p2p entry that is neither send nor recv: reported per entry
     coll = _ints(cols["collective_seq_id"], -1, MAX_SEQ_ID)
     p2p = _ints(cols["p2p_seq_id"], -1, MAX_SEQ_ID)
@@ -657,7 +674,7 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         duration = np.full(n, math.nan)
     else:
         duration = np.array([_duration(v) for v in durations], dtype=np.float64)
-    groups = table[:, 7].astype(np.int32)
+    groups = sig["group"].astype(np.int32)
     pg_ids: dict[int, int] = {}
     ids = cols["pg_id"]
     if set(map(type, ids)) == {int}:  # the first row of each pg_id names its group
@@ -673,25 +690,17 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         "coll_seq": coll,
         "p2p_seq": p2p,
         "op_id": op_id,
-        "op": table[:, 1].astype(np.int32),
-        "backend": table[:, 2].astype(np.int32),
-        "pname": table[:, 0].astype(np.int32),
-        "p2p_kind": table[:, 3].astype(np.int8),
-        "peer_src": table[:, 4].astype(np.int32),
-        "peer_dst": table[:, 5].astype(np.int32),
         "state": _codes(states, _STATES).astype(np.int8),
         "retired": _flags(cols["retired"]),
         "t_created": created,
         "t_started": started,
         "t_completed": completed,
         "duration_ms": duration,
-        "in_shape": table[:, 8].astype(np.int32),
-        "out_shape": table[:, 9].astype(np.int32),
-        "in_dtype": table[:, 10].astype(np.int32),
-        "out_dtype": table[:, 11].astype(np.int32),
-        "stack": table[:, 12].astype(np.int32),
         "timeout_ms": timeout,
     }
+    for name, values in sig.items():
+        if name in _COLUMNS and name != "group":
+            arrays[name] = values.astype(_COLUMNS[name])
     return arrays, pg_ids, unknown_backends, unknown_ops
 
 
