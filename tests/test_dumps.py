@@ -328,3 +328,23 @@ def test_a_global_hidden_after_a_plain_looking_start_is_still_refused(tmp_path: 
     (tmp_path / "rank_0").write_bytes(body)
     with pytest.raises(DumpError, match="refused to load global"):
         read_raw(tmp_path / "rank_0", 0)
+
+
+def test_table_builder_grows_when_the_first_ranks_are_small(tmp_path: Path) -> None:
+    """Room is reserved from the ranks seen so far; a small first rank must not lose rows."""
+    sizes = {0: 1, 1: 40, 2: 300, 3: 7}
+    write_dumps(
+        tmp_path,
+        {
+            r: make_dump(renumber([make_entry("all_reduce", s) for s in range(k)]), TWO)
+            for r, k in sizes.items()
+        },
+    )
+    builder = TableBuilder(ranks_hint=len(sizes))
+    for found in discover(tmp_path).files:
+        dump = load_rank(found)
+        assert isinstance(dump, RankDump)
+        builder.add(dump)
+    table = builder.build()
+    assert table.rank.tolist() == [r for r, k in sizes.items() for _ in range(k)]
+    assert table.coll_seq.tolist() == [s for k in sizes.values() for s in range(k)]

@@ -74,9 +74,9 @@ class TableBuilder:
 
     `add` re-codes a rank's per-rank tables into global ones and writes its columns straight
     into the table's columns, taking them and its string, shape and stack tables off the
-    RankDump (which keeps only its metadata and group names). The columns are allocated once
-    for the expected size (`ranks_hint` ranks like the first one): pages never written cost no
-    memory, and trimming a large array moves no data, so memory stays at one table however
+    RankDump (which keeps only its metadata and group names). The columns are allocated for
+    the expected size (`ranks_hint` ranks like the average so far): pages never written cost
+    no memory, and trimming a large array moves no data, so memory stays at one table however
     many ranks arrive. Small per-rank pieces kept until the end would cost a second table, as
     freed small blocks stay with the process."""
 
@@ -99,7 +99,7 @@ class TableBuilder:
             if table != "groups":  # the global tables hold these now; matching reads `groups`
                 setattr(dump, table, [])
         start, n = self._n, dump.n
-        self._reserve(start + n, n)
+        self._reserve(start + n)
         pairs = len(self._pair_rank)
         self._pair_rank += [dump.rank] * len(dump.groups)
         self._pair_group += maps["groups"].tolist()
@@ -124,14 +124,15 @@ class TableBuilder:
         self._spans.append((dump.rank, start, n))
         self._n = start + n
 
-    def _reserve(self, rows: int, per_rank: int) -> None:
+    def _reserve(self, rows: int) -> None:
         capacity = len(self._columns["index"])
         if rows <= capacity:
             return
-        if not self._spans:  # the first rank: room for every expected rank like it
-            new = max(rows, int(per_rank * self._ranks_hint * 1.25) + 1024)
-        else:
-            new = max(rows, capacity + capacity // 2)
+        # Room for the ranks still expected, each as big as the average so far: one allocation
+        # when ranks are alike, a few when the first ones are small.
+        added = len(self._spans) + 1
+        expected = rows + rows * max(self._ranks_hint - added, 0) // added
+        new = max(int(expected * 1.25) + 1024, capacity + capacity // 4)
         for col, column in self._columns.items():
             grown = np.empty(new, dtype=column.dtype)  # untouched pages cost nothing yet
             grown[: self._n] = column[: self._n]
