@@ -153,6 +153,8 @@ class _Graph:
         self.m = matches
         self.newest_ns = newest_ns
         self._missing: dict[int, tuple[int, ...]] = {}
+        self._sizes: dict[int, str] = {}
+        self._ops: dict[int, str] = {}
 
     def missing_in_unit(self, unit: int, group: Group, unavailable: set[int]) -> tuple[int, ...]:
         """Members a collective unit waits for: those that never issued it and those with no
@@ -172,18 +174,24 @@ class _Graph:
         created = int(t.t_created[row])
         newest = self.newest_ns.get(rank, -1)
         age = (newest - created) / 1e9 if created >= 0 and newest >= created else None
-        shapes = t.shapes[int(t.in_shape[row])]
-        name = t.profiling_names[int(t.pname[row])]
+        shape, pname = int(t.in_shape[row]), int(t.pname[row])
+        sizes = self._sizes.get(shape)
+        if sizes is None:  # a few distinct shapes and names, asked about once per rank
+            sizes = self._sizes[shape] = str([list(s) for s in t.shapes[shape]]).replace(" ", "")
+        op = self._ops.get(pname)
+        if op is None:
+            name = t.profiling_names[pname]
+            op = self._ops[pname] = name.partition(":")[2] or name
         return OpRef(
             rank=rank,
             row=row,
             group=self.groups.groups[int(self.groups.entry_group[row])],
             collective_seq_id=None if p2p else int(t.coll_seq[row]),
             p2p_seq_id=int(t.p2p_seq[row]) if p2p else None,
-            op=name.partition(":")[2] or name,
+            op=op,
             state=STATE_NAMES[State(int(t.state[row]))],
             retired=bool(t.retired[row]),
-            sizes=str([list(s) for s in shapes]).replace(" ", ""),
+            sizes=sizes,
             age_s=age,
         )
 
