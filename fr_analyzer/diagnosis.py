@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .dumps import EntryTable, RankDump
+from .dumps import EntryTable, RankDump, rank_starts
 from .groups import GroupTable
 from .matching import MatchResult
 from .model import (
@@ -241,16 +241,9 @@ def _newest(t: EntryTable) -> dict[int, int]:
     if not t.n:
         return {}
     stamp = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
-    starts = _rank_starts(t.rank)
+    starts = rank_starts(t.rank)
     newest = np.maximum.reduceat(stamp, starts)
     return dict(zip(t.rank[starts].tolist(), newest.tolist(), strict=True))
-
-
-def _rank_starts(rank: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
-    """Where each rank's rows begin (rows are in rank order)."""
-    change = np.ones(len(rank), dtype=bool)
-    change[1:] = rank[1:] != rank[:-1]
-    return np.flatnonzero(change)
 
 
 def _incomplete(t: EntryTable, m: MatchResult) -> npt.NDArray[np.bool_]:
@@ -269,14 +262,14 @@ def _first_per_rank(rank: npt.NDArray[np.int32], mask: npt.NDArray[np.bool_]) ->
     rows = np.flatnonzero(mask)
     if not len(rows):
         return {}
-    first = _rank_starts(rank[rows])
+    first = rank_starts(rank[rows])
     return dict(zip(rank[rows[first]].tolist(), rows[first].tolist(), strict=True))
 
 
 def _last_per_rank(t: EntryTable) -> dict[int, int]:
     if not t.n:
         return {}
-    starts = _rank_starts(t.rank)
+    starts = rank_starts(t.rank)
     last = np.append(starts[1:], t.n) - 1
     return dict(zip(t.rank[starts].tolist(), last.tolist(), strict=True))
 
@@ -720,7 +713,7 @@ def _medians_by_rank(
     rank: npt.NDArray[np.int32], values: npt.NDArray[np.float64]
 ) -> dict[int, float]:
     """The median of `values` per rank; `rank` is sorted."""
-    starts = _rank_starts(rank)
+    starts = rank_starts(rank)
     counts = np.diff(np.append(starts, len(rank)))
     ordered = values[np.lexsort((values, rank))]
     low = ordered[starts + (counts - 1) // 2]

@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from .dumps import EntryTable, RankDump
+from .dumps import EntryTable, RankDump, rank_starts
 from .groups import GroupTable
 from .model import (
     ANY_SOURCE,
@@ -548,7 +548,7 @@ def _newest_seq(ctx: _Context, rank: int, uid: int) -> int | None:
     if key not in ctx.window:
         t = ctx.t
         if not ctx.rank_rows and t.n:
-            starts = np.flatnonzero(np.append(True, t.rank[1:] != t.rank[:-1]))
+            starts = rank_starts(t.rank)
             ends = np.append(starts[1:], t.n)
             ctx.rank_rows.update(
                 zip(

@@ -34,7 +34,7 @@ from .discovery import Discovery, DumpFile, discover
 from .loading import load_all, load_rank
 from .normalize import GroupClaim, RankDump, build_rank
 from .reading import NoGlobalsUnpickler, read_raw
-from .table import EntryTable, TableBuilder
+from .table import EntryTable, TableBuilder, rank_starts
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -53,5 +53,6 @@ __all__ = [
     "load_rank",
     "parse_size",
     "printable",
+    "rank_starts",
     "read_raw",
 ]

@@ -48,6 +48,13 @@ class EntryTable:
         return len(self.rank)
 
 
+def rank_starts(rank: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
+    """Where each rank's rows begin, for rows in rank order (as the table's are)."""
+    change = np.ones(len(rank), dtype=bool)
+    change[1:] = rank[1:] != rank[:-1]
+    return np.flatnonzero(change)
+
+
 _RECODED = {
     "group": "groups",
     "op": "ops",
