@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import DumpError
 from ..model import UnreadableDump
 from .common import DEFAULT_MAX_FILE_BYTES, printable
+from .decode import Undecodable
 from .discovery import DumpFile
 from .normalize import RankDump, build_rank
 from .reading import _read
@@ -28,8 +29,12 @@ def load_rank(
     was_enabled = gc.isenabled()
     gc.disable()  # a dump is ~100k small containers freed by reference counting; GC passes
     try:  # over them while it is read cost more than the reading
-        raw = _read(dump_file.path, dump_file.rank, max_bytes)
-        return build_rank(raw.obj, dump_file.rank, path, nbytes=raw.nbytes, notes=raw.notes)
+        raw = _read(dump_file.path, dump_file.rank, max_bytes, fast=True)
+        try:
+            return build_rank(raw.obj, dump_file.rank, path, nbytes=raw.nbytes, notes=raw.notes)
+        except Undecodable:
+            raw = _read(dump_file.path, dump_file.rank, max_bytes)
+            return build_rank(raw.obj, dump_file.rank, path, nbytes=raw.nbytes, notes=raw.notes)
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)
     except RecursionError:

@@ -46,6 +46,7 @@ from .common import (
     _short,
     printable,
 )
+from .decode import Decoded, EntryColumns, Undecodable
 
 # ---------------------------------------------------------------------------------------------
 # Per-rank columns
@@ -502,8 +503,13 @@ def _fetch(entries: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
     return columns
 
 
-def _ints(values: Sequence[Any], low: int, high: int) -> npt.NDArray[np.int64] | None:
-    """An int64 column when every value is a plain int in [low, high]; else None."""
+def _ints(values: Any, low: int, high: int) -> npt.NDArray[np.int64] | None:
+    """An int64 column when every value is a plain int in [low, high]; else None. An int64
+    array (from `decode`) is only range-checked."""
+    if isinstance(values, np.ndarray):
+        if len(values) and (int(values.min()) < low or int(values.max()) > high):
+            return None
+        return values
     if not set(map(type, values)) <= {int}:
         return None
     try:
@@ -515,8 +521,13 @@ def _ints(values: Sequence[Any], low: int, high: int) -> npt.NDArray[np.int64] |
     return out
 
 
-def _stamps(values: Sequence[Any]) -> npt.NDArray[np.int64] | None:
-    """Timestamps: None or 0 (JSON) mean unset (-1); anything but ints and None: not fast."""
+def _stamps(values: Any) -> npt.NDArray[np.int64] | None:
+    """Timestamps: None or 0 (JSON) mean unset (-1); anything but ints and None: not fast.
+    An int64 array (from `decode`) has -1 for None already."""
+    if isinstance(values, np.ndarray):
+        out = values.copy()
+        out[out <= 0] = NO_TIME
+        return out
     kinds = set(map(type, values))
     if not kinds <= {int, type(None)}:
         return None
@@ -546,10 +557,75 @@ def _plain(text: Any, most: int) -> bool:
     return type(text) is str and len(text) <= most and text.isprintable()
 
 
+@dataclass
+class _Keyed:
+    """A rank's entries as columns, ready to be coded. Signature columns hold a hashable key
+    per entry; `values` maps each key to its value, per column (a column missing from it holds
+    the values themselves). `frames` maps each stack key to its list of frame dicts."""
+
+    n: int
+    signature: Mapping[str, Sequence[Any]]  # the columns of `_SIGNATURE_KEYS`
+    values: dict[str, Mapping[Any, Any]]
+    frames: Mapping[Any, Any]
+    scalars: dict[str, Any]  # the other columns: sequences, or int64 arrays from `decode`
+
+
+_SIGNATURE_KEYS = (
+    "profiling_name",
+    "process_group",
+    "input_sizes",
+    "output_sizes",
+    "input_dtypes",
+    "output_dtypes",
+    "frames",
+)
+
+
 def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
     """Columns of a rank whose entries are all well formed, one pass per key in C-level loops,
     each distinct value validated once. None sends the rank through the careful per-entry
     path, which names every problem; so anything unusual here just returns None."""
+    keyed = _keyed_columns(entries) if isinstance(entries, EntryColumns) else _keyed(entries, read)
+    if keyed is None:
+        return None
+    if keyed.scalars["items"] > limit:
+        raise read.bomb()
+    return _coded_columns(keyed, read)
+
+
+def _keyed_columns(entries: EntryColumns) -> _Keyed:
+    """`_Keyed` from columns decoded straight from a pickle's bytes (`decode`)."""
+    scalars: dict[str, Any] = dict(entries.ints)
+    for name in ("state", "is_p2p", "retired", "duration_ms"):
+        scalars[name] = entries.column(name)
+    scalars["pg_id"] = entries.pg_ids
+    scalars["items"] = 5 * entries.n + entries.items
+    values: dict[str, Mapping[Any, Any]] = {}
+    for name in _SIGNATURE_KEYS:
+        found = entries.values[name]
+        if name in ("input_sizes", "output_sizes"):
+            found = {k: _shape_key(v) for k, v in found.items()}
+        elif name in ("input_dtypes", "output_dtypes", "process_group"):
+            found = {k: tuple(v) if isinstance(v, list | tuple) else _ODD for k, v in found.items()}
+        values[name] = found
+    found = entries.values["frames"]
+    frames = {key: found[key] for key in dict.fromkeys(entries.keys["frames"])}  # in entry order
+    signature = {name: entries.keys[name] for name in _SIGNATURE_KEYS}
+    signature["frames"] = [None if not frames[k] else k for k in signature["frames"]]
+    return _Keyed(entries.n, signature, values, frames, scalars)
+
+
+_ODD = object()  # a value the fast path does not take: the careful path reads the rank
+
+
+def _shape_key(value: Any) -> Any:
+    if type(value) is not list or not all(type(v) is list for v in value):
+        return _ODD
+    return tuple(map(tuple, value))
+
+
+def _keyed(entries: Any, read: _Reader) -> _Keyed | None:
+    """`_Keyed` from a list of entry dicts."""
     n = len(entries)
     if not n or not isinstance(entries, list) or set(map(type, entries)) != {dict}:
         return None
@@ -565,7 +641,7 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         shapes = sum(map(len, ins)) + sum(map(len, outs))
         dims = sum(map(len, chain.from_iterable(ins))) + sum(map(len, chain.from_iterable(outs)))
         items = 5 * n + shapes + dims + sum(map(len, filter(None, frames)))
-        if items > limit:
+        if items > (read.limit if read.limit is not None else _INT64_MAX):
             raise read.bomb()
         if shapes > 16 * n:
             return None
@@ -574,22 +650,39 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         in_dt, out_dt = cols["input_dtypes"], cols["output_dtypes"]
         if not set(map(type, in_dt)) | set(map(type, out_dt)) <= {list}:
             return None
-        in_dt_keys = list(map(tuple, in_dt))
-        out_dt_keys = list(map(tuple, out_dt))
         pgs = cols["process_group"]
         pg_keys = pgs if set(map(type, pgs)) == {tuple} else list(map(tuple, pgs))
-        pnames = cols["profiling_name"]
     except (TypeError, KeyError):
         return None
+    # An entry's stack key is the identities of its frame objects: torch's pickler writes each
+    # distinct frame once and refers to it after, so a pickle's entries share frame dicts and a
+    # stack is recognized without reading its frames again. The dump keeps every frame alive
+    # while it is read, so identities are not reused.
+    stack_keys: list[Any] = [tuple(map(id, f)) if f else None for f in frames]
+    signature = {
+        "profiling_name": cols["profiling_name"],
+        "process_group": pg_keys,
+        "input_sizes": in_keys,
+        "output_sizes": out_keys,
+        "input_dtypes": list(map(tuple, in_dt)),
+        "output_dtypes": list(map(tuple, out_dt)),
+        "frames": stack_keys,
+    }
+    scalars: dict[str, Any] = {k: v for k, v in cols.items() if k not in signature}
+    scalars["items"] = items
+    return _Keyed(n, signature, {}, dict(zip(stack_keys, frames, strict=True)), scalars)
 
-    stack_keys, stack_code = _fast_stacks(frames, read)
+
+def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
+    """The rank's columns from `_Keyed`: each distinct signature validated and coded once."""
+    n, cols, values = keyed.n, keyed.scalars, keyed.values
+    stack_code = _fast_stacks(keyed.frames, read)
     if stack_code is None:
         return None
     # Entries repeat a few signatures (op, group, shapes, dtypes, stack): each distinct one is
     # validated and coded once, and the rows take their codes from it in one pass.
-    signatures = list(
-        zip(pnames, pg_keys, in_keys, out_keys, in_dt_keys, out_dt_keys, stack_keys, strict=True)
-    )
+    signatures = list(zip(*(keyed.signature[name] for name in _SIGNATURE_KEYS), strict=True))
+    value_maps = [values.get(name) for name in _SIGNATURE_KEYS[:-1]]
     shape_code: dict[Any, int] = {}
     dtype_code: dict[Any, int] = {}
     group_code: dict[Any, int] = {}
@@ -599,7 +692,13 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
     rows: list[tuple[int, ...]] = []
     signature_code: dict[Any, int] = {}
     for signature in dict.fromkeys(signatures):
-        pname, pg, in_key, out_key, in_dt, out_dt, stack = signature
+        pname, pg, in_key, out_key, in_dt, out_dt = (
+            key if found is None else found[key]
+            for key, found in zip(signature, value_maps, strict=False)
+        )
+        stack = signature[-1]
+        if _ODD in (pg, in_key, out_key, in_dt, out_dt):
+            return None
         for key in (in_key, out_key):
             if key not in shape_code:
                 if not all(_fast_shape(shape) for shape in key):
@@ -698,33 +797,32 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
         "duration_ms": duration,
         "timeout_ms": timeout,
     }
-    for name, values in sig.items():
+    for name, column in sig.items():
         if name in _COLUMNS and name != "group":
-            arrays[name] = values.astype(_COLUMNS[name])
+            arrays[name] = column.astype(_COLUMNS[name])
     return arrays, pg_ids, unknown_backends, unknown_ops
 
 
-def _fast_stacks(
-    frames: Sequence[list[Any] | None], read: _Reader
-) -> tuple[list[Any], dict[Any, int] | None]:
-    """Each entry's stack key and the stack-table code of each key; None codes when a frame is
-    odd (the careful path reads it). An entry's key is the identities of its frame objects:
-    torch's pickler writes each distinct frame once and refers to it after, so a pickle's
-    entries share frame dicts and a stack is recognized without reading its frames again. The
-    dump keeps every frame alive while it is read, so identities are not reused."""
-    keys: list[Any] = [tuple(map(id, f)) if f else None for f in frames]
+def _fast_stacks(frames: Mapping[Any, Any], read: _Reader) -> dict[Any, int] | None:
+    """The stack-table code of each stack key (`frames` maps each key to its list of frame
+    dicts); None when a frame is odd (the careful path reads it)."""
     code: dict[Any, int] = {None: -1}
     made: dict[int, Frame] = {}  # by frame object identity
     by_value: dict[tuple[Any, Any, Any], Frame] = {}
-    for key, found in dict(zip(keys, frames, strict=True)).items():
-        if found is None or key in code:
+    for key, found in frames.items():
+        if key in code:
             continue
+        if not found:
+            code[key] = -1
+            continue
+        if type(found) is not list:
+            return None
         stack = []
         for raw in found:
             frame = made.get(id(raw))
             if frame is None:
                 if type(raw) is not dict:
-                    return keys, None
+                    return None
                 value: tuple[Any, Any, Any] = (
                     raw.get("name"),
                     raw.get("filename"),
@@ -739,12 +837,12 @@ def _fast_stacks(
                         and type(line) is int
                         and -_INT64_MAX <= line <= _INT64_MAX
                     ):
-                        return keys, None
+                        return None
                     frame = by_value[value] = Frame(name, filename, line)
                 made[id(raw)] = frame
             stack.append(frame)
         code[key] = read.stacks(tuple(stack))
-    return keys, code
+    return code
 
 
 def _fast_shape(shape: tuple[Any, ...]) -> bool:
@@ -776,16 +874,19 @@ def build_rank(
 def _build_rank(
     raw: Any, rank: int, file: str, nbytes: int | None, notes: Sequence[str]
 ) -> RankDump:
-    if not isinstance(raw, dict):
+    if isinstance(raw, Decoded):
+        raw, entries = raw.header, raw.entries
+    elif not isinstance(raw, dict):
         raise DumpError(
             file,
             rank,
             f"not a Flight Recorder dump (top level is {type(raw).__name__})",
         )
-    entries = raw.get("entries", [])
+    else:
+        entries = raw.get("entries", [])
     if entries is None:
         entries = []
-    if not isinstance(entries, list | tuple):
+    if not isinstance(entries, list | tuple | EntryColumns):
         raise DumpError(file, rank, "'entries' is not a list")
     if "version" not in raw and "pg_config" not in raw and not entries:
         raise DumpError(file, rank, "not a Flight Recorder dump (no version, pg_config or entries)")
@@ -833,6 +934,8 @@ def _build_rank(
     fast = _fast_columns(entries, read, limit)
     if fast is not None:
         arrays, pg_ids, unknown_backends, unknown_ops = fast
+    elif isinstance(entries, EntryColumns):
+        raise Undecodable  # the careful path needs the entries as dicts
     else:
         cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
         pg_ids, unknown_backends, unknown_ops = {}, set(), set()

@@ -29,6 +29,7 @@ from .common import (
     _short,
     printable,
 )
+from .decode import decode
 
 # ---------------------------------------------------------------------------------------------
 # Safe reading
@@ -60,7 +61,9 @@ def read_raw(path: Path, rank: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYT
     return _read(path, rank, max_bytes).obj
 
 
-def _read(path: Path, rank: int | None, max_bytes: int) -> _Raw:
+def _read(path: Path, rank: int | None, max_bytes: int, fast: bool = False) -> _Raw:
+    """The file's dump object; with `fast`, a pickle written the way torch writes it comes
+    back as a `Decoded` (see `decode`)."""
     where = printable(str(path))
     data = _read_bytes(path, where, rank, max_bytes)
     if not data:
@@ -78,6 +81,10 @@ def _read(path: Path, rank: int | None, max_bytes: int) -> _Raw:
     head = data[:64].removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
     if head in (b"{", b"["):
         return _Raw(_load_json(data, where, rank, notes), len(data), notes)
+    if fast:
+        decoded = decode(data)
+        if decoded is not None:
+            return _Raw(decoded, len(data), notes)
     scan = _scan_pickle(data)
     reason = _check_tuples(data) if scan.reason is None and scan.exact else scan.reason
     if reason is not None:
