@@ -1,8 +1,8 @@
 """Find per-rank dump files, load them safely, and turn each into compact columns.
 
-The package, stage by stage: `discovery` finds the files, `reading` loads one safely,
-`normalize` turns it into columns, `loading` runs that over every rank (in worker processes)
-and `table` merges the ranks.
+The package, stage by stage: `discovery` finds the files, `reading` loads one safely (a
+torch-written pickle through `decode`, straight into entry columns), `normalize` turns it into
+columns, `loading` runs that over every rank (in worker processes) and `table` merges the ranks.
 
 Each rank's file is read (pickle, or JSON), its format quirks normalized (tuple vs list, `0` vs
 None timestamps, string sequence ids, dtype as a bare string, `nccl_version` vs
@@ -13,8 +13,11 @@ columns (a long member list crosses once per worker, then by digest). As each ra
 `EntryTable` that the matcher joins on, so the parent holds one table, never a second copy.
 
 Hostile input is expected. Only regular files are opened; a file over `max_bytes` (or gzip data
-that inflates past it, or past `GZIP_MAX_RATIO` times its compressed size) is refused. Before a
-pickle is unpickled, `_scan_pickle` walks its opcodes (runs of plain opcodes are skipped by one
+that inflates past it, or past `GZIP_MAX_RATIO` times its compressed size) is refused. A pickle
+in the form torch's pickler writes is read by `decode`, whose grammar has no global, no memo
+put out of order and no tuple of containers, so no bomb; its entries come back as columns, with
+no unpickler and no dict per entry. Any other pickle takes the general path: before it is
+unpickled, `_scan_pickle` walks its opcodes (runs of plain opcodes are skipped by one
 regular expression) and refuses memo indices that would make the unpickler allocate gigabytes
 from a few bytes; tuples that could be nested deeply or shared (a deep or exponential hash when
 used as a dict key) are checked exactly by `_check_tuples`. A pickle whose walk reaches STOP

@@ -1,5 +1,6 @@
-"""Read one dump file safely: regular files only, bounded sizes, gzip, JSON, and pickles
-scanned for bombs before an unpickler that refuses every global builds them."""
+"""Read one dump file safely: regular files only, bounded sizes, gzip, JSON; torch-written
+pickles decoded by `decode`, and other pickles scanned for bombs before an unpickler that
+refuses every global builds them."""
 
 from __future__ import annotations
 
