@@ -45,6 +45,7 @@ _PUTS = (_BINPUT, _LONG_BINPUT)
 _SCALARS = (type(None), bool, int, float, str)
 _MAX_DEPTH = 64  # containers nested deeper than this are left to the general path
 _MAX_SLOW_ENTRIES = 256  # entries read by the exact decoder before the unpickler is cheaper
+_FEW_LATE = 32  # up to this many captures' first uses are found by list.index, else in one pass
 
 
 class _Outside(Exception):
@@ -454,11 +455,14 @@ def _keyed_columns(
         caps = captured.get(name)
         decoded: dict[Any, Any] = {}
         if caps is not None:
+            late: dict[bytes, int] = {}  # captures referring to slots written among the entries
             for raw in dict.fromkeys(caps):
                 value, top = reader.fragment(raw)
                 decoded[raw] = value
                 if top >= first_memo:
-                    _check_first_use(caps, raw, top, written, slow_rows)
+                    late[raw] = top
+            if late:
+                _check_first_uses(caps, late, written, slow_rows)
             column: list[Any] = list(caps)
         else:
             decoded[None] = None  # not in the layout (duration_ms, say)
@@ -483,23 +487,30 @@ def _items(value: Any) -> int:
     return len(value) + sum(len(v) for v in value if isinstance(v, list))
 
 
-def _check_first_use(
+def _check_first_uses(
     caps: list[bytes],
-    raw: bytes,
-    top: int,
+    late: dict[bytes, int],
     written: list[tuple[int, int]],
     slow_rows: list[int],
 ) -> None:
-    """An entry read by the expression refers to memo slot `top`: the entry that first does so
-    must come after the entry that wrote the slot (memo sizes only grow, so the first use is
-    the one to check)."""
-    fast_index = caps.index(raw)
-    row = fast_index + bisect.bisect_right(
-        [r - i for i, r in enumerate(slow_rows)], fast_index
-    )  # fast rows before it, plus the decoder-read rows among them
-    writer = next((r for size, r in written if size > top), None)
-    if writer is None or writer > row:
-        raise _Outside
+    """Captures of expression-read entries that refer to memo slots written among the entries
+    (`late`: capture -> highest slot): the first entry with each must come after the entry that
+    wrote the slot (memo sizes only grow, so the first use is the one to check). Linear in the
+    entries whatever the number of such captures."""
+    if len(late) <= _FEW_LATE:
+        first = {raw: caps.index(raw) for raw in late}
+    else:
+        first = {}
+        for i, raw in enumerate(caps):
+            if raw in late:
+                first.setdefault(raw, i)
+    before = [row - i for i, row in enumerate(slow_rows)]  # expression-read entries before each
+    sizes = [size for size, _ in written]  # memo size after each writing entry, growing
+    for raw, top in late.items():
+        row = first[raw] + bisect.bisect_right(before, first[raw])
+        at = bisect.bisect_right(sizes, top)  # the entry that wrote slot `top`
+        if at == len(written) or written[at][1] > row:
+            raise _Outside
 
 
 def _decode_ints(columns: Sequence[Sequence[bytes]]) -> npt.NDArray[np.int64]:
