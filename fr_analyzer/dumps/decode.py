@@ -407,7 +407,7 @@ def _columns(
     first_memo: int,
 ) -> EntryColumns:
     ints = _int_columns(captured, nfast, slow)
-    keys, values, items = _keyed_columns(reader, captured, nfast, slow, first_memo)
+    keys, values, items = _value_columns(reader, captured, nfast, slow, first_memo)
     return EntryColumns(nfast + len(slow), ints, keys, values, items, ints["pg_id"].tolist())
 
 
@@ -435,7 +435,7 @@ def _int_columns(
     return ints
 
 
-def _keyed_columns(
+def _value_columns(
     reader: _Decoder,
     captured: dict[str, list[bytes]],
     nfast: int,

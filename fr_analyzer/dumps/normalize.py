@@ -568,6 +568,7 @@ class _Keyed:
     values: dict[str, Mapping[Any, Any]]
     frames: Mapping[Any, Any]
     scalars: dict[str, Any]  # the other columns: sequences, or int64 arrays from `decode`
+    items: int  # entries, shapes, dimensions, dtypes and frames: the expansion check
 
 
 _SIGNATURE_KEYS = (
@@ -588,7 +589,7 @@ def _fast_columns(entries: Any, read: _Reader, limit: int) -> _Fast | None:
     keyed = _keyed_columns(entries) if isinstance(entries, EntryColumns) else _keyed(entries, read)
     if keyed is None:
         return None
-    if keyed.scalars["items"] > limit:
+    if keyed.items > limit:
         raise read.bomb()
     return _coded_columns(keyed, read)
 
@@ -599,7 +600,6 @@ def _keyed_columns(entries: EntryColumns) -> _Keyed:
     for name in ("state", "is_p2p", "retired", "duration_ms"):
         scalars[name] = entries.column(name)
     scalars["pg_id"] = entries.pg_ids
-    scalars["items"] = 5 * entries.n + entries.items
     values: dict[str, Mapping[Any, Any]] = {}
     for name in _SIGNATURE_KEYS:
         found = entries.values[name]
@@ -612,7 +612,7 @@ def _keyed_columns(entries: EntryColumns) -> _Keyed:
     frames = {key: found[key] for key in dict.fromkeys(entries.keys["frames"])}  # in entry order
     signature = {name: entries.keys[name] for name in _SIGNATURE_KEYS}
     signature["frames"] = [None if not frames[k] else k for k in signature["frames"]]
-    return _Keyed(entries.n, signature, values, frames, scalars)
+    return _Keyed(entries.n, signature, values, frames, scalars, 5 * entries.n + entries.items)
 
 
 _ODD = object()  # a value the fast path does not take: the careful path reads the rank
@@ -669,8 +669,7 @@ def _keyed(entries: Any, read: _Reader) -> _Keyed | None:
         "frames": stack_keys,
     }
     scalars: dict[str, Any] = {k: v for k, v in cols.items() if k not in signature}
-    scalars["items"] = items
-    return _Keyed(n, signature, {}, dict(zip(stack_keys, frames, strict=True)), scalars)
+    return _Keyed(n, signature, {}, dict(zip(stack_keys, frames, strict=True)), scalars, items)
 
 
 def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
