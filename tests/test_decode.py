@@ -17,7 +17,7 @@ import pytest
 from benchmarks.gen import Spec, TorchPickleWriter, torch_pickle
 from fr_analyzer.dumps import DumpFile, RankDump, build_rank, discover, load_rank
 from fr_analyzer.dumps import decode as decode_module
-from fr_analyzer.dumps.decode import Undecodable, _decode_ints, decode
+from fr_analyzer.dumps.decode import Undecodable, _run_ints, decode
 from fr_analyzer.model import UnreadableDump
 from tests.builders import make_dump, make_entry
 
@@ -121,9 +121,14 @@ def test_integers_of_every_pickled_width_decode_exactly() -> None:
     caps = [pickle.dumps(v, protocol=2)[2:-1] for v in values]  # the opcode and its argument
     caps.append(b"N")
     values.append(-1)
-    assert _decode_ints([caps]).ravel().tolist() == values
-    half = len(caps) // 2
-    assert _decode_ints([caps[:half], caps[half : 2 * half]]).ravel().tolist() == values[: 2 * half]
+    ((column,),) = _run_ints([(caps, ())])
+    assert column.tolist() == values
+    # Runs of three, with a short and a long key reference between them.
+    third = len(caps) // 3
+    run = [a + b"h\x05" + b + b"j\x00\x01\x00\x00" + c for a, b, c in zip(*[iter(caps)] * 3)]
+    (columns, (alone,)) = _run_ints([(run, (2, 5)), (caps[::-1], ())])
+    assert [c.tolist() for c in columns] == [values[i : 3 * third : 3] for i in range(3)]
+    assert alone.tolist() == values[::-1]
 
 
 def file_of(tmp_path: Path, data: bytes) -> DumpFile:

@@ -27,8 +27,8 @@ import bisect
 import itertools
 import re
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,48 +61,52 @@ class Undecodable(Exception):
 class EntryColumns:
     """A rank's entries as columns, one value per entry and column.
 
-    `ints` hold integer columns (-1 where an optional one is None); `keys` hold a hashable key
-    per entry for the values decoded once per distinct key (`values`); `frames` maps each
-    `frames` key to the list of frame dicts it stands for. `items` counts the shape
-    dimensions, dtypes and frames of the entries, for the expansion check."""
+    `ints` hold the integer columns (-1 where an optional one is None). `coded` holds each
+    other column as a code per entry and the distinct values the codes stand for; columns
+    decoded together share one code array. `items` counts the shapes, dimensions, dtypes and
+    frames of the entries, for the expansion check."""
 
     n: int
     ints: dict[str, npt.NDArray[np.int64]]
-    keys: dict[str, list[Any]]
-    values: dict[str, dict[Any, Any]]
+    coded: dict[str, tuple[npt.NDArray[np.int32], list[Any]]]
     items: int = 0
-    pg_ids: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return self.n
 
     def column(self, name: str) -> list[Any]:
-        """Per-entry values of a keyed column."""
-        values = self.values[name]
-        return list(map(values.__getitem__, self.keys[name]))
+        """Per-entry values of a coded column."""
+        codes, values = self.coded[name]
+        return list(map(values.__getitem__, codes.tolist()))
 
 
-# Keys of an entry and how their values are read by the entry expression.
+# How the entry expression reads the value of each key.
 _INT_BODY = (
     rb"K.|M..|J....|\x8a(?:\x00|\x01.|\x02..|\x03...|\x04....|\x05.{5}|\x06.{6}|\x07.{7}|\x08.{8})"
 )
 _REF_BODY = rb"h.|j...."
-_VALUE = {
-    "int": b"(" + _INT_BODY + b")",
-    "optional int": b"(N|" + _INT_BODY + b")",
-    "flag": rb"([\x88\x89N])",
-    "ref": b"(" + _REF_BODY + b")",
-    "refs": rb"(\]\((?:h.|j....)*+e)",
-    "shapes": rb"(\]\((?:\]\((?:K.|M..|J....)*+e)*+e)",
-    "pair": rb"((?:h.|j....)(?:h.|j....)\x86)",
-    "float": rb"(N|G.{8})",
-    "scalar": b"(N|[\\x88\\x89]|G.{8}|" + _REF_BODY + b"|" + _INT_BODY + b")",
+_BODY = {
+    "int": _INT_BODY,
+    "optional int": b"N|" + _INT_BODY,
+    "flag": rb"[\x88\x89N]",
+    "ref": _REF_BODY,
+    "refs": rb"\]\((?:h.|j....)*+e",
+    "shapes": rb"\]\((?:\]\((?:K.|M..|J....)*+e)*+e",
+    "pair": rb"(?:h.|j....)(?:h.|j....)\x86",
+    "float": rb"N|G.{8}",
+    "scalar": b"N|[\\x88\\x89]|G.{8}|" + _REF_BODY + b"|" + _INT_BODY,
 }
 _INT_KEYS = frozenset(
     {"record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "timeout_ms"}
     | {"time_created_ns"}
 )
 _OPTIONAL_INT_KEYS = frozenset({"time_discovered_started_ns", "time_discovered_completed_ns"})
+# Keys whose values differ from entry to entry: their runs are read as integers with numpy.
+# The values of the other keys repeat, and a run of them is decoded once per distinct bytes.
+_VARYING = frozenset(
+    {"record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns"}
+    | _OPTIONAL_INT_KEYS
+)
 _KIND = {
     **dict.fromkeys(_INT_KEYS, "int"),
     **dict.fromkeys(_OPTIONAL_INT_KEYS, "optional int"),
@@ -124,8 +128,18 @@ REQUIRED_KEYS = frozenset(_KIND) - {"duration_ms", "thread_name", "thread_id"}
 
 
 @dataclass(frozen=True)
+class _Run:
+    """Adjacent keys of a layout read by one capture: the bytes of the first value, then the
+    key reference and value of each next key (`refs`: each such reference's length)."""
+
+    names: tuple[str, ...]
+    varying: bool
+    refs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class _Layout:
-    keys: tuple[str, ...]
+    runs: tuple[_Run, ...]
     regex: re.Pattern[bytes]
 
 
@@ -134,20 +148,31 @@ _LAYOUTS_MOST = 64
 
 
 def _layout(keys: Sequence[tuple[str, int]]) -> _Layout:
-    """The expression reading one entry whose keys are these (name, memo slot) in order."""
+    """The expression reading one entry whose keys are these (name, memo slot) in order: one
+    capture per run of varying keys or of repeating ones."""
     ident = tuple(keys)
     found = _LAYOUTS.get(ident)
     if found is None:
         parts = [rb"\}\("]
-        for name, slot in keys:
-            ref = b"h" + bytes([slot]) if slot < 256 else b"j" + slot.to_bytes(4, "little")
-            parts.append(re.escape(ref) + _VALUE[_KIND.get(name, "scalar")])
+        runs: list[_Run] = []
+        for varying, group in itertools.groupby(keys, lambda key: key[0] in _VARYING):
+            names: list[str] = []
+            refs: list[int] = []
+            for name, slot in group:
+                ref = b"h" + bytes([slot]) if slot < 256 else b"j" + slot.to_bytes(4, "little")
+                body = b"(?:" + _BODY[_KIND.get(name, "scalar")] + b")"
+                if names:
+                    parts.append(re.escape(ref) + body)
+                    refs.append(len(ref))
+                else:
+                    parts.append(re.escape(ref) + b"(" + body)
+                names.append(name)
+            parts.append(b")")
+            runs.append(_Run(tuple(names), varying, tuple(refs)))
         parts.append(b"u")
         if len(_LAYOUTS) >= _LAYOUTS_MOST:
             _LAYOUTS.clear()
-        found = _LAYOUTS[ident] = _Layout(
-            tuple(name for name, _ in keys), re.compile(b"".join(parts), re.DOTALL)
-        )
+        found = _LAYOUTS[ident] = _Layout(tuple(runs), re.compile(b"".join(parts), re.DOTALL))
     return found
 
 
@@ -268,14 +293,15 @@ class _Decoder:
             raise _Outside  # a tuple of containers could be a hash bomb
         return tuple(items)
 
-    def fragment(self, data: bytes) -> tuple[Any, int]:
-        """One captured value decoded with this decoder's memo, and the highest memo slot it
-        refers to (-1 if none)."""
+    def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
+        """The values of a run of `size` keys captured from an entry (value, key reference,
+        value, ...), decoded with this decoder's memo, and the highest memo slot referred to
+        (-1 if none)."""
         reader = _Decoder(data + b".", self.memo, puts=False)
         found, pos = reader.items(0, _STOP, 0)
-        if len(found) != 1 or pos != len(data) + 1:
+        if len(found) != 2 * size - 1 or pos != len(data) + 1:
             raise _Outside
-        return found[0], reader.top_ref
+        return found[::2], reader.top_ref
 
 
 @dataclass
@@ -340,18 +366,18 @@ def _entries(reader: _Decoder, pos: int) -> tuple[EntryColumns, int]:
     come the last such entries and the list's end."""
     data = reader.data
     slow: list[_Slow] = []
-    first_memo = len(reader.memo)
     layout: _Layout | None = None
     while layout is None and data[pos] != _APPENDS:
         pos = _slow_entry(reader, pos, slow, 0)
         slots = [(key, reader.slots.get(key, -1)) for key in slow[-1].entry]
         if all(slot >= 0 for _, slot in slots):
             layout = _layout(slots)
-    captured: dict[str, list[bytes]] = {}
+    memo_before = len(reader.memo)  # slots written before the first expression-read entry
+    captured: list[list[bytes]] = []
     fast = 0
     if layout is not None and data[pos] != _APPENDS:
         parts = layout.regex.split(data[pos:])
-        stride = layout.regex.groups + 1
+        stride = len(layout.runs) + 1
         fast = (len(parts) - 1) // stride
         gaps = parts[::stride]
         for k in itertools.compress(range(fast), gaps):  # entries between matches
@@ -363,10 +389,11 @@ def _entries(reader: _Decoder, pos: int) -> tuple[EntryColumns, int]:
             if at != len(gaps[k]):
                 raise _Outside
         pos = len(data) - len(gaps[-1])
-        captured = {name: parts[i + 1 :: stride] for i, name in enumerate(layout.keys)}
+        captured = [parts[i + 1 :: stride] for i in range(len(layout.runs))]
     while data[pos] != _APPENDS:
         pos = _slow_entry(reader, pos, slow, fast)
-    columns = _columns(reader, captured, fast, slow, first_memo)
+    runs = layout.runs if layout is not None and fast else ()
+    columns = _Columns(reader, fast, slow, memo_before).build(zip(runs, captured, strict=False))
     return columns, pos + 1
 
 
@@ -383,7 +410,7 @@ def _slow_entry(reader: _Decoder, pos: int, slow: list[_Slow], fast_before: int)
 
 
 _INT_COLUMNS = tuple(sorted(_INT_KEYS | _OPTIONAL_INT_KEYS))
-_KEYED = (
+_CODED = (
     "process_group",
     "profiling_name",
     "state",
@@ -399,92 +426,112 @@ _KEYED = (
 _LISTS = frozenset({"input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames"})
 
 
-def _columns(
-    reader: _Decoder,
-    captured: dict[str, list[bytes]],
-    nfast: int,
-    slow: list[_Slow],
-    first_memo: int,
-) -> EntryColumns:
-    ints = _int_columns(captured, nfast, slow)
-    keys, values, items = _value_columns(reader, captured, nfast, slow, first_memo)
-    return EntryColumns(nfast + len(slow), ints, keys, values, items, ints["pg_id"].tolist())
+class _Columns:
+    """Builds a rank's `EntryColumns` from the captures of the expression-read entries (in
+    order, with gaps where the decoder-read entries go) and the decoder-read entries."""
 
+    def __init__(self, reader: _Decoder, nfast: int, slow: list[_Slow], memo_before: int) -> None:
+        self.reader = reader
+        self.n = nfast + len(slow)
+        self.slow = slow
+        self.slow_rows = [s.row for s in slow]
+        self.is_fast = np.ones(self.n, dtype=bool)
+        self.is_fast[self.slow_rows] = False
+        self.memo_before = memo_before
+        # An expression-read entry may refer to a slot written after `memo_before` only if it
+        # comes after the (decoder-read) entry that wrote the slot.
+        self.written = [(s.memo_size, s.row) for s in slow if s.memo_size > memo_before]
+        self.ints: dict[str, npt.NDArray[np.int64]] = {}
+        self.coded: dict[str, tuple[npt.NDArray[np.int32], list[Any]]] = {}
+        self.items = 0
 
-def _int_columns(
-    captured: dict[str, list[bytes]], nfast: int, slow: list[_Slow]
-) -> dict[str, npt.NDArray[np.int64]]:
-    """The integer columns: the expression-read entries' decoded at once, the others set."""
-    n = nfast + len(slow)
-    is_fast = np.ones(n, dtype=bool)
-    is_fast[[s.row for s in slow]] = False
-    ints: dict[str, npt.NDArray[np.int64]] = {}
-    decoded_ints = _decode_ints([captured[name] for name in _INT_COLUMNS]) if nfast else None
-    for i, name in enumerate(_INT_COLUMNS):
-        column = np.empty(n, dtype=np.int64)
-        if decoded_ints is not None:
-            column[is_fast] = decoded_ints[i]
-        for s in slow:
+    def build(self, runs: Iterable[tuple[_Run, list[bytes]]]) -> EntryColumns:
+        varying = []
+        for run, caps in runs:
+            if run.varying:
+                varying.append((run, caps))
+            else:
+                self.coded_run(run, caps)
+        if varying:
+            read = _run_ints([(caps, run.refs) for run, caps in varying])
+            for (run, _), columns in zip(varying, read, strict=True):
+                for name, values in zip(run.names, columns, strict=True):
+                    self.int_column(name, values)
+        nfast = self.n - len(self.slow)
+        for name in _INT_COLUMNS:
+            if name not in self.ints:  # in every entry's layout: only when no entry has one
+                if nfast:
+                    raise _Outside
+                self.int_column(name, np.empty(0, dtype=np.int64))
+        for name in _CODED:
+            if name not in self.coded:  # not in the layout (duration_ms, say): None
+                self.coded_run(_Run((name,), False, ()), [b"N"] if nfast else [], nfast)
+        return EntryColumns(self.n, self.ints, self.coded, self.items)
+
+    def int_column(self, name: str, fast: npt.NDArray[np.int64]) -> None:
+        column = np.empty(self.n, dtype=np.int64)
+        column[self.is_fast] = fast
+        for s in self.slow:
             value = s.entry.get(name)
             if value is None and name in _OPTIONAL_INT_KEYS:
                 value = -1
             if type(value) is not int or not -(1 << 63) < value < (1 << 63):
                 raise _Outside  # an odd value: the careful path names it
             column[s.row] = value
-        ints[name] = column
-    return ints
+        self.ints[name] = column
 
-
-def _value_columns(
-    reader: _Decoder,
-    captured: dict[str, list[bytes]],
-    nfast: int,
-    slow: list[_Slow],
-    first_memo: int,
-) -> tuple[dict[str, list[Any]], dict[str, dict[Any, Any]], int]:
-    """Per column: a key per entry, each distinct key's value, and the items they hold."""
-    slow_rows = [s.row for s in slow]
-    # Memo slots written after the first expression-read entry: an entry may refer to one
-    # only if the entry comes after the one that wrote it.
-    written = [(s.memo_size, s.row) for s in slow if s.memo_size > first_memo]
-    keys: dict[str, list[Any]] = {}
-    values: dict[str, dict[Any, Any]] = {}
-    items = 0
-    others = [k for k in captured if k not in _KEYED and k not in _INT_COLUMNS]  # thread names
-    for name in _KEYED + tuple(others):
-        caps = captured.get(name)
-        decoded: dict[Any, Any] = {}
-        if caps is not None:
-            late: dict[bytes, int] = {}  # captures referring to slots written among the entries
-            for raw in dict.fromkeys(caps):
-                value, top = reader.fragment(raw)
-                decoded[raw] = value
-                if top >= first_memo:
-                    late[raw] = top
-            if late:
-                _check_first_uses(caps, late, written, slow_rows)
-            column: list[Any] = list(caps)
-        else:
-            decoded[None] = None  # not in the layout (duration_ms, say)
-            column = [None] * nfast
-        for s in slow:
-            value = s.entry.get(name)
-            decoded[("decoded", s.row)] = value
-            column.insert(s.row, ("decoded", s.row))
+    def coded_run(self, run: _Run, caps: list[bytes], repeat: int = 1) -> None:
+        """Decode each distinct capture of a run once; its columns share one code array.
+        (`repeat`: each capture stands for this many entries in a row.)"""
+        size = len(run.names)
+        found: dict[bytes, list[Any]] = {}
+        late: dict[bytes, int] = {}  # captures referring to slots written among the entries
+        for raw in dict.fromkeys(caps):
+            found[raw], top = self.reader.run(raw, size)
+            if top >= self.memo_before:
+                late[raw] = top
+        if late:
+            _check_first_uses(caps, late, self.written, self.slow_rows)
+        code = dict(zip(found, itertools.count()))
+        codes = np.empty(self.n, dtype=np.int32)
+        codes[self.is_fast] = np.repeat(
+            np.fromiter(map(code.__getitem__, caps), np.int32, len(caps)), repeat
+        )
+        codes[self.slow_rows] = np.arange(len(code), len(code) + len(self.slow), dtype=np.int32)
+        decoded = list(found.values())
+        slow_values = [[s.entry.get(name) for s in self.slow] for name in run.names]
+        order = None
+        if self.slow:  # codes in order of first appearance, as the entries have them
+            first = np.empty(len(code) + len(self.slow), dtype=np.int64)
+            first[codes[::-1]] = np.arange(self.n - 1, -1, -1)  # the last write is the first
+            order = np.argsort(first).tolist()
+            renumber = np.empty(len(order), dtype=np.int32)
+            renumber[order] = np.arange(len(order), dtype=np.int32)
+            codes = renumber[codes]
+        counts: npt.NDArray[np.int64] | None = None
+        for i, name in enumerate(run.names):
+            values = [row[i] for row in decoded] + slow_values[i]
+            if order is not None:
+                values = [values[k] for k in order]
+            if name in _INT_KEYS:  # pg_id, timeout_ms: repeating integers
+                if not all(type(v) is int and -(1 << 63) < v < (1 << 63) for v in values):
+                    raise _Outside  # an odd value: the careful path names it
+                self.ints[name] = np.array(values, dtype=np.int64)[codes]
+            else:
+                self.coded[name] = (codes, values)
             if name in _LISTS:
-                items += _items(value)
-        keys[name] = column
-        values[name] = decoded
-        if caps is not None and name in _LISTS:
-            items += sum(map(len, caps))  # linear in their bytes: at most one item per byte
-    return keys, values, items
+                if counts is None:
+                    counts = np.bincount(codes, minlength=len(values))
+                self.items += int(np.dot(counts, list(map(_items, values))))
 
 
 def _items(value: Any) -> int:
-    """Shapes and dimensions (or dtypes, or frames) that a value read by the decoder holds."""
-    if not isinstance(value, list):
+    """Shapes and dimensions (or dtypes, or frames) that a value holds."""
+    if type(value) is not list:
         return 0
-    return len(value) + sum(len(v) for v in value if isinstance(v, list))
+    if value and type(value[0]) is list and all(type(v) is list for v in value):  # shapes
+        return len(value) + sum(map(len, value))
+    return len(value) + sum(len(v) for v in value if type(v) is list)
 
 
 def _check_first_uses(
@@ -513,33 +560,55 @@ def _check_first_uses(
             raise _Outside
 
 
-def _decode_ints(columns: Sequence[Sequence[bytes]]) -> npt.NDArray[np.int64]:
-    """Integer columns from their pickled bytes (BININT1/2, BININT, LONG1 of up to 8 bytes;
-    NONE gives -1), all at once: one row per column."""
-    n = sum(map(len, columns))
-    sizes = np.fromiter(map(len, itertools.chain.from_iterable(columns)), np.int64, n)
-    buf = np.frombuffer(b"".join(itertools.chain.from_iterable(columns)) + bytes(10), np.uint8)
+def _run_ints(
+    runs: Sequence[tuple[Sequence[bytes], Sequence[int]]],
+) -> list[list[npt.NDArray[np.int64]]]:
+    """The integers of runs' captures (BININT1/2, BININT, LONG1 of up to 8 bytes; NONE gives
+    -1): per run, a column per key. Each run is its captures and the lengths of the key
+    references between its integers. The n-th integers of all runs are read at once."""
+    caps = list(itertools.chain.from_iterable(c for c, _ in runs))
+    sizes = np.fromiter(map(len, caps), np.int64, len(caps))
+    data = b"".join(caps) + bytes(16)
+    buf = np.frombuffer(data, np.uint8)
+    words = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))  # unaligned
     starts = np.cumsum(sizes) - sizes
-    ops = buf[starts]
+    bounds = np.cumsum([0] + [len(c) for c, _ in runs]).tolist()
+    at = [starts[lo:hi] for lo, hi in itertools.pairwise(bounds)]
+    columns: list[list[npt.NDArray[np.int64]]] = [[] for _ in runs]
+    for step in range(1 + max((len(refs) for _, refs in runs), default=-1)):
+        active = [i for i, (_, refs) in enumerate(runs) if len(refs) >= step]
+        ats = [at[i] + (runs[i][1][step - 1] if step else 0) for i in active]
+        values, ends = _ints_at(words, buf, np.concatenate(ats))
+        offset = 0
+        for i, part in zip(active, ats, strict=True):
+            columns[i].append(values[offset : offset + len(part)])
+            at[i] = ends[offset : offset + len(part)]
+            offset += len(part)
+    return columns
+
+
+def _ints_at(
+    words: npt.NDArray[np.uint64], buf: npt.NDArray[np.uint8], at: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The pickled integers (or NONE) starting at each offset, and the offset after each.
+    `words[i]` is the little-endian 8 bytes at `buf[i]`."""
+    ops = buf[at]
     long1 = ops == _LONG1
-    width = np.where(long1, buf[starts + 1], _WIDTH[ops])
-    first = starts + 1 + long1
-    grid = buf[first[:, None] + np.arange(8)]
-    grid[np.arange(8) >= width[:, None]] = 0
-    raw = grid.view("<u8").ravel()
-    values: npt.NDArray[np.int64] = raw.view(np.int64).copy()
-    signed = _SIGN[ops] & (width > 0) & (width < 8)
-    if signed.any():
-        bits = np.uint64(8) * width[signed].astype(np.uint64)
-        top = np.uint64(1) << (bits - np.uint64(1))
-        negative = (raw[signed] & top) != 0
-        full = (np.uint64(1) << bits).view(np.int64)
-        values[signed] = np.where(negative, values[signed] - full, values[signed])
+    width = np.where(long1, buf[at + 1], _WIDTH[ops])
+    first = at + 1 + long1
+    raw = words[first] & _MASK[width]
+    values: npt.NDArray[np.int64] = raw.view(np.int64)
+    negative = _SIGN[ops] & ((raw & _SIGN_BIT[width]) != 0)
+    if negative.any():
+        values[negative] -= _SPAN[width[negative]]
     values[ops == _NONE] = -1
-    return values.reshape(len(columns), -1)
+    return values, first + width
 
 
 _WIDTH = np.zeros(256, dtype=np.int64)
 _WIDTH[[_BININT1, _BININT2, _BININT]] = (1, 2, 4)
-_SIGN = np.zeros(256, dtype=bool)
+_SIGN = np.zeros(256, dtype=bool)  # two's complement: BININT, LONG1
 _SIGN[[_BININT, _LONG1]] = True
+_MASK = np.array([(1 << 8 * w) - 1 for w in range(9)], dtype=np.uint64)  # by width in bytes
+_SIGN_BIT = np.array([1 << 8 * w - 1 if 0 < w < 8 else 0 for w in range(9)], dtype=np.uint64)
+_SPAN = np.array([1 << 8 * w if w < 8 else 0 for w in range(9)], dtype=np.int64)

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, count, repeat
 from typing import Any
 
 import numpy as np
@@ -559,14 +559,12 @@ def _plain(text: Any, most: int) -> bool:
 
 @dataclass
 class _Keyed:
-    """A rank's entries as columns, ready to be coded. Signature columns hold a hashable key
-    per entry; `values` maps each key to its value, per column (a column missing from it holds
-    the values themselves). `frames` maps each stack key to its list of frame dicts."""
+    """A rank's entries as columns, ready to be coded. Each signature column is a code per
+    entry and the distinct values the codes stand for (the frames column's values are lists of
+    frame dicts); columns may share a code array."""
 
     n: int
-    signature: Mapping[str, Sequence[Any]]  # the columns of `_SIGNATURE_KEYS`
-    values: dict[str, Mapping[Any, Any]]
-    frames: Mapping[Any, Any]
+    signature: dict[str, tuple[npt.NDArray[np.int32], Sequence[Any]]]  # `_SIGNATURE_KEYS`
     scalars: dict[str, Any]  # the other columns: sequences, or int64 arrays from `decode`
     items: int  # entries, shapes, dimensions, dtypes and frames: the expansion check
 
@@ -599,20 +597,16 @@ def _keyed_columns(entries: EntryColumns) -> _Keyed:
     scalars: dict[str, Any] = dict(entries.ints)
     for name in ("state", "is_p2p", "retired", "duration_ms"):
         scalars[name] = entries.column(name)
-    scalars["pg_id"] = entries.pg_ids
-    values: dict[str, Mapping[Any, Any]] = {}
+    scalars["pg_id"] = entries.ints["pg_id"].tolist()
+    signature: dict[str, tuple[npt.NDArray[np.int32], Sequence[Any]]] = {}
     for name in _SIGNATURE_KEYS:
-        found = entries.values[name]
+        codes, values = entries.coded[name]
         if name in ("input_sizes", "output_sizes"):
-            found = {k: _shape_key(v) for k, v in found.items()}
-        elif name in ("input_dtypes", "output_dtypes", "process_group"):
-            found = {k: tuple(v) if isinstance(v, list | tuple) else _ODD for k, v in found.items()}
-        values[name] = found
-    found = entries.values["frames"]
-    frames = {key: found[key] for key in dict.fromkeys(entries.keys["frames"])}  # in entry order
-    signature = {name: entries.keys[name] for name in _SIGNATURE_KEYS}
-    signature["frames"] = [None if not frames[k] else k for k in signature["frames"]]
-    return _Keyed(entries.n, signature, values, frames, scalars, 5 * entries.n + entries.items)
+            values = list(map(_shape_key, values))
+        elif name != "frames" and name != "profiling_name":  # dtypes, process_group
+            values = [tuple(v) if isinstance(v, list | tuple) else _ODD for v in values]
+        signature[name] = (codes, values)
+    return _Keyed(entries.n, signature, scalars, 5 * entries.n + entries.items)
 
 
 _ODD = object()  # a value the fast path does not take: the careful path reads the rank
@@ -622,6 +616,12 @@ def _shape_key(value: Any) -> Any:
     if type(value) is not list or not all(type(v) is list for v in value):
         return _ODD
     return tuple(map(tuple, value))
+
+
+def _coded(keys: Sequence[Any]) -> tuple[npt.NDArray[np.int32], list[Any]]:
+    """A code per entry (in order of first appearance) and the distinct keys."""
+    distinct = dict(zip(dict.fromkeys(keys), count()))
+    return _codes(keys, distinct), list(distinct)
 
 
 def _keyed(entries: Any, read: _Reader) -> _Keyed | None:
@@ -659,29 +659,61 @@ def _keyed(entries: Any, read: _Reader) -> _Keyed | None:
     # stack is recognized without reading its frames again. The dump keeps every frame alive
     # while it is read, so identities are not reused.
     stack_keys: list[Any] = [tuple(map(id, f)) if f else None for f in frames]
-    signature = {
-        "profiling_name": cols["profiling_name"],
-        "process_group": pg_keys,
-        "input_sizes": in_keys,
-        "output_sizes": out_keys,
-        "input_dtypes": list(map(tuple, in_dt)),
-        "output_dtypes": list(map(tuple, out_dt)),
-        "frames": stack_keys,
+    signature: dict[str, tuple[npt.NDArray[np.int32], Sequence[Any]]] = {
+        name: _coded(keys)
+        for name, keys in (
+            ("profiling_name", cols["profiling_name"]),
+            ("process_group", pg_keys),
+            ("input_sizes", in_keys),
+            ("output_sizes", out_keys),
+            ("input_dtypes", list(map(tuple, in_dt))),
+            ("output_dtypes", list(map(tuple, out_dt))),
+        )
     }
+    stack_codes, distinct = _coded(stack_keys)
+    by_key = dict(zip(stack_keys, frames, strict=True))
+    signature["frames"] = (stack_codes, [by_key[key] for key in distinct])
     scalars: dict[str, Any] = {k: v for k, v in cols.items() if k not in signature}
-    return _Keyed(n, signature, {}, dict(zip(stack_keys, frames, strict=True)), scalars, items)
+    return _Keyed(n, signature, scalars, items)
+
+
+def _combine(
+    columns: Sequence[tuple[npt.NDArray[np.int32], Sequence[Any]]], n: int
+) -> tuple[npt.NDArray[np.intp], list[list[int]]]:
+    """Each entry's code among the distinct combinations of these coded columns (in order of
+    first appearance), and each combination's code in every column."""
+    if not n:
+        return np.zeros(0, dtype=np.intp), []
+    combined = np.zeros(n, dtype=np.int64)
+    bound = 1
+    seen: set[int] = set()
+    for codes, values in columns:
+        if id(codes) in seen:
+            continue  # columns decoded together share their codes
+        seen.add(id(codes))
+        if bound * max(len(values), 1) >= 1 << 62:
+            _, combined = np.unique(combined, return_inverse=True)
+            bound = n
+        combined = combined * len(values) + codes
+        bound *= max(len(values), 1)
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(order), dtype=np.intp)
+    rank[order] = np.arange(len(order))
+    rows = np.stack([codes[first[order]] for codes, _ in columns], axis=1)
+    return rank[inverse.ravel()], rows.tolist()
 
 
 def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
     """The rank's columns from `_Keyed`: each distinct signature validated and coded once."""
-    n, cols, values = keyed.n, keyed.scalars, keyed.values
-    stack_code = _fast_stacks(keyed.frames, read)
+    n, cols = keyed.n, keyed.scalars
+    stack_code = _fast_stacks(keyed.signature["frames"][1], read)
     if stack_code is None:
         return None
     # Entries repeat a few signatures (op, group, shapes, dtypes, stack): each distinct one is
-    # validated and coded once, and the rows take their codes from it in one pass.
-    signatures = list(zip(*(keyed.signature[name] for name in _SIGNATURE_KEYS), strict=True))
-    value_maps = [values.get(name) for name in _SIGNATURE_KEYS[:-1]]
+    # validated and coded once, and the rows take their codes from it.
+    coded = [keyed.signature[name] for name in _SIGNATURE_KEYS]
+    inverse, signatures = _combine(coded, n)
     shape_code: dict[Any, int] = {}
     dtype_code: dict[Any, int] = {}
     group_code: dict[Any, int] = {}
@@ -689,11 +721,9 @@ def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
     unknown_backends: set[str] = set()
     unknown_ops: set[str] = set()
     rows: list[tuple[int, ...]] = []
-    signature_code: dict[Any, int] = {}
-    for signature in dict.fromkeys(signatures):
+    for signature in signatures:
         pname, pg, in_key, out_key, in_dt, out_dt = (
-            key if found is None else found[key]
-            for key, found in zip(signature, value_maps, strict=False)
+            values[code] for code, (_, values) in zip(signature, coded[:-1], strict=False)
         )
         stack = signature[-1]
         if _ODD in (pg, in_key, out_key, in_dt, out_dt):
@@ -733,7 +763,6 @@ def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
                 dst,
                 int(op in MARKER_OPS),
             )
-        signature_code[signature] = len(rows)
         rows.append(
             (
                 *fields,
@@ -748,7 +777,7 @@ def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
     states = cols["state"]
     if not set(map(type, states)) <= {str} or not set(states) <= _STATES.keys():
         return None
-    table = np.array(rows, dtype=np.int64)[_codes(signatures, signature_code)]
+    table = np.array(rows, dtype=np.int64).reshape(-1, len(_SIGNATURE_COLUMNS))[inverse]
     is_p2p = _flags(cols["is_p2p"])
     sig = {name: table[:, i] for i, name in enumerate(_SIGNATURE_COLUMNS)}
     if bool((is_p2p & (sig["p2p_kind"] == P2PKind.NONE) & (sig["is_marker"] == 0)).any()):
@@ -802,17 +831,15 @@ def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
     return arrays, pg_ids, unknown_backends, unknown_ops
 
 
-def _fast_stacks(frames: Mapping[Any, Any], read: _Reader) -> dict[Any, int] | None:
-    """The stack-table code of each stack key (`frames` maps each key to its list of frame
-    dicts); None when a frame is odd (the careful path reads it)."""
-    code: dict[Any, int] = {None: -1}
+def _fast_stacks(frames: Sequence[Any], read: _Reader) -> list[int] | None:
+    """The stack-table code of each distinct frames value (a list of frame dicts; -1 for none
+    or an empty one); None when a frame is odd (the careful path reads it)."""
+    codes: list[int] = []
     made: dict[int, Frame] = {}  # by frame object identity
     by_value: dict[tuple[Any, Any, Any], Frame] = {}
-    for key, found in frames.items():
-        if key in code:
-            continue
+    for found in frames:
         if not found:
-            code[key] = -1
+            codes.append(-1)
             continue
         if type(found) is not list:
             return None
@@ -840,8 +867,8 @@ def _fast_stacks(frames: Mapping[Any, Any], read: _Reader) -> dict[Any, int] | N
                     frame = by_value[value] = Frame(name, filename, line)
                 made[id(raw)] = frame
             stack.append(frame)
-        code[key] = read.stacks(tuple(stack))
-    return code
+        codes.append(read.stacks(tuple(stack)))
+    return codes
 
 
 def _fast_shape(shape: tuple[Any, ...]) -> bool:
