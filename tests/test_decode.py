@@ -125,7 +125,10 @@ def test_integers_of_every_pickled_width_decode_exactly() -> None:
     assert column.tolist() == values
     # Runs of three, with a short and a long key reference between them.
     third = len(caps) // 3
-    run = [a + b"h\x05" + b + b"j\x00\x01\x00\x00" + c for a, b, c in zip(*[iter(caps)] * 3)]
+    triples = zip(
+        caps[0 : 3 * third : 3], caps[1 : 3 * third : 3], caps[2 : 3 * third : 3], strict=True
+    )
+    run = [a + b"h\x05" + b + b"j\x00\x01\x00\x00" + c for a, b, c in triples]
     (columns, (alone,)) = _run_ints([(run, (2, 5)), (caps[::-1], ())])
     assert [c.tolist() for c in columns] == [values[i : 3 * third : 3] for i in range(3)]
     assert alone.tolist() == values[::-1]
