@@ -298,10 +298,8 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     np.logical_or.at(unit_bad, run, differs)
     passed = uniform & ~unit_bad
 
-    unit_op = [""] * n_units
-    head_rows = rows[starts] if n_units else rows
-    for i, r in enumerate(head_rows.tolist()):
-        unit_op[i] = t.ops[int(t.op[r])]
+    op_names = np.array(t.ops, dtype=object)
+    unit_op: list[str] = op_names[t.op[rows[starts]]].tolist() if n_units else []
     not_joined: dict[int, tuple[int, ...]] = {}
     for u in np.flatnonzero(~passed).tolist():
         unit_rows = rows[starts[u] : ends[u]]

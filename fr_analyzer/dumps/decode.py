@@ -74,11 +74,6 @@ class EntryColumns:
     def __len__(self) -> int:
         return self.n
 
-    def column(self, name: str) -> list[Any]:
-        """Per-entry values of a coded column."""
-        codes, values = self.coded[name]
-        return list(map(values.__getitem__, codes.tolist()))
-
 
 # How the entry expression reads the value of each key.
 _INT_BODY = (

@@ -542,11 +542,46 @@ def _stamps(values: Any) -> npt.NDArray[np.int64] | None:
     return out
 
 
-def _flags(values: Sequence[Any]) -> npt.NDArray[np.bool_]:
+@dataclass(frozen=True)
+class _CodedColumn:
+    """A column as a code per entry and the distinct values the codes stand for."""
+
+    codes: npt.NDArray[np.int32]
+    values: Sequence[Any]
+
+
+def _distinct(column: Sequence[Any] | _CodedColumn) -> Iterable[Any]:
+    return column.values if isinstance(column, _CodedColumn) else column
+
+
+def _flags(values: Sequence[Any] | _CodedColumn) -> npt.NDArray[np.bool_]:
     """True exactly where a value is True (not merely truthy)."""
+    if isinstance(values, _CodedColumn):
+        return _flags(values.values)[values.codes]
     if set(map(type, values)) <= {bool}:
         return np.array(values, dtype=np.bool_)
     return np.array([v is True for v in values], dtype=np.bool_)
+
+
+def _state_codes(states: Sequence[Any] | _CodedColumn) -> npt.NDArray[np.int8] | None:
+    """The state code of each entry; None when a state is not a known one."""
+    if (
+        not set(map(type, _distinct(states))) <= {str}
+        or not set(_distinct(states)) <= _STATES.keys()
+    ):
+        return None
+    if isinstance(states, _CodedColumn):
+        return _codes(states.values, _STATES).astype(np.int8)[states.codes]
+    return _codes(states, _STATES).astype(np.int8)
+
+
+def _durations(values: Sequence[Any] | _CodedColumn) -> npt.NDArray[np.float64]:
+    """Durations in ms (NaN where unset or odd)."""
+    if isinstance(values, _CodedColumn):
+        return _durations(values.values)[values.codes]
+    if set(map(type, values)) <= {type(None)}:
+        return np.full(len(values), math.nan)
+    return np.array([_duration(v) for v in values], dtype=np.float64)
 
 
 def _codes(keys: Sequence[Any], code: Mapping[Any, int]) -> npt.NDArray[np.int32]:
@@ -596,7 +631,7 @@ def _keyed_columns(entries: EntryColumns) -> _Keyed:
     """`_Keyed` from columns decoded straight from a pickle's bytes (`decode`)."""
     scalars: dict[str, Any] = dict(entries.ints)
     for name in ("state", "is_p2p", "retired", "duration_ms"):
-        scalars[name] = entries.column(name)
+        scalars[name] = _CodedColumn(*entries.coded[name])
     scalars["pg_id"] = entries.ints["pg_id"].tolist()
     signature: dict[str, tuple[npt.NDArray[np.int32], Sequence[Any]]] = {}
     for name in _SIGNATURE_KEYS:
@@ -774,8 +809,8 @@ def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
                 stack_code[stack],
             )
         )
-    states = cols["state"]
-    if not set(map(type, states)) <= {str} or not set(states) <= _STATES.keys():
+    states = _state_codes(cols["state"])
+    if states is None:
         return None
     table = np.array(rows, dtype=np.int64).reshape(-1, len(_SIGNATURE_COLUMNS))[inverse]
     is_p2p = _flags(cols["is_p2p"])
@@ -796,11 +831,6 @@ def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
     assert coll is not None and p2p is not None and record is not None  # for the type checker
     assert op_id is not None and timeout is not None and created is not None
     assert started is not None and completed is not None
-    durations = cols["duration_ms"]
-    if set(map(type, durations)) <= {type(None)}:
-        duration = np.full(n, math.nan)
-    else:
-        duration = np.array([_duration(v) for v in durations], dtype=np.float64)
     groups = sig["group"].astype(np.int32)
     pg_ids: dict[int, int] = {}
     ids = cols["pg_id"]
@@ -817,12 +847,12 @@ def _coded_columns(keyed: _Keyed, read: _Reader) -> _Fast | None:
         "coll_seq": coll,
         "p2p_seq": p2p,
         "op_id": op_id,
-        "state": _codes(states, _STATES).astype(np.int8),
+        "state": states,
         "retired": _flags(cols["retired"]),
         "t_created": created,
         "t_started": started,
         "t_completed": completed,
-        "duration_ms": duration,
+        "duration_ms": _durations(cols["duration_ms"]),
         "timeout_ms": timeout,
     }
     for name, column in sig.items():
