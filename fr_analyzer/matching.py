@@ -269,10 +269,10 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     rr_len = np.diff(np.append(rr_starts, len(rows)))
     rr_unit = run[rr_starts] if len(rr_starts) else np.zeros(0, np.int64)
     present = np.bincount(rr_unit, minlength=n_units).astype(np.int32)
-    per_rank_min = np.full(n_units, np.iinfo(np.int64).max)
-    per_rank_max = np.zeros(n_units, dtype=np.int64)
-    np.minimum.at(per_rank_min, rr_unit, rr_len)
-    np.maximum.at(per_rank_max, rr_unit, rr_len)
+    # Runs are sorted, and each unit is a run of (unit, rank) segments: reduce over each.
+    unit_first = np.flatnonzero(np.diff(rr_unit, prepend=-1))
+    per_rank_min = np.minimum.reduceat(rr_len, unit_first) if n_units else rr_len
+    per_rank_max = np.maximum.reduceat(rr_len, unit_first) if n_units else rr_len
     uniform = (present == expected) & (per_rank_min == per_rank_max)
 
     # Same signature at the same position on every rank: compare each row with the row one
@@ -294,8 +294,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     )
     if len(rows):
         differs |= special[t.op[rows]]
-    unit_bad = np.zeros(n_units, dtype=bool)
-    np.logical_or.at(unit_bad, run, differs)
+    unit_bad = np.logical_or.reduceat(differs, starts) if n_units else np.zeros(0, bool)
     passed = uniform & ~unit_bad
 
     op_names = np.array(t.ops, dtype=object)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps import RankDump, TableBuilder, discover, load_rank, read_raw
+from fr_analyzer.dumps import RankDump, TableBuilder, build_rank, discover, load_rank, read_raw
 from fr_analyzer.dumps.reading import _scan_pickle
 from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
@@ -348,3 +348,22 @@ def test_table_builder_grows_when_the_first_ranks_are_small(tmp_path: Path) -> N
     table = builder.build()
     assert table.rank.tolist() == [r for r, k in sizes.items() for _ in range(k)]
     assert table.coll_seq.tolist() == [s for k in sizes.values() for s in range(k)]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("profiling_name", ["nccl:all_reduce"], "bad profiling_name"),
+        ("process_group", ("0", ["default"]), "bad process_group"),
+        ("input_sizes", [[[4]]], "input_sizes is not an integer"),
+        ("input_dtypes", [["Float"]], "dtypes hold a list"),
+    ],
+)
+def test_an_unhashable_value_is_named_on_its_entry(key: str, value: object, reason: str) -> None:
+    """A list where a name, group, dimension or dtype goes: the entry is named, and the
+    other entries of the rank still load."""
+    entries = [make_entry("all_reduce", i, record_id=i) for i in range(3)]
+    entries[1][key] = value
+    dump = build_rank(make_dump(entries), 0, "rank0.pkl")
+    assert dump.n == 2
+    assert [(i, text.startswith(reason)) for i, text in dump.entry_errors] == [(1, True)]

@@ -9,11 +9,14 @@ order; and every entry a dict with the same keys in the same order. So:
 - a small exact decoder (`_Decoder`) reads the header, and any entry holding a first definition
   (a new string or frame);
 - the layout of such an entry (its keys' memo slots, in order) becomes one compiled regular
-  expression that reads each later entry of that layout in one step, capturing the bytes of each
-  value;
-- equal bytes mean equal values (memo slots are written once, in order, and only before the
-  entries that refer to them), so each distinct value is decoded once; integers are decoded a
-  column at a time with numpy.
+  expression that reads each later entry of that layout in one step. It captures runs of
+  adjacent keys: a run of keys whose values differ from entry to entry (record and sequence
+  ids, timestamps: integers), or a run of keys whose values repeat (group, op, shapes, dtypes,
+  stack, state, flags);
+- integer runs are read with numpy, a run's n-th integers of every entry at once; equal bytes
+  mean equal values (memo slots are written once, in order, and only before the entries that
+  refer to them), so each distinct capture of a repeating run is decoded once, and its columns
+  share one code per entry.
 
 The grammar has no global, no memo put out of order, no tuple holding a container, and dict
 keys are only strings or ints: none of the bombs the opcode scan guards against can be written

@@ -694,17 +694,20 @@ def _keyed(entries: Any, read: _Reader) -> _Keyed | None:
     # stack is recognized without reading its frames again. The dump keeps every frame alive
     # while it is read, so identities are not reused.
     stack_keys: list[Any] = [tuple(map(id, f)) if f else None for f in frames]
-    signature: dict[str, tuple[npt.NDArray[np.int32], Sequence[Any]]] = {
-        name: _coded(keys)
-        for name, keys in (
-            ("profiling_name", cols["profiling_name"]),
-            ("process_group", pg_keys),
-            ("input_sizes", in_keys),
-            ("output_sizes", out_keys),
-            ("input_dtypes", list(map(tuple, in_dt))),
-            ("output_dtypes", list(map(tuple, out_dt))),
-        )
-    }
+    try:
+        signature: dict[str, tuple[npt.NDArray[np.int32], Sequence[Any]]] = {
+            name: _coded(keys)
+            for name, keys in (
+                ("profiling_name", cols["profiling_name"]),
+                ("process_group", pg_keys),
+                ("input_sizes", in_keys),
+                ("output_sizes", out_keys),
+                ("input_dtypes", list(map(tuple, in_dt))),
+                ("output_dtypes", list(map(tuple, out_dt))),
+            )
+        }
+    except TypeError:  # an unhashable value (a list for a name, say): named per entry
+        return None
     stack_codes, distinct = _coded(stack_keys)
     by_key = dict(zip(stack_keys, frames, strict=True))
     signature["frames"] = (stack_codes, [by_key[key] for key in distinct])
