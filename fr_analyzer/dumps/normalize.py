@@ -638,7 +638,7 @@ def _keyed_columns(entries: EntryColumns) -> _Keyed:
         codes, values = entries.coded[name]
         if name in ("input_sizes", "output_sizes"):
             values = list(map(_shape_key, values))
-        elif name != "frames" and name != "profiling_name":  # dtypes, process_group
+        elif name in ("input_dtypes", "output_dtypes", "process_group"):
             values = [tuple(v) if isinstance(v, list | tuple) else _ODD for v in values]
         signature[name] = (codes, values)
     return _Keyed(entries.n, signature, scalars, 5 * entries.n + entries.items)
