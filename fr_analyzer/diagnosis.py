@@ -32,7 +32,6 @@ from .model import (
     Group,
     P2PKind,
     Stack,
-    State,
     UnitKind,
 )
 from .ranks import agree, label
@@ -89,12 +88,14 @@ class OpRef:
 
 @dataclass(frozen=True)
 class Position:
-    """Where one rank stands in one group."""
+    """Where ranks stand in one group: those whose last completed op and first op not
+    completed read the same share one position (the ops shown are the lowest rank's)."""
 
-    rank: int
     group: Group
+    ranks: tuple[int, ...]
     last_completed: OpRef | None
     first_incomplete: OpRef | None
+    oldest_age_s: float | None  # the longest any of them has waited in its first not completed
 
 
 @dataclass(frozen=True)
@@ -167,33 +168,59 @@ class _Graph:
         return found
 
     def ref(self, row: int) -> OpRef:
+        return self.refs([row])[0]
+
+    def refs(self, rows: Sequence[int]) -> list[OpRef]:
+        """OpRefs of many rows, their columns read in one step each."""
         t = self.t
-        rank = int(t.rank[row])
-        unit = int(t.unit[row])
-        p2p = unit in (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER)
-        created = int(t.t_created[row])
-        newest = self.newest_ns.get(rank, -1)
-        age = (newest - created) / 1e9 if created >= 0 and newest >= created else None
-        shape, pname = int(t.in_shape[row]), int(t.pname[row])
-        sizes = self._sizes.get(shape)
-        if sizes is None:  # a few distinct shapes and names, asked about once per rank
-            sizes = self._sizes[shape] = str([list(s) for s in t.shapes[shape]]).replace(" ", "")
-        op = self._ops.get(pname)
-        if op is None:
-            name = t.profiling_names[pname]
-            op = self._ops[pname] = name.partition(":")[2] or name
-        return OpRef(
-            rank=rank,
-            row=row,
-            group=self.groups.groups[int(self.groups.entry_group[row])],
-            collective_seq_id=None if p2p else int(t.coll_seq[row]),
-            p2p_seq_id=int(t.p2p_seq[row]) if p2p else None,
-            op=op,
-            state=STATE_NAMES[State(int(t.state[row]))],
-            retired=bool(t.retired[row]),
-            sizes=sizes,
-            age_s=age,
-        )
+        at = np.asarray(rows, dtype=np.int64)
+        unit = t.unit[at]
+        p2p = (unit == UnitKind.P2P) | (unit == UnitKind.BATCH_MEMBER)
+        p2p |= unit == UnitKind.BATCH_MARKER
+        out = []
+        for row, rank, p2p_, created, shape, pname, uid, coll, p2p_seq, state, retired in zip(
+            at.tolist(),
+            t.rank[at].tolist(),
+            p2p.tolist(),
+            t.t_created[at].tolist(),
+            t.in_shape[at].tolist(),
+            t.pname[at].tolist(),
+            self.groups.entry_group[at].tolist(),
+            t.coll_seq[at].tolist(),
+            t.p2p_seq[at].tolist(),
+            t.state[at].tolist(),
+            t.retired[at].tolist(),
+            strict=True,
+        ):
+            newest = self.newest_ns.get(rank, -1)
+            age = (newest - created) / 1e9 if created >= 0 and newest >= created else None
+            sizes = self._sizes.get(shape)
+            if sizes is None:  # a few distinct shapes and names, asked about once per rank
+                sizes = self._sizes[shape] = str([list(s) for s in t.shapes[shape]]).replace(
+                    " ", ""
+                )
+            op = self._ops.get(pname)
+            if op is None:
+                name = t.profiling_names[pname]
+                op = self._ops[pname] = name.partition(":")[2] or name
+            out.append(
+                OpRef(
+                    rank=rank,
+                    row=row,
+                    group=self.groups.groups[uid],
+                    collective_seq_id=None if p2p_ else coll,
+                    p2p_seq_id=p2p_seq if p2p_ else None,
+                    op=op,
+                    state=_STATE_NAMES[state],
+                    retired=retired,
+                    sizes=sizes,
+                    age_s=age,
+                )
+            )
+        return out
+
+
+_STATE_NAMES = {int(state): name for state, name in STATE_NAMES.items()}
 
 
 def diagnose(
@@ -214,6 +241,8 @@ def diagnose(
 
     states: dict[int, RankState] = {}
     terminal: dict[int, str] = {}  # blocked rank → why it waits on nobody
+    blocked = dict(zip(blocked_row, graph.refs(list(blocked_row.values())), strict=True))
+    newest = dict(zip(last_row, graph.refs(list(last_row.values())), strict=True))
     for rank in groups.loaded_ranks:
         row = blocked_row.get(rank)
         waits: tuple[int, ...] = ()
@@ -221,12 +250,7 @@ def diagnose(
             waits, why = _waits_for(graph, row, unavailable)
             if not waits:
                 terminal[rank] = why
-        states[rank] = RankState(
-            rank,
-            graph.ref(row) if row is not None else None,
-            graph.ref(last_row[rank]) if rank in last_row else None,
-            waits,
-        )
+        states[rank] = RankState(rank, blocked.get(rank), newest.get(rank), waits)
 
     positions = _positions(graph, incomplete)
     stacks = _stacks(t, states, thresholds.stack_depth)
@@ -297,34 +321,105 @@ def _waits_for(graph: _Graph, row: int, unavailable: set[int]) -> tuple[tuple[in
 
 
 def _positions(graph: _Graph, incomplete: npt.NDArray[np.bool_]) -> tuple[Position, ...]:
+    """One position per group and pair of ops as shown. Each (rank, group) gets its last
+    completed row and first row not completed; (rank, group) pairs whose two rows read alike
+    (same op, sequence id, state, flags and sizes) are collapsed on their codes first, so
+    OpRefs are made only for the few distinct positions, not for every rank."""
     t, groups = graph.t, graph.groups
     if not t.n:
         return ()
+    n_uids = len(groups.groups) + 1
     # One position per (rank, group uid); a rank's pairs of one uid (same name, two
     # descriptions) share it.
-    pair_key = t.pair_rank.astype(np.int64) * (len(groups.groups) + 1) + groups.pair_uid
+    pair_key = t.pair_rank.astype(np.int64) * n_uids + groups.pair_uid
     keys, key_of_pair = np.unique(pair_key, return_inverse=True)
     key = key_of_pair[t.pair]
     done_rows = np.flatnonzero(
         ~incomplete & (t.unit != UnitKind.BLOCK_MEMBER) & (t.unit != UnitKind.BATCH_MEMBER)
     )
     last_done = np.full(len(keys), -1, dtype=np.int64)
-    np.maximum.at(last_done, key[done_rows], done_rows)
-    inc_rows = np.flatnonzero(incomplete)
-    first_inc = np.full(len(keys), t.n, dtype=np.int64)
-    np.minimum.at(first_inc, key[inc_rows], inc_rows)
-    out = []
-    for k, lc, fi in zip(keys.tolist(), last_done.tolist(), first_inc.tolist(), strict=True):
-        rank, uid = divmod(k, len(groups.groups) + 1)
-        out.append(
-            Position(
-                rank,
-                groups.groups[uid],
-                graph.ref(lc) if lc >= 0 else None,
-                graph.ref(fi) if fi < t.n else None,
-            )
+    last_done[key[done_rows]] = done_rows  # ascending rows: the last assignment is the last row
+    inc_rows = np.flatnonzero(incomplete)[::-1]
+    first_inc = np.full(len(keys), -1, dtype=np.int64)
+    first_inc[key[inc_rows]] = inc_rows  # descending rows: the last assignment is the first
+    rank, uid = np.divmod(keys, n_uids)
+
+    p2p = np.isin(t.unit, (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER))
+
+    def shown(rows: npt.NDArray[np.int64], sizes: bool) -> list[npt.NDArray[np.int64]]:
+        """What `OpRef.describe` (and the sizes) read from each row, as codes; -1 if none."""
+        has = rows >= 0
+        at = np.where(has, rows, 0)
+        seq = np.where(p2p[at], t.p2p_seq[at], t.coll_seq[at])
+        fields = [t.pname[at], p2p[at], seq, t.state[at], t.retired[at]]
+        if sizes:
+            fields.append(t.in_shape[at])
+        return [np.where(has, f.astype(np.int64), -1) for f in [has, *fields]]
+
+    columns = [uid, *shown(last_done, False), *shown(first_inc, True)]
+    _, position_of = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    position_of = position_of.reshape(-1)
+    # Age in the first op not completed, as `OpRef.age_s` has it.
+    newest_ns = graph.newest_ns
+    newest = np.array([newest_ns.get(r, -1) for r in rank.tolist()], dtype=np.int64)
+    created = np.where(first_inc >= 0, t.t_created[np.maximum(first_inc, 0)], -1)
+    aged = (first_inc >= 0) & (created >= 0) & (newest >= created)
+    age = np.where(aged, (newest - created) / 1e9, -np.inf)
+    oldest = np.full(position_of.max() + 1, -np.inf)
+    np.maximum.at(oldest, position_of, age)
+    # The lowest rank of each position shows its ops; keys are in rank order.
+    example = np.full(len(oldest), -1, dtype=np.int64)
+    example[position_of[::-1]] = np.arange(len(keys) - 1, -1, -1)
+    members: dict[int, list[int]] = defaultdict(list)
+    for p, r in zip(position_of.tolist(), rank.tolist(), strict=True):
+        members[p].append(r)
+
+    # Codes that differ can still read the same (two profiling names of one op): merge those.
+    merged: dict[tuple[object, ...], tuple[Position, list[int], float]] = {}
+    lc_rows, fi_rows = last_done[example], first_inc[example]
+    lc_refs = iter(graph.refs(lc_rows[lc_rows >= 0].tolist()))
+    fi_refs = iter(graph.refs(fi_rows[fi_rows >= 0].tolist()))
+    for p, (k, lc, fi) in enumerate(
+        zip(example.tolist(), lc_rows.tolist(), fi_rows.tolist(), strict=True)
+    ):
+        shown_pos = Position(
+            groups.groups[int(uid[k])],
+            (),
+            next(lc_refs) if lc >= 0 else None,
+            next(fi_refs) if fi >= 0 else None,
+            None,
         )
-    return tuple(sorted(out, key=lambda p: (p.group.uid, p.rank)))
+        text = (
+            shown_pos.group.uid,
+            _shown(shown_pos.last_completed, False),
+            _shown(shown_pos.first_incomplete, True),
+        )
+        found = merged.get(text)
+        if found is None:
+            merged[text] = (shown_pos, members[p], float(oldest[p]))
+        else:
+            first, ranks, age_max = found
+            if min(members[p]) < min(ranks):
+                first = shown_pos
+            merged[text] = (first, ranks + members[p], max(age_max, float(oldest[p])))
+    out = [
+        Position(
+            pos.group,
+            tuple(sorted(ranks)),
+            pos.last_completed,
+            pos.first_incomplete,
+            None if age == -np.inf else age,
+        )
+        for pos, ranks, age in merged.values()
+    ]
+    return tuple(sorted(out, key=lambda p: (p.group.uid, p.ranks[0])))
+
+
+def _shown(ref: OpRef | None, sizes: bool) -> tuple[object, ...] | None:
+    """What a person reads of an op in a position."""
+    if ref is None:
+        return None
+    return (ref.describe(), ref.sizes if sizes else None)
 
 
 def _stacks(t: EntryTable, states: dict[int, RankState], depth: int) -> tuple[StackGroup, ...]:

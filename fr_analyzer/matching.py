@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from .dumps import EntryTable, RankDump, rank_starts
+from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .model import (
     ANY_SOURCE,
@@ -122,25 +122,25 @@ def completion(t: EntryTable) -> npt.NDArray[np.bool_]:
     states (always `scheduled`), so there `retired` is the only completion signal."""
     if not t.n:
         return np.zeros(0, dtype=bool)
-    head = np.where(t.marker >= 0, t.marker, np.arange(t.n))
+    head = t.marker.copy()  # plain ops are their own marker; -1 only for orphans
+    orphans = np.flatnonzero(head < 0)
+    head[orphans] = orphans
     state = t.state[head]
     retired = t.retired[head]
     gloo = np.array([b == "gloo" for b in t.backends], dtype=bool)
     no_states = gloo[t.backend] if len(gloo) else np.zeros(t.n, dtype=bool)
-    return np.where(no_states, retired, state == State.COMPLETED)
+    done: npt.NDArray[np.bool_] = np.where(no_states, retired, state == State.COMPLETED)
+    return done
 
 
 def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.bool_]:
-    """Rows whose own input/output sizes contradict their op for the group's size."""
-    n_ops = len(t.ops)
+    """Rows whose own input/output sizes contradict their op for the group's size. Element
+    counts are looked up only for the rows that can be wrong: all_reduce rows whose shapes
+    differ, and all_gather and reduce_scatter rows."""
+    bad = np.zeros(t.n, dtype=bool)
     if not t.n:
-        return np.zeros(0, dtype=bool)
-    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
-    gsize = sizes[groups.entry_group]
-    in_n = t.shape_numel[t.in_shape]
-    out_n = t.shape_numel[t.out_shape]
-    kind = np.zeros(n_ops, dtype=np.int8)
-    gloo_codes = {i for i, b in enumerate(t.backends) if b == "gloo"}
+        return bad
+    kind = np.zeros(len(t.ops), dtype=np.int8)
     for code, op in enumerate(t.ops):
         if op in SAME_IN_OUT_OPS:
             kind[code] = 1
@@ -149,13 +149,21 @@ def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.b
         elif op in REDUCE_SCATTER_OPS:
             kind[code] = 3
     k = kind[t.op]
-    bad = np.zeros(t.n, dtype=bool)
-    same = k == 1
+    rows = np.flatnonzero(((k == 1) & (t.in_shape != t.out_shape)) | (k >= 2))
+    if not len(rows):
+        return bad
+    k = k[rows]
+    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
+    gsize = sizes[groups.entry_group[rows]]
+    in_n = t.shape_numel[t.in_shape[rows]]
+    out_n = t.shape_numel[t.out_shape[rows]]
     # gloo records reduce_scatter_tensor as all_reduce: accept the reduce-scatter shape there.
-    gloo = np.isin(t.backend, list(gloo_codes)) if gloo_codes else np.zeros(t.n, dtype=bool)
-    bad |= same & (t.in_shape != t.out_shape) & ~(gloo & (in_n == out_n * gsize))
-    bad |= (k == 2) & (out_n != in_n * gsize)
-    bad |= (k == 3) & (in_n != out_n * gsize)
+    gloo = np.array([b == "gloo" for b in t.backends], dtype=bool)[t.backend[rows]]
+    bad[rows] = (
+        ((k == 1) & ~(gloo & (in_n == out_n * gsize)))
+        | ((k == 2) & (out_n != in_n * gsize))
+        | ((k == 3) & (in_n != out_n * gsize))
+    )
     return bad
 
 
@@ -165,11 +173,13 @@ class _Context:
     groups: GroupTable
     done: npt.NDArray[np.bool_]
     size_bad: npt.NDArray[np.bool_]
-    window: dict[tuple[int, int], int | None]  # (rank, uid) → newest collective seq, on demand
     last_enqueued: dict[tuple[int, int], int]  # (rank, uid) → from pg_status
     wrapped: dict[int, bool]
     unavailable: frozenset[int]  # member ranks with no usable dump
-    rank_rows: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank → rows, on demand
+    # collective rows, by (group uid, seq)
+    coll_rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    # (rank, uid) → newest collective seq in the rank's buffer, for all pairs on first demand
+    newest: dict[tuple[int, int], int] | None = None
 
 
 def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
@@ -179,7 +189,6 @@ def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Match
         groups=groups,
         done=done,
         size_bad=intrinsic_size_errors(t, groups),
-        window={},
         last_enqueued=_last_enqueued(dumps, t, groups),
         wrapped={d.rank: d.wrapped for d in dumps},
         unavailable=frozenset(
@@ -222,17 +231,21 @@ def _last_enqueued(
 # Collectives
 
 
-def _segments(*keys: I64) -> tuple[I64, I64]:
-    """Start indices of runs of equal key tuples in sorted arrays, and run id per element."""
+def _changes(*keys: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
+    """Where a run of equal key tuples starts, in sorted arrays."""
     n = len(keys[0])
     change = np.zeros(n, dtype=bool)
     if n:
         change[0] = True
     for key in keys:
         change[1:] |= key[1:] != key[:-1]
-    starts = np.flatnonzero(change)
-    run = np.cumsum(change) - 1
-    return starts, run
+    return change
+
+
+def _segments(*keys: I64) -> tuple[I64, I64]:
+    """Start indices of runs of equal key tuples in sorted arrays, and run id per element."""
+    change = _changes(*keys)
+    return np.flatnonzero(change), np.cumsum(change) - 1
 
 
 def _by_group_and_seq(uid: I64, seq: I64) -> I64:
@@ -255,22 +268,25 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     seq = t.coll_seq[rows]
     order = _by_group_and_seq(uid, seq)  # ties stay in row order: by rank, then record
     rows, uid, seq = rows[order], uid[order], seq[order]
-    rank = t.rank[rows].astype(np.int64)
+    ctx.coll_rows = rows
+    rank = t.rank[rows]
 
-    starts, run = _segments(uid, seq)
+    new_unit = _changes(uid, seq)
+    starts = np.flatnonzero(new_unit)
+    run = np.cumsum(new_unit) - 1
     n_units = len(starts)
     ends = np.append(starts[1:], len(rows))
     sizes = np.array([g.size for g in groups.groups], dtype=np.int32)
     unit_group = uid[starts].astype(np.int32) if n_units else np.zeros(0, np.int32)
     expected = sizes[unit_group] if n_units else np.zeros(0, np.int32)
 
-    # Rows per (unit, rank): equal on every rank for a uniform unit.
-    rr_starts, _ = _segments(run, rank)
-    rr_len = np.diff(np.append(rr_starts, len(rows)))
-    rr_unit = run[rr_starts] if len(rr_starts) else np.zeros(0, np.int64)
-    present = np.bincount(rr_unit, minlength=n_units).astype(np.int32)
-    # Runs are sorted, and each unit is a run of (unit, rank) segments: reduce over each.
-    unit_first = np.flatnonzero(np.diff(rr_unit, prepend=-1))
+    # Rows per (unit, rank): equal on every rank for a uniform unit. A rank's rows of a unit
+    # are adjacent (ties keep row order), so each unit is a run of (unit, rank) segments.
+    new_segment = new_unit | _changes(rank)
+    rr_starts = np.flatnonzero(new_segment)
+    rr_len = np.diff(rr_starts, append=len(rows))
+    unit_first = np.flatnonzero(new_unit[rr_starts])  # each unit's first segment
+    present = np.diff(unit_first, append=len(rr_starts)).astype(np.int32)
     per_rank_min = np.minimum.reduceat(rr_len, unit_first) if n_units else rr_len
     per_rank_max = np.maximum.reduceat(rr_len, unit_first) if n_units else rr_len
     uniform = (present == expected) & (per_rank_min == per_rank_max)
@@ -343,13 +359,29 @@ def _check_unit(
 ) -> tuple[bool, str, tuple[int, ...]]:
     """The per-unit look for units that failed the vectorized checks."""
     t = ctx.t
-    by_rank: dict[int, list[int]] = {}
-    for r in unit_rows.tolist():
-        by_rank.setdefault(int(t.rank[r]), []).append(r)
-    present = tuple(sorted(by_rank))
-    ops_of = {rank: tuple(t.ops[int(t.op[r])] for r in rs) for rank, rs in by_rank.items()}
-    counts = Counter(ops_of.values())
-    main_ops = counts.most_common(1)[0][0]
+    # Rows come grouped by rank (ascending), each rank's in record order.
+    ranks = t.rank[unit_rows]
+    starts = np.flatnonzero(_changes(ranks))
+    lengths = np.diff(starts, append=len(unit_rows))
+    present = tuple(ranks[starts].tolist())
+    same_length = bool((lengths == lengths[0]).all())
+    grid = unit_rows.reshape(len(starts), -1) if same_length else None
+    op_grid = t.op[grid] if grid is not None else None
+    ops_of: dict[int, tuple[str, ...]] = {}
+    if op_grid is not None and bool((op_grid == op_grid[0]).all()):
+        main_ops = tuple(t.ops[c] for c in op_grid[0].tolist())  # every rank's ops
+        kinds = 1
+    else:
+        names = [t.ops[c] for c in t.op[unit_rows].tolist()]
+        ops_of = {
+            rank: tuple(names[a:b])
+            for rank, a, b in zip(
+                present, starts.tolist(), (starts + lengths).tolist(), strict=True
+            )
+        }
+        counts = Counter(ops_of.values())
+        main_ops = counts.most_common(1)[0][0]
+        kinds = len(counts)
     op = _block_name(main_ops)
     ok = True
 
@@ -368,8 +400,9 @@ def _check_unit(
 
     # Who is missing, and why.
     not_joined: list[int] = []
+    issued_here = set(present)
     for member in group.ranks:
-        if member in by_rank or member in ctx.unavailable:
+        if member in issued_here or member in ctx.unavailable:
             continue
         if _issued(ctx, member, group.uid, seq):
             continue
@@ -387,7 +420,7 @@ def _check_unit(
         )
 
     # Op types, member by member for blocks.
-    if len(counts) > 1:
+    if kinds > 1:
         culprits, note = _majority(dict(ops_of.items()))
         where, theirs = _first_difference(ops_of, culprits, main_ops)
         add(
@@ -399,15 +432,15 @@ def _check_unit(
         return ok, op, tuple(not_joined)
 
     # Sizes and dtypes, position by position.
-    n_pos = min(len(rs) for rs in by_rank.values())
-    for pos in range(n_pos):
-        rows_at = {rank: rs[pos] for rank, rs in by_rank.items()}
-        pos_op = t.ops[int(t.op[rows_at[present[0]]])]
+    for pos in range(int(lengths.min())):
+        pos_op = main_ops[pos]
+        if grid is not None and _alike(ctx, pos_op, grid[:, pos]):
+            continue
+        rows_at = dict(zip(present, unit_rows[starts + pos].tolist(), strict=True))
         what = pos_op if len(main_ops) == 1 else f"{pos_op} (member {pos + 1} of {op})"
         _check_sizes(ctx, group, seq, pos_op, what, rows_at, add)
-    if len({len(rs) for rs in by_rank.values()}) > 1:
-        lengths = {rank: len(rs) for rank, rs in by_rank.items()}
-        culprits, note = _majority(dict(lengths.items()))
+    if not same_length:
+        culprits, note = _majority(dict(zip(present, lengths.tolist(), strict=True)))
         add(
             FindingKind.OP_TYPE_MISMATCH,
             culprits,
@@ -415,9 +448,11 @@ def _check_unit(
         )
 
     # Completion: the lagging ranks are the culprits, never the completed ones.
-    if not not_joined and ok:
-        heads = {rank: rs[-1] for rank, rs in by_rank.items()}
-        done = {rank: bool(ctx.done[row]) for rank, row in heads.items()}
+    head_rows = unit_rows[starts + lengths - 1]
+    head_done = ctx.done[head_rows]
+    if not not_joined and ok and not (head_done == head_done[0]).all():
+        heads = dict(zip(present, head_rows.tolist(), strict=True))
+        done = dict(zip(present, head_done.tolist(), strict=True))
         if len(set(done.values())) > 1:
             lagging = {rank for rank, d in done.items() if not d}
             by_state: dict[str, list[int]] = {}
@@ -458,6 +493,18 @@ def _first_difference(
         if a != b:
             return f" (member {pos + 1} of the block)", a
     return " (block lengths differ)", _block_name(theirs)
+
+
+def _alike(ctx: _Context, op: str, rows: I64) -> bool:
+    """Rows (one per rank) that `_check_sizes` would pass at a glance: no intrinsic size
+    error, and one input shape, output shape, input dtype and output dtype among them."""
+    t = ctx.t
+    if op in ALL_TO_ALL_OPS or ctx.size_bad[rows].any():
+        return False
+    return all(
+        bool((values == values[0]).all())
+        for values in (t.in_shape[rows], t.out_shape[rows], t.in_dtype[rows], t.out_dtype[rows])
+    )
 
 
 def _check_sizes(
@@ -539,25 +586,24 @@ def _dt(d: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
 
 def _newest_seq(ctx: _Context, rank: int, uid: int) -> int | None:
     """The newest collective sequence id of group `uid` in `rank`'s buffer (None: none left).
-    Looked up only for the few units that fail the vectorized checks, so it reads that rank's
-    rows (contiguous: the table is in rank order) on demand."""
-    key = (rank, uid)
-    if key not in ctx.window:
-        t = ctx.t
-        if not ctx.rank_rows and t.n:
-            starts = rank_starts(t.rank)
-            ends = np.append(starts[1:], t.n)
-            ctx.rank_rows.update(
-                zip(
-                    t.rank[starts].tolist(),
-                    zip(starts.tolist(), ends.tolist(), strict=True),
-                    strict=True,
-                )
-            )
-        lo, hi = ctx.rank_rows.get(rank, (0, 0))
-        mine = (ctx.groups.entry_group[lo:hi] == uid) & np.isin(t.unit[lo:hi], COLLECTIVE_UNITS)
-        ctx.window[key] = int(t.coll_seq[lo:hi][mine].max()) if mine.any() else None
-    return ctx.window[key]
+    Asked only for members absent from units that fail the vectorized checks, but then for
+    every such member (16,384 in a world-wide hang), so all are found in one pass."""
+    if ctx.newest is None:
+        t, rows = ctx.t, ctx.coll_rows
+        # Rows are sorted by (group, seq), and a (rank, group) pair is of one group: its last
+        # row has its newest seq (of equal indices, the last assignment stays).
+        last = np.full(len(t.pair_rank), -1, dtype=np.int64)
+        last[t.pair[rows]] = np.arange(len(rows))
+        has = np.flatnonzero(last >= 0)
+        ctx.newest = {}
+        for key, value in zip(
+            zip(t.pair_rank[has].tolist(), ctx.groups.pair_uid[has].tolist(), strict=True),
+            t.coll_seq[rows[last[has]]].tolist(),
+            strict=True,
+        ):
+            if value > ctx.newest.get(key, value - 1):  # a rank's pairs of one uid: the max
+                ctx.newest[key] = value
+    return ctx.newest.get((rank, uid))
 
 
 def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
@@ -630,40 +676,39 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     )
     wild = ~send & (src == ANY_SOURCE)
     usable = ~bad_peer
-    # Dense channel ids keep the join keys below 2**63 whatever the world size.
-    _, dense = np.unique(channel, return_inverse=True)
+    is_wrapped = np.zeros(world, dtype=bool)
+    is_wrapped[[r for r, w in ctx.wrapped.items() if w and 0 <= r < world]] = True
     sides = {}
     for name, mask in (("send", send & usable), ("recv", ~send & usable & ~wild)):
-        side_rows = rows[mask]
+        side_rows = rows[mask]  # ascending
         side_chan = channel[mask]
-        side_dense = dense[mask].astype(np.int64)
-        order = np.lexsort((side_rows, side_chan))
+        order = np.argsort(side_chan, kind="stable")  # by channel, then row
         side_rows, side_chan = side_rows[order], side_chan[order]
         starts, run = _segments(side_chan)
         ordinal = np.arange(len(side_rows)) - starts[run] if len(side_rows) else run
-        sides[name] = (side_rows, side_chan, side_dense[order], ordinal, starts, run)
+        sides[name] = (side_rows, side_chan[starts], ordinal, starts, run)
+    # Dense channel ids (over the channels, not the rows) keep the join keys below 2**63
+    # whatever the world size.
+    channels = np.unique(np.concatenate([side[1] for side in sides.values()]))
 
     # Align: from the start when neither end's buffer wrapped, else by the completed ops
     # (every completed send has a completed recv; ops that fell off one buffer are not in the
     # window).
-    wrapped_ranks = np.array(sorted(r for r, w in ctx.wrapped.items() if w), dtype=np.int64)
     keys = {}
-    for name, (side_rows, side_chan, side_dense, ordinal, starts, run) in sides.items():
-        chan_src = (side_chan // world) % world
-        chan_dst = side_chan % world
-        wrapped = np.isin(chan_src, wrapped_ranks) | np.isin(chan_dst, wrapped_ranks)
-        done = ctx.done[side_rows].astype(np.int64)
+    for name, (side_rows, chans, ordinal, starts, run) in sides.items():
+        wrapped = is_wrapped[(chans // world) % world] | is_wrapped[chans % world]
+        done = ctx.done[side_rows]
         n_done = (
             np.bincount(run, weights=done, minlength=len(starts)).astype(np.int64)
             if len(run)
             else np.zeros(0, np.int64)
         )
-        aligned = np.where(wrapped, ordinal - (n_done[run] if len(run) else 0), ordinal)
-        keys[name] = side_dense * (1 << 32) + aligned + (1 << 31)
+        shift = np.where(wrapped, n_done, 0)[run] if len(run) else run
+        dense = np.searchsorted(channels, chans)[run] if len(run) else run
+        # Ascending: by channel, then (within a channel) by ordinal.
+        keys[name] = dense * (1 << 32) + (ordinal - shift + (1 << 31))
     s_rows, r_rows = sides["send"][0], sides["recv"][0]
-    _, s_idx, r_idx = np.intersect1d(
-        keys["send"], keys["recv"], assume_unique=True, return_indices=True
-    )
+    s_idx, r_idx = _sorted_intersection(keys["send"], keys["recv"])
     send_row = s_rows[s_idx]
     recv_row = r_rows[r_idx]
     matched = np.zeros(t.n, dtype=bool)
@@ -695,8 +740,17 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     entry_pair[recv_row] = np.arange(len(recv_row))
 
     _p2p_mismatches(ctx, send_row, recv_row, findings)
-    _p2p_unmatched(ctx, rows[usable], src[usable], dst[usable], matched, findings)
+    left = usable & ~matched[rows]
+    _p2p_unmatched(ctx, rows[left], src[left], dst[left], findings)
     return P2PPairs(send_row, recv_row, entry_pair)
+
+
+def _sorted_intersection(a: I64, b: I64) -> tuple[I64, I64]:
+    """Indices of the values two ascending arrays of distinct values share, in `a` and `b`."""
+    at = np.searchsorted(b, a)
+    hit = at < len(b)
+    hit[hit] = b[at[hit]] == a[hit]
+    return np.flatnonzero(hit), at[hit]
 
 
 def _dst_of(t: EntryTable, groups: GroupTable, row: int) -> int:
@@ -755,12 +809,10 @@ def _p2p_unmatched(
     rows: I64,
     src: I64,
     dst: I64,
-    matched: npt.NDArray[np.bool_],
     findings: list[Finding],
 ) -> None:
+    """Findings for the usable p2p rows that found no partner."""
     t, groups = ctx.t, ctx.groups
-    keep = ~matched[rows]
-    rows, src, dst = rows[keep], src[keep], dst[keep]
     is_send = t.p2p_kind[rows] == P2PKind.SEND
     peer = np.where(is_send, dst, src)
     # A peer with no dump is reported as missing or unreadable, not here.

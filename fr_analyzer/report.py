@@ -16,7 +16,7 @@ import numpy as np
 from tabulate import tabulate
 
 from . import __version__
-from .diagnosis import Diagnosis, OpRef, Position, RootCause
+from .diagnosis import Diagnosis, OpRef, RootCause
 from .dumps import EntryTable
 from .findings import describe_group
 from .groups import GroupTable
@@ -202,35 +202,17 @@ def _op_text(ref: OpRef | None, sizes: bool = False) -> str:
     return ref.describe() + (f" {ref.sizes}" if sizes and ref.sizes != "[]" else "")
 
 
-def collapsed_positions(diagnosis: Diagnosis) -> list[tuple[Position, list[int], float | None]]:
-    """Ranks in the same position of a group share one row: (example, ranks, oldest age)."""
-    rows: dict[tuple[object, ...], tuple[Position, list[int], float | None]] = {}
-    for p in diagnosis.positions:
-        fi = p.first_incomplete
-        key = (p.group.uid, _op_text(p.last_completed), _op_text(fi, sizes=True))
-        age = fi.age_s if fi is not None else None
-        if key in rows:
-            example, ranks, oldest = rows[key]
-            ranks.append(p.rank)
-            if age is not None and (oldest is None or age > oldest):
-                oldest = age
-            rows[key] = (example, ranks, oldest)
-        else:
-            rows[key] = (p, [p.rank], age)
-    return sorted(rows.values(), key=lambda r: (r[0].group.uid, min(r[1])))
-
-
 def render_positions(diagnosis: Diagnosis) -> str:
     body = []
-    for p, ranks, age in collapsed_positions(diagnosis):
+    for p in diagnosis.positions:
         body.append(
             [
                 p.group.name,
                 p.group.desc,
-                compact(ranks),
+                compact(p.ranks),
                 _op_text(p.last_completed),
                 _op_text(p.first_incomplete, sizes=True),
-                "-" if age is None else f"{age:.1f}s",
+                "-" if p.oldest_age_s is None else f"{p.oldest_age_s:.1f}s",
             ]
         )
     blocked = [s for s in diagnosis.ranks if s.blocked is not None]
@@ -422,14 +404,14 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
         "positions": [
             {
                 "group": p.group.name,
-                "ranks": ranks,
+                "ranks": list(p.ranks),
                 "last_completed": _op_text(p.last_completed) if p.last_completed else None,
                 "first_incomplete": (
                     _op_text(p.first_incomplete, sizes=True) if p.first_incomplete else None
                 ),
-                "oldest_age_s": age,
+                "oldest_age_s": p.oldest_age_s,
             }
-            for p, ranks, age in collapsed_positions(analysis.diagnosis)
+            for p in analysis.diagnosis.positions
         ],
     }
 
