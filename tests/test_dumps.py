@@ -10,6 +10,7 @@ import os
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fr_analyzer import analyze
@@ -204,12 +205,28 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
     group = {"0": ("default_pg", list(range(8)))}
     for rank in range(8):
         (tmp_path / f"rank_{rank}").write_bytes(
-            pickle.dumps(make_dump([make_entry("all_reduce", s) for s in range(20)], group))
+            pickle.dumps(
+                make_dump(
+                    [
+                        make_entry("all_reduce", s, time_created_ns=1_700_000_000_000_000_000 + s)
+                        for s in range(20)
+                    ],
+                    group,
+                )
+            )
         )
     a = analyze(tmp_path, Options(workers=1))
     b = analyze(tmp_path, Options(workers=2))
     assert a.findings == b.findings == ()
     assert list(a.table.rank) == list(b.table.rank)
+    # Columns travel from the workers narrowed where their values allow (sequence ids and
+    # codes in 8 or 16 bits, timestamps not) and come back in their own types.
+    assert a.table.columns.keys() == b.table.columns.keys()
+    for name, column in a.table.columns.items():
+        other = b.table.columns[name]
+        assert column.dtype == other.dtype, name
+        np.testing.assert_array_equal(column, other, err_msg=name)  # NaN equals NaN here
+    assert int(a.table.t_created.max()) > 2**32
 
 
 def test_fast_and_careful_normalization_agree_on_every_sample_rank(
