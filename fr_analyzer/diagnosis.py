@@ -95,7 +95,7 @@ class Position:
     ranks: tuple[int, ...]
     last_completed: OpRef | None
     first_incomplete: OpRef | None
-    oldest_age_s: float | None  # the longest any of them has waited in its first not completed
+    oldest_age_s: float | None  # the longest any of them has waited in its first op not done
 
 
 @dataclass(frozen=True)
