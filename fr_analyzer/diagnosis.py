@@ -167,9 +167,6 @@ class _Graph:
             found = self._missing[unit] = tuple(sorted(missing))
         return found
 
-    def ref(self, row: int) -> OpRef:
-        return self.refs([row])[0]
-
     def refs(self, rows: Sequence[int]) -> list[OpRef]:
         """OpRefs of many rows, their columns read in one step each."""
         t = self.t

@@ -364,8 +364,7 @@ def _check_unit(
     starts = np.flatnonzero(_changes(ranks))
     lengths = np.diff(starts, append=len(unit_rows))
     present = tuple(ranks[starts].tolist())
-    same_length = bool((lengths == lengths[0]).all())
-    grid = unit_rows.reshape(len(starts), -1) if same_length else None
+    grid = unit_rows.reshape(len(starts), -1) if (lengths == lengths[0]).all() else None
     op_grid = t.op[grid] if grid is not None else None
     ops_of: dict[int, tuple[str, ...]] = {}
     if op_grid is not None and bool((op_grid == op_grid[0]).all()):
@@ -431,21 +430,15 @@ def _check_unit(
         )
         return ok, op, tuple(not_joined)
 
-    # Sizes and dtypes, position by position.
-    for pos in range(int(lengths.min())):
-        pos_op = main_ops[pos]
-        if grid is not None and _alike(ctx, pos_op, grid[:, pos]):
+    # Sizes and dtypes, position by position. Every rank issued the same ops here, so the
+    # same number of them (blocks of different lengths differ in ops, reported above).
+    assert grid is not None
+    for pos, pos_op in enumerate(main_ops):
+        if _alike(ctx, pos_op, grid[:, pos]):
             continue
-        rows_at = dict(zip(present, unit_rows[starts + pos].tolist(), strict=True))
+        rows_at = dict(zip(present, grid[:, pos].tolist(), strict=True))
         what = pos_op if len(main_ops) == 1 else f"{pos_op} (member {pos + 1} of {op})"
         _check_sizes(ctx, group, seq, pos_op, what, rows_at, add)
-    if not same_length:
-        culprits, note = _majority(dict(zip(present, lengths.tolist(), strict=True)))
-        add(
-            FindingKind.OP_TYPE_MISMATCH,
-            culprits,
-            f"coalesced block has a different number of ops on {label(culprits)}{note}",
-        )
 
     # Completion: the lagging ranks are the culprits, never the completed ones.
     head_rows = unit_rows[starts + lengths - 1]
