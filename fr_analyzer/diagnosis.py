@@ -14,6 +14,7 @@ do not matter.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -271,8 +272,9 @@ def _incomplete(t: EntryTable, m: MatchResult) -> npt.NDArray[np.bool_]:
     """Rows that did not complete: not done, or in a collective some member never issued."""
     out = ~m.done.copy()
     if m.collectives.not_joined:
-        units = np.array(sorted(m.collectives.not_joined), dtype=np.int64)
-        out |= np.isin(m.collectives.entry_unit, units)
+        unjoined = np.zeros(len(m.collectives.seq) + 1, dtype=bool)  # the last: no unit (-1)
+        unjoined[list(m.collectives.not_joined)] = True
+        out |= unjoined[m.collectives.entry_unit]
     if t.n:
         out &= t.unit != UnitKind.ORPHAN_MARKER
     return out
@@ -804,13 +806,30 @@ def _by_state(states: dict[int, RankState], ranks: Sequence[int]) -> dict[str, l
 def _medians_by_rank(
     rank: npt.NDArray[np.int32], values: npt.NDArray[np.float64]
 ) -> dict[int, float]:
-    """The median of `values` per rank; `rank` is sorted."""
+    """The median of `values` per rank; `rank` is sorted.
+
+    Ranks with the same number of values are taken together as the rows of one 2-D array and
+    partitioned around the middle, not sorted: healthy jobs have few distinct counts, and even
+    one count per rank costs only a partition per rank."""
     starts = rank_starts(rank)
     counts = np.diff(np.append(starts, len(rank)))
-    ordered = values[np.lexsort((values, rank))]
-    low = ordered[starts + (counts - 1) // 2]
-    high = ordered[starts + counts // 2]
-    return dict(zip(rank[starts].tolist(), ((low + high) / 2).tolist(), strict=True))
+    medians = np.empty(len(starts), dtype=np.float64)
+    by_count = np.argsort(counts, kind="stable")
+    bounds = np.flatnonzero(np.diff(counts[by_count], prepend=-1, append=-1))
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        which = by_count[lo:hi]
+        count = int(counts[which[0]])
+        mid = [(count - 1) // 2, count // 2]
+        step = max(1, _MEDIAN_CHUNK // count)  # bounds the gathered block's size
+        for at in range(0, len(which), step):
+            part = which[at : at + step]
+            block = values[starts[part][:, None] + np.arange(count)]
+            block.partition(mid, axis=1)
+            medians[part] = (block[:, mid[0]] + block[:, mid[1]]) / 2
+    return dict(zip(rank[starts].tolist(), medians.tolist(), strict=True))
+
+
+_MEDIAN_CHUNK = 1 << 22  # values gathered at once per partition
 
 
 def _straggler(
@@ -826,10 +845,8 @@ def _straggler(
     )
     if not len(rows):
         return None
-    full = np.flatnonzero(
-        units.passed & (units.ranks_present == units.ranks_expected) & (units.ranks_expected > 1)
-    )
-    rows = rows[np.isin(units.entry_unit[rows], full)]
+    full = units.passed & (units.ranks_present == units.ranks_expected) & (units.ranks_expected > 1)
+    rows = rows[full[units.entry_unit[rows]]]
     if len(rows) < 2:
         return None
     wait = (t.t_completed[rows] - t.t_created[rows]).astype(np.float64)

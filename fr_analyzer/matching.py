@@ -248,26 +248,32 @@ def _segments(*keys: I64) -> tuple[I64, I64]:
     return np.flatnonzero(change), np.cumsum(change) - 1
 
 
-def _by_group_and_seq(uid: I64, seq: I64) -> I64:
-    """A stable order of rows by (group uid, sequence id): one sort of one combined key when
-    the values allow it (they always do in real dumps), else a lexsort."""
+def _by_group_and_seq(uid: I64, seq: I64) -> tuple[I64, I64, I64]:
+    """A stable order of rows by (group uid, sequence id), and the uids and sequence ids in
+    that order: one sort of one combined key when the values allow it (they always do in real
+    dumps), which also gives both sorted columns back without gathering them, else a lexsort."""
     if not len(uid):
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), uid, seq
     low, high = int(seq.min()), int(seq.max())
     span = high - low + 1
     if span * (int(uid.max()) + 1) < 1 << 62:
-        return np.argsort(uid * span + (seq - low), kind="stable").astype(np.int64)
-    return np.lexsort((seq, uid)).astype(np.int64)
+        key = uid * span + (seq - low)
+        order = np.argsort(key, kind="stable").astype(np.int64, copy=False)
+        key = key[order]
+        return order, key // span, key % span + low
+    order = np.lexsort((seq, uid)).astype(np.int64, copy=False)
+    return order, uid[order], seq[order]
 
 
 def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnits:
     t, groups = ctx.t, ctx.groups
     unit_kind = t.unit if t.n else np.zeros(0, dtype=np.int8)
-    rows = np.flatnonzero(np.isin(unit_kind, COLLECTIVE_UNITS))
-    uid = groups.entry_group[rows].astype(np.int64)
-    seq = t.coll_seq[rows]
-    order = _by_group_and_seq(uid, seq)  # ties stay in row order: by rank, then record
-    rows, uid, seq = rows[order], uid[order], seq[order]
+    wanted = np.isin(unit_kind, COLLECTIVE_UNITS)
+    rows = np.flatnonzero(wanted)
+    uid = groups.entry_group[wanted].astype(np.int64)
+    seq = t.coll_seq[wanted] if t.n else np.zeros(0, np.int64)
+    order, uid, seq = _by_group_and_seq(uid, seq)  # ties keep row order: by rank, then record
+    rows = rows[order]
     ctx.coll_rows = rows
     rank = t.rank[rows]
 

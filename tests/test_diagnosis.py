@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from fr_analyzer import analyze
+from fr_analyzer import analyze, diagnosis
 from fr_analyzer.pipeline import Options
 from fr_analyzer.report import render_text
 from tests.builders import make_dump, make_entry, renumber
@@ -137,3 +138,21 @@ def test_root_cause_in_json(tmp_path: Path) -> None:
     assert rc["evidence"] and set(rc) >= {"group", "collective_seq_id", "op"}
     assert data["verdict"]["root_cause"] == "not_joined"
     assert data["positions"] and data["stacks"]
+
+
+@pytest.mark.parametrize("chunk", [1 << 22, 7])
+def test_median_lateness_per_rank_is_the_middle_of_its_sorted_values(
+    monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """Ranks with the same number of samples are taken together (in chunks); each median is
+    still the mean of the two middle values of that rank's own samples."""
+    monkeypatch.setattr(diagnosis, "_MEDIAN_CHUNK", chunk)
+    rng = np.random.default_rng(3)
+    counts = {rank: int(rng.integers(1, 9)) for rank in range(0, 60, 3)}
+    rank = np.repeat(np.array(list(counts), dtype=np.int32), list(counts.values()))
+    values = np.round(rng.random(len(rank)) * 100, 1)
+    expected = {}
+    for r in counts:
+        ordered = np.sort(values[rank == r])
+        expected[r] = float((ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2)
+    assert diagnosis._medians_by_rank(rank, values) == expected

@@ -281,4 +281,7 @@ def test_rows_are_ordered_by_group_and_sequence_id_even_for_absurd_ids() -> None
     uid = rng.integers(0, 5, 500).astype(np.int64)
     for seq in (rng.integers(0, 50, 500), rng.integers(0, 1 << 62, 500)):
         seq = seq.astype(np.int64)
-        assert _by_group_and_seq(uid, seq).tolist() == np.lexsort((seq, uid)).tolist()
+        order, sorted_uid, sorted_seq = _by_group_and_seq(uid, seq)
+        assert order.tolist() == np.lexsort((seq, uid)).tolist()
+        assert sorted_uid.tolist() == uid[order].tolist()
+        assert sorted_seq.tolist() == seq[order].tolist()
