@@ -16,7 +16,6 @@ import pytest
 
 from benchmarks.gen import Spec, TorchPickleWriter, torch_pickle
 from fr_analyzer.dumps import DumpFile, RankDump, build_rank, discover, load_rank
-from fr_analyzer.dumps import decode as decode_module
 from fr_analyzer.dumps.decode import Undecodable, _run_ints, decode
 from fr_analyzer.model import UnreadableDump
 from tests.builders import make_dump, make_entry
@@ -147,13 +146,11 @@ def slot_of(data: bytes, text: str) -> int:
     raise AssertionError(text)
 
 
-@pytest.mark.parametrize("few", [32, 0])
 def test_a_reference_to_a_memo_slot_written_later_is_left_to_the_unpickler(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, few: int
+    tmp_path: Path,
 ) -> None:
     """Entry 1 refers to a string that entry 2 writes: the unpickler refuses that, so the
-    decoder must not read it as the string (first uses found one by one, or in one pass)."""
-    monkeypatch.setattr(decode_module, "_FEW_LATE", few)
+    decoder must not read it as the string."""
     valid = torch_bytes(make_dump(entries(40)))
     same_rank(by_decoder(valid), by_unpickler(valid))
     rows = entries(3)

@@ -48,7 +48,6 @@ _PUTS = (_BINPUT, _LONG_BINPUT)
 _SCALARS = (type(None), bool, int, float, str)
 _MAX_DEPTH = 64  # containers nested deeper than this are left to the general path
 _MAX_SLOW_ENTRIES = 256  # entries read by the exact decoder before the unpickler is cheaper
-_FEW_LATE = 32  # up to this many captures' first uses are found by list.index, else in one pass
 
 
 class _Outside(Exception):
@@ -444,12 +443,22 @@ class _Columns:
         self.items = 0
 
     def build(self, runs: Iterable[tuple[_Run, list[bytes]]]) -> EntryColumns:
-        varying = []
+        varying: list[tuple[_Run, list[bytes]]] = []
+        repeating: list[tuple[_Run, list[bytes]]] = []
         for run, caps in runs:
-            if run.varying:
-                varying.append((run, caps))
+            (varying if run.varying else repeating).append((run, caps))
+        if repeating:
+            # Entries are coded once by all their repeating captures together (one hash per
+            # entry, not one per run), then each run by its part of each distinct combination.
+            if len(repeating) == 1:
+                combos: list[Any] = repeating[0][1]
             else:
-                self.coded_run(run, caps)
+                combos = list(zip(*(caps for _, caps in repeating), strict=True))
+            distinct, entry_codes = _distinct(combos)
+            for i, (run, _) in enumerate(repeating):
+                parts = distinct if len(repeating) == 1 else [combo[i] for combo in distinct]
+                part_distinct, part_of_combo = _distinct(parts)
+                self.coded_run(run, part_distinct, part_of_combo[entry_codes])
         if varying:
             read = _run_ints([(caps, run.refs) for run, caps in varying])
             for (run, _), columns in zip(varying, read, strict=True):
@@ -463,7 +472,8 @@ class _Columns:
                 self.int_column(name, np.empty(0, dtype=np.int64))
         for name in _CODED:
             if name not in self.coded:  # not in the layout (duration_ms, say): None
-                self.coded_run(_Run((name,), False, ()), [b"N"] if nfast else [], nfast)
+                none = [b"N"] if nfast else []
+                self.coded_run(_Run((name,), False, ()), none, np.zeros(nfast, dtype=np.int32))
         return EntryColumns(self.n, self.ints, self.coded, self.items)
 
     def int_column(self, name: str, fast: npt.NDArray[np.int64]) -> None:
@@ -478,29 +488,31 @@ class _Columns:
             column[s.row] = value
         self.ints[name] = column
 
-    def coded_run(self, run: _Run, caps: list[bytes], repeat: int = 1) -> None:
+    def coded_run(
+        self, run: _Run, distinct: list[bytes], fast_codes: npt.NDArray[np.int32]
+    ) -> None:
         """Decode each distinct capture of a run once; its columns share one code array.
-        (`repeat`: each capture stands for this many entries in a row.)"""
+        (`fast_codes`: the expression-read entries' codes, indices into `distinct`, numbered
+        in order of first appearance.)"""
         size = len(run.names)
-        found: dict[bytes, list[Any]] = {}
-        late: dict[bytes, int] = {}  # captures referring to slots written among the entries
-        for raw in dict.fromkeys(caps):
-            found[raw], top = self.reader.run(raw, size)
+        found: list[list[Any]] = []
+        late: dict[int, int] = {}  # captures referring to slots written among the entries
+        for k, raw in enumerate(distinct):
+            values, top = self.reader.run(raw, size)
+            found.append(values)
             if top >= self.memo_before:
-                late[raw] = top
+                late[k] = top
         if late:
-            _check_first_uses(caps, late, self.written, self.slow_rows)
-        code = dict(zip(found, itertools.count()))
+            _check_first_uses(fast_codes, late, self.written, self.slow_rows)
         codes = np.empty(self.n, dtype=np.int32)
-        codes[self.is_fast] = np.repeat(
-            np.fromiter(map(code.__getitem__, caps), np.int32, len(caps)), repeat
-        )
-        codes[self.slow_rows] = np.arange(len(code), len(code) + len(self.slow), dtype=np.int32)
-        decoded = list(found.values())
+        codes[self.is_fast] = fast_codes
+        ndistinct = len(distinct)
+        codes[self.slow_rows] = np.arange(ndistinct, ndistinct + len(self.slow), dtype=np.int32)
+        decoded = found
         slow_values = [[s.entry.get(name) for s in self.slow] for name in run.names]
         order = None
         if self.slow:  # codes in order of first appearance, as the entries have them
-            first = np.empty(len(code) + len(self.slow), dtype=np.int64)
+            first = np.empty(ndistinct + len(self.slow), dtype=np.int64)
             first[codes[::-1]] = np.arange(self.n - 1, -1, -1)  # the last write is the first
             order = np.argsort(first).tolist()
             renumber = np.empty(len(order), dtype=np.int32)
@@ -532,27 +544,30 @@ def _items(value: Any) -> int:
     return len(value) + sum(len(v) for v in value if type(v) is list)
 
 
+def _distinct(keys: list[Any]) -> tuple[list[Any], npt.NDArray[np.int32]]:
+    """The distinct keys in order of first appearance, and each key's index among them."""
+    code = dict(zip(dict.fromkeys(keys), itertools.count()))
+    return list(code), np.fromiter(map(code.__getitem__, keys), np.int32, len(keys))
+
+
 def _check_first_uses(
-    caps: list[bytes],
-    late: dict[bytes, int],
+    codes: npt.NDArray[np.int32],
+    late: dict[int, int],
     written: list[tuple[int, int]],
     slow_rows: list[int],
 ) -> None:
-    """Captures of expression-read entries that refer to memo slots written among the entries
-    (`late`: capture -> highest slot): the first entry with each must come after the entry that
-    wrote the slot (memo sizes only grow, so the first use is the one to check). Linear in the
-    entries whatever the number of such captures."""
-    if len(late) <= _FEW_LATE:
-        first = {raw: caps.index(raw) for raw in late}
-    else:
-        first = {}
-        for i, raw in enumerate(caps):
-            if raw in late:
-                first.setdefault(raw, i)
+    """Captures of expression-read entries (`codes`: each entry's capture) that refer to memo
+    slots written among the entries (`late`: capture code -> highest slot): the first entry
+    with each must come after the entry that wrote the slot (memo sizes only grow, so the first
+    use is the one to check)."""
+    first_of = np.empty(max(late) + 1, dtype=np.int64)
+    wanted = codes <= max(late)
+    first_of[codes[wanted][::-1]] = np.flatnonzero(wanted)[::-1]  # the last write: the first
     before = [row - i for i, row in enumerate(slow_rows)]  # expression-read entries before each
     sizes = [size for size, _ in written]  # memo size after each writing entry, growing
-    for raw, top in late.items():
-        row = first[raw] + bisect.bisect_right(before, first[raw])
+    for k, top in late.items():
+        first = int(first_of[k])
+        row = first + bisect.bisect_right(before, first)
         at = bisect.bisect_right(sizes, top)  # the entry that wrote slot `top`
         if at == len(written) or written[at][1] > row:
             raise _Outside

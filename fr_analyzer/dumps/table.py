@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -141,7 +142,7 @@ class TableBuilder:
         expected = rows + rows * max(self._ranks_hint - added, 0) // added
         new = max(int(expected * 1.25) + 1024, capacity + capacity // 4)
         for col, column in self._columns.items():
-            grown = np.empty(new, dtype=column.dtype)  # untouched pages cost nothing yet
+            grown = _untouched(new, column.dtype)
             grown[: self._n] = column[: self._n]
             self._columns[col] = grown
 
@@ -200,6 +201,28 @@ class TableBuilder:
             pair_group=pair_group,
             columns=columns,
         )
+
+
+def _untouched(n: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """An empty column whose pages cost nothing until written. numpy asks the kernel for huge
+    pages for large arrays; a column filled a rank at a time then stalls on each first write
+    while the kernel assembles 2 MiB of contiguous memory (twice the CPU of the whole copy on
+    a machine whose memory is full of page cache, as it is after reading the dumps), so these
+    are allocated without that request."""
+    if _HUGE_PAGES is None:  # not in this numpy: plain allocation
+        return np.empty(n, dtype=dtype)
+    before = _HUGE_PAGES(False)
+    try:
+        return np.empty(n, dtype=dtype)
+    finally:
+        _HUGE_PAGES(before)
+
+
+_HUGE_PAGES = getattr(
+    getattr(getattr(np, "_core", None) or getattr(np, "core", None), "multiarray", None),
+    "_set_madvise_hugepage",
+    None,
+)
 
 
 _EMPTY = np.empty(0, dtype=np.int8)
