@@ -160,7 +160,7 @@ def build_groups(
     conflicts = _conflicts(groups, set(loaded), claimed, sets.sets, config_descs, uid_of)
     return GroupTable(
         tuple(groups),
-        entry_group.astype(np.int32),
+        entry_group,
         loaded,
         missing,
         world_size,

@@ -261,13 +261,25 @@ class _Decoder:
 
     def items(self, pos: int, end: int, depth: int) -> tuple[list[Any], int]:
         """Values up to the `end` opcode, with tuples built from the ones before them."""
-        data = self.data
+        data, memo = self.data, self.memo
         items: list[Any] = []
         while True:
             op = data[pos]
-            if op == end:
+            if op == _BINGET:  # as in `value`, inline: most items are memo references
+                slot = data[pos + 1]
+                if slot > self.top_ref:
+                    self.top_ref = slot
+                items.append(memo[slot])
+                pos += 2
+            elif op == _LONG_BINGET:
+                slot = int.from_bytes(data[pos + 1 : pos + 5], "little")
+                if slot > self.top_ref:
+                    self.top_ref = slot
+                items.append(memo[slot])
+                pos += 5
+            elif op == end:
                 return items, pos + 1
-            if op in (_TUPLE1, _TUPLE2, _TUPLE3):
+            elif op in (_TUPLE1, _TUPLE2, _TUPLE3):
                 size = op - _TUPLE1 + 1
                 if len(items) < size:
                     raise _Outside
