@@ -507,11 +507,11 @@ class _Columns:
         (`fast_codes`: the expression-read entries' codes, indices into `distinct`, numbered
         in order of first appearance.)"""
         size = len(run.names)
-        found: list[list[Any]] = []
+        decoded: list[list[Any]] = []
         late: dict[int, int] = {}  # captures referring to slots written among the entries
         for k, raw in enumerate(distinct):
             values, top = self.reader.run(raw, size)
-            found.append(values)
+            decoded.append(values)
             if top >= self.memo_before:
                 late[k] = top
         if late:
@@ -520,7 +520,6 @@ class _Columns:
         codes[self.is_fast] = fast_codes
         ndistinct = len(distinct)
         codes[self.slow_rows] = np.arange(ndistinct, ndistinct + len(self.slow), dtype=np.int32)
-        decoded = found
         slow_values = [[s.entry.get(name) for s in self.slow] for name in run.names]
         order = None
         if self.slow:  # codes in order of first appearance, as the entries have them
