@@ -463,14 +463,14 @@ class _Columns:
             # Entries are coded once by all their repeating captures together (one hash per
             # entry, not one per run), then each run by its part of each distinct combination.
             if len(repeating) == 1:
-                combos: list[Any] = repeating[0][1]
+                run, caps = repeating[0]
+                self.coded_run(run, *_distinct(caps))
             else:
                 combos = list(zip(*(caps for _, caps in repeating), strict=True))
-            distinct, entry_codes = _distinct(combos)
-            for i, (run, _) in enumerate(repeating):
-                parts = distinct if len(repeating) == 1 else [combo[i] for combo in distinct]
-                part_distinct, part_of_combo = _distinct(parts)
-                self.coded_run(run, part_distinct, part_of_combo[entry_codes])
+                distinct, entry_codes = _distinct(combos)
+                for i, (run, _) in enumerate(repeating):
+                    parts, part_of_combo = _distinct([combo[i] for combo in distinct])
+                    self.coded_run(run, parts, part_of_combo[entry_codes])
         if varying:
             read = _run_ints([(caps, run.refs) for run, caps in varying])
             for (run, _), columns in zip(varying, read, strict=True):
