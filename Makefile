@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DUMPS ?= sample_dumps
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint bench clean
+.PHONY: help install run test lint bench accuracy clean
 
 help: ## Show this help
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ lint: $(STAMP) ## ruff and mypy (strict)
 
 bench: $(STAMP) ## Scale benchmark (see README)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+accuracy: $(STAMP) ## Randomized fault campaign: share of right answers, confusion per fault kind
+	$(BIN)/python -m benchmarks.accuracy $(ACCURACY_ARGS)
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

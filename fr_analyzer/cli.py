@@ -1,6 +1,7 @@
 """The `fr-analyze` command: parse options, call one function, map errors to exit codes.
 
-Exit codes: 0 no findings, 1 findings, 2 bad usage or no readable dump. Errors print one line
+Exit codes: 0 when the answer is `ok`, 1 for any other answer (desync, hung, slow,
+incomplete), 2 bad usage or no readable dump. Errors print one line
 on stderr, never a traceback.
 """
 
@@ -14,10 +15,21 @@ from typing import Annotated
 import typer
 from tabulate import tabulate
 
-from . import __version__, database, pipeline, ranks, report, timeline, traces
+from . import (
+    __version__,
+    database,
+    entries_view,
+    pipeline,
+    ranks,
+    report,
+    report_json,
+    timeline,
+    traces,
+)
 from .diagnosis import Thresholds
 from .dumps import DEFAULT_MAX_FILE_BYTES, parse_size
 from .errors import FrAnalyzerError, UsageError
+from .model import Status
 from .output import check_output_path, write_atomic
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -152,6 +164,15 @@ def analyze(
             help="Median lateness (ms) at collectives that makes a rank a straggler.",
         ),
     ] = 50.0,
+    stall_ms: Annotated[
+        float,
+        typer.Option(
+            "--stall-ms",
+            min=0,
+            help="Lateness (ms) at one collective that makes a rank the cause of a slow job, "
+            "when its own previous op does not explain it.",
+        ),
+    ] = 2000.0,
     workers: Annotated[
         int | None,
         typer.Option("--workers", min=1, help="Processes that load dumps (default: every core)."),
@@ -183,7 +204,10 @@ def analyze(
     if dump_dir is None:
         raise UsageError("missing option -d/--dump-dir (see fr-analyze --help)")
     thresholds = Thresholds(
-        dead_after_s=dead_after, straggler_ms=straggler_ms, stack_depth=stack_depth
+        dead_after_s=dead_after,
+        straggler_ms=straggler_ms,
+        stall_ms=stall_ms,
+        stack_depth=stack_depth,
     )
     options = pipeline.Options(
         prefix=prefix, workers=workers, thresholds=thresholds, max_file_bytes=max_file_size
@@ -194,7 +218,7 @@ def analyze(
         filters = [p for item in (pg_filters or []) for p in item.split(",") if p]
         table, groups = pipeline.entries(dump_dir, options, progress)
         typer.echo(
-            report.render_entries(
+            entries_view.render_entries(
                 table, groups, ranks=chosen, pg_filters=filters, stack=print_stack_trace
             ),
             nl=False,
@@ -206,16 +230,19 @@ def analyze(
         if path is not None:
             check_output_path(path, dump_dir)
     result = pipeline.analyze(dump_dir, options, progress)
-    typer.echo(
-        report.render_text(result, verbose=verbose, cap=mismatch_cap, ranks=ranks_table),
-        nl=False,
-    )
+    try:
+        text = report.render_text(result, verbose=verbose, cap=mismatch_cap, ranks=ranks_table)
+    except Exception as exc:  # the answer still reaches the reader
+        text = (
+            f"{result.conclusion.answer}\n(the report could not be rendered: "
+            f"{type(exc).__name__}: {exc})\n"
+        )
+    typer.echo(text, nl=False)
     if json_out is not None:
-        write_atomic(json_out, report.render_json(result, cap=mismatch_cap).encode())
+        write_atomic(json_out, report_json.render_json(result, cap=mismatch_cap).encode())
     if output is not None:
         database.write(result, output)
-    problems = result.findings or result.diagnosis.root_cause is not None
-    raise typer.Exit(EXIT_FINDINGS if problems else EXIT_OK)
+    raise typer.Exit(EXIT_OK if result.conclusion.status == Status.OK else EXIT_FINDINGS)
 
 
 def _analysis(dump_dir: Path, prefix: str | None, workers: int | None) -> pipeline.Analysis:

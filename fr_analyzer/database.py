@@ -3,7 +3,9 @@
 Layout: `{"schema": "fr-analyze.db/1", "meta": {...}, "tables": {name: {"columns": [...],
 "rows": [[...], ...]}}}`. Tables: `groups`, `memberships`, `collectives` (one row per
 collective unit and per matched send/recv pair), `nccl_calls` (one row per entry of every
-rank), `tracebacks` (deduplicated stacks that calls reference by `traceback_id`) and `findings`.
+rank), `tracebacks` (deduplicated stacks that calls reference by `traceback_id`) and `findings`
+(each with its role: the root cause, a symptom it explains, independent, or ops in flight).
+`meta` holds the conclusion: status, the answer, the verdict object and the root cause.
 Ids join: `collectives.group_id` → `groups.id`, `nccl_calls.collective_id` → `collectives.id`.
 """
 
@@ -23,7 +25,7 @@ from .errors import FrAnalyzerError
 from .model import STATE_NAMES, State, UnitKind
 from .output import write_atomic
 from .pipeline import Analysis
-from .report import finding_json
+from .report_json import finding_json, root_cause_json, verdict_json
 
 SCHEMA = "fr-analyze.db/1"
 
@@ -80,6 +82,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "culprit_ranks",
         "detail",
         "is_verdict",
+        "role",
+        "explained_by_root_cause",
+        "explanation",
     ),
 }
 
@@ -172,21 +177,25 @@ def build(analysis: Analysis) -> dict[str, Any]:
                 None if stack < 0 else stack,
             ]
         )
-    root = analysis.verdict.finding
-    for i, f in enumerate(analysis.findings):
-        j = finding_json(f)
+    c = analysis.conclusion
+    for i, j in enumerate(c.findings):
+        f = j.finding
+        fj = finding_json(f)
         tables["findings"].append(
             [
                 i,
-                j["kind"],
+                fj["kind"],
                 f.group.uid if f.group else None,
-                j["collective_seq_id"],
-                j["p2p_seq_id"],
-                j["op"],
-                j["ranks"],
-                j["culprit_ranks"],
-                j["detail"],
-                f is root,
+                fj["collective_seq_id"],
+                fj["p2p_seq_id"],
+                fj["op"],
+                fj["ranks"],
+                fj["culprit_ranks"],
+                fj["detail"],
+                f is c.root_finding,
+                j.role.value,
+                j.explained,
+                j.link or None,
             ]
         )
     s = analysis.summary
@@ -196,8 +205,10 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "ranks_missing": list(s.ranks_missing),
         "versions": {k: list(v) for k, v in s.versions.items()},
         "backends": list(s.backends),
-        "verdict": analysis.verdict.summary,
-        "status": analysis.verdict.status.value,
+        "verdict": c.answer,
+        "status": c.status.value,
+        "verdict_detail": verdict_json(c),
+        "root_cause": root_cause_json(c.root),
     }
     return {
         "schema": SCHEMA,

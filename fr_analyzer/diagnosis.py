@@ -1,39 +1,51 @@
-"""Hang diagnosis: where every rank stands, who waits for whom, and the root cause.
+"""Hang diagnosis: from who waits for whom (`waits`) to the root everything waits for.
 
-Each rank is *blocked* in its oldest op that did not complete (gloo: not retired; a collective
-that some member never issued cannot have completed either, whatever its flags say). A blocked
-rank *waits for* the members of that collective's group that never issued it, or for the peer
-of an unmatched send/recv. Following these edges across groups leads to the root ranks that
-wait on nobody: a rank that is idle (never joined), a rank with no dump (dead), or ranks stuck
-in an op every member issued (a communication-level hang). Cycles are cross-group deadlocks.
-When nobody is blocked, a rank that consistently arrives last at collectives is a straggler;
-that is measured from each rank's own clock (completion minus enqueue), so host clock offsets
-do not matter.
+The rules, in the order they are applied:
+
+1. A disagreement (op type, size or dtype; a send/recv pair that disagrees) is a program bug
+   and the root: the causally first one wins.
+2. Unfinished ops are a hang only when they are old (`ages`): a dump taken while ops were in
+   flight has no root cause.
+3. Ranks that wait for each other in a cycle issued ops in different orders. The order the
+   other ranks follow (the same groups, or groups alike, at the same sequence ids) decides who
+   deviated: that rank skipped the op the others wait for it in. With no such reference it is
+   a deadlock.
+4. Otherwise the root is what the most ranks (transitively) wait for: a rank with no usable
+   dump (dead), a rank that never issued the op (not joined: it stopped, or it skipped the op
+   and went on, which the same reference order tells), or ranks stuck on their own in an op
+   that their peers completed or started (stuck collective), or that every member issued and
+   none completed (a communication-level hang). A rank blocked in an earlier op of its own is
+   never the root of a later op it has not reached: edges lead through it.
+5. On a backend that records no send/recv (gloo), a rank blocked in one looks idle; of the
+   idle ranks the others wait for, the one whose activity stopped first is the root, and the
+   later ones are taken to wait for it.
+6. With nothing hung and no disagreement, a rank that made the others wait (`stragglers`).
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
-from collections import Counter, defaultdict, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from . import stragglers, waits
+from .ages import DUMP_SPREAD_S, Age, DumpTime, ages, dump_time
 from .dumps import EntryTable, RankDump, rank_starts
 from .groups import GroupTable
 from .matching import MatchResult
-from .model import (
-    ANY_SOURCE,
-    STATE_NAMES,
-    Finding,
-    FindingKind,
-    Group,
-    P2PKind,
-    Stack,
-    UnitKind,
+from .model import Finding, FindingKind, Frame, Group, P2PKind, Stack, State, UnitKind
+from .positions import (
+    OpRef,
+    Position,
+    Refs,
+    StackGroup,
+    last_per_rank,
+    newest_per_rank,
+    positions,
+    stacks,
 )
 from .ranks import agree, label
 
@@ -46,6 +58,14 @@ MISMATCH_KINDS = frozenset(
         FindingKind.P2P_DTYPE_MISMATCH,
     }
 )
+NO_P2P_BACKENDS = frozenset({"gloo"})
+"""Backends whose recorder never records send/recv: a rank blocked in one looks idle."""
+_REFERENCE_UNITS = 64  # groups alike consulted when ordering two ops
+_REFERENCE_RANKS = 256  # ranks consulted when ordering two ops
+_CYCLE_RANKS = 256  # ranks of a cycle, and edges of each, whose order is asked about
+_CYCLE_EDGES = 16
+_DUE_CANDIDATES = 8  # ops waited in, compared to find the one a rank was due to issue next
+_MIRRORS = 4  # ranks in the same role consulted for that
 
 
 class RootKind(enum.StrEnum):
@@ -63,40 +83,8 @@ class Thresholds:
 
     dead_after_s: float = 60.0  # an idle rank whose buffer ends this long before its waiters'
     straggler_ms: float = 50.0  # median lateness that makes a rank a straggler
+    stall_ms: float = 2000.0  # one late arrival that makes a rank the cause of a slow step
     stack_depth: int = 8  # innermost frames compared when grouping stacks
-
-
-@dataclass(frozen=True)
-class OpRef:
-    """One op of one rank, as shown to a person."""
-
-    rank: int
-    row: int
-    group: Group
-    collective_seq_id: int | None
-    p2p_seq_id: int | None
-    op: str
-    state: str
-    retired: bool
-    sizes: str
-    age_s: float | None  # how long before the rank's newest timestamp it was enqueued
-
-    def describe(self) -> str:
-        seq = f"#{self.collective_seq_id}" if self.p2p_seq_id is None else f"p#{self.p2p_seq_id}"
-        flags = self.state + (", retired" if self.retired else "")
-        return f"{self.op} {seq} ({flags})"
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where ranks stand in one group: those whose last completed op and first op not
-    completed read the same share one position (the ops shown are the lowest rank's)."""
-
-    group: Group
-    ranks: tuple[int, ...]
-    last_completed: OpRef | None
-    first_incomplete: OpRef | None
-    oldest_age_s: float | None  # the longest any of them has waited in its first op not done
 
 
 @dataclass(frozen=True)
@@ -108,16 +96,9 @@ class RankState:
 
 
 @dataclass(frozen=True)
-class StackGroup:
-    """Ranks whose blocking (or, when idle, newest) op has the same innermost frames."""
-
-    stack: Stack | None  # None: the dump has no frames for that op
-    ranks: tuple[int, ...]
-    odd: bool  # the odd one out: a minority stack
-
-
-@dataclass(frozen=True)
 class RootCause:
+    """The one thing everything else follows from."""
+
     kind: RootKind
     ranks: tuple[int, ...]
     group: Group | None
@@ -127,6 +108,22 @@ class RootCause:
     sentence: str
     evidence: tuple[str, ...]
     wait_chain: tuple[tuple[int, str | None, int | None], ...]
+    deviates: bool = False  # the culprit issued ops in another order than the others (a bug)
+    finding: Finding | None = None  # the matcher's finding that states it, if any
+    lateness_s: float | None = None  # stragglers: how late
+    code: Stack = ()  # the culprit's innermost frames that differ from its peers'
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Whether the unfinished ops are stuck or in flight, and how that is known."""
+
+    dump: DumpTime
+    blocked_ranks: int
+    oldest_age_s: float | None  # age of the oldest unfinished op at the dump time
+    age: Age  # of the job's unfinished ops: old if any is, young if all are, else unknown
+    hung: bool  # treated as stuck: old, or unknown on a backend whose watchdog dumps at timeout
+    note: str  # one sentence for the report
 
 
 @dataclass(frozen=True)
@@ -135,90 +132,8 @@ class Diagnosis:
     ranks: tuple[RankState, ...]
     stacks: tuple[StackGroup, ...]
     root_cause: RootCause | None
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-class _Graph:
-    """The rows and tables the diagnosis reads, with small helpers."""
-
-    def __init__(
-        self,
-        table: EntryTable,
-        groups: GroupTable,
-        matches: MatchResult,
-        newest_ns: dict[int, int],
-    ) -> None:
-        self.t = table
-        self.groups = groups
-        self.m = matches
-        self.newest_ns = newest_ns
-        self._missing: dict[int, tuple[int, ...]] = {}
-        self._sizes: dict[int, str] = {}
-        self._ops: dict[int, str] = {}
-
-    def missing_in_unit(self, unit: int, group: Group, unavailable: set[int]) -> tuple[int, ...]:
-        """Members a collective unit waits for: those that never issued it and those with no
-        usable dump. Once per unit: every member blocked in it asks (16,384 in a world hang)."""
-        found = self._missing.get(unit)
-        if found is None:
-            missing = set(self.m.collectives.not_joined.get(unit, ()))
-            missing.update(unavailable.intersection(group.ranks))
-            found = self._missing[unit] = tuple(sorted(missing))
-        return found
-
-    def refs(self, rows: Sequence[int]) -> list[OpRef]:
-        """OpRefs of many rows, their columns read in one step each."""
-        t = self.t
-        at = np.asarray(rows, dtype=np.int64)
-        unit = t.unit[at]
-        p2p = (unit == UnitKind.P2P) | (unit == UnitKind.BATCH_MEMBER)
-        p2p |= unit == UnitKind.BATCH_MARKER
-        out = []
-        for row, rank, p2p_, created, shape, pname, uid, coll, p2p_seq, state, retired in zip(
-            at.tolist(),
-            t.rank[at].tolist(),
-            p2p.tolist(),
-            t.t_created[at].tolist(),
-            t.in_shape[at].tolist(),
-            t.pname[at].tolist(),
-            self.groups.entry_group[at].tolist(),
-            t.coll_seq[at].tolist(),
-            t.p2p_seq[at].tolist(),
-            t.state[at].tolist(),
-            t.retired[at].tolist(),
-            strict=True,
-        ):
-            newest = self.newest_ns.get(rank, -1)
-            age = (newest - created) / 1e9 if created >= 0 and newest >= created else None
-            sizes = self._sizes.get(shape)
-            if sizes is None:  # a few distinct shapes and names, asked about once per rank
-                sizes = self._sizes[shape] = str([list(s) for s in t.shapes[shape]]).replace(
-                    " ", ""
-                )
-            op = self._ops.get(pname)
-            if op is None:
-                name = t.profiling_names[pname]
-                op = self._ops[pname] = name.partition(":")[2] or name
-            out.append(
-                OpRef(
-                    rank=rank,
-                    row=row,
-                    group=self.groups.groups[uid],
-                    collective_seq_id=None if p2p_ else coll,
-                    p2p_seq_id=p2p_seq if p2p_ else None,
-                    op=op,
-                    state=_STATE_NAMES[state],
-                    retired=retired,
-                    sizes=sizes,
-                    age_s=age,
-                )
-            )
-        return out
-
-
-_STATE_NAMES = {int(state): name for state, name in STATE_NAMES.items()}
+    timing: Timing
+    behind_root: frozenset[int]  # ranks that wait, directly or not, for the root's ranks
 
 
 def diagnose(
@@ -230,653 +145,1054 @@ def diagnose(
     thresholds: Thresholds = Thresholds(),
 ) -> Diagnosis:
     t = table
-    unavailable = set(range(groups.world_size)) - set(groups.loaded_ranks)
-    newest_ns = _newest(t)
-    graph = _Graph(t, groups, matches, newest_ns)
-    incomplete = _incomplete(t, matches)
-    blocked_row = _first_per_rank(t.rank, incomplete)
-    last_row = _last_per_rank(t)
-
-    states: dict[int, RankState] = {}
-    terminal: dict[int, str] = {}  # blocked rank → why it waits on nobody
-    blocked = dict(zip(blocked_row, graph.refs(list(blocked_row.values())), strict=True))
-    newest = dict(zip(last_row, graph.refs(list(last_row.values())), strict=True))
-    for rank in groups.loaded_ranks:
-        row = blocked_row.get(rank)
-        waits: tuple[int, ...] = ()
-        if row is not None:
-            waits, why = _waits_for(graph, row, unavailable)
-            if not waits:
-                terminal[rank] = why
-        states[rank] = RankState(rank, blocked.get(rank), newest.get(rank), waits)
-
-    positions = _positions(graph, incomplete)
-    stacks = _stacks(t, states, thresholds.stack_depth)
-    root = _root_cause(graph, states, terminal, unavailable, findings, thresholds)
-    if root is None and not blocked_row:
-        root = _straggler(t, groups, matches, thresholds)
-    ordered = tuple(states[r] for r in sorted(states))
-    return Diagnosis(positions, ordered, stacks, root)
-
-
-def _newest(t: EntryTable) -> dict[int, int]:
-    if not t.n:
-        return {}
-    stamp = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
-    starts = rank_starts(t.rank)
-    newest = np.maximum.reduceat(stamp, starts)
-    return dict(zip(t.rank[starts].tolist(), newest.tolist(), strict=True))
-
-
-def _incomplete(t: EntryTable, m: MatchResult) -> npt.NDArray[np.bool_]:
-    """Rows that did not complete: not done, or in a collective some member never issued."""
-    out = ~m.done.copy()
-    if m.collectives.not_joined:
-        unjoined = np.zeros(len(m.collectives.seq) + 1, dtype=bool)  # the last: no unit (-1)
-        unjoined[list(m.collectives.not_joined)] = True
-        out |= unjoined[m.collectives.entry_unit]
-    if t.n:
-        out &= t.unit != UnitKind.ORPHAN_MARKER
-    return out
-
-
-def _first_per_rank(rank: npt.NDArray[np.int32], mask: npt.NDArray[np.bool_]) -> dict[int, int]:
-    """Each rank's first row in `mask` (rows are in rank order)."""
-    rows = np.flatnonzero(mask)
-    if not len(rows):
-        return {}
-    first = rank_starts(rank[rows])
-    return dict(zip(rank[rows[first]].tolist(), rows[first].tolist(), strict=True))
-
-
-def _last_per_rank(t: EntryTable) -> dict[int, int]:
-    if not t.n:
-        return {}
-    starts = rank_starts(t.rank)
-    last = np.append(starts[1:], t.n) - 1
-    return dict(zip(t.rank[starts].tolist(), last.tolist(), strict=True))
-
-
-def _waits_for(graph: _Graph, row: int, unavailable: set[int]) -> tuple[tuple[int, ...], str]:
-    """Ranks the op at `row` waits for; when none, why it is stuck anyway."""
-    t, groups, m = graph.t, graph.groups, graph.m
-    rank = int(t.rank[row])
-    group = groups.groups[int(groups.entry_group[row])]
-    unit = int(m.collectives.entry_unit[row])
-    if unit >= 0:
-        missing = graph.missing_in_unit(unit, group, unavailable)
-        return tuple(r for r in missing if r != rank), "collective"
-    kind = int(t.p2p_kind[row])
-    if kind == P2PKind.NONE:
-        return (), "other"
-    if int(m.p2p.entry_pair[row]) >= 0:
-        return (), "p2p"
-    local = int(t.peer_dst[row]) if kind == P2PKind.SEND else int(t.peer_src[row])
-    if local == ANY_SOURCE:
-        return tuple(r for r in group.ranks if r != rank), "p2p"
-    if 0 <= local < group.size:
-        return (group.ranks[local],), "p2p"
-    return (), "other"
-
-
-def _positions(graph: _Graph, incomplete: npt.NDArray[np.bool_]) -> tuple[Position, ...]:
-    """One position per group and pair of ops as shown. Each (rank, group) gets its last
-    completed row and first row not completed; (rank, group) pairs whose two rows read alike
-    (same op, sequence id, state, flags and sizes) are collapsed on their codes first, so
-    OpRefs are made only for the few distinct positions, not for every rank."""
-    t, groups = graph.t, graph.groups
-    if not t.n:
-        return ()
-    n_uids = len(groups.groups) + 1
-    # One position per (rank, group uid); a rank's pairs of one uid (same name, two
-    # descriptions) share it.
-    pair_key = t.pair_rank.astype(np.int64) * n_uids + groups.pair_uid
-    keys, key_of_pair = np.unique(pair_key, return_inverse=True)
-    key = key_of_pair[t.pair]
-    done_rows = np.flatnonzero(
-        ~incomplete & (t.unit != UnitKind.BLOCK_MEMBER) & (t.unit != UnitKind.BATCH_MEMBER)
-    )
-    last_done = np.full(len(keys), -1, dtype=np.int64)
-    last_done[key[done_rows]] = done_rows  # ascending rows: the last assignment is the last row
-    inc_rows = np.flatnonzero(incomplete)[::-1]
-    first_inc = np.full(len(keys), -1, dtype=np.int64)
-    first_inc[key[inc_rows]] = inc_rows  # descending rows: the last assignment is the first
-    rank, uid = np.divmod(keys, n_uids)
-
-    p2p = np.isin(t.unit, (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER))
-
-    def shown(rows: npt.NDArray[np.int64], sizes: bool) -> list[npt.NDArray[np.int64]]:
-        """What `OpRef.describe` (and the sizes) read from each row, as codes; -1 if none."""
-        has = rows >= 0
-        at = np.where(has, rows, 0)
-        seq = np.where(p2p[at], t.p2p_seq[at], t.coll_seq[at])
-        fields = [t.pname[at], p2p[at], seq, t.state[at], t.retired[at]]
-        if sizes:
-            fields.append(t.in_shape[at])
-        return [np.where(has, f.astype(np.int64), -1) for f in [has, *fields]]
-
-    columns = [uid, *shown(last_done, False), *shown(first_inc, True)]
-    _, position_of = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-    position_of = position_of.reshape(-1)
-    # Age in the first op not completed, as `OpRef.age_s` has it.
-    newest_ns = graph.newest_ns
-    newest = np.array([newest_ns.get(r, -1) for r in rank.tolist()], dtype=np.int64)
-    created = np.where(first_inc >= 0, t.t_created[np.maximum(first_inc, 0)], -1)
-    aged = (first_inc >= 0) & (created >= 0) & (newest >= created)
-    age = np.where(aged, (newest - created) / 1e9, -np.inf)
-    oldest = np.full(position_of.max() + 1, -np.inf)
-    np.maximum.at(oldest, position_of, age)
-    # The lowest rank of each position shows its ops; keys are in rank order.
-    example = np.full(len(oldest), -1, dtype=np.int64)
-    example[position_of[::-1]] = np.arange(len(keys) - 1, -1, -1)
-    members: dict[int, list[int]] = defaultdict(list)
-    for p, r in zip(position_of.tolist(), rank.tolist(), strict=True):
-        members[p].append(r)
-
-    # Codes that differ can still read the same (two profiling names of one op): merge those.
-    merged: dict[tuple[object, ...], tuple[Position, list[int], float]] = {}
-    lc_rows, fi_rows = last_done[example], first_inc[example]
-    lc_refs = iter(graph.refs(lc_rows[lc_rows >= 0].tolist()))
-    fi_refs = iter(graph.refs(fi_rows[fi_rows >= 0].tolist()))
-    for p, (k, lc, fi) in enumerate(
-        zip(example.tolist(), lc_rows.tolist(), fi_rows.tolist(), strict=True)
-    ):
-        shown_pos = Position(
-            groups.groups[int(uid[k])],
-            (),
-            next(lc_refs) if lc >= 0 else None,
-            next(fi_refs) if fi >= 0 else None,
-            None,
-        )
-        text = (
-            shown_pos.group.uid,
-            _shown(shown_pos.last_completed, False),
-            _shown(shown_pos.first_incomplete, True),
-        )
-        found = merged.get(text)
-        if found is None:
-            merged[text] = (shown_pos, members[p], float(oldest[p]))
-        else:
-            first, ranks, age_max = found
-            if min(members[p]) < min(ranks):
-                first = shown_pos
-            merged[text] = (first, ranks + members[p], max(age_max, float(oldest[p])))
-    out = [
-        Position(
-            pos.group,
-            tuple(sorted(ranks)),
-            pos.last_completed,
-            pos.first_incomplete,
-            None if age == -np.inf else age,
-        )
-        for pos, ranks, age in merged.values()
-    ]
-    return tuple(sorted(out, key=lambda p: (p.group.uid, p.ranks[0])))
-
-
-def _shown(ref: OpRef | None, sizes: bool) -> tuple[object, ...] | None:
-    """What a person reads of an op in a position."""
-    if ref is None:
-        return None
-    return (ref.describe(), ref.sizes if sizes else None)
-
-
-def _stacks(t: EntryTable, states: dict[int, RankState], depth: int) -> tuple[StackGroup, ...]:
-    by_stack: dict[Stack | None, list[int]] = defaultdict(list)
-    for rank, state in states.items():
-        ref = state.blocked or state.newest
-        if ref is None:
-            continue
-        code = int(t.stack[ref.row])
-        stack = t.stacks[code][:depth] if code >= 0 else None
-        by_stack[stack].append(rank)
-    if not by_stack:
-        return ()
-    ordered = sorted(by_stack.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
-    biggest = len(ordered[0][1])
-    return tuple(
-        StackGroup(stack, tuple(sorted(ranks)), len(ordered) > 1 and len(ranks) < biggest)
-        for stack, ranks in ordered
+    newest_ns = newest_per_rank(t)
+    refs = Refs(t, groups, newest_ns)
+    graph = waits.build(t, groups, matches)
+    blocked = dict(zip(graph.frontier, refs.refs(list(graph.frontier.values())), strict=True))
+    last_row = last_per_rank(t)
+    newest = dict(zip(last_row, refs.refs(list(last_row.values())), strict=True))
+    states = {
+        rank: RankState(rank, blocked.get(rank), newest.get(rank), graph.waits_for(rank))
+        for rank in groups.loaded_ranks
+    }
+    timing = _timing(t, graph)
+    ctx = _Context(t, groups, matches, graph, newest_ns, last_row, refs, thresholds)
+    root: RootCause | None = None
+    first = _first_mismatch(ctx, findings)
+    if first is not None:
+        root = ctx.mismatch_root(first)
+    elif graph.frontier and timing.hung:
+        root = ctx.hang_root()
+    if root is None and not (graph.frontier and timing.hung):
+        slow = stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
+        if slow is not None:
+            root = _straggler_root(slow)
+    behind = frozenset(ctx.behind(root, findings)) if root is not None else frozenset()
+    shown = {r: s.blocked or s.newest for r, s in states.items() if s.blocked or s.newest}
+    return Diagnosis(
+        positions(refs, graph.incomplete),
+        tuple(states[r] for r in sorted(states)),
+        stacks(t, {r: ref for r, ref in shown.items() if ref is not None}, thresholds.stack_depth),
+        root,
+        timing,
+        behind,
     )
 
 
 # ---------------------------------------------------------------------------------------------
-# Root cause
+# In flight or stuck
 
 
-def _reaches(states: dict[int, RankState], target: set[int]) -> dict[int, int]:
-    """For every rank that (transitively) waits for `target`, its distance to it."""
-    waiters: dict[int, list[int]] = defaultdict(list)
-    for rank, state in states.items():
-        for other in state.waits_for:
-            waiters[other].append(rank)
-    dist = {r: 0 for r in target}
-    queue = deque(target)
-    while queue:
-        node = queue.popleft()
-        for w in waiters.get(node, ()):
-            if w not in dist:
-                dist[w] = dist[node] + 1
-                queue.append(w)
-    return dist
-
-
-def _chain(
-    states: dict[int, RankState], roots: set[int]
-) -> tuple[tuple[int, str | None, int | None], ...]:
-    """The longest wait chain that ends at one of `roots`, as [rank, group, seq] steps."""
-    dist = _reaches(states, roots)
-    start = max(dist, key=lambda r: (dist[r], -r))
-    chain = []
-    node = start
-    seen: set[int] = set()
-    while node not in seen:
-        seen.add(node)
-        state = states.get(node)
-        ref = state.blocked if state else None
-        seq = (
-            None
-            if ref is None
-            else (ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id)
+def _timing(t: EntryTable, graph: waits.WaitGraph) -> Timing:
+    when = dump_time(t)
+    rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
+    if not len(rows):
+        return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")
+    age_s, verdicts = ages(t, rows, when)
+    known = age_s[~np.isnan(age_s)]
+    oldest = float(known.max()) if len(known) else None
+    timeout = float(t.timeout_ms[rows].max()) / 1e3
+    n = len(rows)
+    if Age.OLD in verdicts:
+        failed = int((t.retired[rows] & (t.state[rows] != State.COMPLETED)).sum())
+        if oldest is not None and oldest >= timeout - DUMP_SPREAD_S:
+            why = f"the oldest had waited {oldest:.0f} s (timeout {timeout:.0f} s)"
+        else:
+            why = f"{failed} of them ended without completing (timed out or failed)"
+        note = f"{n} rank(s) have unfinished ops; {why}: the job is hung"
+        return Timing(when, n, oldest, Age.OLD, True, note)
+    if all(v == Age.YOUNG for v in verdicts):
+        age_text = f"at most {oldest:.1f} s old" if oldest is not None else "still running"
+        note = (
+            f"{n} rank(s) have unfinished ops, {age_text} when the dumps were taken (timeout "
+            f"{timeout:.0f} s): they were in flight, not stuck"
         )
-        chain.append((node, ref.group.name if ref else None, seq))
-        if node in roots or state is None:
-            break
-        nxt = [w for w in state.waits_for if w in dist and dist[w] < dist[node]]
-        if not nxt:
-            break
-        node = min(nxt)
-    return tuple(chain)
+        return Timing(when, n, oldest, Age.YOUNG, False, note)
+    note = (
+        f"{n} rank(s) have unfinished ops, but the dumps do not tell how old they were "
+        "(no op was looked at during the dump: NCCL timing off). A watchdog dumps when an op "
+        "times out, so they are taken as stuck; if the job was still running when it was "
+        "dumped, they may simply have been in flight"
+    )
+    return Timing(when, n, oldest, Age.UNKNOWN, True, note)
 
 
-def _cycles(states: dict[int, RankState]) -> list[list[int]]:
-    """Strongly connected components of more than one rank (Tarjan, iterative)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    out: list[list[int]] = []
-    counter = 0
-    for start in sorted(states):
-        if start in index:
-            continue
-        work = [(start, iter(states[start].waits_for))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, edges = work[-1]
-            advanced = False
-            for nxt in edges:
-                if nxt not in states:
-                    continue
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(states[nxt].waits_for)))
-                    advanced = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if advanced:
+# ---------------------------------------------------------------------------------------------
+# Roots
+
+
+@dataclass
+class _Candidate:
+    kind: str  # "dead", "idle", "stuck", "deviant", "deadlock"
+    ranks: tuple[int, ...]
+    behind: set[int]
+    node: int = -1  # stuck: the wait node they are blocked in
+    waited_row: int = -1  # deviant: the row of the op the others wait for it in
+
+
+class _Context:
+    """Everything the root-cause rules read."""
+
+    def __init__(
+        self,
+        t: EntryTable,
+        groups: GroupTable,
+        m: MatchResult,
+        graph: waits.WaitGraph,
+        newest_ns: dict[int, int],
+        last_row: dict[int, int],
+        refs: Refs,
+        th: Thresholds,
+    ) -> None:
+        self.t, self.groups, self.m = t, groups, m
+        self.graph = graph
+        self.graph_used = graph  # after cycles are resolved and implicit edges added
+        self.newest_ns = newest_ns
+        self.last_row = last_row
+        self.refs = refs
+        self.th = th
+        self._orders: dict[tuple[object, ...], int] = {}
+        self._role: dict[int, tuple[tuple[str, int, int], ...]] | None = None
+        self._starts: dict[int, tuple[int, int]] | None = None
+        self._p2p_cache: dict[tuple[int, int], dict[int, tuple[int, tuple[object, ...]]]] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def ref(self, row: int) -> OpRef:
+        return self.refs.refs([row])[0]
+
+    def op_key(self, row: int) -> tuple[int, int] | None:
+        """(group uid, collective seq id) of a collective row; None for send/recv."""
+        if int(self.m.collectives.entry_unit[row]) < 0:
+            return None
+        return int(self.groups.entry_group[row]), int(self.t.coll_seq[row])
+
+    def order(self, a: tuple[int, int], b: tuple[int, int], exclude: set[int], like: int) -> int:
+        """-1 when most reference ranks issue op `a` before op `b`, +1 when after, 0 when no
+        reference rank issued both (in the same groups, or groups alike at the same sequence
+        ids). References are ranks outside `exclude` in the same pipeline position as `like`:
+        stages interleave their collectives differently."""
+        key = (a, b, frozenset(exclude), self._stage(like))
+        found = self._orders.get(key)
+        if found is None:
+            found = self._orders[key] = self._order(a, b, exclude, like)
+        return found
+
+    def _order(self, a: tuple[int, int], b: tuple[int, int], exclude: set[int], like: int) -> int:
+        first_a = self._first_rows(a)
+        first_b = self._first_rows(b)
+        stage = self._stage(like)
+        votes = Counter[int]()
+        shared = sorted(set(first_a) & set(first_b) - exclude)
+        for rank in [r for r in shared if self._stage(r) == stage][:_REFERENCE_RANKS]:
+            votes[-1 if first_a[rank] < first_b[rank] else 1] += 1
+        if votes[-1] == votes[1]:
+            return 0
+        return -1 if votes[-1] > votes[1] else 1
+
+    def _stage(self, rank: int) -> tuple[tuple[str, int, int], ...]:
+        """A rank's position in the groups that carry send/recv (its pipeline stage)."""
+        return tuple(p for p in self._roles().get(rank, ()) if p[2] >= 0)
+
+    def _share(self, key: tuple[int, int]) -> float:
+        """Share of the op's group members that issued it."""
+        units = self.m.collectives
+        unit = units.find(*key)
+        if unit is None:
+            return 0.0
+        return int(units.ranks_present[unit]) / max(int(units.ranks_expected[unit]), 1)
+
+    def _first_rows(self, key: tuple[int, int]) -> dict[int, int]:
+        uid, seq = key
+        group = self.groups.groups[uid]
+        siblings = [
+            g.uid
+            for g in self.groups.groups
+            if g.uid != uid and g.desc == group.desc and g.size == group.size
+        ]
+        alike = [uid, *siblings[:_REFERENCE_UNITS]]
+        out: dict[int, int] = {}
+        units = self.m.collectives
+        for other in alike:
+            unit = units.find(other, seq)
+            if unit is None:
                 continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    out.append(sorted(component))
-    return out
+            rows = units.unit_rows(unit)
+            for rank, row in zip(self.t.rank[rows].tolist(), rows.tolist(), strict=True):
+                out.setdefault(rank, row)
+        return out
 
+    def where(self, ref: OpRef) -> str:
+        g = ref.group
+        if ref.p2p_seq_id is None:
+            return f"{ref.op} #{ref.collective_seq_id} of group {g.name!r} ({g.desc})"
+        return f"{ref.op} (p2p #{ref.p2p_seq_id} on rank {ref.rank}) of group {g.name!r} ({g.desc})"
 
-def _root_cause(
-    graph: _Graph,
-    states: dict[int, RankState],
-    terminal: dict[int, str],
-    unavailable: set[int],
-    findings: Sequence[Finding],
-    th: Thresholds,
-) -> RootCause | None:
-    waiting = {r for r, s in states.items() if s.waits_for}
-    first_mismatch = next((f for f in findings if f.kind in MISMATCH_KINDS), None)
-    if first_mismatch is not None:
-        return _mismatch_root(states, first_mismatch)
-    cycles = _cycles(states)
-    if cycles:
-        return _deadlock_root(states, cycles[0])
-    if not waiting and not terminal:
-        return None
-    # Candidate roots: ranks waited on that wait on nobody, and blocked ranks stuck on their own.
-    waited_on = {w for s in states.values() for w in s.waits_for}
-    idle_roots = {
-        r for r in waited_on if r in unavailable or not states.get(r) or states[r].blocked is None
-    }
-    candidates = idle_roots | set(terminal)
-    reach = {r: len(_reaches(states, {r})) for r in candidates}
-    # Terminal ranks stuck in the same collective form one root.
-    by_unit: dict[tuple[str, int, int | None], set[int]] = defaultdict(set)
-    for r in terminal:
-        ref = states[r].blocked
-        assert ref is not None  # terminal ranks are blocked by construction
-        by_unit[
-            (
-                terminal[r],
-                ref.group.uid,
-                ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id,
+    def chain(self, roots: set[int]) -> tuple[tuple[int, str | None, int | None], ...]:
+        """The longest wait chain that ends at one of `roots`, as (rank, group, seq) steps."""
+        graph = self.graph_used
+        levels = graph.levels(roots)
+        if not levels:
+            return ()
+        start = max(levels, key=lambda r: (levels[r], -r))
+        steps: list[tuple[int, str | None, int | None]] = []
+        for rank in graph.path(start, roots):
+            row = graph.frontier.get(rank)
+            if row is None:
+                steps.append((rank, None, None))
+                continue
+            ref = self.ref(row)
+            seq = ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id
+            steps.append((rank, ref.group.name, seq))
+        return tuple(steps)
+
+    def code(self, culprit_row: int | None, peer_rows: Sequence[int]) -> Stack:
+        """The culprit's innermost frames that its peers' most common stack lacks (its own code
+        line); when the stacks are the same, its innermost frames outside torch."""
+        t = self.t
+        if culprit_row is None or int(t.stack[culprit_row]) < 0:
+            return ()
+        mine = t.stacks[int(t.stack[culprit_row])]
+        codes = Counter(int(t.stack[r]) for r in peer_rows if int(t.stack[r]) >= 0)
+        theirs: set[Frame] = set()
+        if codes:
+            theirs = set(t.stacks[codes.most_common(1)[0][0]])
+        user = [f for f in mine if "/torch/" not in f.filename]
+        own = tuple(f for f in user if f not in theirs)[:4]
+        return own or tuple(user[:2])
+
+    def behind(self, root: RootCause, findings: Sequence[Finding]) -> set[int]:
+        """Ranks whose standing the root explains: those that wait for its ranks, directly or
+        not; for a disagreement, also every rank blocked in the op it disagrees in (they wait
+        in it together, for nobody) and the ranks that wait for them."""
+        anchor = set(root.ranks)
+        if root.finding is not None:
+            blocked = self.graph.frontier
+            for row in _finding_rows(self, root.finding):
+                rank = int(self.t.rank[row])
+                at = blocked.get(rank)
+                if at is not None and _same_op(self, at, row):
+                    anchor.add(rank)
+            unit = (
+                self.m.collectives.find(root.group.uid, root.collective_seq_id)
+                if root.group is not None and root.collective_seq_id is not None
+                else None
             )
-        ].add(r)
-    best_idle = max(idle_roots, key=lambda r: (reach[r], -r), default=None)
-    best_unit = max(
-        by_unit.items(), key=lambda kv: (sum(reach[r] for r in kv[1]), -min(kv[1])), default=None
-    )
-    idle_weight = reach[best_idle] if best_idle is not None else -1
-    unit_weight = sum(reach[r] for r in best_unit[1]) if best_unit is not None else -1
-    if best_idle is not None and idle_weight >= unit_weight:
-        roots = (
-            {r for r in idle_roots if reach[r] == idle_weight}
-            if len(idle_roots) > 1
-            else {best_idle}
-        )
-        return _idle_root(graph, states, roots, unavailable, th)
-    if best_unit is not None:
-        return _stuck_root(graph, states, best_unit[1])
-    return None
+            if unit is not None:
+                for row in self.m.collectives.unit_rows(unit).tolist():
+                    rank = int(self.t.rank[row])
+                    at = blocked.get(rank)
+                    if at is not None and int(self.m.collectives.entry_unit[at]) == unit:
+                        anchor.add(rank)
+        return (anchor - set(root.ranks)) | self.graph_used.waiting_for(anchor)
 
+    # -- rule 1: mismatches -------------------------------------------------------------------
 
-def _mismatch_root(states: dict[int, RankState], f: Finding) -> RootCause:
-    roots = set(f.culprit_ranks)
-    chain = (
-        _chain(states, roots) if any(states.get(r) and states[r].waits_for for r in states) else ()
-    )
-    seq = f.collective_seq_id if f.collective_seq_id is not None else f.p2p_seq_id
-    where = f"group {f.group.name!r} ({f.group.desc})" if f.group else "the job"
-    sentence = (
-        f"{label(roots)} {agree(roots, 'disagrees', 'disagree')} with the rest of {where} at "
-        f"{'collective' if f.collective_seq_id is not None else 'p2p'} #{seq} {f.op}: "
-        f"{f.kind.value.replace('_', ' ')}. This is a program bug on those ranks "
-        "(different code path, shapes or dtypes); look at their stacks."
-    )
-    return RootCause(
-        RootKind.MISMATCH,
-        tuple(sorted(roots)),
-        f.group,
-        f.collective_seq_id,
-        f.p2p_seq_id,
-        f.op,
-        sentence,
-        (f.detail,),
-        chain,
-    )
-
-
-def _deadlock_root(states: dict[int, RankState], cycle: list[int]) -> RootCause:
-    evidence = []
-    for r in cycle:
-        ref = states[r].blocked
-        if ref is not None:
-            evidence.append(
-                f"rank {r} is blocked in {ref.describe()} of group "
-                f"{ref.group.name!r} ({ref.group.desc}) waiting for "
-                f"{label(states[r].waits_for)}"
-            )
-    chain = []
-    node = cycle[0]
-    for _ in range(len(cycle) + 1):
-        ref = states[node].blocked
-        seq = (
-            None
-            if ref is None
-            else (ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id)
-        )
-        chain.append((node, ref.group.name if ref else None, seq))
-        nxt = [w for w in states[node].waits_for if w in cycle]
-        if not nxt:
-            break
-        node = min(nxt)
-    first = states[cycle[0]].blocked
-    sentence = (
-        f"Cross-group deadlock: {label(cycle)} wait for each other in a cycle; they "
-        "issued collectives of different groups in different orders. Make every rank "
-        "issue these groups' collectives in the same order."
-    )
-    return RootCause(
-        RootKind.DEADLOCK,
-        tuple(cycle),
-        first.group if first else None,
-        first.collective_seq_id if first else None,
-        first.p2p_seq_id if first else None,
-        first.op if first else "",
-        sentence,
-        tuple(evidence),
-        tuple(chain),
-    )
-
-
-def _idle_root(
-    graph: _Graph,
-    states: dict[int, RankState],
-    roots: set[int],
-    unavailable: set[int],
-    th: Thresholds,
-) -> RootCause:
-    waiters = {r: s for r, s in states.items() if set(s.waits_for) & roots}
-    # Waiters grouped by the op they wait in; the biggest group names the root's op.
-    by_op: dict[tuple[int, int | None, int | None, str], list[int]] = defaultdict(list)
-    for r, s in sorted(waiters.items()):
-        if s.blocked is not None:
-            b = s.blocked
-            by_op[(b.group.uid, b.collective_seq_id, b.p2p_seq_id, b.op)].append(r)
-    ranked = sorted(by_op.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
-    (uid, cseq, pseq, op), _ = ranked[0]
-    group = graph.groups.groups[uid]
-    waiting_in = [s.blocked for s in waiters.values() if s.blocked is not None]
-    evidence = []
-    for (g_uid, c, p, o), rs in ranked:
-        g = graph.groups.groups[g_uid]
-        evidence.append(
-            f"{label(rs)} {agree(rs, 'waits', 'wait')} in {o} "
-            f"{'#' + str(c) if p is None else 'p#' + str(p)} of group {g.name!r} ({g.desc}) for "
-            f"{label(set(roots) & {w for r in rs for w in states[r].waits_for})}"
-        )
-    dead = sorted(r for r in roots if r in unavailable)
-    if not dead:
-        oldest_wait = min(
-            (graph.t.t_created[w.row] for w in waiting_in if int(graph.t.t_created[w.row]) >= 0),
-            default=None,
-        )
-        for r in sorted(roots):
-            newest = graph.newest_ns.get(r, -1)
-            if (
-                oldest_wait is not None
-                and newest >= 0
-                and (int(oldest_wait) - newest) / 1e9 > th.dead_after_s
-            ):
-                dead.append(r)
-                evidence.append(
-                    f"rank {r}'s buffer ends {(int(oldest_wait) - newest) / 1e9:.0f}"
-                    " s before its peers started waiting for it"
-                )
-    for r in sorted(roots):
-        if r in unavailable:
-            evidence.append(f"rank {r} has no usable dump")
-            continue
-        newest_ref = states[r].newest
-        if newest_ref is not None:
-            evidence.append(
-                f"rank {r} never issued it; its newest op is {newest_ref.describe()}"
-                f" of group {newest_ref.group.name!r} ({newest_ref.group.desc}), "
-                "completed: it is doing something else (compute, data loading, "
-                "a different code path)"
-            )
-    chain = _chain(states, roots)
-    where = (
-        f"{op} {'#' + str(cseq) if pseq is None else 'p#' + str(pseq)} of group "
-        f"{group.name!r} ({group.desc})"
-    )
-    direct = ranked[0][1]
-    others = len(waiters) - len(direct)
-    elsewhere = f" (and {others} more rank(s) elsewhere)" if others else ""
-    if dead:
-        kind = RootKind.DEAD_RANK
+    def mismatch_root(self, f: Finding) -> RootCause:
+        roots = set(f.culprit_ranks)
+        seq = f.collective_seq_id if f.collective_seq_id is not None else f.p2p_seq_id
+        where = f"group {f.group.name!r} ({f.group.desc})" if f.group else "the job"
+        what = "collective" if f.collective_seq_id is not None else "p2p"
         sentence = (
-            f"{label(dead)} {agree(dead, 'looks', 'look')} dead: {label(direct)} "
-            f"{agree(direct, 'waits', 'wait')} for it in {where}{elsewhere}, and it "
-            + (
+            f"{label(roots)} {agree(roots, 'disagrees', 'disagree')} with the rest of {where} "
+            f"at {what} #{seq} {f.op}: {f.kind.value.replace('_', ' ')}. A program bug on "
+            f"{agree(roots, 'that rank', 'those ranks')} (another code path, shape or dtype)."
+        )
+        rows = _finding_rows(self, f)
+        mine = [r for r in rows if int(self.t.rank[r]) in roots]
+        peers = [r for r in rows if int(self.t.rank[r]) not in roots]
+        return RootCause(
+            RootKind.MISMATCH,
+            tuple(sorted(roots)),
+            f.group,
+            f.collective_seq_id,
+            f.p2p_seq_id,
+            f.op,
+            sentence,
+            (f.detail,),
+            self.chain(roots),
+            deviates=True,
+            finding=f,
+            code=self.code(mine[0] if mine else None, peers),
+        )
+
+    # -- rules 3 to 5: hangs ------------------------------------------------------------------
+
+    def hang_root(self) -> RootCause | None:
+        graph = self.graph
+        deviants: dict[int, int] = {}  # rank → row of the op the others wait for it in
+        deadlocks: list[list[int]] = []
+        for cycle in graph.cycles():
+            found = self._cycle_culprit(cycle)
+            if found is None:
+                deadlocks.append(cycle)
+            else:
+                deviants[found[0]] = found[1]
+        g = graph.without_edges_from(set(deviants))
+        g = g.with_edges(self._implicit_edges(g))
+        self.graph_used = g
+        waited = g.waited_on()
+        candidates: list[_Candidate] = []
+        for rank in sorted(waited):
+            if rank in deviants:
+                continue
+            if rank in g.unavailable:
+                candidates.append(_Candidate("dead", (rank,), set()))
+            elif rank not in g.node_of:
+                candidates.append(_Candidate("idle", (rank,), set()))
+        stuck: dict[int, list[int]] = {}
+        for rank, node in g.node_of.items():
+            if rank in graph.frontier and not g.waits[node].waits_for and rank not in deviants:
+                stuck.setdefault(node, []).append(rank)
+        for node, ranks in sorted(stuck.items()):
+            candidates.append(_Candidate("stuck", tuple(sorted(ranks)), set(), node=node))
+        for rank, row in sorted(deviants.items()):
+            candidates.append(_Candidate("deviant", (rank,), set(), waited_row=row))
+        for cycle in deadlocks:
+            candidates.append(_Candidate("deadlock", tuple(cycle), set()))
+        if not candidates:
+            return None
+        reach: dict[tuple[object, ...], set[int]] = {}
+        for c in candidates:
+            if c.kind in ("idle", "dead"):
+                key: tuple[object, ...] = ("w", *sorted(g.nodes_waiting_for(c.ranks[0])))
+            else:
+                key = ("r", *c.ranks)
+            if key not in reach:
+                reach[key] = g.waiting_for(c.ranks)
+            c.behind = reach[key]
+        order = {"deviant": 0, "dead": 1, "stuck": 2, "idle": 3, "deadlock": 4}
+        best = max(
+            candidates,
+            key=lambda c: (len(c.behind), -order[c.kind], -self._stopped(c.ranks), -c.ranks[0]),
+        )
+        if best.kind in ("idle", "stuck"):
+            for rank in best.ranks:
+                divergence = self._p2p_divergence_any(rank)
+                if divergence is not None:
+                    return self._p2p_deviant_root(rank, divergence)
+        if best.kind in ("idle", "dead"):
+            # Ranks that never joined the same op are one root (two ranks that both stopped).
+            same = [
+                c
+                for c in candidates
+                if c.kind in ("idle", "dead") and c.behind == best.behind and c is not best
+            ]
+            merged = tuple(sorted({*best.ranks, *(r for c in same for r in c.ranks)}))
+            return self._idle_root(merged)
+        if best.kind == "stuck":
+            return self._stuck_root(best)
+        if best.kind == "deviant":
+            return self._deviant_root(best.ranks[0], best.waited_row)
+        return self._deadlock_root(list(best.ranks))
+
+    def _stopped(self, ranks: Sequence[int]) -> float:
+        """When the ranks' activity stopped (their newest timestamp; a rank with no dump is
+        taken as the first to stop)."""
+        return float(min(self.newest_ns.get(r, -1) for r in ranks))
+
+    def _implicit_edges(self, g: waits.WaitGraph) -> dict[int, tuple[int, ...]]:
+        """On backends that record no send/recv, idle ranks that others wait for and whose
+        activity stopped after another such rank's may be blocked in an unrecorded send/recv
+        with it: they are taken to wait for the rank that stopped first."""
+        backends = set(self.t.backends)
+        if not backends or not backends <= NO_P2P_BACKENDS:
+            return {}
+        idle = [r for r in g.waited_on() if r not in g.node_of]
+        if len(idle) < 2:
+            return {}
+        first = min(idle, key=lambda r: (self.newest_ns.get(r, -1), r))
+        stop = self.newest_ns.get(first, -1)
+        return {r: (first,) for r in idle if r != first and self.newest_ns.get(r, -1) > stop >= -1}
+
+    def _cycle_culprit(self, cycle: list[int]) -> tuple[int, int] | None:
+        """The rank of a cycle that deviates from the order the other ranks follow, and the
+        row of the op the others wait for it in; None for a genuine deadlock."""
+        graph, members = self.graph, set(cycle)
+        votes: Counter[int] = Counter()
+        shares: Counter[int] = Counter()
+        p2p_votes: Counter[int] = Counter()
+        waited_in: dict[int, int] = {}
+        for x in cycle[:_CYCLE_RANKS]:
+            row_x = graph.frontier[x]
+            key_x = self.op_key(row_x)
+            inside = [y for y in graph.waits_for(x) if y in members][:_CYCLE_EDGES]
+            for y in inside:
+                key_y = self.op_key(graph.frontier[y])
+                o = self._before(row_x, graph.frontier[y], y, members)
+                if o == 0 and key_x is not None and key_y is not None:
+                    o = self.order(key_x, key_y, members, y)
+                if o < 0:  # x's op comes first: y skipped it
+                    votes[y] += 1
+                    waited_in.setdefault(y, row_x)
+                elif o > 0:  # y's op comes first: x skipped y's op to issue its own
+                    votes[x] += 1
+                    waited_in.setdefault(x, graph.frontier[y])
+                elif key_x is not None and key_y is not None:
+                    # No rank in y's position shows the order: the op most of its group issued
+                    # is the one on the program's path; blocking in a minority's op deviates.
+                    share_x, share_y = self._share(key_x), self._share(key_y)
+                    if share_x > share_y and share_x > 0.5:
+                        shares[y] += 1
+                        waited_in.setdefault(y, row_x)
+                    elif share_y > share_x and share_y > 0.5:
+                        shares[x] += 1
+                        waited_in.setdefault(x, graph.frontier[y])
+        for x in cycle[:_CYCLE_RANKS]:
+            # Sends/recvs are compared with what ranks in the same pipeline position issued at
+            # the same p2p seq ids: a rank whose ops there differ went off the schedule.
+            divergence = self._p2p_divergence_any(x)
+            if divergence is not None:
+                p2p_votes[x] += 1
+                waited_in[x] = divergence
+        votes = p2p_votes or votes or shares
+        if not votes:
+            return None
+        ranked = votes.most_common()
+        if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+            return None
+        culprit = ranked[0][0]
+        return culprit, waited_in.get(culprit, graph.frontier[culprit])
+
+    def _p2p_signature(self, row: int) -> tuple[object, ...]:
+        """What a send/recv (or a batched block of them) is: kinds and group-local peers."""
+        t = self.t
+        marker = int(t.marker[row])
+        if int(t.unit[row]) == UnitKind.BATCH_MEMBER and marker >= 0:
+            rows = [r for r in range(row, marker) if int(t.marker[r]) == marker]
+        else:
+            rows = [row]
+        return tuple(
+            sorted(
+                (int(t.p2p_kind[r]), int(t.peer_dst[r] if t.p2p_kind[r] == 1 else t.peer_src[r]))
+                for r in rows
+            )
+        )
+
+    def _p2p_divergence_any(self, rank: int) -> int | None:
+        """The first row where `rank`'s send/recv ops, in any of its groups, leave the
+        schedule of the ranks in its pipeline position."""
+        t = self.t
+        seen: set[int] = set()
+        for r in self._rows_of(rank):
+            if int(t.p2p_kind[r]) == 0:
+                continue
+            uid = int(self.groups.entry_group[r])
+            if uid in seen:
+                continue
+            seen.add(uid)
+            found = self._p2p_divergence(rank, r)
+            if found is not None:
+                return found
+        return None
+
+    def _p2p_deviates(self, rank: int) -> bool:
+        """Whether the send/recv `rank` is blocked in differs from what most ranks in its
+        pipeline position issued at the same p2p seq id of their group alike."""
+        row = self.graph.frontier[rank]
+        return self._p2p_divergence(rank, row, only=int(self.t.p2p_seq[row])) is not None
+
+    def _p2p_divergence(self, rank: int, row: int, only: int | None = None) -> int | None:
+        """The first send/recv row of `rank` in `row`'s group (at p2p seq id `only`, if given)
+        whose op differs from what most ranks in its pipeline position issued at that p2p seq
+        id of their group alike."""
+        uid = int(self.groups.entry_group[row])
+        group = self.groups.groups[uid]
+        sequences = []
+        for mirror in self._mirrors(rank, {group.desc})[: _MIRRORS * 4]:
+            alike = self._mirror_group(rank, group, mirror)
+            if alike is not None:
+                sequences.append(self._p2p_sequence(mirror, alike.uid))
+        if not sequences:
+            return None
+        for seq, (first, signature) in sorted(self._p2p_sequence(rank, uid).items()):
+            if only is not None and seq != only:
+                continue
+            theirs = [found[seq][1] for found in sequences if seq in found]
+            if theirs and sum(x != signature for x in theirs) > len(theirs) / 2:
+                return first
+        return None
+
+    def _p2p_sequence(self, rank: int, uid: int) -> dict[int, tuple[int, tuple[object, ...]]]:
+        """A rank's send/recv ops in one group: p2p seq id → (first row, signature)."""
+        key = (rank, uid)
+        found = self._p2p_cache.get(key)
+        if found is None:
+            t = self.t
+            found = {}
+            for r in self._rows_of(rank):
+                if int(self.groups.entry_group[r]) != uid or int(t.p2p_kind[r]) == 0:
+                    continue
+                seq = int(t.p2p_seq[r])
+                if seq not in found:
+                    found[seq] = (r, self._p2p_signature(r))
+            self._p2p_cache[key] = found
+        return found
+
+    def _direct_waits(self, ranks: set[int]) -> list[waits.Wait]:
+        """Wait nodes whose ranks wait directly for one of `ranks`, most waiters first."""
+        g = self.graph_used
+        nodes = {n for r in ranks for n in g.nodes_waiting_for(r)}
+        found = [g.waits[n] for n in nodes if g.waits[n].row >= 0]
+        return sorted(found, key=lambda w: (-len(w.waiters), w.row))
+
+    def _first_waited(self, ranks: set[int]) -> tuple[waits.Wait | None, list[waits.Wait]]:
+        """The op the ranks were due to issue next, among the ops others wait for them in: the
+        first of them in the order that ranks in the same role follow (mirror ranks), else the
+        one whose waiters started waiting first."""
+        direct = self._direct_waits(ranks)
+        if len(direct) < 2:
+            return (direct[0] if direct else None), direct
+        t, g = self.t, self.graph_used
+
+        def since(w: waits.Wait) -> int:
+            created = [int(t.t_created[g.frontier[r]]) for r in w.waiters if r in g.frontier]
+            valid = [c for c in created if c >= 0]
+            return min(valid) if valid else 1 << 62
+
+        ranked = sorted(direct, key=lambda w: (since(w), -len(w.waiters), w.row))
+        first = self._due_next(min(ranks), ranked[:_DUE_CANDIDATES])
+        return (first if first is not None else ranked[0]), direct
+
+    def _due_next(self, rank: int, candidates: list[waits.Wait]) -> waits.Wait | None:
+        """Of the ops others wait for `rank` in, the one that ranks with the same role as
+        `rank` (the same local rank in groups alike) issued first: the op `rank` was due to
+        issue next. None when no such rank holds them."""
+        votes: Counter[int] = Counter()
+        descs = {self.groups.groups[int(self.groups.entry_group[w.row])].desc for w in candidates}
+        for mirror in self._mirrors(rank, descs)[:_MIRRORS]:
+            where = {}
+            for i, w in enumerate(candidates):
+                row = self._mirror_row(rank, mirror, w)
+                if row is not None:
+                    where[i] = row
+            if len(where) == len(candidates):
+                votes[min(where, key=lambda i: where[i])] += 1
+        if not votes:
+            return None
+        ranked = votes.most_common()
+        if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+            return None
+        return candidates[ranked[0][0]]
+
+    def _roles(self) -> dict[int, tuple[tuple[str, int, int], ...]]:
+        """Each rank's role: (desc, size, local rank) of every group it is in but the world.
+        The local rank counts only in groups that carry send/recv (a pipeline stage orders its
+        sends and receives by its position); in others every member does the same."""
+        found = self._role
+        if found is None:
+            t = self.t
+            p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
+            p2p_uids = set(np.unique(self.groups.entry_group[p2p_rows]).tolist())
+            ordered = {self.groups.groups[u].desc for u in p2p_uids}
+            parts: dict[int, list[tuple[str, int, int]]] = {}
+            for group in self.groups.groups:
+                if group.size >= max(self.groups.world_size, 2):
+                    continue
+                for local, r in enumerate(group.ranks):
+                    position = local if group.desc in ordered else -1
+                    parts.setdefault(r, []).append((group.desc, group.size, position))
+            found = self._role = {r: tuple(sorted(p)) for r, p in parts.items()}
+        return found
+
+    def _mirrors(self, rank: int, descs: set[str]) -> list[int]:
+        """Loaded ranks in the same role as `rank` in the groups of these descriptions."""
+        roles = self._roles()
+
+        def role(r: int) -> tuple[tuple[str, int, int], ...]:
+            return tuple(p for p in roles.get(r, ()) if p[0] in descs or p[2] >= 0)
+
+        mine = role(rank)
+        loaded = set(self.groups.loaded_ranks) - {rank}
+        return [r for r in sorted(roles) if r in loaded and role(r) == mine]
+
+    def _mirror_group(self, rank: int, group: Group, mirror: int) -> Group | None:
+        """The group alike `group` that `mirror` is in (the same one if it is a member)."""
+        if mirror in group.ranks:
+            return group
+        for other in self.groups.groups:
+            if other.desc == group.desc and other.size == group.size and mirror in other.ranks:
+                return other
+        return None
+
+    def _mirror_row(self, rank: int, mirror: int, w: waits.Wait) -> int | None:
+        """The row on `mirror` of the op that `w`'s waiters wait for `rank` in."""
+        return self._counterpart_on(rank, mirror, w.row)
+
+    def _counterpart_on(self, rank: int, mirror: int, row: int) -> int | None:
+        """The row on `mirror` (a rank in `rank`'s role) of the op at `row` as `rank` sees it:
+        its own op, its part of a collective, or its half of a send/recv posted by another."""
+        t, m = self.t, self.m
+        group = self.groups.groups[int(self.groups.entry_group[row])]
+        alike = self._mirror_group(rank, group, mirror)
+        if alike is None or rank not in group.ranks:
+            return None
+        if int(m.collectives.entry_unit[row]) >= 0:
+            unit = m.collectives.find(alike.uid, int(t.coll_seq[row]))
+            if unit is None:
+                return None
+            rows = m.collectives.unit_rows(unit)
+            mine = rows[t.rank[rows] == mirror]
+            return int(mine[0]) if len(mine) else None
+        owner = int(t.rank[row])
+        if owner not in group.ranks:
+            return None
+        # The owner's mirror in the mirror group, its op at the same p2p seq id; when the op is
+        # another rank's, the mirror's half of that pair.
+        their = alike.ranks[group.ranks.index(owner)]
+        for other in self._rows_of(their):
+            if (
+                int(self.groups.entry_group[other]) == alike.uid
+                and int(t.p2p_seq[other]) == int(t.p2p_seq[row])
+                and int(t.p2p_kind[other]) == int(t.p2p_kind[row])
+            ):
+                if owner == rank:
+                    return other
+                pair = int(m.p2p.entry_pair[other])
+                if pair < 0:
+                    return None
+                send, recv = int(m.p2p.send_row[pair]), int(m.p2p.recv_row[pair])
+                half = recv if send == other else send
+                return half if int(t.rank[half]) == mirror else None
+        return None
+
+    def _before(self, a: int, b: int, owner: int, exclude: set[int]) -> int:
+        """-1 when the ranks in `owner`'s role (its pipeline position, groups alike) issue
+        the op at row `a` (as `owner` sees it) before the op at row `b`, +1 after, 0 when none
+        of them shows it."""
+        descs = {self.groups.groups[int(self.groups.entry_group[r])].desc for r in (a, b)}
+        votes = Counter[int]()
+        for mirror in self._mirrors(owner, descs):
+            if mirror in exclude:
+                continue
+            ra = self._counterpart_on(owner, mirror, a)
+            rb = self._counterpart_on(owner, mirror, b)
+            if ra is None or rb is None or ra == rb:
+                continue
+            votes[-1 if ra < rb else 1] += 1
+            if sum(votes.values()) >= _REFERENCE_RANKS // 16:
+                break
+        if votes[-1] == votes[1]:
+            return 0
+        return -1 if votes[-1] > votes[1] else 1
+
+    def _rows_of(self, rank: int) -> range:
+        starts = self._starts
+        if starts is None:
+            at = rank_starts(self.t.rank)
+            ends = np.append(at[1:], self.t.n)
+            starts = self._starts = {
+                int(self.t.rank[a]): (int(a), int(b))
+                for a, b in zip(at.tolist(), ends.tolist(), strict=True)
+            }
+        a, b = starts.get(rank, (0, 0))
+        return range(a, b)
+
+    def _idle_root(self, roots: tuple[int, ...]) -> RootCause:
+        t, g = self.t, self.graph_used
+        root_set = set(roots)
+        waited, direct = self._first_waited(root_set)
+        ref = self.ref(waited.row) if waited is not None else None
+        evidence = []
+        for w in direct[:4]:
+            wref = self.ref(w.row)
+            evidence.append(
+                f"{label(w.waiters)} {agree(w.waiters, 'waits', 'wait')} in {self.where(wref)} "
+                f"for {label(root_set & set(w.waits_for))}"
+            )
+        if len(direct) > 4:
+            evidence.append(f"... and {len(direct) - 4} more op(s) wait for them")
+        extra = self._extra_op(ref, root_set)
+        if extra is not None:
+            return extra
+        dead = [r for r in roots if r in g.unavailable]
+        frozen = []
+        if waited is not None:
+            since = min(
+                (int(t.t_created[g.frontier[w]]) for w in waited.waiters if w in g.frontier),
+                default=-1,
+            )
+            for r in roots:
+                newest = self.newest_ns.get(r, -1)
+                if r not in dead and newest >= 0 and since >= 0:
+                    gap = (since - newest) / 1e9
+                    if gap > self.th.dead_after_s:
+                        frozen.append(r)
+                        evidence.append(
+                            f"rank {r}'s buffer ends {gap:.0f} s before its peers started "
+                            "waiting for it"
+                        )
+        skipped: dict[int, OpRef] = {}
+        for r in roots:
+            if r in dead:
+                evidence.append(f"rank {r} has no usable dump")
+                continue
+            newest_ref = self.ref(self.last_row[r]) if r in self.last_row else None
+            if newest_ref is None:
+                continue
+            if ref is not None and self._skipped(ref.row, newest_ref.row, root_set):
+                skipped[r] = newest_ref
+                evidence.append(
+                    f"rank {r} went on to {self.where(newest_ref)} ({newest_ref.state}), which "
+                    f"the other ranks issue after {self.where(ref)}: it skipped it"
+                )
+            else:
+                evidence.append(
+                    f"rank {r} never issued it; its newest op is {self.where(newest_ref)} "
+                    f"({newest_ref.state}{', retired' if newest_ref.retired else ''}): it is "
+                    "doing something else (compute, data loading, another code path) or is hung "
+                    "outside any collective"
+                )
+        where = self.where(ref) if ref is not None else "the op its peers wait in"
+        waiters = waited.waiters if waited is not None else ()
+        others = len(self.graph_used.waiting_for(root_set)) - len(waiters)
+        more = f", and {others} more rank(s) wait behind them" if others > 0 else ""
+        code = self.code(
+            self.last_row.get(roots[0]), [g.frontier[w] for w in waiters if w in g.frontier]
+        )
+        if dead or frozen:
+            gone = sorted(set(dead) | set(frozen))
+            how = (
                 "has no usable dump"
-                if any(r in unavailable for r in dead)
+                if dead
                 else "stopped recording long before they started waiting"
             )
-            + "; check that host's logs (OOM, crash, preemption, hardware)."
+            sentence = (
+                f"{label(gone)} {agree(gone, 'looks', 'look')} dead: {label(waiters)} "
+                f"{agree(waiters, 'waits', 'wait')} for it in {where}{more}, and it {how}; "
+                "check that host's logs (OOM, crash, preemption, hardware)."
+            )
+            kind = RootKind.DEAD_RANK
+        elif skipped and len(skipped) == len(roots):
+            sentence = (
+                f"{label(roots)} skipped {where}: {label(waiters)} "
+                f"{agree(waiters, 'waits', 'wait')} in it{more}, but "
+                f"{agree(roots, 'it', 'they')} went on to later ops. A program bug on "
+                f"{agree(roots, 'that rank', 'those ranks')} (a rank-dependent branch)."
+            )
+            kind = RootKind.NOT_JOINED
+        else:
+            joined = (
+                "posted its half of"
+                if ref is not None and ref.p2p_seq_id is not None
+                else ("joined")
+            )
+            sentence = (
+                f"{label(roots)} never {joined} {where}: {label(waiters)} "
+                f"{agree(waiters, 'waits', 'wait')} in it{more}. Look at what "
+                f"{agree(roots, 'it', 'they')} did instead: newest op and code below."
+            )
+            kind = RootKind.NOT_JOINED
+        return RootCause(
+            kind,
+            roots,
+            ref.group if ref else None,
+            ref.collective_seq_id if ref else None,
+            ref.p2p_seq_id if ref else None,
+            ref.op if ref else "",
+            sentence,
+            tuple(evidence),
+            self.chain(root_set),
+            deviates=bool(skipped) and len(skipped) == len(roots) and kind != RootKind.DEAD_RANK,
+            code=code,
         )
-    else:
-        kind = RootKind.NOT_JOINED
+
+    def _skipped(self, missing_row: int, newest_row: int, roots: set[int]) -> bool:
+        """Whether a rank whose newest op is `newest_row` went past the op at `missing_row`:
+        the other ranks issue the missing op before that one."""
+        owner = int(self.t.rank[newest_row])
+        a, b = self.op_key(missing_row), self.op_key(newest_row)
+        if a is not None and b is not None and a[0] == b[0]:
+            return False  # same group: seq ids already say it stopped before the missing op
+        o = self._before(missing_row, newest_row, owner, roots)
+        if o == 0 and a is not None and b is not None:
+            o = self.order(a, b, roots, owner)
+        return o < 0
+
+    def _extra_op(self, ref: OpRef | None, idle: set[int]) -> RootCause | None:
+        """A collective only a minority issued, the rest of its group idle past it and no group
+        alike at that seq id: the minority issued an extra op."""
+        if ref is None or ref.collective_seq_id is None:
+            return None
+        units = self.m.collectives
+        unit = int(units.entry_unit[ref.row])
+        if unit < 0:
+            return None
+        rows = units.unit_rows(unit)
+        issuers = sorted(set(self.t.rank[rows].tolist()))
+        group = ref.group
+        if 2 * len(issuers) >= group.size or not set(group.ranks) - set(issuers) <= idle:
+            return None
+        key = (group.uid, ref.collective_seq_id)
+        if len(self._first_rows(key)) > len(issuers):
+            return None  # groups alike issue an op there: it is not extra
         sentence = (
-            f"{label(roots)} never joined {where} that {label(direct)} "
-            f"{agree(direct, 'waits', 'wait')} in{elsewhere}; look at what it is doing instead "
-            "(its newest op and stack below)."
+            f"{label(issuers)} issued an extra {ref.op} #{ref.collective_seq_id} on group "
+            f"{group.name!r} ({group.desc}) that no other member issued; "
+            f"{agree(issuers, 'it waits', 'they wait')} in it. A program bug on "
+            f"{agree(issuers, 'that rank', 'those ranks')} (a rank-dependent branch)."
+        )
+        return RootCause(
+            RootKind.MISMATCH,
+            tuple(issuers),
+            group,
+            ref.collective_seq_id,
+            None,
+            ref.op,
+            sentence,
+            (
+                f"{label(issuers)} of {group.size} members issued it; the other "
+                f"{group.size - len(issuers)} went past that point",
+            ),
+            self.chain(set(issuers)),
+            deviates=True,
+            code=self.code(ref.row, []),
+        )
+
+    def _p2p_deviant_root(self, rank: int, first: int) -> RootCause:
+        """A rank whose send/recv sequence left the pipeline schedule its position follows,
+        from row `first` on."""
+        at = self.ref(first)
+        row = self.graph.frontier.get(rank, first)
+        mine = self.ref(row)
+        waiters = sorted(self.graph_used.waiting_for({rank}))
+        who = label(waiters) if waiters else "its peers"
+        sentence = (
+            f"rank {rank} issued {self.where(at)} where the ranks in its pipeline position "
+            "issue another send/recv: it left the schedule (a skipped or extra send/recv), "
+            f"and {who} now wait for it. A program bug on that rank."
+        )
+        evidence = (
+            f"rank {rank} is blocked in {self.where(mine)}",
+            "from there on its send/recv ops differ from those the other ranks of its "
+            "pipeline stage issue at the same p2p seq ids",
+        )
+        return RootCause(
+            RootKind.MISMATCH,
+            (rank,),
+            at.group,
+            None,
+            at.p2p_seq_id,
+            at.op,
+            sentence,
+            evidence,
+            self.chain({rank}),
+            deviates=True,
+            code=self.code(row, []),
+        )
+
+    def _deviant_root(self, rank: int, waited_row: int) -> RootCause:
+        if int(self.t.rank[waited_row]) == rank and int(self.t.p2p_kind[waited_row]) != 0:
+            return self._p2p_deviant_root(rank, waited_row)
+        ref = self.ref(waited_row)
+        mine = self.graph.frontier.get(rank)
+        evidence = []
+        if mine is not None:
+            own = self.ref(mine)
+            evidence.append(
+                f"rank {rank} is blocked in {self.where(own)} instead, which the other ranks "
+                f"issue after {self.where(ref)}"
+            )
+        waiters = sorted(self.graph_used.waiting_for({rank}))
+        evidence.append(
+            f"{label(waiters)} wait (directly or not) for rank {rank}: a cycle of waits that "
+            "the order of the other ranks resolves"
+        )
+        sentence = (
+            f"rank {rank} skipped {self.where(ref)} and went on to a later op, where it blocks; "
+            "the ranks waiting in the skipped op wait for it. A program bug on that rank "
+            "(a rank-dependent branch)."
+        )
+        peers = [self.graph.frontier[w] for w in waiters if w in self.graph.frontier]
+        return RootCause(
+            RootKind.NOT_JOINED,
+            (rank,),
+            ref.group,
+            ref.collective_seq_id,
+            ref.p2p_seq_id,
+            ref.op,
+            sentence,
+            tuple(evidence),
+            self.chain({rank}),
+            deviates=True,
+            code=self.code(mine, peers),
+        )
+
+    def _stuck_root(self, best: _Candidate) -> RootCause:
+        g = self.graph_used
+        node = g.waits[best.node]
+        ref = self.ref(node.row)
+        t, m = self.t, self.m
+        unit = node.unit
+        completed: list[int] = []
+        members: set[int] = set(best.ranks)
+        states: dict[str, list[int]] = {}
+        if unit >= 0:
+            rows = m.collectives.unit_rows(unit)
+            heads = {int(t.rank[r]): r for r in rows.tolist()}
+            completed = sorted(r for r, row in heads.items() if bool(m.done[row]))
+            members = set(ref.group.ranks)
+            for r, row in sorted(heads.items()):
+                if r in completed:
+                    continue
+                head = int(t.marker[row]) if int(t.marker[row]) >= 0 else row
+                name = ["scheduled", "started", "completed", "unknown"][int(t.state[head])]
+                states.setdefault(name, []).append(r)
+        stuck = list(best.ranks)
+        laggards = completed or len(states) > 1
+        evidence = []
+        if unit >= 0:
+            evidence.append(f"every member of group {ref.group.name!r} issued {self.where(ref)}")
+        if completed:
+            evidence.append(f"{label(completed)} completed it; {label(stuck)} did not")
+        for state, rs in states.items():
+            evidence.append(f"{label(rs)}: {state}")
+        if laggards:
+            behind = len(best.behind)
+            sentence = (
+                f"{label(stuck)} {agree(stuck, 'is', 'are')} stuck in {self.where(ref)}"
+                + (
+                    f", which {label(completed)} completed"
+                    if completed
+                    else f" while {label(members - set(stuck))} started it and wait"
+                )
+                + f"; {behind} rank(s) wait behind {agree(stuck, 'it', 'them')}. Its GPU or "
+                "NCCL stopped there (a device hang, a kernel that never finished, a network "
+                "fault on that host), not a program bug."
+            )
+        else:
+            sentence = (
+                f"{label(stuck)} {agree(stuck, 'is', 'are')} stuck in {self.where(ref)} although "
+                "every member issued it and none completed it: a communication-level hang "
+                "(network, NCCL, GPU), not a program bug."
+            )
+        peers = [g.frontier[w] for w in best.behind if w in g.frontier]
+        return RootCause(
+            RootKind.STUCK_COLLECTIVE,
+            tuple(stuck),
+            ref.group,
+            ref.collective_seq_id,
+            ref.p2p_seq_id,
+            ref.op,
+            sentence,
+            tuple(evidence),
+            self.chain(set(stuck)),
+            code=self.code(node.row, peers[:64]),
+        )
+
+    def _deadlock_root(self, cycle: list[int]) -> RootCause:
+        g = self.graph_used
+        evidence = []
+        for r in cycle:
+            row = g.frontier.get(r)
+            if row is not None:
+                evidence.append(
+                    f"rank {r} is blocked in {self.where(self.ref(row))} waiting for "
+                    f"{label(g.waits_for(r))}"
+                )
+        chain = []
+        node = cycle[0]
+        for _ in range(len(cycle) + 1):
+            row = g.frontier.get(node)
+            ref = self.ref(row) if row is not None else None
+            seq = None
+            if ref is not None:
+                seq = ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id
+            chain.append((node, ref.group.name if ref else None, seq))
+            nxt = [w for w in g.waits_for(node) if w in cycle]
+            if not nxt:
+                break
+            node = min(nxt)
+        first_row = g.frontier.get(cycle[0])
+        first = self.ref(first_row) if first_row is not None else None
+        sentence = (
+            f"Cross-group deadlock: {label(cycle)} wait for each other in a cycle; they issued "
+            "collectives of different groups in different orders, and no other rank shows "
+            "which order is right. Make every rank issue these groups' collectives in the "
+            "same order."
+        )
+        return RootCause(
+            RootKind.DEADLOCK,
+            tuple(cycle),
+            first.group if first else None,
+            first.collective_seq_id if first else None,
+            first.p2p_seq_id if first else None,
+            first.op if first else "",
+            sentence,
+            tuple(evidence),
+            tuple(chain),
+            deviates=True,
+        )
+
+
+def _first_mismatch(ctx: _Context, findings: Sequence[Finding]) -> Finding | None:
+    """The causally first disagreement: the one whose op was enqueued first."""
+    found = [f for f in findings if f.kind in MISMATCH_KINDS]
+    if not found:
+        return None
+
+    def first_enqueued(f: Finding) -> int:
+        rows = _finding_rows(ctx, f)
+        created = [int(ctx.t.t_created[r]) for r in rows if int(ctx.t.t_created[r]) >= 0]
+        return min(created) if created else 1 << 62
+
+    return min(found, key=first_enqueued)
+
+
+def _same_op(ctx: _Context, a: int, b: int) -> bool:
+    """Whether rows `a` and `b` of one rank are the same op (one coalesced or batched block)."""
+    return a == b or (int(ctx.t.marker[a]) >= 0 and int(ctx.t.marker[a]) == int(ctx.t.marker[b]))
+
+
+def _finding_rows(ctx: _Context, f: Finding) -> list[int]:
+    """The rows a finding is about: its collective unit's, or its culprits' send/recv."""
+    t, m = ctx.t, ctx.m
+    if f.group is None:
+        return []
+    if f.collective_seq_id is not None:
+        unit = m.collectives.find(f.group.uid, f.collective_seq_id)
+        return [] if unit is None else m.collectives.unit_rows(unit).tolist()
+    if f.p2p_seq_id is None:
+        return []
+    on = f.culprit_ranks[0] if len(f.culprit_ranks) == 1 else f.ranks[0]
+    hit = np.flatnonzero(
+        ((t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER))
+        & (t.rank == on)
+        & (ctx.groups.entry_group == f.group.uid)
+        & (t.p2p_seq == f.p2p_seq_id)
+        & (t.p2p_kind != P2PKind.NONE)
+    )
+    return hit.tolist()
+
+
+def _straggler_root(slow: stragglers.Slowness) -> RootCause:
+    if slow.stall:
+        seq = (
+            f"#{slow.collective_seq_id}"
+            if slow.p2p_seq_id is None
+            else f"(p2p #{slow.p2p_seq_id} on rank {slow.rank})"
+        )
+        sentence = (
+            f"rank {slow.rank} stalled {slow.lateness_s:.1f} s before {slow.op} "
+            f"{seq} of group {slow.group.name!r} ({slow.group.desc}); its "
+            "peers waited for it there, and the delay cascaded to the ranks that waited for "
+            "them. Look at that host at that moment (compute, data loading, I/O, a pause)."
+        )
+    else:
+        sentence = (
+            f"rank {slow.rank} is a straggler: it reaches collectives about "
+            f"{slow.lateness_s * 1e3:.0f} ms after its peers, who wait for it every time; "
+            "look at that host (slow GPU, data loading, CPU contention, thermal throttling)."
         )
     return RootCause(
-        kind, tuple(sorted(roots)), group, cseq, pseq, op, sentence, tuple(evidence), chain
-    )
-
-
-def _stuck_root(graph: _Graph, states: dict[int, RankState], ranks: set[int]) -> RootCause:
-    any_ref = states[min(ranks)].blocked
-    assert any_ref is not None  # terminal ranks are blocked by construction
-    group = any_ref.group
-    members = set(group.ranks)
-    # Who in the group completed this op: the stuck ones are the ones that did not.
-    completed: list[int] = []
-    t, m = graph.t, graph.m
-    unit = int(m.collectives.entry_unit[any_ref.row])
-    if unit >= 0:
-        rows = np.flatnonzero(m.collectives.entry_unit == unit)
-        completed = sorted(set(t.rank[rows][m.done[rows]].tolist()))
-    stuck = sorted(ranks - set(completed))
-    evidence = [f"every member of group {group.name!r} ({group.desc}) issued {any_ref.describe()}"]
-    if completed:
-        evidence.append(f"{label(completed)} completed it; {label(stuck)} did not")
-    else:
-        evidence.append(f"none of {label(members)} completed it")
-    for state, rs in _by_state(states, stuck).items():
-        evidence.append(f"{label(rs)}: {state}")
-    seq = any_ref.collective_seq_id if any_ref.p2p_seq_id is None else any_ref.p2p_seq_id
-    sentence = (
-        f"{label(stuck)} {agree(stuck, 'is', 'are')} stuck in {any_ref.op} #{seq} of group "
-        f"{group.name!r} ({group.desc}) although every member issued it: a communication-level "
-        "hang (network, NCCL, GPU), not a program bug."
-    )
-    chain = (
-        _chain(states, set(stuck))
-        if any(s.waits_for for s in states.values())
-        else tuple((r, group.name, seq) for r in stuck[:1])
-    )
-    return RootCause(
-        RootKind.STUCK_COLLECTIVE,
-        tuple(stuck),
-        group,
-        any_ref.collective_seq_id,
-        any_ref.p2p_seq_id,
-        any_ref.op,
+        RootKind.STRAGGLER,
+        (slow.rank,),
+        slow.group,
+        slow.collective_seq_id,
+        slow.p2p_seq_id,
+        slow.op,
         sentence,
-        tuple(evidence),
-        chain,
+        slow.evidence,
+        (),
+        lateness_s=slow.lateness_s,
     )
-
-
-def _by_state(states: dict[int, RankState], ranks: Sequence[int]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = defaultdict(list)
-    for r in ranks:
-        ref = states[r].blocked
-        if ref is not None:
-            out[ref.state + (", retired without completing" if ref.retired else "")].append(r)
-    return out
-
-
-def _medians_by_rank(
-    rank: npt.NDArray[np.int32], values: npt.NDArray[np.float64]
-) -> dict[int, float]:
-    """The median of `values` per rank; `rank` is sorted.
-
-    Ranks with the same number of values are taken together as the rows of one 2-D array and
-    partitioned around the middle, not sorted: healthy jobs have few distinct counts, and even
-    one count per rank costs only a partition per rank."""
-    starts = rank_starts(rank)
-    counts = np.diff(np.append(starts, len(rank)))
-    medians = np.empty(len(starts), dtype=np.float64)
-    by_count = np.argsort(counts, kind="stable")
-    bounds = np.flatnonzero(np.diff(counts[by_count], prepend=-1, append=-1))
-    for lo, hi in itertools.pairwise(bounds.tolist()):
-        which = by_count[lo:hi]
-        count = int(counts[which[0]])
-        mid = [(count - 1) // 2, count // 2]
-        step = max(1, _MEDIAN_CHUNK // count)  # bounds the gathered block's size
-        for at in range(0, len(which), step):
-            part = which[at : at + step]
-            block = values[starts[part][:, None] + np.arange(count)]
-            block.partition(mid, axis=1)
-            medians[part] = (block[:, mid[0]] + block[:, mid[1]]) / 2
-    return dict(zip(rank[starts].tolist(), medians.tolist(), strict=True))
-
-
-_MEDIAN_CHUNK = 1 << 22  # values gathered at once per partition
-
-
-def _straggler(
-    t: EntryTable, groups: GroupTable, m: MatchResult, th: Thresholds
-) -> RootCause | None:
-    """The rank that arrives last, measured as how much shorter it waits than its peers."""
-    units = m.collectives
-    rows = np.flatnonzero(
-        (units.entry_unit >= 0)
-        & (t.t_created >= 0)
-        & (t.t_completed >= 0)
-        & ((t.unit == UnitKind.COLLECTIVE) | (t.unit == UnitKind.BLOCK_MARKER))
-    )
-    if not len(rows):
-        return None
-    full = units.passed & (units.ranks_present == units.ranks_expected) & (units.ranks_expected > 1)
-    rows = rows[full[units.entry_unit[rows]]]
-    if len(rows) < 2:
-        return None
-    wait = (t.t_completed[rows] - t.t_created[rows]).astype(np.float64)
-    unit = units.entry_unit[rows]
-    longest = np.full(len(units.seq), -np.inf)
-    np.maximum.at(longest, unit, wait)
-    lateness_ms = (longest[unit] - wait) / 1e6
-    rank = t.rank[rows]  # in rank order, as the table is
-    medians = _medians_by_rank(rank, lateness_ms)
-    if len(medians) < 2:
-        return None
-    worst = max(medians, key=lambda r: (medians[r], -r))
-    others = sorted(v for r, v in medians.items() if r != worst)
-    typical = others[len(others) // 2]
-    if medians[worst] < th.straggler_ms or medians[worst] < 3 * max(typical, 1.0):
-        return None
-    samples = int((rank == worst).sum())
-    worst_units = unit[(rank == worst)]
-    uid = Counter(units.group[worst_units].tolist()).most_common(1)[0][0]
-    group = groups.groups[int(uid)]
-    evidence = (
-        f"over {samples} completed collectives rank {worst} arrived a median "
-        f"{medians[worst]:.0f} ms after the first rank; the other ranks' median lateness is "
-        f"{typical:.1f} ms",
-        "measured from each rank's own clock (completion minus enqueue, i.e. how long it "
-        "waited for the others), so host clock offsets do not distort it",
-    )
-    sentence = (
-        f"rank {worst} is a straggler: it reaches collectives about "
-        f"{medians[worst]:.0f} ms after its peers, who wait for it every time; "
-        "look at that host (slow GPU, data loading, CPU contention, thermal throttling)."
-    )
-    return RootCause(RootKind.STRAGGLER, (worst,), group, None, None, "", sentence, evidence, ())

@@ -1,10 +1,9 @@
-"""Turn matcher output and input problems into an ordered list of findings and one verdict.
+"""Turn matcher output and input problems into an ordered list of findings.
 
 Findings are grouped by process group, lowest sequence id first; repeats of one problem (the
 same kind and culprits at later sequence ids of the same group, the cascade a hang produces) are
-folded into the first. The verdict is the single most likely root finding: among each group's
-first finding, a disagreement (op type, size, dtype) beats a missing rank, which beats a stuck
-op; and a finding whose culprits are idle beats one whose culprits are themselves waiting.
+folded into the first. Which finding matters is not decided here: `conclusion` relates every
+finding to the root cause.
 """
 
 from __future__ import annotations
@@ -18,19 +17,10 @@ import numpy as np
 from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .matching import MatchResult
-from .model import (
-    INPUT_KINDS,
-    ROOT_PRIORITY,
-    Finding,
-    FindingKind,
-    Group,
-    Status,
-    UnreadableDump,
-    Verdict,
-)
+from .model import KIND_ORDER, Finding, FindingKind, Group, UnreadableDump
 from .ranks import compact, label
 
-_PRIORITY = {kind: i for i, kind in enumerate(ROOT_PRIORITY)}
+_KIND_ORDER = {kind: i for i, kind in enumerate(KIND_ORDER)}
 
 
 def collect(
@@ -54,7 +44,7 @@ def _seq_key(f: Finding) -> tuple[int, int]:
 
 
 def _order_key(f: Finding) -> tuple[int, tuple[int, int], int]:
-    return (f.group.uid if f.group is not None else -1, _seq_key(f), _PRIORITY[f.kind])
+    return (f.group.uid if f.group is not None else -1, _seq_key(f), _KIND_ORDER[f.kind])
 
 
 def _fold(findings: list[Finding]) -> list[Finding]:
@@ -164,26 +154,6 @@ def _waiting_on(
             "joined"
         )
     return ""
-
-
-def verdict(findings: Sequence[Finding], busy_ranks: set[int]) -> Verdict:
-    """The single most likely root finding: see the module docstring for the rule."""
-    if not findings:
-        return Verdict(Status.OK, None, "no desync found")
-    behaviour = [f for f in findings if f.kind not in INPUT_KINDS]
-    status = Status.DESYNC if behaviour else Status.INCOMPLETE
-    pool = behaviour or list(findings)
-    firsts: dict[int, Finding] = {}
-    for f in pool:
-        key = f.group.uid if f.group is not None else -1
-        firsts.setdefault(key, f)
-
-    def rank(f: Finding) -> tuple[int, bool, int]:
-        waiting = bool(f.culprit_ranks) and all(r in busy_ranks for r in f.culprit_ranks)
-        return (_PRIORITY[f.kind], waiting, -(f.group.size if f.group else 0))
-
-    root = min(firsts.values(), key=rank)
-    return Verdict(status, root, sentence(root))
 
 
 def describe_group(group: Group | None) -> str:

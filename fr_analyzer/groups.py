@@ -9,6 +9,8 @@ reported as `group_conflict` findings rather than stopping the run.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +19,15 @@ import numpy as np
 import numpy.typing as npt
 
 from .dumps import EntryTable, RankDump
-from .model import Finding, FindingKind, Group, MembershipSource, UnreadableDump
+from .model import (
+    ALL_GATHER_OPS,
+    REDUCE_SCATTER_OPS,
+    Finding,
+    FindingKind,
+    Group,
+    MembershipSource,
+    UnreadableDump,
+)
 from .ranks import compact, label
 
 WORLD_DESCS = frozenset({"default_pg"})
@@ -152,10 +162,13 @@ def build_groups(
         pair_uid[i] = uid_of[(name, members_of[(rank, name)])]
     entry_group = pair_uid[table.pair] if table.n else np.empty(0, dtype=np.int32)
 
+    unreadable_ranks = {u.rank for u in unreadable if u.rank is not None}
+    groups, world_size = _complete_by_size_rules(
+        groups, table, entry_group, set(loaded) | unreadable_ranks, world_size
+    )
     all_members: set[int] = set()
-    for set_id in {set_id for _, set_id in keys}:
-        all_members.update(sets.sets[set_id])
-    unreadable_ranks = {u.rank for u in unreadable}
+    for g in groups:
+        all_members.update(g.ranks)
     missing = tuple(sorted(all_members - set(loaded) - unreadable_ranks))
     conflicts = _conflicts(groups, set(loaded), claimed, sets.sets, config_descs, uid_of)
     return GroupTable(
@@ -167,6 +180,129 @@ def build_groups(
         tuple(conflicts),
         pair_uid,
     )
+
+
+def _sizes_by_rules(t: EntryTable, entry_group: npt.NDArray[np.int32]) -> dict[int, int]:
+    """Group size per group uid, where its all_gather or reduce_scatter entries tell it: the
+    output of an all_gather is its input times the group size, the input of a reduce_scatter
+    its output times the group size. The most common ratio of a group's entries wins."""
+    if not t.n:
+        return {}
+    kind = np.zeros(len(t.ops), dtype=np.int8)
+    for code, op in enumerate(t.ops):
+        kind[code] = 1 if op in ALL_GATHER_OPS else 2 if op in REDUCE_SCATTER_OPS else 0
+    rows = np.flatnonzero(kind[t.op] > 0)
+    if not len(rows):
+        return {}
+    in_n = t.shape_numel[t.in_shape[rows]]
+    out_n = t.shape_numel[t.out_shape[rows]]
+    gather = kind[t.op[rows]] == 1
+    big = np.where(gather, out_n, in_n)
+    small = np.where(gather, in_n, out_n)
+    ok = (small > 0) & (big % np.maximum(small, 1) == 0)
+    ratio = np.where(ok, big // np.maximum(small, 1), 0)
+    out: dict[int, int] = {}
+    keys = entry_group[rows][ok].astype(np.int64) * (1 << 32) + ratio[ok]
+    values, counts = np.unique(keys, return_counts=True)
+    best: dict[int, tuple[int, int]] = {}
+    for key, count in zip(values.tolist(), counts.tolist(), strict=True):
+        uid, size = divmod(key, 1 << 32)
+        if size >= 2 and count > best.get(uid, (0, 0))[1]:
+            best[uid] = (size, count)
+    for uid, (size, _) in best.items():
+        out[uid] = size
+    return out
+
+
+def _complete_by_size_rules(
+    groups: list[Group],
+    t: EntryTable,
+    entry_group: npt.NDArray[np.int32],
+    known: set[int],
+    world_size: int,
+) -> tuple[list[Group], int]:
+    """Add the members with no dump that a group rebuilt from the entries must have, by the
+    size rules: a gloo job whose rank 15 crashed has a world of 16 and a tensor-parallel group
+    {12, 13, 14, 15}, not {12, 13, 14}. Without a size rule, groups with the same description
+    tell the size. A group's missing members are the ranks without a dump that extend its
+    ranks' stride (the stride of groups alike when it has one rank)."""
+    sizes = _sizes_by_rules(t, entry_group)
+    for g in groups:
+        if g.source == MembershipSource.WORLD and sizes.get(g.uid, 0) > world_size:
+            world_size = sizes[g.uid]
+    out = []
+    for g in groups:
+        if g.source == MembershipSource.WORLD:
+            if len(g.ranks) != world_size:
+                g = Group(g.uid, g.name, g.desc, tuple(range(world_size)), g.source)
+            out.append(g)
+            continue
+        if g.source != MembershipSource.ENTRIES:
+            out.append(g)
+            continue
+        filled = _fill_gaps(g, known)
+        if filled != g.ranks:
+            g = Group(g.uid, g.name, g.desc, filled, MembershipSource.INFERRED)
+        size = sizes.get(g.uid, 0) or _size_of_alike(g, groups)
+        if size <= g.size:
+            out.append(g)
+            continue
+        found = _extend(g, size, known, world_size, groups)
+        if found is not None:
+            g = Group(g.uid, g.name, g.desc, found, MembershipSource.INFERRED)
+        out.append(g)
+    return out, world_size
+
+
+def _fill_gaps(g: Group, known: set[int]) -> tuple[int, ...]:
+    """The group's ranks with the gaps in their stride filled by ranks that left no dump:
+    {0-28, 30, 31} is {0-31} when rank 29 has no dump."""
+    ranks = sorted(g.ranks)
+    if len(ranks) < 2:
+        return g.ranks
+    step = 0
+    for a, b in itertools.pairwise(ranks):
+        step = math.gcd(step, b - a)
+    full = range(ranks[0], ranks[-1] + 1, step)
+    holes = [r for r in full if r not in g.ranks]
+    if not holes or any(r in known for r in holes) or len(holes) >= len(ranks):
+        return g.ranks
+    return tuple(full)
+
+
+def _size_of_alike(g: Group, groups: list[Group]) -> int:
+    """The size every other group with this description has (0 when they differ or there
+    are none): a data-parallel group rebuilt from the entries of the ranks that dumped has a
+    member fewer than its siblings when one of its ranks left no dump."""
+    sizes = {o.size for o in groups if o.uid != g.uid and o.desc == g.desc}
+    return sizes.pop() if len(sizes) == 1 else 0
+
+
+def _extend(
+    g: Group, size: int, known: set[int], world_size: int, groups: list[Group]
+) -> tuple[int, ...] | None:
+    """The one way to grow `g` to `size` members along its stride using only ranks with no
+    dump, or None when there is none or more than one."""
+    ranks = sorted(g.ranks)
+    if len(ranks) >= 2:
+        step = 0
+        for a, b in itertools.pairwise(ranks):
+            step = math.gcd(step, b - a)
+    else:
+        alike = [o for o in groups if o.desc == g.desc and o.size == size and o.uid != g.uid]
+        diffs = [b - a for o in alike for a, b in itertools.pairwise(sorted(o.ranks))]
+        step = min(diffs) if diffs else 1
+    if step <= 0:
+        return None
+    start_low = ranks[-1] - step * (size - 1)
+    windows = []
+    for first in range(start_low, ranks[0] + 1, step):
+        window = list(range(first, first + step * size, step))
+        if window[0] < 0 or window[-1] >= world_size or not set(ranks) <= set(window):
+            continue
+        if all(r in ranks or r not in known for r in window):
+            windows.append(tuple(window))
+    return windows[0] if len(windows) == 1 else None
 
 
 def _conflicts(

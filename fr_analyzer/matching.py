@@ -13,9 +13,9 @@ namespaces are never mixed. A rank whose buffer no longer holds an op (ring-buff
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -23,8 +23,15 @@ import numpy.typing as npt
 from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .model import (
+    ALL_GATHER_OPS,
+    ALL_TO_ALL_OPS,
     ANY_SOURCE,
+    GATHER_OPS,
+    REDUCE_SCATTER_OPS,
+    SAME_IN_OUT_OPS,
+    SCATTER_OPS,
     STATE_NAMES,
+    UNCHECKED_SIZE_OPS,
     Finding,
     FindingKind,
     Group,
@@ -36,38 +43,9 @@ from .ranks import label
 
 I64 = npt.NDArray[np.int64]
 
-GATHER_OPS = frozenset({"gather"})
-SCATTER_OPS = frozenset({"scatter"})
-ALL_TO_ALL_OPS = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base"})
-ALL_GATHER_OPS = frozenset(
-    {
-        "all_gather",
-        "_all_gather_base",
-        "all_gather_into_tensor_coalesced",
-        "allgather",
-        "all_gather_into_tensor",
-        "allgather_into_tensor_coalesced",
-    }
-)
-REDUCE_SCATTER_OPS = frozenset(
-    {
-        "reduce_scatter",
-        "_reduce_scatter_base",
-        "reduce_scatter_tensor_coalesced",
-        "reduce_scatter_tensor",
-    }
-)
-SAME_IN_OUT_OPS = frozenset({"all_reduce", "allreduce"})
-UNCHECKED_SIZE_OPS = frozenset(
-    {
-        "all_reduce_sparse",
-        "coalesced",
-        "ALLGATHER_coalesced",
-        "REDUCE_SCATTER_coalesced",
-        "barrier",
-        "all_reduce_barrier",
-    }
-)
+NO_STATE_BACKENDS = frozenset({"gloo"})
+"""Backends whose recorder never leaves `scheduled`: `retired` is their only completion signal,
+and it is also set when the op failed (timed out)."""
 COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
 P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
 
@@ -97,6 +75,20 @@ class CollectiveUnits:
     passed: npt.NDArray[np.bool_]
     entry_unit: I64  # unit id of every EntryTable row, -1 for rows that are not collectives
     not_joined: dict[int, tuple[int, ...]]  # unit id → members that never issued it
+    rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # rows sorted by unit
+    starts: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # unit u: rows[starts[u]:]
+
+    def find(self, uid: int, seq: int) -> int | None:
+        """The unit id of (group uid, collective seq id), if any rank issued it."""
+        low = int(np.searchsorted(self.group, uid, side="left"))
+        high = int(np.searchsorted(self.group, uid, side="right"))
+        at = low + int(np.searchsorted(self.seq[low:high], seq))
+        return at if at < high and int(self.seq[at]) == seq else None
+
+    def unit_rows(self, unit: int) -> I64:
+        """The EntryTable rows of one unit, by rank then record order."""
+        end = int(self.starts[unit + 1]) if unit + 1 < len(self.starts) else len(self.rows)
+        return self.rows[int(self.starts[unit]) : end]
 
 
 @dataclass(frozen=True)
@@ -127,8 +119,8 @@ def completion(t: EntryTable) -> npt.NDArray[np.bool_]:
     head[orphans] = orphans
     state = t.state[head]
     retired = t.retired[head]
-    gloo = np.array([b == "gloo" for b in t.backends], dtype=bool)
-    no_states = gloo[t.backend] if len(gloo) else np.zeros(t.n, dtype=bool)
+    stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
+    no_states = stateless[t.backend] if len(stateless) else np.zeros(t.n, dtype=bool)
     done: npt.NDArray[np.bool_] = np.where(no_states, retired, state == State.COMPLETED)
     return done
 
@@ -180,6 +172,13 @@ class _Context:
     coll_rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     # (rank, uid) → newest collective seq in the rank's buffer, for all pairs on first demand
     newest: dict[tuple[int, int], int] | None = None
+    # group uid → highest collective seq id every member is known to have issued: a collective
+    # that some member completed (or, on gloo, got past) was issued by all of its members, so a
+    # member whose dump lacks it was dumped before it got there (or its buffer wrapped).
+    proof: dict[int, int] = field(default_factory=dict)
+    # (group uid, seq) → (start, end) into coll_rows, built on first demand (no-majority ties)
+    unit_at: dict[tuple[int, int], tuple[int, int]] | None = None
+    unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
 
 
 def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
@@ -309,6 +308,19 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
         values = col[rows]
         differs |= has_prev & (values != values[safe_prev])
     done = ctx.done[rows]
+    # A collective before one that some member completed has completed on every member (each
+    # took part in the later one after this one, in stream order): a rank whose copy is not
+    # done was dumped before it finished, a moment before its peers' dumps.
+    unit_seq = seq[starts] if n_units else seq
+    ctx.proof = _proof(t, rows, starts, unit_group, unit_seq, done)
+    if ctx.proof:
+        proven = np.full(len(groups.groups) + 1, -1, dtype=np.int64)
+        for uid_, value in ctx.proof.items():
+            proven[uid_] = value
+        behind = ~done & (seq < proven[uid])
+        if bool(behind.any()):
+            ctx.done[rows[behind]] = True
+            done = ctx.done[rows]
     differs |= has_prev & (done != done[safe_prev])
     differs |= ctx.size_bad[rows]
     special = np.array(
@@ -319,6 +331,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     unit_bad = np.logical_or.reduceat(differs, starts) if n_units else np.zeros(0, bool)
     passed = uniform & ~unit_bad
 
+    ctx.unit_bounds = (unit_group.astype(np.int64), unit_seq, starts, ends)
     op_names = np.array(t.ops, dtype=object)
     unit_op: list[str] = op_names[t.op[rows[starts]]].tolist() if n_units else []
     not_joined: dict[int, tuple[int, ...]] = {}
@@ -335,29 +348,163 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     entry_unit[rows] = run
     return CollectiveUnits(
         unit_group,
-        seq[starts] if n_units else seq,
+        unit_seq,
         unit_op,
         present,
         expected,
         passed,
         entry_unit,
         not_joined,
+        rows,
+        starts.astype(np.int64),
     )
 
 
-def _majority(values: dict[int, object]) -> tuple[set[int], str]:
-    """Ranks that deviate from the most common value; on a tie, from the lowest rank's."""
+def _proof(
+    t: EntryTable,
+    rows: I64,
+    starts: I64,
+    unit_group: npt.NDArray[np.int32],
+    unit_seq: I64,
+    done: npt.NDArray[np.bool_],
+) -> dict[int, int]:
+    """Per group uid, the highest collective seq id that every member must have issued.
+
+    A collective that some member completed was issued by every member. On gloo, `retired`
+    also marks a collective that failed (timed out), so completion proves nothing there; but
+    gloo collectives are synchronous, so a member that issued seq k got through k - 1."""
+    if not len(starts):
+        return {}
+    any_done = np.logical_or.reduceat(done, starts)
+    stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
+    unit_stateless = stateless[t.backend[rows[starts]]] if len(stateless) else any_done & False
+    proven = np.where(unit_stateless, unit_seq - 1, np.where(any_done, unit_seq, -1))
+    best = np.full(int(unit_group.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(best, unit_group, proven)
+    return {uid: int(v) for uid, v in enumerate(best.tolist()) if v >= 0}
+
+
+Value = tuple[Any, ...]
+"""What ranks are compared on at one unit: op names, or (op, sizes), or (op, dtypes)."""
+ValueOf = Callable[[I64], dict[int, Value]]
+"""Reads one value per rank from a unit's rows."""
+
+_HISTORY_UNITS = 32  # earlier units of a group searched for a rank's own history
+
+
+def _deviants(
+    ctx: _Context, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
+) -> tuple[set[int], str]:
+    """Ranks whose value deviates, and, when that is not a plain majority, what the judgement
+    rests on. With no majority (a pair that disagrees), the groups of the same description and
+    size at the same seq id vote, then each rank's own history in this group; the lower rank is
+    never taken as the reference by default."""
     counts = Counter(values.values())
     ranked = counts.most_common()
-    top = ranked[0][1]
-    leaders = [v for v, c in ranked if c == top]
-    note = ""
-    if len(leaders) > 1:
-        reference = values[min(values)]
-        note = f" (no majority; rank {min(values)} taken as reference)"
-    else:
-        reference = leaders[0]
-    return {r for r, v in values.items() if v != reference}, note
+    leaders = [v for v, c in ranked if c == ranked[0][1]]
+    if len(leaders) == 1:
+        return {r for r, v in values.items() if v != leaders[0]}, ""
+    reference, basis = _sibling_reference(ctx, group, seq, value_of, leaders)
+    if reference is None:
+        reference, basis = _history_reference(ctx, group, seq, values, value_of)
+    if reference is None:
+        return set(values), (
+            " (no majority, and neither groups alike nor the ranks' own history tell which "
+            "side deviates: all are named)"
+        )
+    return {r for r, v in values.items() if v != reference}, f" (no majority; {basis})"
+
+
+def _unit_span(ctx: _Context, uid: int, seq: int) -> tuple[int, int] | None:
+    """Where unit (group uid, seq) lies in `coll_rows`."""
+    if ctx.unit_at is None:
+        ctx.unit_at = {}
+        if ctx.unit_bounds is not None:
+            uids, seqs, starts, ends = ctx.unit_bounds
+            ctx.unit_at = {
+                (u, q): (a, b)
+                for u, q, a, b in zip(
+                    uids.tolist(), seqs.tolist(), starts.tolist(), ends.tolist(), strict=True
+                )
+            }
+    return ctx.unit_at.get((uid, seq))
+
+
+def _uniform_value(ctx: _Context, uid: int, seq: int, value_of: ValueOf) -> Value | None:
+    """The one value every rank of unit (uid, seq) has, or None."""
+    span = _unit_span(ctx, uid, seq)
+    if span is None:
+        return None
+    found = set(value_of(ctx.coll_rows[span[0] : span[1]]).values())
+    return found.pop() if len(found) == 1 else None
+
+
+def _sibling_reference(
+    ctx: _Context, group: Group, seq: int, value_of: ValueOf, leaders: list[Value]
+) -> tuple[Value | None, str]:
+    """The value that groups like this one (same description and size) agree on at this seq
+    id, if it is one of the tied values."""
+    votes: Counter[Value] = Counter()
+    for other in ctx.groups.groups:
+        if other.uid == group.uid or other.desc != group.desc or other.size != group.size:
+            continue
+        value = _uniform_value(ctx, other.uid, seq, value_of)
+        if value is not None:
+            votes[value] += 1
+    ranked = [(v, c) for v, c in votes.most_common() if v in leaders]
+    if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+        return None, ""
+    value, count = ranked[0]
+    return value, f"{count} other group(s) {group.desc!r} of {group.size} agree at #{seq}"
+
+
+def _history_reference(
+    ctx: _Context, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
+) -> tuple[Value | None, str]:
+    """The tied value that equals what this group agreed on the last time it issued the same
+    op before this seq id (values carry the op name, so sizes of an all_reduce are compared
+    with an earlier all_reduce's): a rank that changed what it sends deviates."""
+    for earlier in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
+        span = _unit_span(ctx, group.uid, earlier)
+        if span is None:
+            continue
+        before = value_of(ctx.coll_rows[span[0] : span[1]])
+        if set(before) != set(values) or len(set(before.values())) != 1:
+            continue
+        value = next(iter(before.values()))
+        if value in values.values():
+            return value, f"this group used it at #{earlier}, the same op"
+    return None, ""
+
+
+def _rank_rows(t: EntryTable, rows: I64) -> dict[int, list[int]]:
+    """A unit's rows per rank (rows come by rank, then record order)."""
+    out: dict[int, list[int]] = {}
+    for rank, row in zip(t.rank[rows].tolist(), rows.tolist(), strict=True):
+        out.setdefault(rank, []).append(row)
+    return out
+
+
+def _ops_value(t: EntryTable) -> ValueOf:
+    def value_of(rows: I64) -> dict[int, Value]:
+        return {
+            rank: tuple(t.ops[int(t.op[r])] for r in rs) for rank, rs in _rank_rows(t, rows).items()
+        }
+
+    return value_of
+
+
+def _at_position(t: EntryTable, pos: int, read: Callable[[int], Value]) -> ValueOf:
+    """Each rank's value of its row at block position `pos`, with the op's name."""
+
+    def value_of(rows: I64) -> dict[int, Value]:
+        return {
+            rank: (t.ops[int(t.op[rs[pos]])], read(rs[pos]))
+            for rank, rs in _rank_rows(t, rows).items()
+            if pos < len(rs)
+        }
+
+    return value_of
 
 
 def _check_unit(
@@ -366,6 +513,11 @@ def _check_unit(
     """The per-unit look for units that failed the vectorized checks."""
     t = ctx.t
     # Rows come grouped by rank (ascending), each rank's in record order.
+    ranks = t.rank[unit_rows]
+    starts = np.flatnonzero(_changes(ranks))
+    lengths = np.diff(starts, append=len(unit_rows))
+    issued = tuple(ranks[starts].tolist())
+    unit_rows = _without_cut_blocks(ctx, unit_rows, starts, lengths)
     ranks = t.rank[unit_rows]
     starts = np.flatnonzero(_changes(ranks))
     lengths = np.diff(starts, append=len(unit_rows))
@@ -405,7 +557,7 @@ def _check_unit(
 
     # Who is missing, and why.
     not_joined: list[int] = []
-    issued_here = set(present)
+    issued_here = set(issued)
     for member in group.ranks:
         if member in issued_here or member in ctx.unavailable:
             continue
@@ -426,13 +578,18 @@ def _check_unit(
 
     # Op types, member by member for blocks.
     if kinds > 1:
-        culprits, note = _majority(dict(ops_of.items()))
+        culprits, note = _deviants(ctx, group, seq, dict(ops_of.items()), _ops_value(t))
+        agreed = [v for r, v in ops_of.items() if r not in culprits]
+        if agreed:
+            main_ops = agreed[0]
+            op = _block_name(main_ops)
         where, theirs = _first_difference(ops_of, culprits, main_ops)
+        others = f"the others issued {_block_name(main_ops)}" if agreed else "they disagree"
         add(
             FindingKind.OP_TYPE_MISMATCH,
             culprits,
-            f"{label(culprits)} issued {theirs} where the others issued "
-            f"{_block_name(main_ops)}{where}{note}",
+            f"{label(culprits)} issued {theirs} where {others}{where}{note}",
+            op,
         )
         return ok, op, tuple(not_joined)
 
@@ -444,7 +601,7 @@ def _check_unit(
             continue
         rows_at = dict(zip(present, grid[:, pos].tolist(), strict=True))
         what = pos_op if len(main_ops) == 1 else f"{pos_op} (member {pos + 1} of {op})"
-        _check_sizes(ctx, group, seq, pos_op, what, rows_at, add)
+        _check_sizes(ctx, group, seq, (pos, pos_op), what, rows_at, add)
 
     # Completion: the lagging ranks are the culprits, never the completed ones.
     head_rows = unit_rows[starts + lengths - 1]
@@ -464,6 +621,33 @@ def _check_unit(
             )
             add(FindingKind.STATE_MISMATCH, lagging, detail)
     return ok, op, tuple(not_joined)
+
+
+def _without_cut_blocks(ctx: _Context, unit_rows: I64, starts: I64, lengths: I64) -> I64:
+    """The unit's rows without the coalesced blocks that a ring buffer cut: a rank whose
+    buffer wrapped and begins inside the block holds only its last members. They match the
+    tail of the others' block and are left out of the comparison (not in the window)."""
+    if bool((lengths == lengths[0]).all()):
+        return unit_rows
+    t = ctx.t
+    full = int(lengths.max())
+    reference = next(
+        unit_rows[a : a + n]
+        for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)
+        if n == full
+    )
+    tail_ops = t.op[reference].tolist()
+    keep = np.ones(len(unit_rows), dtype=bool)
+    for a, n in zip(starts.tolist(), lengths.tolist(), strict=True):
+        first = int(unit_rows[a])
+        if (
+            n < full
+            and int(t.row_in_rank[first]) == 0
+            and ctx.wrapped.get(int(t.rank[first]), False)
+            and t.op[unit_rows[a : a + n]].tolist() == tail_ops[full - n :]
+        ):
+            keep[a : a + n] = False
+    return unit_rows[keep]
 
 
 def _state_name(t: EntryTable, row: int) -> str:
@@ -507,9 +691,17 @@ def _alike(ctx: _Context, op: str, rows: I64) -> bool:
 
 
 def _check_sizes(
-    ctx: _Context, group: Group, seq: int, op: str, what: str, rows_at: dict[int, int], add: _Adder
+    ctx: _Context,
+    group: Group,
+    seq: int,
+    at: tuple[int, str],
+    what: str,
+    rows_at: dict[int, int],
+    add: _Adder,
 ) -> None:
+    """Sizes and dtypes of the rows at one block position (`at` = position, op name)."""
     t = ctx.t
+    pos, op = at
     if op in UNCHECKED_SIZE_OPS:
         return
     present = tuple(sorted(rows_at))
@@ -541,42 +733,61 @@ def _check_sizes(
     else:
         check_in = op not in SCATTER_OPS  # non-root scatter inputs are not used
         check_out = op not in GATHER_OPS  # non-root gather outputs are not used
-        sizes = {
-            rank: (
-                (int(t.in_shape[r]) if check_in else -1),
-                (int(t.out_shape[r]) if check_out else -1),
+
+        def sizes_of(row: int) -> Value:
+            return (
+                int(t.in_shape[row]) if check_in else -1,
+                int(t.out_shape[row]) if check_out else -1,
             )
-            for rank, r in rows_at.items()
-        }
+
+        sizes = {rank: (op, sizes_of(r)) for rank, r in rows_at.items()}
         if len(set(sizes.values())) > 1:
-            culprits, note = _majority(dict(sizes.items()))
-            ref_rank = next(r for r in present if r not in culprits)
-            bad = min(culprits)
+            culprits, note = _deviants(ctx, group, seq, sizes, _at_position(t, pos, sizes_of))
             add(
                 FindingKind.SIZE_MISMATCH,
                 culprits,
-                f"{what}: {label(culprits)}: in {shape(sizes[bad][0])} out "
-                f"{shape(sizes[bad][1])}; rank {ref_rank}: in {shape(sizes[ref_rank][0])} "
-                f"out {shape(sizes[ref_rank][1])}{note}",
+                f"{what}: " + _contrast(sizes, culprits, lambda v: _sizes_text(t, v)) + note,
                 what,
             )
-    dtypes = {}
+
+    def dtypes_of(row: int) -> Value:
+        in_d = () if op in SCATTER_OPS else t.dtypes[int(t.in_dtype[row])]
+        out_d = () if op in GATHER_OPS else t.dtypes[int(t.out_dtype[row])]
+        return (tuple(d for d in in_d if d), tuple(d for d in out_d if d))
+
+    comparable: dict[int, Value] = {}
     for rank, r in rows_at.items():
-        in_d = () if op in SCATTER_OPS else t.dtypes[int(t.in_dtype[r])]
-        out_d = () if op in GATHER_OPS else t.dtypes[int(t.out_dtype[r])]
-        dtypes[rank] = (tuple(d for d in in_d if d), tuple(d for d in out_d if d))
-    comparable = {rank: d for rank, d in dtypes.items() if d[0] or d[1]}
+        d = dtypes_of(r)
+        if d[0] or d[1]:
+            comparable[rank] = (op, d)
     if len(set(comparable.values())) > 1:
-        culprits, note = _majority(dict(comparable.items()))
-        bad = min(culprits)
-        ref_rank = next(r for r in sorted(comparable) if r not in culprits)
+        culprits, note = _deviants(ctx, group, seq, comparable, _at_position(t, pos, dtypes_of))
         add(
             FindingKind.DTYPE_MISMATCH,
             culprits,
-            f"{what}: {label(culprits)}: dtypes {_dt(comparable[bad])}; rank "
-            f"{ref_rank}: {_dt(comparable[ref_rank])}{note}",
+            f"{what}: " + _contrast(comparable, culprits, lambda v: f"dtypes {_dt(v)}") + note,
             what,
         )
+
+
+def _contrast(values: dict[int, Value], culprits: set[int], text: Callable[[Any], str]) -> str:
+    """`ranks 1,5: <theirs>; rank 0: <reference>`, both sides named; values are (op, value)."""
+    by_value: dict[Value, list[int]] = {}
+    for rank, value in sorted(values.items()):
+        by_value.setdefault(value, []).append(rank)
+    deviating = [v for v, rs in by_value.items() if set(rs) <= culprits]
+    reference = [v for v, rs in by_value.items() if not set(rs) & culprits]
+    parts = [f"{label(by_value[v])}: {text(v[1])}" for v in deviating + reference]
+    return "; ".join(parts)
+
+
+def _sizes_text(t: EntryTable, value: Any) -> str:
+    in_code, out_code = value
+
+    def shape(code: int) -> str:
+        return "-" if code < 0 else str([list(s) for s in t.shapes[code]])
+
+    return f"in {shape(in_code)} out {shape(out_code)}"
 
 
 def _dt(d: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
@@ -612,6 +823,8 @@ def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
     last = max(-1 if newest is None else newest, -1 if enqueued is None else enqueued)
     if seq <= last:
         return True  # issued; absent here only because it is outside this rank's window
+    if seq <= ctx.proof.get(uid, -1):
+        return True  # the group got past it, so every member issued it after its dump ended
     # Nothing of this group left in a wrapped buffer and no pg_status for it: cannot tell.
     return newest is None and enqueued is None and ctx.wrapped.get(rank, False)
 
@@ -710,6 +923,7 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     s_idx, r_idx = _sorted_intersection(keys["send"], keys["recv"])
     send_row = s_rows[s_idx]
     recv_row = r_rows[r_idx]
+    _later_pairs_prove_earlier(ctx, keys["send"], s_rows, keys["recv"], r_rows)
     matched = np.zeros(t.n, dtype=bool)
     matched[send_row] = True
     matched[recv_row] = True
@@ -744,6 +958,39 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     return P2PPairs(send_row, recv_row, entry_pair)
 
 
+def _later_pairs_prove_earlier(
+    ctx: _Context, send_keys: I64, send_rows: I64, recv_keys: I64, recv_rows: I64
+) -> None:
+    """A channel carries its transfers in order: once a later send or recv of a channel
+    completed, every earlier one on it completed too, on both sides; a side that is not done
+    was dumped before it finished, a moment before its peer's dump."""
+    for keys, rows in ((send_keys, send_rows), (recv_keys, recv_rows)):
+        if not len(keys):
+            continue
+        channel = keys >> 32
+        # Per channel, the highest key with a completed op on either side.
+        done_keys = np.concatenate([send_keys[ctx.done[send_rows]], recv_keys[ctx.done[recv_rows]]])
+        if not len(done_keys):
+            return
+        order = np.argsort(done_keys)
+        done_keys = done_keys[order]
+        last = np.append(np.flatnonzero(np.diff(done_keys >> 32)), len(done_keys) - 1)
+        chans, highest = done_keys[last] >> 32, done_keys[last]
+        at = np.searchsorted(chans, channel)
+        found = at < len(chans)
+        found[found] = chans[at[found]] == channel[found]
+        behind = found & (keys < np.where(found, highest[np.minimum(at, len(chans) - 1)], 0))
+        ctx.done[rows[behind]] = True
+    # A batched block is done when its sends and receives are: its end marker too.
+    t = ctx.t
+    members = np.flatnonzero((t.unit == UnitKind.BATCH_MEMBER) & (t.marker >= 0))
+    if len(members):
+        all_done = np.ones(t.n, dtype=bool)
+        np.logical_and.at(all_done, t.marker[members], ctx.done[members])
+        markers = np.unique(t.marker[members])
+        ctx.done[markers] |= all_done[markers]
+
+
 def _sorted_intersection(a: I64, b: I64) -> tuple[I64, I64]:
     """Indices of the values two ascending arrays of distinct values share, in `a` and `b`."""
     at = np.searchsorted(b, a)
@@ -759,6 +1006,9 @@ def _dst_of(t: EntryTable, groups: GroupTable, row: int) -> int:
 
 
 def _p2p_mismatches(ctx: _Context, send_row: I64, recv_row: I64, findings: list[Finding]) -> None:
+    """A matched send/recv that disagrees on shape or dtype. The side that deviates from what
+    the channel carried before (earlier micro-batches), else from what channels of groups like
+    this one carry, is the culprit; the detail names both ends."""
     t, groups = ctx.t, ctx.groups
     if not len(send_row):
         return
@@ -772,35 +1022,85 @@ def _p2p_mismatches(ctx: _Context, send_row: I64, recv_row: I64, findings: list[
         t.out_dtype[recv_row],
     )
     bad_dtype = t.in_dtype[send_row] != recv_dtype
-    for i in np.flatnonzero(bad_size | bad_dtype).tolist():
+    bad = np.flatnonzero(bad_size | bad_dtype)
+    if not len(bad):
+        return
+    uid = groups.entry_group[send_row].astype(np.int64)
+    src, dst = t.rank[send_row].astype(np.int64), t.rank[recv_row].astype(np.int64)
+    send_value = np.stack([t.in_shape[send_row], t.in_dtype[send_row]], axis=1).astype(np.int64)
+    recv_value = np.stack([recv_shape, recv_dtype], axis=1).astype(np.int64)
+    agree = ~(bad_size | bad_dtype)
+    for i in bad.tolist():
         s, r = int(send_row[i]), int(recv_row[i])
-        g = groups.groups[int(groups.entry_group[s])]
-        a, b = int(t.rank[s]), int(t.rank[r])
-        if bad_size[i]:
-            kind = FindingKind.P2P_SIZE_MISMATCH
-            what = (
-                f"sends {t.shapes[int(t.in_shape[s])]} but rank {b} receives into "
-                f"{t.shapes[int(recv_shape[i])]}"
-            )
-        else:
-            kind = FindingKind.P2P_DTYPE_MISMATCH
-            what = (
-                f"sends {t.dtypes[int(t.in_dtype[s])]} but rank {b} receives "
-                f"{t.dtypes[int(recv_dtype[i])]}"
-            )
+        g = groups.groups[int(uid[i])]
+        a, b = int(src[i]), int(dst[i])
+        sent = (int(send_value[i, 0]), int(send_value[i, 1]))
+        received = (int(recv_value[i, 0]), int(recv_value[i, 1]))
+        reference, basis = _p2p_reference(ctx, i, uid, src, dst, send_row, send_value, agree)
+        culprits: tuple[int, ...] = (a, b)
+        if reference is not None and reference == sent:
+            culprits = (b,)
+        elif reference is not None and reference == received:
+            culprits = (a,)
+        kind = FindingKind.P2P_SIZE_MISMATCH if bad_size[i] else FindingKind.P2P_DTYPE_MISMATCH
+        seq_on = {a: int(t.p2p_seq[s]), b: int(t.p2p_seq[r])}
+        judged = (
+            f"; {basis}: rank {culprits[0]} deviates"
+            if len(culprits) == 1
+            else "; nothing earlier tells which side deviates: both are named"
+        )
         findings.append(
             Finding(
                 kind,
                 g,
                 None,
-                int(t.p2p_seq[s]),
+                seq_on[culprits[0]] if len(culprits) == 1 else seq_on[a],
                 "send/recv",
                 (a, b),
-                (a, b),
-                f"send {a}->{b} (p2p seq {int(t.p2p_seq[s])} on rank {a}, {int(t.p2p_seq[r])} on "
-                f"rank {b}): rank {a} {what}",
+                culprits,
+                f"send {a}->{b} (p2p seq {seq_on[a]} on rank {a}, {seq_on[b]} on rank {b}): "
+                f"rank {a} sends {_p2p_text(t, sent)}, rank {b} receives "
+                f"{_p2p_text(t, received)}{judged}",
             )
         )
+
+
+def _p2p_text(t: EntryTable, value: tuple[int, int]) -> str:
+    shape, dtype = value
+    return f"{[list(d) for d in t.shapes[shape]]} {','.join(t.dtypes[dtype]) or '-'}"
+
+
+def _p2p_reference(
+    ctx: _Context,
+    i: int,
+    uid: I64,
+    src: I64,
+    dst: I64,
+    send_row: I64,
+    value: I64,
+    agree: npt.NDArray[np.bool_],
+) -> tuple[tuple[int, int] | None, str]:
+    """What pair `i`'s channel carried in earlier transfers that agreed; failing that, the most
+    common agreed transfer on groups with the same description."""
+    same_channel = agree & (uid == uid[i]) & (src == src[i]) & (dst == dst[i])
+    earlier = np.flatnonzero(same_channel & (send_row < send_row[i]))
+    if len(earlier):
+        last = int(earlier[np.argmax(send_row[earlier])])
+        n = len(earlier)
+        return (int(value[last, 0]), int(value[last, 1])), (
+            f"the channel carried that in its {n} earlier transfer(s)"
+        )
+    desc = ctx.groups.groups[int(uid[i])].desc
+    alike = np.array([g.desc == desc for g in ctx.groups.groups], dtype=bool)[uid] & agree
+    if not alike.any():
+        return None, ""
+    keys, counts = np.unique(value[alike], axis=0, return_counts=True)
+    if len(counts) > 1 and np.sort(counts)[-1] == np.sort(counts)[-2]:
+        return None, ""
+    top = keys[int(np.argmax(counts))]
+    return (int(top[0]), int(top[1])), (
+        f"{int(counts.max())} other transfer(s) on {desc!r} groups carried that"
+    )
 
 
 def _p2p_unmatched(
@@ -817,8 +1117,10 @@ def _p2p_unmatched(
     # A peer with no dump is reported as missing or unreadable, not here.
     keep = ~np.isin(peer, np.array(sorted(ctx.unavailable), dtype=np.int64))
     wrapped = np.array(sorted(r for r, w in ctx.wrapped.items() if w), dtype=np.int64)
-    # Completed, and its partner fell out of a wrapped buffer.
-    keep &= ~(ctx.done[rows] & (np.isin(peer, wrapped) | np.isin(t.rank[rows], wrapped)))
+    # Completed: its partner ran too, and is absent only because the peer's buffer no longer
+    # (wrapped) or not yet (dumped a moment earlier) holds it.
+    keep &= ~ctx.done[rows]
+    del wrapped
     pending: dict[tuple[int, int, int, int], list[int]] = {}
     for row, a, b, sending in zip(
         rows[keep].tolist(),

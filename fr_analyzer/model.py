@@ -43,6 +43,41 @@ class UnitKind(enum.IntEnum):
     ORPHAN_MARKER = 6  # an end marker whose members fell out of the ring buffer
 
 
+# Op names (after the backend prefix) by the size rule they follow.
+GATHER_OPS = frozenset({"gather"})
+SCATTER_OPS = frozenset({"scatter"})
+ALL_TO_ALL_OPS = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base"})
+ALL_GATHER_OPS = frozenset(
+    {
+        "all_gather",
+        "_all_gather_base",
+        "all_gather_into_tensor_coalesced",
+        "allgather",
+        "all_gather_into_tensor",
+        "allgather_into_tensor_coalesced",
+    }
+)
+REDUCE_SCATTER_OPS = frozenset(
+    {
+        "reduce_scatter",
+        "_reduce_scatter_base",
+        "reduce_scatter_tensor_coalesced",
+        "reduce_scatter_tensor",
+    }
+)
+SAME_IN_OUT_OPS = frozenset({"all_reduce", "allreduce"})
+UNCHECKED_SIZE_OPS = frozenset(
+    {
+        "all_reduce_sparse",
+        "coalesced",
+        "ALLGATHER_coalesced",
+        "REDUCE_SCATTER_coalesced",
+        "barrier",
+        "all_reduce_barrier",
+    }
+)
+
+
 class P2PKind(enum.IntEnum):
     NONE = 0
     SEND = 1
@@ -59,6 +94,9 @@ class MembershipSource(enum.StrEnum):
     PG_CONFIG = "pg_config"
     ENTRIES = "entries"
     WORLD = "world"  # the default group of a dump set whose pg_config is unusable
+    # rebuilt from the entries, plus members with no dump that the size rules reveal (an
+    # all_gather's output is its input times the group size)
+    INFERRED = "inferred"
 
 
 class FindingKind(enum.StrEnum):
@@ -76,9 +114,8 @@ class FindingKind(enum.StrEnum):
     MALFORMED_ENTRY = "malformed_entry"
 
 
-# Order in which findings are considered as the root of a desync: a program bug that makes
-# ranks disagree is more likely the cause than the hang it produces downstream.
-ROOT_PRIORITY: tuple[FindingKind, ...] = (
+# Order of findings at one sequence id of one group: disagreements first.
+KIND_ORDER: tuple[FindingKind, ...] = (
     FindingKind.OP_TYPE_MISMATCH,
     FindingKind.SIZE_MISMATCH,
     FindingKind.DTYPE_MISMATCH,
@@ -151,18 +188,13 @@ class Finding:
 
 
 class Status(enum.StrEnum):
-    OK = "ok"
-    DESYNC = "desync"
-    INCOMPLETE = "incomplete"
+    """The one answer about the job (see `conclusion`)."""
 
-
-@dataclass(frozen=True)
-class Verdict:
-    """The single most likely root finding and the sentence that says it."""
-
-    status: Status
-    finding: Finding | None
-    summary: str
+    OK = "ok"  # nothing wrong: every op matched, nothing stuck (ops may be in flight)
+    DESYNC = "desync"  # ranks disagree on what to do: a program bug
+    HUNG = "hung"  # ranks agree, but something stopped: a rank, a device, the network
+    SLOW = "slow"  # everything completed, but one rank held the others up
+    INCOMPLETE = "incomplete"  # only problems with the dumps themselves
 
 
 @dataclass(frozen=True)

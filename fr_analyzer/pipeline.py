@@ -1,4 +1,5 @@
-"""`analyze()`: the stages in order (load → groups → match → findings), with no logic of its own."""
+"""`analyze()`: the stages in order (load → groups → match → findings → diagnosis →
+conclusion), with no logic of its own."""
 
 from __future__ import annotations
 
@@ -6,16 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from . import dumps as dumps_mod
+from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump
 from .errors import DiscoveryError
-from .findings import collect, verdict
+from .findings import collect
 from .groups import GroupTable, build_groups
 from .matching import MatchResult, match
-from .model import DumpSummary, Finding, UnreadableDump, Verdict
+from .model import DumpSummary, Finding, UnreadableDump
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class Analysis:
     groups: GroupTable
     matches: MatchResult
     findings: tuple[Finding, ...]
-    verdict: Verdict
     diagnosis: Diagnosis
+    conclusion: Conclusion
 
 
 def load(
@@ -76,18 +76,11 @@ def analyze(
     groups = build_groups(loaded, table, unreadable)
     matches = match(loaded, table, groups)
     findings = collect(loaded, unreadable, table, groups, matches)
-    busy = set(np.unique(table.rank[~matches.done]).tolist()) if table.n else set()
     summary = _summary(directory, loaded, unreadable, groups, table, ignored)
     diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds)
+    conclusion = conclude(summary, findings, diagnosis, matches, groups)
     return Analysis(
-        summary,
-        tuple(loaded),
-        table,
-        groups,
-        matches,
-        tuple(findings),
-        verdict(findings, busy),
-        diagnosis,
+        summary, tuple(loaded), table, groups, matches, tuple(findings), diagnosis, conclusion
     )
 
 

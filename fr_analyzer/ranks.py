@@ -52,10 +52,27 @@ def parse(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+LABEL_CHARS = 48
+"""Longest rank list spelled out in a sentence; longer ones are shortened (tables and JSON keep
+every rank)."""
+
+
 def label(ranks: Iterable[int]) -> str:
-    """`"rank 3"` or `"ranks 0-2,5"`, for sentences."""
+    """`"rank 3"` or `"ranks 0-2,5"`, for sentences; a long list becomes
+    `"39 ranks (0,8,16,24,...,312)"`."""
     values = sorted(set(ranks))
-    return f"rank {values[0]}" if len(values) == 1 else f"ranks {compact(values)}"
+    if len(values) == 1:
+        return f"rank {values[0]}"
+    text = compact(values)
+    if len(text) <= LABEL_CHARS:
+        return f"ranks {text}"
+    parts = text.split(",")
+    head: list[str] = []
+    for part in parts[:-1]:
+        if len(",".join([*head, part])) > LABEL_CHARS - 12:
+            break
+        head.append(part)
+    return f"{len(values)} ranks ({','.join(head)},...,{parts[-1]})"
 
 
 def agree(ranks: Iterable[int], singular: str, plural: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .conclusion import Judged, Role
 from .findings import sentence
 from .model import INPUT_KINDS, STATE_NAMES, State, UnitKind
 from .pipeline import Analysis
@@ -190,10 +191,11 @@ def build(analysis: Analysis, options: TimelineOptions | None = None) -> dict[st
             if options.align
             else "none (raw host clocks)",
             "clock_offsets_ns": {str(r): o for r, o in sorted(offsets.items())},
-            "verdict": analysis.verdict.summary,
+            "status": analysis.conclusion.status.value,
+            "verdict": analysis.conclusion.answer,
             "root_cause": None
-            if analysis.diagnosis.root_cause is None
-            else analysis.diagnosis.root_cause.sentence,
+            if analysis.conclusion.root is None
+            else analysis.conclusion.root.sentence,
         },
     }
 
@@ -369,9 +371,18 @@ def _flows(
             }
 
 
+def _marked(analysis: Analysis) -> list[Judged]:
+    """Findings drawn as markers: every finding but input problems and ops in flight."""
+    return [
+        j
+        for j in analysis.conclusion.findings
+        if j.finding.kind not in INPUT_KINDS and j.role != Role.IN_FLIGHT
+    ]
+
+
 def _culprit_ranks(analysis: Analysis, options: TimelineOptions) -> set[int]:
-    ranks = {r for f in analysis.findings if f.kind not in INPUT_KINDS for r in f.culprit_ranks}
-    root = analysis.diagnosis.root_cause
+    ranks = {r for j in _marked(analysis) for r in j.finding.culprit_ranks}
+    root = analysis.conclusion.root
     if root is not None:
         ranks.update(root.ranks)
     loaded = set(analysis.groups.loaded_ranks)
@@ -401,9 +412,8 @@ def _markers(
         tid = tracks.tid(uid, False) if uid is not None else 0
         return us(newest.get(rank, 0), rank), tid
 
-    for f in analysis.findings:
-        if f.kind in INPUT_KINDS:
-            continue
+    for j in _marked(analysis):
+        f = j.finding
         uid = f.group.uid if f.group is not None else None
         for rank in f.culprit_ranks:
             if rank not in wanted:
@@ -418,9 +428,14 @@ def _markers(
                 "tid": tid,
                 "ts": round(ts, 3),
                 "cname": FINDING_COLOR,
-                "args": {"finding": sentence(f), "culprit_ranks": compact(f.culprit_ranks)},
+                "args": {
+                    "finding": sentence(f),
+                    "culprit_ranks": compact(f.culprit_ranks),
+                    "role": j.role.value,
+                    "explained_by_root_cause": j.explained,
+                },
             }
-    root = analysis.diagnosis.root_cause
+    root = analysis.conclusion.root
     if root is not None:
         uid = root.group.uid if root.group is not None else None
         for rank in root.ranks:
@@ -436,7 +451,11 @@ def _markers(
                 "tid": 0,
                 "ts": round(ts, 3),
                 "cname": FINDING_COLOR,
-                "args": {"root_cause": root.sentence, "evidence": list(root.evidence)},
+                "args": {
+                    "status": analysis.conclusion.status.value,
+                    "root_cause": root.sentence,
+                    "evidence": list(root.evidence),
+                },
             }
 
 

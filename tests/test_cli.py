@@ -48,8 +48,14 @@ def healthy(tmp_path: Path) -> Path:
 def desynced(tmp_path: Path) -> Path:
     d = tmp_path / "desync"
     d.mkdir()
+    # Rank 1 stopped after all_reduce #1; rank 0 waits in #2 (the dumps say nothing of how
+    # long, so it is taken as stuck, as a watchdog dump would be).
+    waiting = {"state": "scheduled", "retired": False}
     ranks = {
-        0: [make_entry("all_reduce", s, record_id=s) for s in range(3)],
+        0: [
+            make_entry("all_reduce", s, record_id=s, **(waiting if s == 2 else {}))
+            for s in range(3)
+        ],
         1: [make_entry("all_reduce", s, record_id=s) for s in range(2)],
     }
     for rank, entries in ranks.items():
@@ -60,18 +66,17 @@ def desynced(tmp_path: Path) -> Path:
 def test_healthy_dumps_exit_0_and_say_no_desync(healthy: Path) -> None:
     result = fr("-d", str(healthy))
     assert result.returncode == 0, result.stderr
-    assert "VERDICT: OK. No desync found" in result.stdout
+    assert "\nOK. No desync and nothing stuck" in result.stdout
     assert result.stderr == ""
 
 
-def test_findings_exit_1_and_the_verdict_names_group_seq_op_and_culprit(desynced: Path) -> None:
+def test_findings_exit_1_and_the_answer_names_rank_group_seq_and_op(desynced: Path) -> None:
     result = fr("-d", str(desynced))
     assert result.returncode == 1
     assert (
-        "VERDICT: DESYNC. not_joined in group '0' (default_pg), ranks 0-1, collective #2 "
-        "all_reduce" in result.stdout
+        "\nHUNG. rank 1 never joined all_reduce #2 of group '0' (default_pg): rank 0 waits in "
+        "it." in result.stdout
     )
-    assert "Culprit: rank 1." in result.stdout
 
 
 def test_json_report_has_the_documented_keys(desynced: Path, tmp_path: Path) -> None:
@@ -87,17 +92,25 @@ def test_json_report_has_the_documented_keys(desynced: Path, tmp_path: Path) -> 
         "backend",
     }
     verdict = report["verdict"]
-    assert verdict["status"] == "desync"
-    assert verdict["kind"] == "not_joined"
+    assert verdict["status"] == "hung"
+    assert verdict["kind"] == "not_joined" and verdict["root_cause"] == "not_joined"
     assert verdict["group"] == "0" and verdict["group_desc"] == "default_pg"
     assert verdict["group_ranks"] == [0, 1]
     assert verdict["collective_seq_id"] == 2 and verdict["p2p_seq_id"] is None
     assert verdict["op"] == "all_reduce" and verdict["culprit_ranks"] == [1]
     assert verdict["summary"]
     (finding,) = report["findings"]
-    assert set(finding) >= set(verdict) - {"status", "summary", "root_cause", "root_cause_ranks"}
-    assert {"ranks", "detail"} <= set(finding)
+    assert set(finding) >= set(verdict) - {
+        "status",
+        "summary",
+        "root_cause",
+        "root_cause_ranks",
+        "timing",
+    }
+    assert {"ranks", "detail", "explained_by_root_cause", "role"} <= set(finding)
     assert finding["ranks"] == [0]
+    assert finding["role"] == "root" and finding["explained_by_root_cause"] is True
+    assert report["root_cause"]["kind"] == "not_joined" and report["root_cause"]["ranks"] == [1]
 
 
 def test_database_is_written_and_read_back(healthy: Path, tmp_path: Path) -> None:
@@ -180,7 +193,7 @@ def test_mismatch_cap_bounds_findings_per_group(tmp_path: Path) -> None:
         ]
         (d / f"rank_{rank}").write_bytes(pickle.dumps(make_dump(entries, TWO)))
     full = fr("-d", str(d), "--mismatch-cap", "50", "--json", str(tmp_path / "a.json"))
-    capped = fr("-d", str(d), "--mismatch-cap", "1", "--json", str(tmp_path / "b.json"))
+    capped = fr("-d", str(d), "--mismatch-cap", "1", "-v", "--json", str(tmp_path / "b.json"))
     assert full.returncode == capped.returncode == 1
     a = json.loads((tmp_path / "a.json").read_text())
     b = json.loads((tmp_path / "b.json").read_text())

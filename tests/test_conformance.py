@@ -326,4 +326,4 @@ def test_e2e_6_block_that_one_rank_never_joined_is_a_finding(run: Run) -> None:
     assert finding.kind == FindingKind.NOT_JOINED
     assert finding.collective_seq_id == 1
     assert finding.culprit_ranks == (0,)
-    assert a.verdict.finding is finding
+    assert a.conclusion.root_finding is finding

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fr_analyzer import analyze, diagnosis
+from fr_analyzer import analyze, stragglers
 from fr_analyzer.pipeline import Options
 from fr_analyzer.report import render_text
 from tests.builders import make_dump, make_entry, renumber
@@ -129,7 +129,7 @@ def test_dumps_without_frames_say_so() -> None:
 def test_root_cause_in_json(tmp_path: Path) -> None:
     import json
 
-    from fr_analyzer.report import render_json
+    from fr_analyzer.report_json import render_json
 
     data = json.loads(render_json(analyze(SAMPLES / "nccl_wait_chain", Options(workers=1))))
     rc = data["root_cause"]
@@ -146,7 +146,7 @@ def test_median_lateness_per_rank_is_the_middle_of_its_sorted_values(
 ) -> None:
     """Ranks with the same number of samples are taken together (in chunks); each median is
     still the mean of the two middle values of that rank's own samples."""
-    monkeypatch.setattr(diagnosis, "_MEDIAN_CHUNK", chunk)
+    monkeypatch.setattr(stragglers, "_MEDIAN_CHUNK", chunk)
     rng = np.random.default_rng(3)
     counts = {rank: int(rng.integers(1, 9)) for rank in range(0, 60, 3)}
     rank = np.repeat(np.array(list(counts), dtype=np.int32), list(counts.values()))
@@ -155,4 +155,4 @@ def test_median_lateness_per_rank_is_the_middle_of_its_sorted_values(
     for r in counts:
         ordered = np.sort(values[rank == r])
         expected[r] = float((ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2)
-    assert diagnosis._medians_by_rank(rank, values) == expected
+    assert stragglers._medians_by_rank(rank, values) == expected

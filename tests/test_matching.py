@@ -61,7 +61,7 @@ def test_unmatched_send_blames_the_receiver_that_never_posted_its_recv(run: Run)
     assert finding.kind == FindingKind.P2P_UNMATCHED
     assert finding.culprit_ranks == (2,)
     assert finding.ranks == (1,)
-    assert analysis.verdict.finding is finding
+    assert analysis.conclusion.root_finding is finding
 
 
 def test_batched_p2p_whose_first_op_is_a_recv_matches(run: Run) -> None:
@@ -139,7 +139,9 @@ def test_missing_rank_at_the_tail_is_not_joined_even_after_wraparound(run: Run) 
         for r in range(4)
     }
     for r in (0, 1, 3):
-        dumps[r]["entries"][-1].update(state="scheduled", retired=False)
+        dumps[r]["entries"][-1].update(
+            state="scheduled", retired=False, time_discovered_completed_ns=None
+        )
     analysis = run(dumps)
     (finding,) = analysis.findings
     assert finding.kind == FindingKind.NOT_JOINED
@@ -176,15 +178,16 @@ def test_gloo_uses_retired_as_completion_and_blames_the_unretired_rank(run: Run)
 
 def test_state_mismatch_at_a_hang_names_the_first_op_that_did_not_complete(run: Run) -> None:
     entries = {r: [make_entry("all_reduce", s, group=PP) for s in range(3)] for r in range(4)}
-    entries[2][1].update(state="started", retired=False)
-    entries[2][2].update(state="scheduled", retired=False)
+    entries[2][1].update(state="started", retired=False, time_discovered_completed_ns=None)
+    entries[2][2].update(state="scheduled", retired=False, time_discovered_completed_ns=None)
     for r in (0, 1, 3):
-        entries[r][2].update(state="scheduled", retired=False)
+        entries[r][2].update(state="scheduled", retired=False, time_discovered_completed_ns=None)
     analysis = run({r: make_dump(renumber(e), FOUR) for r, e in entries.items()})
-    assert analysis.verdict.finding is not None
-    assert analysis.verdict.finding.kind == FindingKind.STATE_MISMATCH
-    assert analysis.verdict.finding.collective_seq_id == 1
-    assert analysis.verdict.finding.culprit_ranks == (2,)
+    root = analysis.conclusion.root_finding
+    assert root is not None
+    assert root.kind == FindingKind.STATE_MISMATCH
+    assert root.collective_seq_id == 1
+    assert root.culprit_ranks == (2,)
 
 
 def test_majority_decides_the_deviating_rank(run: Run) -> None:
@@ -197,7 +200,12 @@ def test_majority_decides_the_deviating_rank(run: Run) -> None:
 
 
 def test_later_repeats_of_one_problem_fold_into_the_first(run: Run) -> None:
-    entries = {r: [make_entry("all_reduce", s, group=PP) for s in range(6)] for r in range(4)}
+    # Ranks 0, 2 and 3 went on without rank 1: their collectives from #2 on never complete.
+    pending = {"state": "scheduled", "retired": False}
+    entries = {
+        r: [make_entry("all_reduce", s, group=PP, **(pending if s >= 2 else {})) for s in range(6)]
+        for r in range(4)
+    }
     entries[1] = entries[1][:2]
     analysis = run({r: make_dump(renumber(e), FOUR) for r, e in entries.items()})
     (finding,) = analysis.findings
@@ -241,7 +249,11 @@ def test_missing_dump_names_the_rank_and_what_the_others_wait_in(run: Run) -> No
     assert finding.kind == FindingKind.MISSING_DUMP
     assert finding.culprit_ranks == (3,)
     assert "waiting in all_reduce #1" in finding.detail
-    assert analysis.verdict.status.value == "incomplete"
+    # Rank 3 is who the others wait for: the dead rank is the root cause, the job is hung.
+    assert analysis.conclusion.status.value == "hung"
+    assert analysis.conclusion.root is not None
+    assert analysis.conclusion.root.kind.value == "dead_rank"
+    assert analysis.conclusion.root.ranks == (3,)
     assert analysis.summary.ranks_missing == (3,)
 
 

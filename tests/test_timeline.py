@@ -79,7 +79,8 @@ def test_findings_and_root_cause_are_instant_events_on_the_culprit_ranks() -> No
     marks = [e for e in trace["traceEvents"] if e["ph"] == "i"]
     root = [e for e in marks if e["name"].startswith("ROOT CAUSE")]
     assert [e["pid"] for e in root] == [3]
-    assert "never joined" in root[0]["args"]["root_cause"]
+    assert "rank 3 never posted its half of" in root[0]["args"]["root_cause"]
+    assert root[0]["args"]["status"] == "hung"
     culprits = Counter((r, f.kind.value) for f in analysis.findings for r in f.culprit_ranks)
     shown = Counter((e["pid"], e["name"]) for e in marks if e["cat"] == "fr.finding")
     assert shown == culprits and {r for r, _ in culprits} == {1, 3}

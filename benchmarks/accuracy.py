@@ -1,0 +1,231 @@
+"""Accuracy campaign: draw simulated jobs with injected faults, analyze each, count right answers.
+
+Each case is `tools.frsim.campaign.draw_case(seed)`: a layout (TP x PP x DP, 8 to 256 ranks), a
+fault kind (never issues, extra op, size/dtype/op mismatch, stuck in a collective in three
+variants, p2p mismatch, crash with no dump, straggler that finishes, healthy dumped at the end,
+healthy dumped mid-step), a site, NCCL timing on/off or gloo, a ring-buffer size, a writer. The
+simulator computes the right answer from the fault it injected (`Truth`), never from an
+analyzer. A case is *right* when fr-analyze's conclusion has the same status and, when there is
+a root cause, the same root kind, culprit ranks, group and sequence id. Cases the simulator
+marks ambiguous by construction are counted apart, with their reason, never dropped.
+
+Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--workers 2] [--out FILE]`
+(`make accuracy`). Prints the share right, a table per fault kind, the confusion of answers and
+every wrong case; exits 1 unless every unambiguous case is right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from fr_analyzer import analyze
+from fr_analyzer.conclusion import Conclusion
+from fr_analyzer.pipeline import Options
+from tools.frsim.campaign import draw_case
+from tools.frsim.truth import Truth
+
+DEFAULT_CASES = 300
+SCHEMA = "fr-analyze.accuracy/1"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One case: what was injected, what fr-analyze said, and whether that is right."""
+
+    seed: int
+    kind: str
+    case: str
+    truth: dict[str, Any]
+    got: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+    ambiguous: str | None = None
+    ranks: int = 0
+    seconds: float = 0.0
+
+    @property
+    def right(self) -> bool:
+        return not self.problems
+
+
+def answer(c: Conclusion) -> dict[str, Any]:
+    root = c.root
+    return {
+        "status": c.status.value,
+        "root": root.kind.value if root else None,
+        "culprits": list(root.ranks) if root else [],
+        "group": root.group.name if root and root.group else None,
+        "collective_seq_id": root.collective_seq_id if root else None,
+        "p2p_seq_id": root.p2p_seq_id if root else None,
+        "answer": c.answer,
+    }
+
+
+def judge(truth: Truth, got: dict[str, Any]) -> list[str]:
+    """What differs between the right answer and fr-analyze's (empty: right)."""
+    problems = []
+    if got["status"] != truth.status:
+        problems.append(f"status {got['status']} (want {truth.status})")
+    if truth.root is None:
+        return problems
+    if got["root"] != truth.root:
+        problems.append(f"root {got['root']} (want {truth.root})")
+    if sorted(got["culprits"]) != sorted(truth.culprits):
+        problems.append(f"culprits {got['culprits']} (want {list(truth.culprits)})")
+    if truth.group is not None and got["group"] != truth.group:
+        problems.append(f"group {got['group']} (want {truth.group})")
+    if truth.seq is not None:
+        key = "collective_seq_id" if truth.seq_kind == "collective" else "p2p_seq_id"
+        if got[key] != truth.seq:
+            problems.append(f"{key} {got[key]} (want {truth.seq})")
+    return problems
+
+
+def run_case(seed: int) -> Outcome:
+    case = draw_case(seed)
+    truth = case.truth
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fr-accuracy-") as tmp:
+        directory = Path(tmp) / "dumps"
+        directory.mkdir()
+        case.write(directory)
+        analysis = analyze(directory, Options(workers=1))
+    got = answer(analysis.conclusion)
+    return Outcome(
+        seed=seed,
+        kind=case.kind,
+        case=case.describe(),
+        truth=truth.to_dict(),
+        got=got,
+        problems=[] if truth.ambiguous else judge(truth, got),
+        ambiguous=truth.ambiguous,
+        ranks=len(analysis.summary.ranks_loaded),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def run(seeds: Iterable[int], workers: int = 1) -> list[Outcome]:
+    seeds = list(seeds)
+    if workers <= 1:
+        return [run_case(s) for s in seeds]
+    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=20) as pool:
+        return list(pool.imap(run_case, seeds, chunksize=1))
+
+
+def _status_root(d: dict[str, Any], root_key: str) -> str:
+    return f"{d['status']}/{d.get(root_key) or '-'}"
+
+
+def render(outcomes: Sequence[Outcome]) -> str:
+    judged = [o for o in outcomes if o.ambiguous is None]
+    right = sum(o.right for o in judged)
+    lines = [
+        f"fault campaign: {len(outcomes)} cases, {len(judged)} judged, "
+        f"{len(outcomes) - len(judged)} ambiguous by construction",
+        f"right: {right}/{len(judged)} = {100 * right / max(len(judged), 1):.1f}%",
+        "",
+    ]
+    kinds = sorted({o.kind for o in outcomes})
+    rows = []
+    for kind in kinds:
+        mine = [o for o in outcomes if o.kind == kind]
+        ok = [o for o in mine if o.ambiguous is None]
+        rows.append(
+            [
+                kind,
+                len(mine),
+                sum(o.right for o in ok),
+                sum(not o.right for o in ok),
+                len(mine) - len(ok),
+                f"{100 * sum(o.right for o in ok) / max(len(ok), 1):.0f}%",
+            ]
+        )
+    lines.append(
+        tabulate(
+            rows,
+            headers=["fault kind", "cases", "right", "wrong", "ambiguous", "share"],
+            disable_numparse=True,
+        )
+    )
+    confusion: Counter[tuple[str, str, str]] = Counter()
+    for o in judged:
+        confusion[(o.kind, _status_root(o.truth, "root"), _status_root(o.got, "root"))] += 1
+    lines += ["", "Confusion (fault kind, right answer -> fr-analyze's answer: cases):"]
+    lines.append(
+        tabulate(
+            [[k, want, got, n, "" if want == got else "<--"] for (k, want, got), n in sorted(
+                confusion.items()
+            )],
+            headers=["fault kind", "right answer", "fr-analyze", "cases", ""],
+            disable_numparse=True,
+        )
+    )
+    wrong = [o for o in judged if not o.right]
+    if wrong:
+        lines += ["", f"Wrong ({len(wrong)}):"]
+        for o in wrong:
+            lines.append(f"  seed {o.seed}: {o.case}")
+            lines.append(f"    want: {Truth(**_truth_args(o.truth)).describe()}")
+            lines.append(f"    got:  {o.got['answer'][:300]}")
+            lines.append(f"    differs: {'; '.join(o.problems)}")
+    ambiguous = [o for o in outcomes if o.ambiguous is not None]
+    if ambiguous:
+        reasons = Counter(o.ambiguous or "" for o in ambiguous)
+        lines += ["", "Ambiguous by construction (not judged):"]
+        lines += [f"  {n} x {reason}" for reason, n in reasons.most_common()]
+    slowest = max(outcomes, key=lambda o: o.seconds, default=None)
+    if slowest is not None:
+        total = sum(o.seconds for o in outcomes)
+        lines += [
+            "",
+            f"time: {total:.0f} s of analysis+simulation in all; slowest case seed "
+            f"{slowest.seed} ({slowest.ranks} ranks) {slowest.seconds:.1f} s",
+        ]
+    return "\n".join(lines)
+
+
+def _truth_args(d: dict[str, Any]) -> dict[str, Any]:
+    args = dict(d)
+    args["culprits"] = tuple(args.get("culprits") or ())
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=DEFAULT_CASES, help="number of cases")
+    parser.add_argument("--first", type=int, default=0, help="seed of the first case")
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="processes (default: cores)"
+    )
+    parser.add_argument("--out", type=Path, help="also write every outcome as JSON here")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    outcomes = run(range(args.first, args.first + args.cases), args.workers)
+    print(render(outcomes))
+    print(f"wall time {time.perf_counter() - started:.0f} s with {args.workers} worker(s)")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(
+            json.dumps(
+                {"schema": SCHEMA, "outcomes": [asdict(o) for o in outcomes]}, indent=1
+            )
+            + "\n"
+        )
+    judged = [o for o in outcomes if o.ambiguous is None]
+    return 0 if judged and all(o.right for o in judged) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

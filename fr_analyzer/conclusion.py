@@ -1,0 +1,184 @@
+"""The one answer: status, root cause, and how every finding relates to it.
+
+This is the only place that decides. The text and JSON reports, the database, the timeline's
+markers and the exit code all read the `Conclusion`; none of them re-decides.
+
+- Status: `desync` when ranks disagree (a mismatch, a rank that skipped an op and went on,
+  collectives issued in different orders); `hung` when they agree but something stopped (a rank
+  that never arrived, a dead rank, an op stuck on a device or the network); `slow` when every op
+  completed but one rank held the others up; `incomplete` when the only problems are with the
+  dumps themselves; `ok` otherwise, including ops that were simply in flight when the dumps were
+  taken.
+- Every finding is the root itself, a symptom the root explains (its culprits are the root's
+  ranks or wait for them, directly or not), independent of it, or, when nothing is stuck, ops
+  that were in flight.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .ages import Age
+from .diagnosis import Diagnosis, RootCause, RootKind, Timing
+from .groups import GroupTable
+from .matching import MatchResult
+from .model import INPUT_KINDS, DumpSummary, Finding, FindingKind, Status
+from .ranks import agree, label
+
+IN_FLIGHT_KINDS = frozenset(
+    {FindingKind.NOT_JOINED, FindingKind.STATE_MISMATCH, FindingKind.P2P_UNMATCHED}
+)
+"""Findings that ops still running when the dumps were taken also produce."""
+
+
+class Role(enum.StrEnum):
+    ROOT = "root"  # states the root cause (or is its evidence: the dead rank's missing dump)
+    SYMPTOM = "symptom"  # explained by the root cause
+    INDEPENDENT = "independent"  # not explained by it
+    IN_FLIGHT = "in_flight"  # not a problem: ops were still running when the dumps were taken
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A finding and its relation to the root cause."""
+
+    finding: Finding
+    role: Role
+    link: str  # how the root explains it, or why it is not a problem; "" when independent
+
+    @property
+    def explained(self) -> bool:
+        return self.role in (Role.ROOT, Role.SYMPTOM)
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """The answer every renderer prints and the exit code follows."""
+
+    status: Status
+    answer: str  # one short paragraph, the first thing anyone reads
+    root: RootCause | None
+    findings: tuple[Judged, ...]  # root first, then symptoms, independent, in flight
+    timing: Timing
+
+    @property
+    def root_finding(self) -> Finding | None:
+        return next((j.finding for j in self.findings if j.role == Role.ROOT), None)
+
+    def having(self, role: Role) -> list[Judged]:
+        return [j for j in self.findings if j.role == role]
+
+
+def conclude(
+    summary: DumpSummary,
+    findings: Sequence[Finding],
+    diagnosis: Diagnosis,
+    matches: MatchResult,
+    groups: GroupTable,
+) -> Conclusion:
+    units = matches.collectives
+    stats = (
+        f"{len(units.seq)} collectives and {len(matches.p2p.send_row)} send/recv pairs matched "
+        f"across {len(summary.ranks_loaded)} ranks in {len(groups.groups)} group(s)"
+    )
+    root = diagnosis.root_cause
+    timing = diagnosis.timing
+    judged = [_judge(f, root, diagnosis) for f in findings]
+    order = {Role.ROOT: 0, Role.SYMPTOM: 1, Role.INDEPENDENT: 2, Role.IN_FLIGHT: 3}
+    judged.sort(key=lambda j: order[j.role])  # stable: each role keeps the findings' order
+    status = _status(root, judged)
+    return Conclusion(
+        status, _answer(status, root, judged, timing, summary, stats), root, tuple(judged), timing
+    )
+
+
+def _status(root: RootCause | None, judged: list[Judged]) -> Status:
+    if root is not None:
+        if root.kind == RootKind.STRAGGLER:
+            return Status.SLOW
+        if root.kind in (RootKind.MISMATCH, RootKind.DEADLOCK) or root.deviates:
+            return Status.DESYNC
+        return Status.HUNG
+    independent = [j.finding for j in judged if j.role == Role.INDEPENDENT]
+    if any(f.kind not in INPUT_KINDS for f in independent):
+        return Status.DESYNC
+    if independent:
+        return Status.INCOMPLETE
+    return Status.OK
+
+
+def _judge(f: Finding, root: RootCause | None, diagnosis: Diagnosis) -> Judged:
+    if root is None:
+        if f.kind in IN_FLIGHT_KINDS and not diagnosis.timing.hung:
+            return Judged(f, Role.IN_FLIGHT, "ops still running when the dumps were taken")
+        return Judged(f, Role.INDEPENDENT, "")
+    roots = set(root.ranks)
+    culprits = set(f.culprit_ranks)
+    if root.finding is not None and f is root.finding:
+        return Judged(f, Role.ROOT, "the root cause")
+    same_place = (
+        f.group is not None
+        and root.group is not None
+        and f.group.uid == root.group.uid
+        and (
+            (f.collective_seq_id is not None and f.collective_seq_id == root.collective_seq_id)
+            or (f.p2p_seq_id is not None and f.p2p_seq_id == root.p2p_seq_id)
+        )
+    )
+    if same_place and culprits == roots and root.finding is None:
+        return Judged(f, Role.ROOT, "the root cause")
+    if f.kind in INPUT_KINDS and f.kind != FindingKind.MALFORMED_ENTRY and culprits <= roots:
+        return Judged(f, Role.ROOT, f"{label(roots)} is the root cause")
+    if culprits and culprits <= roots:
+        return Judged(f, Role.SYMPTOM, f"the root's {agree(roots, 'rank', 'ranks')} again")
+    behind = diagnosis.behind_root
+    if culprits and culprits <= roots | behind:
+        waiting = sorted(culprits - roots)
+        how = (
+            "stuck in the op it disagrees in, or waiting for ranks that are"
+            if root.kind == RootKind.MISMATCH
+            else f"waiting, directly or not, for {label(roots)}"
+        )
+        return Judged(
+            f, Role.SYMPTOM, f"{label(waiting)} {agree(waiting, 'is', 'are')} held up: {how}"
+        )
+    if same_place:
+        return Judged(f, Role.SYMPTOM, "the same op as the root cause")
+    return Judged(f, Role.INDEPENDENT, "")
+
+
+def _answer(
+    status: Status,
+    root: RootCause | None,
+    judged: list[Judged],
+    timing: Timing,
+    summary: DumpSummary,
+    stats: str,
+) -> str:
+    head = status.value.upper()
+    if root is not None:
+        text = f"{head}. {root.sentence}"
+        if status == Status.HUNG and timing.age == Age.UNKNOWN:
+            text += " (How long the ops had waited is unknown: see timing.)"
+        return text
+    independent = [j.finding for j in judged if j.role == Role.INDEPENDENT]
+    if status == Status.DESYNC:
+        first = independent[0]
+        return f"{head}. {first.kind.value}: {first.detail}."
+    if status == Status.INCOMPLETE:
+        what = "; ".join(f"{f.kind.value}: {f.detail}" for f in independent[:3])
+        return (
+            f"{head}. Nothing in the loaded dumps is stuck or disagrees, but the dumps are "
+            f"incomplete ({what}), so a problem on those ranks cannot be ruled out."
+        )
+    text = f"{head}. No desync and nothing stuck: {stats}."
+    in_flight = [j for j in judged if j.role == Role.IN_FLIGHT]
+    if timing.blocked_ranks:
+        text += f" {timing.note[0].upper()}{timing.note[1:]}."
+    elif in_flight:
+        text += f" {len(in_flight)} finding(s) are ops that were in flight."
+    if summary.ranks_missing:
+        text += f" No dump for {label(summary.ranks_missing)}."
+    return text

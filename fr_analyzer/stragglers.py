@@ -1,0 +1,230 @@
+"""Slow, not hung: the rank that made the others wait, in a job whose ops all completed.
+
+Lateness is measured on each rank's own clock, so host clock offsets do not matter: at a
+collective every member completes together, so a member that arrived late waited less between
+enqueueing the op and its completion than the first arrival did; its lateness is the longest
+wait of the members minus its own. (gloo records no completion time; its collectives are
+synchronous, so a collective ends when its first member goes on to enqueue its next op.)
+
+Two shapes of slowness:
+- a *stall*: one rank reached one collective seconds after its peers. Lateness cascades: the
+  ranks that waited for it reach their next collectives of other groups late too. A late
+  arrival is *explained* when the rank's previous op kept it waiting about as long; the root is
+  the first late arrival that nothing explains.
+- a *straggler*: one rank arrives last at most collectives (median lateness well above its
+  peers').
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .dumps import EntryTable, rank_starts
+from .groups import GroupTable
+from .matching import MatchResult
+from .model import Group, UnitKind
+from .ranks import label
+
+_MEDIAN_CHUNK = 1 << 22  # values gathered at once per partition
+EXPLAINED_SHARE = 0.5  # a previous wait of at least this share of the lateness explains it
+
+
+@dataclass(frozen=True)
+class Slowness:
+    """The rank that held the others up, where, and by how much."""
+
+    rank: int
+    group: Group
+    collective_seq_id: int | None  # None for a consistent straggler (many collectives)
+    op: str
+    lateness_s: float
+    stall: bool  # one late arrival (a stall) rather than a consistent straggler
+    evidence: tuple[str, ...]
+    p2p_seq_id: int | None = None  # a stall before a send/recv: its p2p seq id on the rank
+
+
+def find(
+    t: EntryTable, groups: GroupTable, m: MatchResult, straggler_ms: float, stall_ms: float
+) -> Slowness | None:
+    """A stall if there is one, else a consistent straggler, else None."""
+    lateness = _lateness(t, m)
+    if lateness is None:
+        return None
+    return _stall(t, groups, m, lateness, stall_ms) or _straggler(
+        t, groups, m, lateness, straggler_ms
+    )
+
+
+@dataclass(frozen=True)
+class _Lateness:
+    rows: npt.NDArray[np.int64]  # head rows of complete, passed collectives, in table order
+    wait_ns: npt.NDArray[np.float64]  # completion minus enqueue, own clock
+    late_ms: npt.NDArray[np.float64]  # the unit's longest wait minus this row's
+    previous_wait_ns: npt.NDArray[np.float64]  # the same rank's previous op's wait (NaN: none)
+
+
+def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
+    units = m.collectives
+    if not t.n:
+        return None
+    heads = (t.unit == UnitKind.COLLECTIVE) | (t.unit == UnitKind.BLOCK_MARKER)
+    heads |= (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
+    heads |= t.unit == UnitKind.BATCH_MARKER
+    head_rows = np.flatnonzero(heads & m.done & (t.t_created >= 0))
+    if len(head_rows) < 2:
+        return None
+    # Completion: recorded (own clock); else (gloo) the collective ended when its first member
+    # went on to enqueue its next op: members of a synchronous collective leave it together.
+    unit_all = units.entry_unit[head_rows]
+    # A batched send/recv's completion is its block's: the end marker holds it.
+    marker = t.marker[head_rows]
+    completion = t.t_completed[np.where(marker >= 0, marker, head_rows)].astype(np.int64)
+    same_rank_next = np.append(t.rank[head_rows][1:] == t.rank[head_rows][:-1], False)
+    next_created = np.where(same_rank_next, np.append(t.t_created[head_rows][1:], -1), -1)
+    missing = (completion < 0) & (unit_all >= 0)
+    if bool(missing.any()):
+        ends = np.full(len(units.seq), np.iinfo(np.int64).max, dtype=np.int64)
+        has_next = missing & (next_created >= 0)
+        np.minimum.at(ends, unit_all[has_next], next_created[has_next])
+        found = np.where(missing, ends[np.maximum(unit_all, 0)], -1)
+        found[found == np.iinfo(np.int64).max] = -1
+        completion = np.where(missing, found, completion)
+    # A completion taken from another rank's clock can precede the last arrival's enqueue
+    # by the hosts' clock offset: that rank waited about nothing.
+    wait = np.where(
+        completion >= 0, np.maximum(completion - t.t_created[head_rows], 0), -1
+    ).astype(np.float64)
+    wait[completion < 0] = np.nan
+    previous = np.concatenate([[np.nan], wait[:-1]])
+    previous[~np.concatenate([[False], same_rank_next[:-1]])] = np.nan
+
+    # Collective units, and each matched send/recv pair as a unit of two (ids after them).
+    n_units = len(units.seq)
+    pair = m.p2p.entry_pair[head_rows]
+    unit = np.where(unit_all >= 0, unit_all, np.where(pair >= 0, n_units + pair, -1))
+    full = units.passed & (units.ranks_present == units.ranks_expected) & (units.ranks_expected > 1)
+    full = np.concatenate([full, np.ones(len(m.p2p.send_row), dtype=bool)])
+    keep = (unit >= 0) & ~np.isnan(wait)
+    keep[keep] = full[unit[keep]]
+    rows, wait, previous, unit = head_rows[keep], wait[keep], previous[keep], unit[keep]
+    if len(rows) < 2:
+        return None
+    longest = np.full(len(full), -np.inf)
+    np.maximum.at(longest, unit, wait)
+    return _Lateness(rows, wait, (longest[unit] - wait) / 1e6, previous)
+
+
+def _stall(
+    t: EntryTable, groups: GroupTable, m: MatchResult, late: _Lateness, stall_ms: float
+) -> Slowness | None:
+    candidates = np.flatnonzero(late.late_ms >= stall_ms)
+    if not len(candidates):
+        return None
+    explained = ~np.isnan(late.previous_wait_ns[candidates]) & (
+        late.previous_wait_ns[candidates] / 1e6 >= EXPLAINED_SHARE * late.late_ms[candidates]
+    )
+    roots = candidates[~explained]
+    if not len(roots):
+        return None
+    # The first unexplained late arrival (by its own enqueue time), the latest one on a tie.
+    rows = late.rows[roots]
+    first = roots[np.lexsort((-late.late_ms[roots], t.t_created[rows]))[0]]
+    row = int(late.rows[first])
+    rank = int(t.rank[row])
+    late_s = float(late.late_ms[first]) / 1e3
+    unit = int(m.collectives.entry_unit[row])
+    if unit >= 0:
+        group = groups.groups[int(m.collectives.group[unit])]
+        unit_rows = m.collectives.unit_rows(unit)
+        waited = sorted(set(t.rank[unit_rows].tolist()) - {rank})
+        op, seq, p2p_seq = m.collectives.op[unit], int(m.collectives.seq[unit]), None
+        what = f"{op} #{seq}"
+    else:
+        pair = int(m.p2p.entry_pair[row])
+        other = int(m.p2p.recv_row[pair] if m.p2p.send_row[pair] == row else m.p2p.send_row[pair])
+        group = groups.groups[int(groups.entry_group[row])]
+        waited = [int(t.rank[other])]
+        name = t.profiling_names[int(t.pname[row])]
+        op, seq, p2p_seq = name.partition(":")[2] or name, None, int(t.p2p_seq[row])
+        what = f"{op} (p2p #{p2p_seq} on rank {rank})"
+    n_explained = int(explained.sum())
+    evidence = [
+        f"rank {rank} enqueued {what} of group {group.name!r} ({group.desc}) {late_s:.1f} s "
+        f"after the first of its peers; {label(waited)} waited for it",
+        "its own previous op did not keep it waiting, so the delay is its own (host stall: "
+        "compute, data loading, I/O, a pause)",
+        "measured on each rank's own clock (completion minus enqueue), so host clock offsets "
+        "do not distort it",
+    ]
+    if n_explained:
+        evidence.append(
+            f"{n_explained} later late arrival(s) on other ranks are explained: those ranks had "
+            "just waited as long in their previous op (the delay cascading)"
+        )
+    return Slowness(rank, group, seq, op, late_s, True, tuple(evidence), p2p_seq)
+
+
+def _straggler(
+    t: EntryTable, groups: GroupTable, m: MatchResult, late: _Lateness, straggler_ms: float
+) -> Slowness | None:
+    """The rank that arrives last, measured as how much shorter it waits than its peers."""
+    units = m.collectives
+    is_coll = units.entry_unit[late.rows] >= 0  # the schedule makes send/recv waits uneven
+    rows, late_ms = late.rows[is_coll], late.late_ms[is_coll]
+    if len(rows) < 2:
+        return None
+    rank = t.rank[rows]  # in rank order, as the table is
+    medians = _medians_by_rank(rank, late_ms)
+    if len(medians) < 2:
+        return None
+    worst = max(medians, key=lambda r: (medians[r], -r))
+    others = sorted(v for r, v in medians.items() if r != worst)
+    typical = others[len(others) // 2]
+    # Against the 90th percentile too: a whole pipeline stage that arrives last at the end of
+    # every step is the schedule, not a slow host.
+    high = others[min(len(others) - 1, (9 * len(others)) // 10)]
+    if medians[worst] < max(straggler_ms, 3 * max(typical, 1.0), 3 * max(high, 1.0)):
+        return None
+    samples = int((rank == worst).sum())
+    worst_units = units.entry_unit[rows[rank == worst]]
+    uid = Counter(units.group[worst_units].tolist()).most_common(1)[0][0]
+    group = groups.groups[int(uid)]
+    evidence = (
+        f"over {samples} completed collectives rank {worst} arrived a median "
+        f"{medians[worst]:.0f} ms after the first rank; the other ranks' median lateness is "
+        f"{typical:.1f} ms",
+        "measured from each rank's own clock (completion minus enqueue, i.e. how long it "
+        "waited for the others), so host clock offsets do not distort it",
+    )
+    return Slowness(worst, group, None, "", medians[worst] / 1e3, False, evidence)
+
+
+def _medians_by_rank(
+    rank: npt.NDArray[np.int32], values: npt.NDArray[np.float64]
+) -> dict[int, float]:
+    """The median of `values` per rank; `rank` is sorted.
+
+    Ranks with the same number of values are taken together as the rows of one 2-D array and
+    partitioned around the middle, not sorted: healthy jobs have few distinct counts, and even
+    one count per rank costs only a partition per rank."""
+    starts = rank_starts(rank)
+    counts = np.diff(np.append(starts, len(rank)))
+    medians = np.empty(len(starts), dtype=np.float64)
+    by_count = np.argsort(counts, kind="stable")
+    bounds = np.flatnonzero(np.diff(counts[by_count], prepend=-1, append=-1))
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        which = by_count[lo:hi]
+        count = int(counts[which[0]])
+        mid = [(count - 1) // 2, count // 2]
+        step = max(1, _MEDIAN_CHUNK // count)  # bounds the gathered block's size
+        for at in range(0, len(which), step):
+            part = which[at : at + step]
+            block = values[starts[part][:, None] + np.arange(count)]
+            block.partition(mid, axis=1)
+            medians[part] = (block[:, mid[0]] + block[:, mid[1]]) / 2
+    return dict(zip(rank[starts].tolist(), medians.tolist(), strict=True))

@@ -1,0 +1,471 @@
+"""The recorder simulator (tools/frsim): execution, faults, dumps, writers, truth, campaign."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import re
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools.frsim import faults
+from tools.frsim.campaign import CASE_KINDS, LAYOUTS, draw_case
+from tools.frsim.engine import NEVER
+from tools.frsim.layout import Layout, Role
+from tools.frsim.program import COLL_KINDS, Kind, Program, ProgramSpec
+from tools.frsim.recorder import RankDump
+from tools.frsim.sim import SimSpec, Simulation, simulate
+from tools.frsim.writers import (
+    Output,
+    dump_object,
+    json_bytes,
+    python_pickle,
+    torch_pickle,
+    write_dumps,
+)
+
+Dump = dict[str, Any]
+BASE = SimSpec(
+    layout=Layout(tp=2, pp=2, dp=2),
+    program=ProgramSpec(steps=2, micro_batches=3, barrier_every=2),
+    timeout_ms=5_000,
+    seed=3,
+)
+
+
+def _load(sim: Simulation, rank: int) -> Dump | None:
+    dump = sim.dump(rank)
+    return None if dump is None else pickle.loads(torch_pickle(dump))
+
+
+def _dumps(sim: Simulation) -> dict[int, Dump]:
+    out = {}
+    for rank in range(sim.world_size):
+        loaded = _load(sim, rank)
+        if loaded is not None:
+            out[rank] = loaded
+    return out
+
+
+def _unit(program: Program, **where: Any) -> int:
+    """The first unit of `program` whose attributes match `where` (role, kind, site, step)."""
+    for u in range(len(program)):
+        if all(getattr(program, name)[u] == value for name, value in where.items()):
+            return u
+    raise LookupError(where)
+
+
+def _by_seq(dump: Dump, group: str) -> dict[int, list[Dump]]:
+    out: dict[int, list[Dump]] = defaultdict(list)
+    for e in dump["entries"]:
+        if e["process_group"][0] != group or e["is_p2p"]:
+            continue
+        if e["profiling_name"] != "nccl:coalesced" or not _is_batch_marker(dump, e):
+            out[e["collective_seq_id"]].append(e)
+    return out
+
+
+def _is_batch_marker(dump: Dump, marker: Dump) -> bool:
+    """A batched p2p block's end marker: the entry before it is a p2p member of the block."""
+    i = dump["entries"].index(marker)
+    return i > 0 and bool(dump["entries"][i - 1]["is_p2p"])
+
+
+@pytest.fixture(scope="module")
+def healthy() -> Simulation:
+    return simulate(BASE)
+
+
+@pytest.fixture(scope="module")
+def healthy_dumps(healthy: Simulation) -> dict[int, Dump]:
+    return _dumps(healthy)
+
+
+# --- healthy execution -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+@pytest.mark.parametrize("shape", [(2, 2, 2), (1, 4, 2), (4, 1, 2), (2, 4, 1)])
+def test_healthy_job_completes_every_op(
+    shape: tuple[int, int, int], backend: str, batched: bool
+) -> None:
+    program = ProgramSpec(steps=2, micro_batches=4, backend=backend, batched_p2p=batched)  # type: ignore[arg-type]
+    sim = simulate(replace(BASE, layout=Layout(*shape), program=program))
+    assert not sim.hung
+    for times in sim.times:
+        assert all(c != NEVER for c in times.comp)
+        assert list(times.enq) == sorted(times.enq)
+        assert all(r >= e for r, e in zip(times.ready, times.enq, strict=True))
+        assert list(times.comp) == sorted(times.comp)
+
+
+def test_healthy_seq_ids_are_consecutive(healthy_dumps: dict[int, Dump]) -> None:
+    for dump in healthy_dumps.values():
+        entries = dump["entries"]
+        assert [e["record_id"] for e in entries] == list(range(len(entries)))
+        groups = {e["process_group"][0] for e in entries}
+        for group in groups:
+            mine = [e for e in entries if e["process_group"][0] == group]
+            assert [e["op_id"] for e in mine] == list(range(1, len(mine) + 1))
+            coll = sorted({e["collective_seq_id"] for e in mine if not e["is_p2p"]} - {0})
+            assert coll == list(range(1, len(coll) + 1))
+            p2p = sorted({e["p2p_seq_id"] for e in mine if e["is_p2p"]})
+            assert p2p == list(range(1, len(p2p) + 1))
+
+
+def test_healthy_sends_match_recvs(healthy: Simulation, healthy_dumps: dict[int, Dump]) -> None:
+    layout = healthy.spec.layout
+    channels: Counter[tuple[str, int, int, str]] = Counter()
+    pattern = re.compile(r"nccl:(send|recv) (\d+)(->|<-)(\d+)")
+    for rank, dump in healthy_dumps.items():
+        for e in dump["entries"]:
+            if not e["is_p2p"]:
+                continue
+            found = pattern.fullmatch(e["profiling_name"])
+            assert found is not None
+            op, me, _, peer = found.groups()
+            members = layout.group(int(e["process_group"][0])).ranks
+            assert members[int(me)] == rank
+            src, dst = (rank, members[int(peer)])[:: 1 if op == "send" else -1]
+            channels[(e["process_group"][0], src, dst, op)] += 1
+            assert e["input_sizes"] == e["output_sizes"]
+    assert channels
+    for (name, src, dst, op), count in channels.items():
+        other = "recv" if op == "send" else "send"
+        assert channels[(name, src, dst, other)] == count
+
+
+def test_healthy_end_dumps_have_every_op_completed(
+    healthy: Simulation, healthy_dumps: dict[int, Dump]
+) -> None:
+    for rank, dump in healthy_dumps.items():
+        program = healthy.programs[rank]
+        assert len(dump["entries"]) == program.ecum[-1]
+        for e in dump["entries"]:
+            member = e["state"] == "scheduled" and not e["retired"]
+            assert e["state"] == "completed" or member
+        markers = [e for e in dump["entries"] if e["state"] == "completed"]
+        assert markers
+        for status in dump["pg_status"].values():
+            assert status["last_enqueued_collective"] >= status["last_completed_collective"]
+    assert healthy.truth.status == "ok"
+
+
+def test_healthy_mid_dumps_are_inside_the_run() -> None:
+    sim = simulate(replace(BASE, dump="mid", timing=True, skew_s=0.001))
+    assert not sim.hung
+    states: Counter[str] = Counter()
+    for rank, dump in _dumps(sim).items():
+        assert len(dump["entries"]) < sim.programs[rank].ecum[-1]
+        states.update(e["state"] for e in dump["entries"])
+    assert states["completed"] and (states["started"] or states["scheduled"])
+
+
+def test_ring_buffer_keeps_the_newest(healthy: Simulation) -> None:
+    sim = simulate(replace(BASE, capacity=25))
+    for rank, dump in _dumps(sim).items():
+        entries = dump["entries"]
+        total = sim.programs[rank].ecum[-1]
+        assert len(entries) == 25
+        assert [e["record_id"] for e in entries] == list(range(total - 25, total))
+        full = _load(healthy, rank)
+        assert full is not None
+        tail = full["entries"][-25:]
+        keys = ("profiling_name", "collective_seq_id", "p2p_seq_id", "op_id", "input_sizes")
+        assert [[e[k] for k in keys] for e in entries] == [[e[k] for k in keys] for e in tail]
+
+
+# --- writers ---------------------------------------------------------------------------------
+
+
+def test_same_seed_gives_identical_files(tmp_path: Path) -> None:
+    spec = replace(BASE, fault=faults.stop_host(5, 30), timing=True)
+    for fmt, compress in (("torch", False), ("pickle", True), ("json", False)):
+        output = Output(fmt=fmt, gzip=compress, pattern="rank_{rank}.x")  # type: ignore[arg-type]
+        first = write_dumps(simulate(spec), tmp_path / f"a-{fmt}", output)
+        second = write_dumps(simulate(spec), tmp_path / f"b-{fmt}", output)
+        assert [p.name for p in first] == [p.name for p in second]
+        for a, b in zip(first, second, strict=True):
+            assert a.read_bytes() == b.read_bytes()
+
+
+def test_torch_layout_loads_to_what_python_pickle_wrote(healthy: Simulation) -> None:
+    spec = replace(BASE, fault=faults.gpu_stuck_in(3, 20), timing=True, capacity=60)
+    for sim in (healthy, simulate(spec)):
+        for rank in range(sim.world_size):
+            dump = sim.dump(rank)
+            assert dump is not None
+            torch_bytes = torch_pickle(dump)
+            assert torch_bytes[:2] == b"\x80\x02" and b"\x95" not in torch_bytes[:3]
+            assert pickle.loads(torch_bytes) == pickle.loads(python_pickle(dump))
+            assert pickle.loads(torch_bytes) == dump_object(dump)
+
+
+def test_json_carries_the_pickle_data(healthy: Simulation) -> None:
+    sim = simulate(replace(BASE, fault=faults.gpu_stuck_before(2, 20), timing=True))
+    for rank in (0, 2, 7):
+        dump = sim.dump(rank)
+        assert dump is not None
+        from_pickle = pickle.loads(python_pickle(dump))
+        from_json = json.loads(json_bytes(dump))
+        # the documented differences of _dump_fr_trace_json
+        assert from_json.pop("nccl_comm_state") == {}
+        for status in from_pickle["pg_status"].values():
+            for key, value in status.items():
+                status[key] = str(value)
+        for e in from_pickle["entries"]:
+            e.pop("frames")
+            e["process_group"] = list(e["process_group"])
+            for key in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+                e[key] = e[key] or 0
+        assert from_json == from_pickle
+    raw = json_bytes(sim.dump(0))  # type: ignore[arg-type]
+    assert raw.startswith(b'{"comm_lib_version":"2.21.5","entries":[{"collective_seq_id":1')
+
+
+def test_file_names_and_gzip(tmp_path: Path) -> None:
+    output = Output(
+        fmt="json", gzip=True, pattern="nccl_trace_rank_container-node{host:02d}_{rank}"
+    )
+    spec = replace(BASE, layout=Layout(tp=4, pp=2, dp=2))
+    paths = write_dumps(simulate(spec), tmp_path, output, workers=2)
+    assert [p.name for p in paths][8:10] == [
+        "nccl_trace_rank_container-node01_8.gz",
+        "nccl_trace_rank_container-node01_9.gz",
+    ]
+    loaded = json.loads(gzip.decompress(paths[9].read_bytes()))
+    assert loaded["version"] == "2.10" and "entries" in loaded
+
+
+def test_empty_json_dump_has_no_entries_key() -> None:
+    dump = RankDump(0, "2.10", [], "", [], [])
+    assert "entries" not in json.loads(json_bytes(dump))
+    assert pickle.loads(torch_pickle(dump)) == dump_object(dump)
+
+
+# --- hangs and faults --------------------------------------------------------------------------
+
+
+def test_hang_dump_waits_for_the_timeout() -> None:
+    sim = simulate(replace(BASE, fault=faults.stop_host(6, 25), skew_s=0.5))
+    assert sim.hung
+    timeout = BASE.timeout_ms * 1_000_000
+    first = sim.first_dumper
+    times = sim.times[first]
+    oldest = times.completed()
+    first_dump = sim.dump_times[first]
+    assert first_dump is not None
+    assert first_dump >= times.enq[oldest] + timeout
+    assert first_dump < times.enq[oldest] + timeout + BASE.poll_ms * 1_000_000
+    for rank, when in enumerate(sim.dump_times):
+        stuck = sim.times[rank].completed()
+        if when is None or stuck >= len(sim.times[rank].enq):
+            continue
+        assert first_dump <= when <= first_dump + 500_000_000
+        if sim.times[rank].enq[stuck] != NEVER:
+            assert first_dump <= sim.times[rank].enq[stuck] + timeout + 100_000_000
+
+
+def test_crash_writes_no_dump(tmp_path: Path) -> None:
+    program = simulate(BASE).job.clean_program(5)
+    unit = _unit(program, role=Role.WORLD, site="loss", step=1)
+    sim = simulate(replace(BASE, fault=faults.crash(5, unit)))
+    assert sim.dump(5) is None
+    names = {p.name for p in write_dumps(sim, tmp_path, Output())}
+    assert "nccl_trace_rank_5" not in names and len(names) == 7
+    assert sim.hung
+    assert sim.times[5].enqueued() == unit
+    assert sim.truth.root == "dead_rank" and sim.truth.culprits == (5,)
+
+
+def test_stop_host_rank_lacks_the_op_its_peers_recorded() -> None:
+    program = simulate(BASE).job.clean_program(5)
+    unit = _unit(program, role=Role.TP, site="mlp_fwd", step=1)
+    sim = simulate(replace(BASE, fault=faults.stop_host(5, unit)))
+    truth = sim.truth
+    assert (truth.status, truth.root, truth.culprits) == ("hung", "not_joined", (5,))
+    assert truth.ambiguous is None and truth.group is not None and truth.seq is not None
+    dumps = _dumps(sim)
+    peer = 4  # rank 5's tp peer
+    assert truth.seq in _by_seq(dumps[peer], truth.group)
+    assert truth.seq not in _by_seq(dumps[5], truth.group)
+    assert max(_by_seq(dumps[5], truth.group)) == truth.seq - 1
+    entry = _by_seq(dumps[peer], truth.group)[truth.seq][0]
+    assert entry["profiling_name"] == truth.op == "nccl:all_reduce"
+    assert entry["state"] == "scheduled" and not entry["retired"]
+
+
+def test_stop_host_at_a_recv_names_the_waiting_sender() -> None:
+    program = simulate(BASE).job.clean_program(5)
+    unit = _unit(program, kind=Kind.RECV, step=1)
+    sim = simulate(replace(BASE, fault=faults.stop_host(5, unit)))
+    truth = sim.truth
+    assert truth.seq_kind == "p2p" and truth.seq_rank == 1 and truth.culprits == (5,)
+    dump = _load(sim, 1)
+    assert dump is not None
+    waiting = [e for e in dump["entries"] if e["is_p2p"] and e["p2p_seq_id"] == truth.seq]
+    assert waiting and waiting[0]["profiling_name"] == truth.op == "nccl:send 0->1"
+    assert waiting[-1]["state"] != "completed"
+
+
+@pytest.mark.parametrize("timing", [True, False])
+def test_gpu_stuck_in(timing: bool) -> None:
+    program = simulate(BASE).job.clean_program(3)
+    unit = _unit(program, role=Role.WORLD, site="grad_norm", step=1)
+    sim = simulate(replace(BASE, fault=faults.gpu_stuck_in(3, unit), timing=timing))
+    truth = sim.truth
+    assert (truth.root, truth.culprits, truth.group, truth.ambiguous) == (
+        "stuck_collective",
+        (3,),
+        "0",
+        None,
+    )
+    assert sim.times[3].comp[unit] == NEVER
+    for rank, dump in _dumps(sim).items():
+        entry = _by_seq(dump, "0")[truth.seq or 0][0]
+        if rank == 3:
+            assert entry["state"] == ("started" if timing else "scheduled")
+            assert not entry["retired"] and entry["time_discovered_completed_ns"] is None
+            assert (entry["time_discovered_started_ns"] is not None) == timing
+        else:
+            assert entry["state"] == "completed"
+            assert entry["retired"] or entry["time_discovered_completed_ns"] is not None
+
+
+def test_gpu_stuck_before_leaves_the_op_scheduled_and_peers_started() -> None:
+    program = simulate(BASE).job.clean_program(3)
+    unit = _unit(program, role=Role.DP, kind=Kind.COALESCED, step=0)
+    sim = simulate(replace(BASE, fault=faults.gpu_stuck_before(3, unit), timing=True))
+    truth = sim.truth
+    assert truth.root == "stuck_collective" and truth.ambiguous is None
+    dumps = _dumps(sim)
+    dp_peer = 1
+    mine = _by_seq(dumps[3], truth.group or "")[truth.seq or 0]
+    theirs = _by_seq(dumps[dp_peer], truth.group or "")[truth.seq or 0]
+    assert mine[-1]["profiling_name"] == "nccl:coalesced" and mine[-1]["state"] == "scheduled"
+    assert theirs[-1]["state"] == "started"
+    off = simulate(replace(sim.spec, timing=False))
+    assert off.truth.ambiguous is not None and "timing" in off.truth.ambiguous
+
+
+def test_skip_world_collective_blocks_in_a_subgroup() -> None:
+    """r skips the world grad-norm all_reduce, goes on to a DP collective and blocks there
+    while its DP peers block in the world collective waiting for it."""
+    spec = replace(
+        BASE, layout=Layout(tp=1, pp=1, dp=4), program=replace(BASE.program, backend="gloo")
+    )
+    program = simulate(spec).job.clean_program(2)
+    unit = _unit(program, role=Role.WORLD, site="grad_norm", step=0)
+    sim = simulate(replace(spec, fault=faults.skip(2, unit)))
+    truth = sim.truth
+    assert (truth.status, truth.root, truth.culprits, truth.group) == (
+        "desync",
+        "not_joined",
+        (2,),
+        "0",
+    )
+    assert truth.seq == program.cseq[unit] and truth.ambiguous is None
+    dumps = _dumps(sim)
+    assert truth.seq not in _by_seq(dumps[2], "0")
+    assert dumps[2]["entries"][-1]["process_group"] == ("1", "dp")  # blocked there
+    for peer in (0, 1, 3):
+        entry = _by_seq(dumps[peer], "0")[truth.seq][0]
+        assert entry["retired"]  # gloo: failed at its timeout, retired anyway
+        assert entry["state"] == "scheduled"
+
+
+def test_mismatch_and_p2p_mismatch_truth() -> None:
+    program = simulate(BASE).job.clean_program(6)
+    unit = _unit(program, kind=Kind.COALESCED, role=Role.TP, step=-1)
+    sim = simulate(replace(BASE, fault=faults.mismatch(6, unit, "size", member=1)))
+    truth = sim.truth
+    assert (truth.root, truth.culprits, truth.op) == ("mismatch", (6,), "nccl:_broadcast_oop")
+    dumps = _dumps(sim)
+    mine = _by_seq(dumps[6], truth.group or "")[truth.seq or 0]
+    theirs = _by_seq(dumps[7], truth.group or "")[truth.seq or 0]
+    assert mine[1]["input_sizes"] != theirs[1]["input_sizes"]
+    assert mine[-1]["state"] == theirs[-1]["state"] == "scheduled"
+    batch = _unit(program, kind=Kind.BATCH, step=1)
+    sim = simulate(replace(BASE, fault=faults.p2p_mismatch(6, batch, "dtype")))
+    truth = sim.truth
+    assert (truth.seq_kind, truth.seq_rank, truth.culprits) == ("p2p", 6, (6,))
+    assert sim.hung
+
+
+def test_mismatch_that_completes_lets_the_job_finish() -> None:
+    program = simulate(BASE).job.clean_program(1)
+    unit = _unit(program, role=Role.WORLD, site="grad_norm", step=0)
+    sim = simulate(replace(BASE, fault=faults.mismatch(1, unit, "op", completes=True)))
+    assert not sim.hung and sim.truth.status == "desync"
+    assert all(c != NEVER for t in sim.times for c in t.comp)
+
+
+def test_stall_is_a_straggler_that_finishes() -> None:
+    program = simulate(BASE).job.clean_program(2)
+    unit = _unit(program, role=Role.TP, site="attn_fwd", step=1)
+    sim = simulate(replace(BASE, fault=faults.stall(2, unit, 0.4)))
+    assert not sim.hung
+    truth = sim.truth
+    assert (truth.status, truth.root, truth.lateness_s) == ("slow", "straggler", 0.4)
+    late = sim.times[2].enq[unit] - sim.times[3].enq[unit]
+    assert 0.35e9 < late < 0.45e9
+
+
+def test_gloo_records_no_p2p_and_breaks_pg_config() -> None:
+    spec = replace(BASE, program=replace(BASE.program, backend="gloo"), timing=True)
+    sim = simulate(spec)
+    for rank, dump in _dumps(sim).items():
+        assert dump["pg_config"] == {"": {"name": "", "desc": "", "ranks": "[]"}}
+        assert dump["comm_lib_version"] == ""
+        for e in dump["entries"]:
+            assert e["profiling_name"].startswith("gloo:")
+            assert not e["is_p2p"] and "send" not in e["profiling_name"]
+            assert e["state"] == "scheduled" and e["retired"]
+            assert e["time_discovered_started_ns"] is None and "duration_ms" not in e
+        assert not any(e["process_group"][1] == "pp" for e in dump["entries"])
+        for e in dump["entries"]:  # no p2p on these groups: op ids follow collective seq ids
+            assert e["op_id"] == e["collective_seq_id"] and e["p2p_seq_id"] == 0
+        assert all(s["last_started_collective"] == -1 for s in dump["pg_status"].values())
+        # send/recv still take op ids (one per op of a batch, no marker), seen in the program
+        program = sim.programs[rank]
+        pp_units = program.units_on(Role.PP, collective=False)
+        assert pp_units and all(program.nent[u] == 0 for u in pp_units)
+        ops = [program.opid[u] for u in pp_units]
+        sizes = [program.mstart[u + 1] - program.mstart[u] for u in pp_units]
+        assert ops == [1 + sum(sizes[:i]) for i in range(len(ops))]
+        assert any(program.kind[u] not in COLL_KINDS for u in range(len(program)))
+
+
+# --- campaign --------------------------------------------------------------------------------
+
+
+def test_draw_case_over_300_seeds() -> None:
+    cases = [draw_case(seed) for seed in range(300)]
+    assert {c.kind for c in cases} == set(CASE_KINDS)
+    assert {c.family for c in cases} == set(LAYOUTS)
+    assert {c.spec.backend for c in cases} == {"nccl", "gloo"}
+    assert {c.variant for c in cases} >= {"timing", "no-timing", "started", "scheduled"}
+    assert min(c.spec.layout.world_size for c in cases) == 8
+    assert max(c.spec.layout.world_size for c in cases) == 256
+    assert any(c.spec.capacity < 200 for c in cases)
+    assert draw_case(11).describe() == draw_case(11).describe()
+    # every small case simulates and yields a truth (the large ones: the campaign itself)
+    for case in cases:
+        if case.spec.layout.world_size <= 16:
+            truth = case.truth
+            assert (truth.status == "ok") == (case.spec.fault is None)
+            if case.spec.fault is not None:
+                assert truth.culprits == (case.spec.fault.rank,)
+
+
+def test_case_write(tmp_path: Path) -> None:
+    case = next(c for c in map(draw_case, range(100)) if c.kind == "crash")
+    paths = case.write(tmp_path)
+    assert len(paths) == case.spec.layout.world_size - 1
+    assert "truth:" in case.describe()

@@ -1,0 +1,330 @@
+"""A randomized fault campaign: `draw_case(seed)` is one deterministic simulated case.
+
+Each case draws a layout (TP x PP x DP, 8 to 256 ranks, from several families), a fault kind
+(every kind of faults.py, plus "healthy_end" and "healthy_mid"), a site (TP collective, TP
+gather, DP bucket, world collective, coalesced block, unbatched PP send/recv, batched PP
+block; early or late step), a variant (NCCL timing on/off; nccl, or gloo for faults that make
+sense without recorded p2p), the ring-buffer capacity (sometimes small, so buffers wrap), the
+timeout, the dump skew, and how the files are written (format, gzip, names). Programs are short
+(2-4 micro-batches, as many steps as give rank 0 100-300 entries), so a case simulates and writes
+in well under a second even at 256 ranks.
+
+    case = draw_case(7)
+    case.describe()          # one line
+    case.truth               # what a correct analyzer concludes
+    case.write(directory)    # the dump files
+
+`python -m tools.frsim.campaign --seeds 0:300 [--out DIR]` prints one line per case (and
+writes each case into DIR/<seed>/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+
+from .faults import ExtraOp, Fault, Field
+from .layout import Layout, Role
+from .program import (
+    COLL_KINDS,
+    Backend,
+    Catalog,
+    Kind,
+    Program,
+    ProgramSpec,
+    build_program,
+)
+from .sim import SimSpec, Simulation
+from .truth import Truth
+from .writers import NAMINGS, Format, Output, write_dumps
+
+LAYOUTS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "tp": ((8, 1, 1), (4, 1, 2)),
+    "dp": ((1, 1, 8), (1, 1, 32)),
+    "tp_dp": ((2, 1, 4), (4, 1, 4), (8, 1, 8), (8, 1, 32)),
+    "pp": ((1, 4, 2), (1, 2, 8), (1, 4, 16)),
+    "tp_pp": ((2, 4, 1), (4, 2, 1), (8, 4, 1)),
+    "3d": ((2, 2, 2), (2, 2, 4), (4, 2, 2), (4, 4, 4), (8, 4, 4), (2, 4, 8), (8, 2, 16)),
+}
+"""Layout families -> (tp, pp, dp) shapes, 8 to 256 ranks."""
+
+CASE_KINDS: tuple[str, ...] = (
+    "healthy_end",
+    "healthy_mid",
+    "stall",
+    "stop_host",
+    "crash",
+    "gpu_stuck_in",
+    "gpu_stuck_before",
+    "skip",
+    "extra",
+    "mismatch",
+    "p2p_mismatch",
+)
+GLOO_KINDS = frozenset(
+    {"healthy_end", "healthy_mid", "stall", "stop_host", "crash", "skip", "extra", "mismatch"}
+)
+"""Kinds that make sense without recorded p2p and without GPU streams (sites: collectives)."""
+
+_FORMATS: tuple[Format, ...] = ("torch", "torch", "pickle", "json")
+SITES: tuple[str, ...] = (
+    "tp_coll",
+    "tp_gather",
+    "dp_bucket",
+    "world",
+    "coalesced",
+    "pp_send",
+    "pp_recv",
+    "pp_batched",
+)
+
+
+def _steps_for(spec: ProgramSpec, layout: Layout, entries: int) -> int:
+    """Steps (2 to 40) that give rank 0 about `entries` entries."""
+    counts = []
+    for steps in (2, 4):
+        program = build_program(replace(spec, steps=steps), layout, 0, Catalog())
+        counts.append(program.ecum[-1])
+    per_step = max(1, (counts[1] - counts[0]) // 2)
+    base = counts[0] - 2 * per_step
+    return max(2, min(40, round((entries - base) / per_step)))
+
+
+def _site_of(program: Program, unit: int) -> str:
+    """The site category of a unit."""
+    kind, role, op = program.kind[unit], program.role[unit], program.op_name(unit)
+    if kind == Kind.SEND:
+        return "pp_send"
+    if kind == Kind.RECV:
+        return "pp_recv"
+    if kind == Kind.BATCH:
+        return "pp_batched"
+    if kind == Kind.COALESCED:
+        return "coalesced"
+    if role == Role.WORLD:
+        return "world"
+    if role == Role.DP:
+        return "dp_bucket"
+    return "tp_gather" if op in ("all_gather", "_all_gather_base") else "tp_coll"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One drawn case: the simulation spec, how its files are written, and labels."""
+
+    seed: int
+    spec: SimSpec
+    output: Output
+    family: str
+    kind: str
+    site: str
+    """Site category of the fault ("-" for healthy cases)."""
+    variant: str
+
+    @cached_property
+    def sim(self) -> Simulation:
+        return Simulation(self.spec)
+
+    @property
+    def truth(self) -> Truth:
+        return self.sim.truth
+
+    def describe(self) -> str:
+        s, lay = self.spec, self.spec.layout
+        fault = s.fault.describe() if s.fault is not None else "no fault"
+        out = self.output
+        files = f"{out.fmt}{'.gz' if out.gzip else ''} {out.name(0)}"
+        return (
+            f"seed {self.seed}: {self.family} tp{lay.tp}xpp{lay.pp}xdp{lay.dp} "
+            f"({lay.world_size} ranks) {s.backend} {self.variant} cap {s.capacity} "
+            f"timeout {s.timeout_ms / 1000:g}s skew {s.skew_s:.2f}s {files} | {self.kind} "
+            f"{self.site}: {fault} | truth: {self.truth.describe()}"
+        )
+
+    def write(self, directory: Path, workers: int = 1) -> list[Path]:
+        """Write the case's dump files into `directory`."""
+        return write_dumps(self.sim, directory, self.output, workers=workers)
+
+
+def _candidates(program: Program, kind: str, site: str, gloo: bool) -> list[int]:
+    """Units of `program` where fault `kind` can sit, in site category `site`."""
+    out = []
+    for u in range(len(program)):
+        if _site_of(program, u) != site:
+            continue
+        collective = program.kind[u] in COLL_KINDS
+        if (gloo or kind in ("gpu_stuck_in", "gpu_stuck_before", "mismatch")) and not collective:
+            continue
+        if kind == "p2p_mismatch" and collective:
+            continue
+        out.append(u)
+    return out
+
+
+def _pick_unit(rng: random.Random, program: Program, units: list[int]) -> int:
+    """Early (first step or setup) or late (last step), else anywhere."""
+    when = rng.choice(("early", "late", "any"))
+    last = max(program.step)
+    if when == "early":
+        chosen = [u for u in units if program.step[u] <= 0]
+    elif when == "late":
+        chosen = [u for u in units if program.step[u] == last]
+    else:
+        chosen = units
+    return rng.choice(chosen or units)
+
+
+def draw_case(seed: int) -> Case:
+    """A deterministic case for `seed`."""
+    rng = random.Random(seed)
+    kind = CASE_KINDS[rng.randrange(len(CASE_KINDS))]
+    families = sorted(LAYOUTS)
+    if kind == "p2p_mismatch":
+        families = [f for f in families if any(pp > 1 for _, pp, _ in LAYOUTS[f])]
+    family = rng.choice(families)
+    shapes = [s for s in LAYOUTS[family] if kind != "p2p_mismatch" or s[1] > 1]
+    tp, pp, dp = rng.choice(shapes)
+    layout = Layout(tp=tp, pp=pp, dp=dp)
+    backend: Backend = "gloo" if kind in GLOO_KINDS and rng.random() < 0.25 else "nccl"
+    timing = backend == "nccl" and rng.random() < 0.5
+    program = ProgramSpec(
+        steps=2,
+        micro_batches=rng.choice((2, 3, 4)),
+        backend=backend,
+        batched_p2p=rng.random() < 0.75,
+        tp_gather_every=rng.choice((0, 1, 2)),
+        uneven_every=rng.choice((0, 1, 2)),
+        dp_coalesced=rng.random() < 0.7,
+        dp_allreduce_coalesced=rng.random() < 0.5,
+        barrier_every=rng.choice((0, 0, 1, 2)),
+    )
+    program = replace(program, steps=_steps_for(program, layout, rng.randrange(100, 301)))
+    small = rng.random() < 0.25
+    spec = SimSpec(
+        layout=layout,
+        program=program,
+        timing=timing,
+        capacity=rng.randrange(40, 160) if small else 2000,
+        timeout_ms=rng.choice((5_000, 30_000, 600_000)),
+        queue_limit=rng.choice((16, 64, 64, 256)),
+        dump="mid" if kind == "healthy_mid" else "end",
+        # A watchdog makes the other ranks dump within a second or so of the first; a dump
+        # of a running gloo job is coordinated by the program and lands within milliseconds
+        # (gloo retires a failed op as it retires a completed one, so a rank dumped before
+        # it issued a collective its peers then finished looks exactly like a hang).
+        skew_s=round(rng.uniform(0.0005, 0.005), 4)
+        if backend == "gloo" and kind == "healthy_mid"
+        else round(rng.uniform(0.02, 2.0), 3),
+        seed=seed,
+        stack_traces=rng.random() < 0.9,
+    )
+    fmt: Format = rng.choice(_FORMATS)
+    if fmt == "json":
+        pattern = rng.choice((NAMINGS["rank_json"], NAMINGS["nccl_trace"]))
+    else:
+        pattern = NAMINGS[rng.choice(sorted(k for k in NAMINGS if k != "rank_json"))]
+    output = Output(fmt=fmt, gzip=rng.random() < 0.2, pattern=pattern)
+    variant = "gloo" if backend == "gloo" else ("timing" if timing else "no-timing")
+    if kind in ("healthy_end", "healthy_mid"):
+        return Case(seed, spec, output, family, kind, "-", variant)
+
+    # the fault: a rank, then a site category that its program has, then a unit
+    from .sim import Job
+
+    job = Job(spec)
+    rank = rng.randrange(layout.world_size)
+    clean = job.clean_program(rank)
+    sites = list(SITES)
+    rng.shuffle(sites)
+    if backend == "nccl" and layout.pp > 1 and rng.random() < 0.3:
+        # pipeline sites are 3 of 8 categories and fewer ranks have some: favour them
+        sites.sort(key=lambda name: not name.startswith("pp_"))
+    units: list[int] = []
+    site = "-"
+    for site in sites:
+        units = _candidates(clean, kind, site, backend == "gloo")
+        if units:
+            break
+    if not units:  # e.g. p2p_mismatch without pipeline parallelism: fall back to a mismatch
+        kind = "mismatch"
+        for site in sites:
+            units = _candidates(clean, kind, site, backend == "gloo")
+            if units:
+                break
+    unit = _pick_unit(rng, clean, units)
+    fault = _draw_fault(rng, kind, rank, unit, clean, spec)
+    if kind.startswith("gpu_stuck"):
+        variant = {
+            ("gpu_stuck_in", True): "started",
+            ("gpu_stuck_in", False): "timing-off",
+            ("gpu_stuck_before", True): "scheduled",
+            ("gpu_stuck_before", False): "timing-off",
+        }[(kind, timing)]
+    return Case(seed, replace(spec, fault=fault), output, family, kind, site, variant)
+
+
+def _draw_fault(
+    rng: random.Random, kind: str, rank: int, unit: int, program: Program, spec: SimSpec
+) -> Fault:
+    members = len(program.templates_of(unit)) - 1
+    member = rng.randrange(members) if program.kind[unit] in (Kind.BATCH, Kind.COALESCED) else 0
+    if kind == "stall":
+        # A stall of seconds (the analyzer's --stall-ms is 2 s), well inside the timeout.
+        seconds = round(rng.uniform(2.5, max(2.5, min(20.0, spec.timeout_ms / 2000))), 3)
+        repeat = rng.choice((1, 1, spec.program.steps))
+        return Fault("stall", rank, unit, seconds=seconds, repeat=repeat)
+    if kind == "extra":
+        roles = [r for r in (Role.WORLD, Role.TP, Role.DP) if program.group_sizes[r] > 1]
+        role = rng.choice(roles)
+        if role == Role.WORLD:
+            extra = ExtraOp()
+        else:
+            extra = ExtraOp(
+                role, "all_reduce", (rng.choice((1, 16, 1024)),), "Float", "debug_barrier"
+            )
+        return Fault("extra", rank, unit, extra=extra)
+    if kind == "mismatch":
+        field: Field = rng.choice(("size", "dtype", "op"))
+        if program.templates_of(unit)[member].op in ("all_reduce_barrier", "barrier"):
+            field = "op"  # a barrier's tensor is torch's own: only the op can differ
+        return Fault(
+            "mismatch",
+            rank,
+            unit,
+            field=field,
+            member=member,
+            completes=rng.random() < 0.2,
+        )
+    if kind == "p2p_mismatch":
+        return Fault("p2p_mismatch", rank, unit, field=rng.choice(("size", "dtype")), member=member)
+    if kind in ("stop_host", "crash", "gpu_stuck_in", "gpu_stuck_before", "skip"):
+        return Fault(kind, rank, unit)  # type: ignore[arg-type]
+    raise ValueError(f"unknown case kind {kind!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.frsim.campaign", description="Draw (and write) campaign cases."
+    )
+    parser.add_argument("--seeds", default="0:300", help="range start:stop (default 0:300)")
+    parser.add_argument("--out", type=Path, help="write each case into OUT/<seed>/")
+    args = parser.parse_args(argv)
+    start, stop = (int(x) for x in args.seeds.split(":"))
+    for seed in range(start, stop):
+        began = time.perf_counter()
+        case = draw_case(seed)
+        if args.out is not None:
+            case.write(args.out / str(seed))
+        line = case.describe()
+        print(f"{line}  [{time.perf_counter() - began:.2f}s]", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,431 @@
+"""Discrete-event execution of every rank's program: enqueue, start and completion times.
+
+Model (times in ns of true time; a rank's recorded clock adds its host's offset later):
+
+- Host. It spends each op's CPU time, then enqueues the op (`enq`). It runs ahead of the
+  device, except that (a) after a `sync` op it waits until that op completes (gloo: after
+  every op, collectives and send/recv alike), and (b) it never has more than `queue_limit`
+  enqueued-but-incomplete ops: it waits for the oldest (the stream completes in order, so the
+  oldest is op i - queue_limit). If what it waits for never completes, it stops: later ops are
+  never enqueued.
+- Device. One in-order stream per rank: `ready[i] = max(enq[i], comp[i-1] + compute before i)`.
+  The op starts at `ready[i]` (it *arrives* at its collective instance or p2p pairs then).
+- A collective instance (the k-th collective unit of every member on group g; a coalesced
+  block is one) completes for all members at max over members of ready + duration, plus a
+  per-rank jitter of up to 2 us, provided every member arrived and their records agree
+  (signature: op, sizes, dtypes), unless one member's op is `tolerant` (completes with garbage).
+- The n-th send a->b on group g pairs with the n-th recv on b from a (batched or not); the pair
+  is done at max of the two ready times + duration, if their sizes and dtypes agree. A p2p unit
+  (one send/recv, or a batched block) completes when all its pairs are done. A block arrives
+  as a whole at its ready time, so there is no circularity.
+- Faults (`EngineFault`): `stop_at` (host never enqueues that op or later), `crash_at` (the
+  process dies when it would enqueue that op, at `crash_time`: no later enqueue, no arrival at
+  or after that time, and an instance it is part of that would complete after that time never
+  completes), `stuck_in` (arrives, its peers complete, its own op never does), `stuck_before`
+  (enqueued, never starts).
+
+Resolution is a worklist fixpoint over ranks: each rank has a host cursor and a stream cursor
+and suspends on the first unresolved completion it needs; an instance completing wakes its
+members. What is unresolved at the end never completes (`NEVER`). Every value is a max/plus of
+values it depends on, so the order of the worklist does not change the result.
+
+Per-op state lives in flat `array('q')`s per rank (enq, ready, comp), never in per-op objects,
+so one rank's results can be shipped to a worker process that writes its file.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .faults import EngineFault
+from .layout import Layout
+from .program import Kind, Program
+
+NEVER = 1 << 62
+"""Time of an event that never happens (also: not yet resolved, during the run)."""
+WAKE_NS = 4_000
+"""Host latency between a completion and the host noticing it (a synchronize returning)."""
+_COLL = int(Kind.COLL)
+_COALESCED = int(Kind.COALESCED)
+
+
+@dataclass
+class RankTimes:
+    """One rank's results: per unit of its program, true times in ns (NEVER = never)."""
+
+    enq: array[int]
+    ready: array[int]
+    comp: array[int]
+    crash_time: int = NEVER
+    """When the process died (crash fault), else NEVER."""
+
+    def enqueued(self, until: int = NEVER - 1) -> int:
+        """Units enqueued at or before `until` (a prefix: enqueue times increase)."""
+        lo, hi = 0, len(self.enq)
+        enq = self.enq
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if enq[mid] <= until:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def completed(self, until: int = NEVER - 1) -> int:
+        """Units completed at or before `until` (a prefix: the stream completes in order)."""
+        lo, hi = 0, len(self.comp)
+        comp = self.comp
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if comp[mid] <= until:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def started(self, until: int) -> int:
+        """Units whose stream start (ready) is at or before `until` (a prefix)."""
+        lo, hi = 0, len(self.ready)
+        ready = self.ready
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ready[mid] <= until:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+_Context = tuple[
+    list[int],  # kind
+    list[int],  # role
+    list[int],  # cpu
+    list[int],  # dev
+    list[int],  # dur
+    list[bool],  # sync
+    list[int],  # sig
+    list[bool],  # tolerant
+    list[int],  # cseq
+    "array[int]",  # enq
+    "array[int]",  # ready
+    "array[int]",  # comp
+    int,  # rank factor
+    int,  # rank offset
+    tuple[int, int, int, int],  # binding
+    int,  # start
+    int,  # crash_at
+    int,  # before_at
+]
+
+
+class _Instance:
+    """A collective instance some members have arrived at."""
+
+    __slots__ = ("bad", "crasher", "dur", "left", "members", "ready", "sig", "tolerant")
+
+    def __init__(
+        self, size: int, ready: int, dur: int, sig: int, tolerant: bool, crasher: bool
+    ) -> None:
+        self.left = size - 1
+        """Members still to arrive."""
+        self.ready = ready
+        self.dur = dur
+        self.sig = sig
+        self.tolerant = tolerant
+        self.bad = False
+        """Two members' records disagree."""
+        self.crasher = crasher
+        self.members: list[int] = []
+        """(rank, unit) pairs, flattened."""
+
+
+class _Engine:
+    def __init__(
+        self,
+        layout: Layout,
+        programs: Sequence[Program],
+        faults: dict[int, EngineFault],
+        queue_limit: int,
+        gloo: bool,
+        seed: int,
+    ) -> None:
+        world = layout.world_size
+        if len(programs) != world:
+            raise ValueError(f"{len(programs)} programs for a world of {world}")
+        self.layout = layout
+        self.programs = programs
+        self.queue_limit = max(1, queue_limit)
+        self.gloo = gloo
+        rng = random.Random(seed * 1_000_003 + 17)
+        self.jit = [rng.randrange(256) for _ in range(1024)]
+        self.rank_factor = [rng.randrange(256) for _ in range(world)]
+        self.rank_offset = [rng.randrange(1024) for _ in range(world)]
+        self.start = [rng.randrange(2_000_000) for _ in range(world)]
+        self.bind = [layout.binding(r) for r in range(world)]
+        self.gsize = [layout.role_size(layout.role_of(gid)) for gid in range(layout.group_count)]
+        self.mylocal = [
+            (r, layout.coords(r).tp_index, layout.coords(r).dp_index, layout.coords(r).stage)
+            for r in range(world)
+        ]
+        self.stride = (1, 1, layout.tp, layout.tp * layout.dp)
+        self.enq = [array("q", [NEVER]) * len(p) for p in programs]
+        self.ready = [array("q", [NEVER]) * len(p) for p in programs]
+        self.comp = [array("q", [NEVER]) * len(p) for p in programs]
+        # per-rank cursors: host cursor, host time, unit the host waits for, host limit,
+        # stream cursor, arrived at the stream cursor, stream dead
+        self.state: list[list[int]] = [
+            [0, self.start[r], -1, len(p), 0, 0, 0] for r, p in enumerate(programs)
+        ]
+        # faults
+        self.crash_rank = self.stuck_rank = self.before_rank = -1
+        self.crash_at = self.stuck_at = self.before_at = -1
+        self.crash_time = NEVER
+        for rank, f in faults.items():
+            if f.stop_at >= 0:
+                self.state[rank][3] = min(self.state[rank][3], f.stop_at)
+            if f.crash_at >= 0:
+                self.crash_rank, self.crash_at = rank, f.crash_at
+            if f.stuck_in >= 0:
+                self.stuck_rank, self.stuck_at = rank, f.stuck_in
+            if f.stuck_before >= 0:
+                self.before_rank, self.before_at = rank, f.stuck_before
+        # pending instances and pairs
+        self.pending: dict[int, _Instance] = {}
+        self.pairs: dict[tuple[int, int, int, int], tuple[int, int, int, int]] = {}
+        self.punits: dict[tuple[int, int], list[int]] = {}
+        self.work: list[int] = list(range(world - 1, -1, -1))
+        self.queued = [True] * world
+        self.ctx = [self._context(r) for r in range(world)]
+
+    def _context(self, r: int) -> _Context:
+        """Everything `_advance` reads for rank r, fetched in one go."""
+        p = self.programs[r]
+        return (
+            p.kind,
+            p.role,
+            p.cpu,
+            p.dev,
+            p.dur,
+            p.sync,
+            p.sig,
+            p.tolerant,
+            p.cseq,
+            self.enq[r],
+            self.ready[r],
+            self.comp[r],
+            self.rank_factor[r],
+            self.rank_offset[r],
+            self.bind[r],
+            self.start[r],
+            self.crash_at if r == self.crash_rank else -1,
+            self.before_at if r == self.before_rank else -1,
+        )
+
+    # -- the fixpoint ---------------------------------------------------------------------
+
+    def run(self) -> list[RankTimes]:
+        work, queued, advance = self.work, self.queued, self._advance
+        while work:
+            r = work.pop()
+            queued[r] = False
+            advance(r)
+        crash = self.crash_rank
+        return [
+            RankTimes(
+                self.enq[r], self.ready[r], self.comp[r], self.crash_time if r == crash else NEVER
+            )
+            for r in range(len(self.programs))
+        ]
+
+    def _wake(self, r: int) -> None:
+        if not self.queued[r]:
+            self.queued[r] = True
+            self.work.append(r)
+
+    def _advance(self, r: int) -> None:
+        (
+            kind,
+            role,
+            cpu,
+            dev,
+            dur,
+            sync,
+            sig,
+            tol,
+            cseq,
+            enq,
+            ready,
+            comp,
+            rf,
+            ro,
+            bind,
+            start,
+            crash_at,
+            before_at,
+        ) = self.ctx[r]
+        jit, gsize, pending = self.jit, self.gsize, self.pending
+        queue_limit, gloo = self.queue_limit, self.gloo
+        state = self.state[r]
+        hc, ht, hwait, hlimit, sc, sarr, sdead = state
+        crashing = crash_at >= 0
+        moved = True
+        while moved:
+            moved = False
+            # host: enqueue as far as it can
+            while hc < hlimit:
+                if hwait >= 0:
+                    c = comp[hwait]
+                    if c == NEVER:
+                        break
+                    c += WAKE_NS
+                    if c > ht:
+                        ht = c
+                    hwait = -1
+                x = cpu[hc]
+                t = ht + x + ((x * (rf + jit[(hc + ro) & 1023])) >> 13)
+                if hc >= queue_limit:
+                    c = comp[hc - queue_limit]
+                    if c == NEVER:
+                        break
+                    if c > t:
+                        t = c
+                if hc == crash_at:
+                    self.crash_time = t
+                    hlimit = hc
+                    break
+                enq[hc] = t
+                ht = t
+                if gloo or sync[hc]:
+                    hwait = hc
+                hc += 1
+                moved = True
+            # stream: start what is enqueued, in order
+            while sc < hc and not sdead:
+                if sarr:
+                    if comp[sc] == NEVER:
+                        break
+                    sarr = 0
+                    sc += 1
+                    moved = True
+                    continue
+                d = dev[sc]
+                rd = (comp[sc - 1] if sc else start) + d
+                rd += (d * (rf + jit[(3 * sc + ro) & 1023])) >> 13
+                e = enq[sc]
+                if e > rd:
+                    rd = e
+                if sc == before_at:
+                    sdead = 1
+                    break
+                if crashing:
+                    ct = self.crash_time
+                    if ct != NEVER and rd >= ct:
+                        sdead = 1
+                        break
+                ready[sc] = rd
+                sarr = 1
+                moved = True
+                k = kind[sc]
+                if k in (_COLL, _COALESCED):
+                    gid = bind[role[sc]]
+                    key = (gid << 32) | cseq[sc]
+                    inst = pending.get(key)
+                    if inst is None:
+                        inst = _Instance(gsize[gid], rd, dur[sc], sig[sc], tol[sc], crashing)
+                        if inst.left:
+                            pending[key] = inst
+                    else:
+                        inst.left -= 1
+                        if rd > inst.ready:
+                            inst.ready = rd
+                        if dur[sc] > inst.dur:
+                            inst.dur = dur[sc]
+                        if sig[sc] != inst.sig:
+                            inst.bad = True
+                        if tol[sc]:
+                            inst.tolerant = True
+                        if crashing:
+                            inst.crasher = True
+                    members = inst.members
+                    members.append(r)
+                    members.append(sc)
+                    if not inst.left:
+                        if len(members) > 2:
+                            del pending[key]
+                        self._complete(inst)
+                else:
+                    self._p2p_arrive(r, sc, rd)
+                if crashing and self.crash_time == NEVER:
+                    break  # let the host move first: the crash time bounds later arrivals
+        state[:] = hc, ht, hwait, hlimit, sc, sarr, sdead
+
+    def _complete(self, inst: _Instance) -> None:
+        """All members arrived: complete the instance unless it cannot."""
+        if inst.bad and not inst.tolerant:
+            return
+        t = inst.ready + inst.dur
+        if inst.crasher and self.crash_time < t:
+            return  # a participant died before the transfer finished
+        comp, stuck_rank, stuck_at = self.comp, self.stuck_rank, self.stuck_at
+        ms = inst.members
+        queued, work = self.queued, self.work
+        for j in range(0, len(ms), 2):
+            rank, unit = ms[j], ms[j + 1]
+            if rank == stuck_rank and unit == stuck_at:
+                continue
+            comp[rank][unit] = t + ((rank * 40_503 + unit * 9_973) & 2047)
+            if not queued[rank]:
+                queued[rank] = True
+                work.append(rank)
+
+    def _p2p_arrive(self, r: int, u: int, rd: int) -> None:
+        p = self.programs[r]
+        role = p.role[u]
+        gid = self.bind[r][role]
+        base = r - self.mylocal[r][role] * self.stride[role]
+        stride = self.stride[role]
+        lo, hi = p.mstart[u], p.mstart[u + 1]
+        state = [hi - lo, 0, 0]  # members left, latest pair time, bad
+        self.punits[(r, u)] = state
+        dur = p.dur[u]
+        for j in range(lo, hi):
+            peer = base + p.mpeer[j] * stride
+            key = (gid, r, peer, p.mchan[j]) if p.msend[j] else (gid, peer, r, p.mchan[j])
+            other = self.pairs.pop(key, None)
+            if other is None:
+                self.pairs[key] = (r, u, rd, p.msig[j])
+                continue
+            orank, ounit, ord_, osig = other
+            ostate = self.punits[(orank, ounit)]
+            t = max(rd, ord_) + max(dur, self.programs[orank].dur[ounit])
+            ok = osig == p.msig[j]
+            if self.crash_rank in (r, orank) and self.crash_time < t:
+                ok = False  # a side died before the transfer finished
+            for rank, unit, st in ((r, u, state), (orank, ounit, ostate)):
+                st[0] -= 1
+                if t > st[1]:
+                    st[1] = t
+                if not ok:
+                    st[2] = 1
+                if st[0] == 0:
+                    del self.punits[(rank, unit)]
+                    if not st[2]:
+                        self.comp[rank][unit] = st[1] + ((rank * 40_503 + unit * 9_973) & 2047)
+                        self._wake(rank)
+
+
+def run(
+    layout: Layout,
+    programs: Sequence[Program],
+    faults: dict[int, EngineFault] | None = None,
+    *,
+    queue_limit: int = 64,
+    gloo: bool = False,
+    seed: int = 0,
+) -> list[RankTimes]:
+    """Execute every rank's bound program; `programs[r]` is rank r's (shared objects are
+    fine: the engine never modifies a program)."""
+    return _Engine(layout, programs, faults or {}, queue_limit, gloo, seed).run()

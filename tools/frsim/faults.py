@@ -1,0 +1,302 @@
+"""Faults injected into the simulated job, each at one site: a unit of one rank's program.
+
+`Fault.op` indexes the rank's *fault-free* program. A fault acts in one of two places:
+
+- on the rank's program (`apply`): `stall` adds host time before the op (and, with `repeat`,
+  before the same op of the next steps), `skip` removes it, `extra` inserts an op after it,
+  `mismatch` / `p2p_mismatch` change what the rank's side of it records (and so its signature:
+  the engine never completes a collective whose participants disagree, nor a send/recv pair
+  whose sides differ, unless `completes` says the collective finishes with garbage);
+- on the engine (`engine_fault`): `stop_host` (the host never enqueues the op or anything
+  after it; the device finishes what was enqueued; the rank dumps), `crash` (the process dies
+  when it would enqueue the op: no later enqueue, no stream arrival at or after that time, no
+  dump), `gpu_stuck_in` (the rank arrives, so the collective completes for its peers, but its
+  own op never completes), `gpu_stuck_before` (the stream hangs in compute just before the op:
+  enqueued, never started).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .layout import Role
+from .program import (
+    BF16,
+    COLL_KINDS,
+    F32,
+    I64,
+    P2P_KINDS,
+    Block,
+    Kind,
+    Program,
+    Template,
+    template,
+)
+
+FaultKind = Literal[
+    "stall",
+    "stop_host",
+    "crash",
+    "gpu_stuck_in",
+    "gpu_stuck_before",
+    "skip",
+    "extra",
+    "mismatch",
+    "p2p_mismatch",
+]
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "stall",
+    "stop_host",
+    "crash",
+    "gpu_stuck_in",
+    "gpu_stuck_before",
+    "skip",
+    "extra",
+    "mismatch",
+    "p2p_mismatch",
+)
+Field = Literal["size", "dtype", "op"]
+
+
+@dataclass(frozen=True)
+class ExtraOp:
+    """An op a rank issues that its peers do not (e.g. a rank-conditional barrier)."""
+
+    role: Role = Role.WORLD
+    op: str = "all_reduce_barrier"
+    shape: tuple[int, ...] = (1,)
+    dtype: str = F32
+    site: str = "debug_barrier"
+    sync: bool = True
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault at unit `op` of rank `rank`'s fault-free program."""
+
+    kind: FaultKind
+    rank: int
+    op: int
+    seconds: float = 0.0
+    """stall: extra host time before the op."""
+    repeat: int = 1
+    """stall: also before the same op of the next repeat - 1 steps."""
+    field: Field = "size"
+    """mismatch / p2p_mismatch: what differs."""
+    member: int = 0
+    """mismatch / p2p_mismatch in a block: which member."""
+    completes: bool = False
+    """mismatch: the collective completes anyway (garbage) and the job goes on."""
+    extra: ExtraOp = ExtraOp()
+    """extra: the op issued after `op`."""
+
+    def describe(self) -> str:
+        text = f"{self.kind} on rank {self.rank} at op {self.op}"
+        if self.kind == "stall":
+            text += f" ({self.seconds:g} s" + (
+                f", {self.repeat} steps)" if self.repeat > 1 else ")"
+            )
+        elif self.kind in ("mismatch", "p2p_mismatch"):
+            text += f" ({self.field}, member {self.member}" + (
+                ", completes)" if self.completes else ")"
+            )
+        elif self.kind == "extra":
+            text += f" ({self.extra.op} on {self.extra.role.name.lower()})"
+        return text
+
+
+@dataclass(frozen=True)
+class EngineFault:
+    """A fault the engine applies to one rank's execution; -1 = none."""
+
+    stop_at: int = -1
+    crash_at: int = -1
+    stuck_in: int = -1
+    stuck_before: int = -1
+
+
+def stall(rank: int, op: int, seconds: float, repeat: int = 1) -> Fault:
+    return Fault("stall", rank, op, seconds=seconds, repeat=repeat)
+
+
+def stop_host(rank: int, op: int) -> Fault:
+    return Fault("stop_host", rank, op)
+
+
+def crash(rank: int, op: int) -> Fault:
+    return Fault("crash", rank, op)
+
+
+def gpu_stuck_in(rank: int, op: int) -> Fault:
+    return Fault("gpu_stuck_in", rank, op)
+
+
+def gpu_stuck_before(rank: int, op: int) -> Fault:
+    return Fault("gpu_stuck_before", rank, op)
+
+
+def skip(rank: int, op: int) -> Fault:
+    return Fault("skip", rank, op)
+
+
+def extra(rank: int, after: int, spec: ExtraOp = ExtraOp()) -> Fault:
+    return Fault("extra", rank, after, extra=spec)
+
+
+def mismatch(
+    rank: int, op: int, field: Field = "size", member: int = 0, completes: bool = False
+) -> Fault:
+    return Fault("mismatch", rank, op, field=field, member=member, completes=completes)
+
+
+def p2p_mismatch(rank: int, op: int, field: Field = "size", member: int = 0) -> Fault:
+    return Fault("p2p_mismatch", rank, op, field=field, member=member)
+
+
+def check(fault: Fault, program: Program) -> None:
+    """Raise ValueError if `fault` cannot apply at its site of `program` (fault-free)."""
+    if not 0 <= fault.op < len(program):
+        raise ValueError(f"{fault.describe()}: op out of range 0..{len(program) - 1}")
+    kind = program.kind[fault.op]
+    if fault.kind in ("gpu_stuck_in", "gpu_stuck_before", "mismatch") and kind not in COLL_KINDS:
+        raise ValueError(f"{fault.describe()}: needs a collective")
+    if fault.kind == "p2p_mismatch" and kind not in P2P_KINDS:
+        raise ValueError(f"{fault.describe()}: needs a send, recv or batched p2p block")
+    if fault.kind in ("mismatch", "p2p_mismatch"):
+        members = (
+            len(program.templates_of(fault.op)) - 1 if kind in (Kind.BATCH, Kind.COALESCED) else 1
+        )
+        if not 0 <= fault.member < max(1, members):
+            raise ValueError(f"{fault.describe()}: no member {fault.member}")
+        if program.backend == "gloo" and fault.kind == "p2p_mismatch":
+            raise ValueError("gloo records no send/recv: p2p_mismatch needs nccl")
+    if fault.kind == "extra" and program.group_sizes[fault.extra.role] == 0:
+        raise ValueError(f"{fault.describe()}: the rank has no {fault.extra.role.name} group")
+    if fault.kind == "stall" and fault.seconds <= 0:
+        raise ValueError("stall needs seconds > 0")
+
+
+def engine_fault(fault: Fault | None, rank: int) -> EngineFault | None:
+    """What the engine must do differently on `rank`."""
+    if fault is None or fault.rank != rank:
+        return None
+    return {
+        "stop_host": EngineFault(stop_at=fault.op),
+        "crash": EngineFault(crash_at=fault.op),
+        "gpu_stuck_in": EngineFault(stuck_in=fault.op),
+        "gpu_stuck_before": EngineFault(stuck_before=fault.op),
+    }.get(fault.kind)
+
+
+def apply(fault: Fault, program: Program) -> Program:
+    """The faulty rank's program: a copy of its fault-free `program` with the fault applied
+    (the same program when the fault acts on the engine only)."""
+    check(fault, program)
+    if fault.kind in ("stop_host", "crash", "gpu_stuck_in", "gpu_stuck_before"):
+        return program
+    p = program.copy()
+    i = fault.op
+    if fault.kind == "stall":
+        for j in stall_sites(program, i, fault.repeat):
+            p.cpu[j] += round(fault.seconds * 1e9)
+    elif fault.kind == "skip":
+        p.delete(i)
+    elif fault.kind == "extra":
+        e = fault.extra
+        t = template(e.op, [e.shape], p.group_sizes[e.role], e.dtype, p.backend)
+        tid = p.catalog.add(t)
+        p.insert(i + 1, Kind.COLL, e.role, tid, -1, e.site, 60_000, 0, 40_000, e.sync, p.step[i])
+    else:
+        _change_record(p, i, fault)
+        p.tolerant[i] = fault.kind == "mismatch" and fault.completes
+    return p.finalize()
+
+
+def stall_sites(program: Program, op: int, repeat: int) -> list[int]:
+    """`op`, then the same op (same kind, group, template and site, same occurrence within its
+    step) of each of the next `repeat - 1` steps that have it."""
+    key = (program.kind[op], program.role[op], program.item[op], program.site[op])
+    step = program.step[op]
+
+    def occurrences(s: int) -> list[int]:
+        return [
+            j
+            for j in range(len(program))
+            if program.step[j] == s
+            and (program.kind[j], program.role[j], program.item[j], program.site[j]) == key
+        ]
+
+    nth = occurrences(step).index(op)
+    sites = [op]
+    for s in range(step + 1, step + repeat):
+        found = occurrences(s)
+        if nth < len(found):
+            sites.append(found[nth])
+    return sites
+
+
+def _change_record(p: Program, i: int, fault: Fault) -> None:
+    cat = p.catalog
+    kind = p.kind[i]
+    if kind in (Kind.BATCH, Kind.COALESCED):
+        block = cat.blocks[p.item[i]]
+        members = list(block.members)
+        old = cat.templates[members[fault.member]]
+        members[fault.member] = cat.add(_changed(old, fault, p))
+        p.item[i] = cat.add_block(Block(tuple(members), block.peers, block.marker))
+    else:
+        p.item[i] = cat.add(_changed(cat.templates[p.item[i]], fault, p))
+
+
+_OTHER_DTYPE = {F32: BF16, BF16: F32, I64: "Int", "Half": F32}
+_OTHER_OP = {
+    "all_reduce": "_all_gather_base",
+    "_all_gather_base": "all_reduce",
+    "all_gather": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "broadcast": "all_reduce",
+    "_broadcast_oop": "_reduce_oop",
+    "_reduce_oop": "_broadcast_oop",
+    "all_reduce_barrier": "all_reduce",
+    "barrier": "all_reduce",
+    "_reduce_scatter_base": "all_reduce",
+    "reduce_scatter": "all_reduce",
+}
+
+
+def _resized(dim: int) -> int:
+    return dim // 2 if dim > 1 and dim % 2 == 0 else dim + 1
+
+
+def _changed(t: Template, fault: Fault, p: Program) -> Template:
+    """`t` as the faulty rank records it. A barrier's tensor is torch's own, so a rank can only
+    differ there by calling another op."""
+    if t.op in ("all_reduce_barrier", "barrier") and fault.field != "op":
+        return _changed(t, replace(fault, field="op"), p)
+    if fault.field == "dtype" or (fault.field == "size" and not t.in_sizes):
+        if not t.in_dtypes:
+            return _changed(t, replace(fault, field="op"), p)
+        other = _OTHER_DTYPE.get(t.in_dtypes[0], F32)
+        return Template(
+            t.op,
+            t.in_sizes,
+            t.out_sizes,
+            (other,) * len(t.in_dtypes),
+            (other,) * len(t.out_dtypes),
+            t.api,
+        )
+    if fault.field == "size":
+        # The last dimension changes in every shape, which keeps the op's size rule (gathers
+        # and scatters stack along dim 0, or as gloo records them, along a new first dim).
+        def resize(sizes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+            return tuple((*s[:-1], _resized(s[-1])) if s else s for s in sizes)
+
+        return Template(
+            t.op, resize(t.in_sizes), resize(t.out_sizes), t.in_dtypes, t.out_dtypes, t.api
+        )
+    op = _OTHER_OP.get(t.op, "all_reduce")
+    shape = t.in_sizes[0] if t.in_sizes else (1,)
+    dtype = t.in_dtypes[0] if t.in_dtypes else F32
+    role = next(r for r in Role if r == p.role[fault.op])
+    return template(op, [shape], p.group_sizes[role], dtype, p.backend)

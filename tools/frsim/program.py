@@ -1,0 +1,774 @@
+"""The training program: per rank, the ordered list of communication ops the rank calls.
+
+An op (a *unit*: what the engine schedules as one piece of work on the stream) is one of
+
+- `COLL`: a collective on one of the rank's groups, recorded as one entry;
+- `SEND` / `RECV`: an unbatched point-to-point op (group-local peer), one entry;
+- `BATCH`: a `batch_isend_irecv` block of sends/recvs, recorded as its members then an
+  `nccl:coalesced` end marker whose `is_p2p` is False;
+- `COALESCED`: a coalescing block of collectives (`_coalescing_manager`, uneven all_gather /
+  reduce_scatter), recorded as its members then an end marker.
+
+Each unit also carries what the engine needs: the host CPU time spent before enqueueing it,
+the device compute queued before it on the stream, its communication time once every
+participant arrived, and whether the host waits for its completion (`sync`, e.g. `loss.item()`).
+
+A `Program` is a set of flat, parallel lists (no per-op objects), role-relative: it names a
+group by `Role` and a p2p peer by its group-local rank, so every rank of one pipeline stage runs
+the same program and ranks share it. `Job.program(rank)` binds it to the rank. What gets
+recorded (op name, sizes, dtypes, torch API) is a `Template`, interned in the job's `Catalog`;
+the call site is a key of `sites.SITES`.
+
+`build_program(spec, layout, stage, catalog)` writes a Megatron-style step: a 1F1B pipeline
+over micro-batches (unbatched send/recv in warm-up and cool-down, `batch_isend_irecv` exchanges
+in the steady state), TP all_reduce in forward and backward, occasional TP all_gather (list and
+`_all_gather_base`) and uneven all_gather / reduce_scatter blocks, DP gradient buckets (a
+coalesced all_reduce block and `allreduce_coalesced`), the parameter all-gather of a distributed
+optimizer, world all_reduces of the gradient norm and the loss (both synchronizing the host),
+and an occasional barrier. A pure function of its arguments: cheap, deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Literal
+
+from .layout import Layout, Role
+
+Shape = tuple[int, ...]
+Sizes = tuple[Shape, ...]
+Backend = Literal["nccl", "gloo"]
+
+
+class Kind(IntEnum):
+    COLL = 0
+    SEND = 1
+    RECV = 2
+    BATCH = 3
+    COALESCED = 4
+
+
+P2P_KINDS = frozenset({Kind.SEND, Kind.RECV, Kind.BATCH})
+COLL_KINDS = frozenset({Kind.COLL, Kind.COALESCED})
+
+BF16, F32, I64 = "BFloat16", "Float", "Long"
+
+# --- what an op records ---------------------------------------------------------------------
+
+_SAME_SIZE_OPS = frozenset(
+    {
+        "all_reduce",
+        "allreduce_coalesced",
+        "all_reduce_barrier",
+        "broadcast",
+        "_broadcast_oop",
+        "reduce",
+        "_reduce_oop",
+        "all_to_all",
+        "send",
+        "recv",
+    }
+)
+
+
+def _stacked(shape: Shape, group_size: int) -> Shape:
+    """`group_size` copies of `shape` concatenated along dim 0."""
+    return (shape[0] * group_size, *shape[1:]) if shape else (group_size,)
+
+
+def collective_sizes(op: str, shapes: Sequence[Shape], group_size: int) -> tuple[Sizes, Sizes]:
+    """Input and output sizes ProcessGroupNCCL records for `op` on a group of `group_size`.
+
+    `shapes` are the per-rank tensors: the input of a gather, the output of a scatter, the
+    tensor itself otherwise (same rules as tools/nccl_scenarios.py).
+    """
+    per_rank = tuple(tuple(shape) for shape in shapes)
+    if op in _SAME_SIZE_OPS:
+        return per_rank, per_rank
+    if op == "all_gather":
+        return per_rank, tuple(per_rank[0] for _ in range(group_size))
+    if op in ("_all_gather_base", "all_gather_into_tensor_coalesced"):
+        return per_rank, tuple(_stacked(shape, group_size) for shape in per_rank)
+    if op == "reduce_scatter":
+        return tuple(per_rank[0] for _ in range(group_size)), per_rank
+    if op in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced"):
+        return tuple(_stacked(shape, group_size) for shape in per_rank), per_rank
+    raise ValueError(f"no size rule for op {op!r}")
+
+
+OP_API: dict[str, str] = {
+    "all_reduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce_coalesced",
+    "all_reduce_barrier": "barrier",
+    "barrier": "barrier",
+    "broadcast": "broadcast",
+    "_broadcast_oop": "all_gather",
+    "_reduce_oop": "reduce_scatter",
+    "all_gather": "all_gather",
+    "_all_gather_base": "all_gather_into_tensor",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "send": "send",
+    "recv": "recv",
+    "coalesced": "_coalescing_manager",
+    "ALLGATHER_coalesced": "all_gather",
+    "REDUCE_SCATTER_coalesced": "reduce_scatter",
+}
+"""The torch.distributed API whose frames an op's entry records."""
+
+
+@dataclass(frozen=True)
+class Template:
+    """What one entry records about its op, apart from counters, times and state."""
+
+    op: str
+    """Op name without the backend prefix ("all_reduce", "send", "coalesced", ...)."""
+    in_sizes: Sizes
+    out_sizes: Sizes
+    in_dtypes: tuple[str, ...]
+    out_dtypes: tuple[str, ...]
+    api: str
+    """torch.distributed entry point (selects the API frames)."""
+
+    @property
+    def signature(self) -> tuple[str, Sizes, Sizes, tuple[str, ...], tuple[str, ...]]:
+        """What must agree across the participants of a collective (not the call site)."""
+        return (self.op, self.in_sizes, self.out_sizes, self.in_dtypes, self.out_dtypes)
+
+    def numel(self) -> int:
+        total = 0
+        for shape in self.in_sizes if self.in_sizes else self.out_sizes:
+            count = 1
+            for dim in shape:
+                count *= dim
+            total += count
+        return total
+
+
+def template(
+    op: str,
+    shapes: Sequence[Shape],
+    group_size: int,
+    dtype: str,
+    backend: Backend = "nccl",
+    api: str | None = None,
+) -> Template:
+    """The template of collective or p2p `op` on per-rank tensors `shapes`, as `backend`
+    records it. gloo records barrier as "barrier" with no sizes, all_gather (both forms) with
+    the output as one [group_size, *shape] tensor, _reduce_scatter_base as all_reduce of the
+    input, and allreduce_coalesced as all_reduce (fr-format.md section 6)."""
+    api = api or OP_API[op]
+    if backend == "gloo":
+        if op == "all_reduce_barrier":
+            return Template("barrier", (), (), (), (), api)
+        if op in ("all_gather", "_all_gather_base"):
+            shape = tuple(shapes[0])
+            return Template(
+                "all_gather", (shape,), ((group_size, *shape),), (dtype,), (dtype,), api
+            )
+        if op == "_reduce_scatter_base":
+            stacked = _stacked(tuple(shapes[0]), group_size)
+            return Template("all_reduce", (stacked,), (stacked,), (dtype,), (dtype,), api)
+        if op == "allreduce_coalesced":
+            sizes = tuple(tuple(s) for s in shapes)
+            return Template(
+                "all_reduce", sizes, sizes, (dtype,) * len(sizes), (dtype,) * len(sizes), api
+            )
+    in_sizes, out_sizes = collective_sizes(op, shapes, group_size)
+    return Template(
+        op, in_sizes, out_sizes, (dtype,) * len(in_sizes), (dtype,) * len(out_sizes), api
+    )
+
+
+def marker_template(op: str, api: str) -> Template:
+    """A coalescing end marker: empty sizes and dtypes."""
+    return Template(op, (), (), (), (), api)
+
+
+@dataclass(frozen=True)
+class Block:
+    """The members of a BATCH or COALESCED unit, and its end marker."""
+
+    members: tuple[int, ...]
+    """Template ids, in the order the rank issued them."""
+    peers: tuple[int, ...]
+    """Group-local peer of each member (BATCH); -1 for collective members."""
+    marker: int
+    """Template id of the end marker."""
+
+
+class Catalog:
+    """A job's interned templates, signatures and blocks (ids are only meaningful inside one
+    process; they never reach a file)."""
+
+    def __init__(self) -> None:
+        self.templates: list[Template] = []
+        self.sigs: list[int] = []
+        """Collective signature id of each template."""
+        self.p2p_sigs: list[int] = []
+        """Point-to-point signature id (sizes and dtypes) of each template."""
+        self.blocks: list[Block] = []
+        self.block_sigs: list[int] = []
+        self._tid: dict[Template, int] = {}
+        self._sid: dict[object, int] = {}
+        self._bid: dict[Block, int] = {}
+
+    def _sig(self, key: object) -> int:
+        sid = self._sid.get(key)
+        if sid is None:
+            sid = self._sid[key] = len(self._sid)
+        return sid
+
+    def add(self, t: Template) -> int:
+        tid = self._tid.get(t)
+        if tid is None:
+            tid = self._tid[t] = len(self.templates)
+            self.templates.append(t)
+            self.sigs.append(self._sig(t.signature))
+            self.p2p_sigs.append(self._sig(("p2p", t.in_sizes, t.in_dtypes)))
+        return tid
+
+    def add_block(self, block: Block) -> int:
+        bid = self._bid.get(block)
+        if bid is None:
+            bid = self._bid[block] = len(self.blocks)
+            self.blocks.append(block)
+            key = ("block", tuple(self.sigs[m] for m in block.members), self.sigs[block.marker])
+            self.block_sigs.append(self._sig(key))
+        return bid
+
+
+# --- the program ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Host and device costs of the simulated model, in microseconds."""
+
+    fwd_us: int = 3_000
+    """Device time of one micro-batch's forward pass on one stage."""
+    bwd_us: int = 6_000
+    host_fwd_us: int = 400
+    """Host time to launch one micro-batch's forward kernels."""
+    host_bwd_us: int = 500
+    launch_us: int = 30
+    """Host time to enqueue one communication op (per recorded entry: `entry_us`)."""
+    entry_us: int = 3
+    data_us: int = 800
+    """Host time at the start of a step (data loading)."""
+    optimizer_us: int = 2_000
+    """Device time of the optimizer step (host: a third of it)."""
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """Which training program every rank runs."""
+
+    steps: int = 2
+    micro_batches: int = 4
+    backend: Backend = "nccl"
+    setup: bool = True
+    """Barrier, parameter broadcast and (TP) shard-size gather before the first step."""
+    batched_p2p: bool = True
+    """1F1B steady-state exchanges as batch_isend_irecv (else unbatched, parity-ordered)."""
+    tp_gather_every: int = 2
+    """Every n-th step, micro-batch 0's forward gathers over TP (0: never)."""
+    uneven_every: int = 2
+    """Every n-th step, uneven reduce_scatter + all_gather blocks on TP (0: never; nccl)."""
+    dp_coalesced: bool = True
+    """DP gradient buckets as one coalesced all_reduce block (nccl), else one per bucket."""
+    dp_allreduce_coalesced: bool = True
+    param_gather: bool = True
+    barrier_every: int = 0
+    """Every n-th step ends with a world barrier (0: never)."""
+    seq_len: int = 4096
+    hidden: int = 1024
+    timing: Timing = Timing()
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.micro_batches < 1:
+            raise ValueError("steps and micro_batches must be >= 1")
+
+
+@dataclass
+class Program:
+    """One rank's (or one stage's) ordered ops as parallel lists.
+
+    Raw fields are set by the builder (and edited by faults); `finalize` derives the rest.
+    """
+
+    catalog: Catalog
+    backend: Backend
+    group_sizes: tuple[int, int, int, int]
+    """Size of the rank's group per role (0 where the role has no group)."""
+    kind: list[int]
+    role: list[int]
+    item: list[int]
+    """Template id (COLL, SEND, RECV) or block id (BATCH, COALESCED)."""
+    peer: list[int]
+    """Group-local peer of a SEND/RECV; -1 otherwise."""
+    site: list[str]
+    cpu: list[int]
+    """Host ns before enqueueing (after the previous enqueue or host wait)."""
+    dev: list[int]
+    """Device compute ns queued on the stream before the op."""
+    dur: list[int]
+    """Communication ns once every participant arrived."""
+    sync: list[bool]
+    tolerant: list[bool]
+    """Completes even when the participants' records disagree (garbage result)."""
+    step: list[int]
+    """Training step of the op (-1: setup)."""
+    # derived by finalize()
+    cseq: list[int]
+    pseq: list[int]
+    opid: list[int]
+    """op_id of the unit's first entry (gloo: of its first op)."""
+    nent: list[int]
+    """Entries the unit records."""
+    ecum: list[int]
+    """Entries recorded before each unit (length n + 1)."""
+    sig: list[int]
+    """Collective signature (COLL, COALESCED); -1 for p2p units."""
+    mstart: list[int]
+    """P2P members of unit i: mstart[i] .. mstart[i + 1] in the m* lists (length n + 1)."""
+    msend: list[bool]
+    mpeer: list[int]
+    mchan: list[int]
+    """n: this member is the n-th (from 1) op of its direction and peer on the group."""
+    msig: list[int]
+    cache: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
+    """Derived per-program data of other modules (the recorder's static entry fields)."""
+
+    @classmethod
+    def empty(
+        cls, catalog: Catalog, backend: Backend, group_sizes: tuple[int, int, int, int]
+    ) -> Program:
+        return cls(
+            catalog, backend, group_sizes,
+            [], [], [], [], [], [], [], [], [], [], [],
+            [], [], [], [], [], [], [], [], [], [], [],
+        )  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    RAW = ("kind", "role", "item", "peer", "site", "cpu", "dev", "dur", "sync", "tolerant", "step")
+
+    def copy(self) -> Program:
+        """An independent copy (faults edit the copy of one rank's program)."""
+        new = Program.empty(self.catalog, self.backend, self.group_sizes)
+        for name in self.RAW:
+            setattr(new, name, list(getattr(self, name)))
+        return new.finalize()
+
+    def append(
+        self,
+        kind: Kind,
+        role: Role,
+        item: int,
+        peer: int,
+        site: str,
+        cpu: int,
+        dev: int,
+        dur: int,
+        sync: bool,
+        step: int,
+    ) -> None:
+        self.insert(len(self.kind), kind, role, item, peer, site, cpu, dev, dur, sync, step)
+
+    def insert(
+        self,
+        index: int,
+        kind: Kind,
+        role: Role,
+        item: int,
+        peer: int,
+        site: str,
+        cpu: int,
+        dev: int,
+        dur: int,
+        sync: bool,
+        step: int,
+    ) -> None:
+        """Insert a raw unit before `index` (call `finalize` afterwards)."""
+        values = (int(kind), int(role), item, peer, site, cpu, dev, dur, sync, False, step)
+        for name, value in zip(self.RAW, values, strict=True):
+            getattr(self, name).insert(index, value)
+
+    def delete(self, index: int) -> None:
+        """Remove unit `index` (call `finalize` afterwards)."""
+        for name in self.RAW:
+            del getattr(self, name)[index]
+
+    def finalize(self) -> Program:
+        """Derive sequence ids, op ids, entry counts, signatures and p2p channels."""
+        self.cache.clear()
+        cat, gloo = self.catalog, self.backend == "gloo"
+        n = len(self.kind)
+        coll = [0, 0, 0, 0]
+        p2p = [0, 0, 0, 0]
+        ops = [0, 0, 0, 0]
+        chans: dict[tuple[int, bool, int], int] = {}
+        cseq, pseq, opid, nent, sig = [0] * n, [0] * n, [0] * n, [0] * n, [-1] * n
+        ecum = [0] * (n + 1)
+        mstart = [0] * (n + 1)
+        msend: list[bool] = []
+        mpeer: list[int] = []
+        mchan: list[int] = []
+        msig: list[int] = []
+        total = 0
+        for i in range(n):
+            k, role, item = self.kind[i], self.role[i], self.item[i]
+            mstart[i] = len(msend)
+            if k == Kind.COLL:
+                coll[role] += 1
+                count, entries = 1, 1
+                sig[i] = cat.sigs[item]
+            elif k == Kind.COALESCED:
+                coll[role] += 1
+                count = entries = len(cat.blocks[item].members) + 1
+                sig[i] = cat.block_sigs[item]
+            else:
+                if k == Kind.BATCH:
+                    block = cat.blocks[item]
+                    members = list(zip(block.members, block.peers, strict=True))
+                    count = len(members) + (0 if gloo else 1)
+                else:
+                    members = [(item, self.peer[i])]
+                    count = 1
+                entries = 0 if gloo else len(members) + (1 if k == Kind.BATCH else 0)
+                if not gloo:
+                    p2p[role] += 1
+                for tid, peer in members:
+                    is_send = cat.templates[tid].op == "send"
+                    key = (role, is_send, peer)
+                    chans[key] = chans.get(key, 0) + 1
+                    msend.append(is_send)
+                    mpeer.append(peer)
+                    mchan.append(chans[key])
+                    msig.append(cat.p2p_sigs[tid])
+            cseq[i], pseq[i], opid[i], nent[i] = coll[role], p2p[role], ops[role] + 1, entries
+            ops[role] += count
+            total += entries
+            ecum[i + 1] = total
+        mstart[n] = len(msend)
+        self.cseq, self.pseq, self.opid, self.nent, self.ecum, self.sig = (
+            cseq,
+            pseq,
+            opid,
+            nent,
+            ecum,
+            sig,
+        )
+        self.mstart, self.msend, self.mpeer, self.mchan, self.msig = (
+            mstart,
+            msend,
+            mpeer,
+            mchan,
+            msig,
+        )
+        return self
+
+    # -- views used by faults, truth and the campaign --------------------------------------
+
+    def is_collective(self, i: int) -> bool:
+        return self.kind[i] in COLL_KINDS
+
+    def seq_of(self, i: int) -> int:
+        """The unit's own sequence id: collective seq for collectives, p2p seq otherwise."""
+        return self.cseq[i] if self.kind[i] in COLL_KINDS else self.pseq[i]
+
+    def templates_of(self, i: int) -> list[Template]:
+        """The templates of the unit's entries (members, then the marker)."""
+        cat, k, item = self.catalog, self.kind[i], self.item[i]
+        if k in (Kind.BATCH, Kind.COALESCED):
+            block = cat.blocks[item]
+            return [cat.templates[m] for m in block.members] + [cat.templates[block.marker]]
+        return [cat.templates[item]]
+
+    def record_key(self, i: int) -> tuple[object, ...]:
+        """What the unit's entries record apart from counters, times and state: op names,
+        sizes, dtypes and p2p peers (used to find where two programs diverge)."""
+        k = self.kind[i]
+        peers: tuple[int, ...] = ()
+        if k == Kind.BATCH:
+            peers = self.catalog.blocks[self.item[i]].peers
+        elif k in (Kind.SEND, Kind.RECV):
+            peers = (self.peer[i],)
+        return (k, peers, tuple(t.signature for t in self.templates_of(i)))
+
+    def op_name(self, i: int, member: int = 0) -> str:
+        """Name of the unit's op (for blocks: of member `member`), without peers."""
+        return self.templates_of(i)[member].op
+
+    def units_on(self, role: Role, collective: bool) -> list[int]:
+        """Indices of the units on `role` of one seq namespace, in program order."""
+        kinds = COLL_KINDS if collective else P2P_KINDS
+        return [i for i in range(len(self.kind)) if self.role[i] == role and self.kind[i] in kinds]
+
+    def step_start(self, step: int) -> int:
+        """Index of the first unit of `step` (len(self) if there is none)."""
+        for i, s in enumerate(self.step):
+            if s >= step:
+                return i
+        return len(self.step)
+
+
+# --- the Megatron-style builder -------------------------------------------------------------
+
+
+class _Builder:
+    """Appends units to a Program; accumulates host and device time between ops."""
+
+    def __init__(self, spec: ProgramSpec, layout: Layout, catalog: Catalog) -> None:
+        self.spec = spec
+        self.layout = layout
+        self.catalog = catalog
+        self.backend: Backend = spec.backend
+        sizes = tuple(layout.role_size(r) if layout.has_role(r) else 0 for r in Role)
+        self.program = Program.empty(
+            catalog, spec.backend, (sizes[0], sizes[1], sizes[2], sizes[3])
+        )
+        self.step = -1
+        self.pending_cpu = 0
+        self.pending_dev = 0
+        self._block: tuple[Kind, Role, str, list[int], list[int], str] | None = None
+
+    def compute(self, dev_us: int, host_us: int = 0) -> None:
+        """Kernels the host launches (host_us) that run on the stream (dev_us) before the
+        next communication op."""
+        self.pending_dev += dev_us * 1_000
+        self.pending_cpu += host_us * 1_000
+
+    def _duration(self, role: Role, t: Template, kind: Kind) -> int:
+        """Transfer time once every participant arrived: latency + bytes / bandwidth."""
+        nbytes = t.numel() * (2 if t.in_dtypes[:1] == (BF16,) else 4)
+        gbps = {Role.TP: 150, Role.DP: 20, Role.PP: 20, Role.WORLD: 10}[role]
+        size = max(2, self.layout.role_size(role))
+        latency = 12_000 + 4_000 * size.bit_length()
+        factor = 1 if kind in (Kind.SEND, Kind.RECV, Kind.BATCH) else 2
+        return latency + factor * nbytes // gbps
+
+    def _unit(
+        self,
+        kind: Kind,
+        role: Role,
+        item: int,
+        peer: int,
+        site: str,
+        dur: int,
+        entries: int,
+        sync: bool = False,
+    ) -> None:
+        timing = self.spec.timing
+        cpu = self.pending_cpu + (timing.launch_us + timing.entry_us * entries) * 1_000
+        self.program.append(
+            kind, role, item, peer, site, cpu, self.pending_dev, dur, sync, self.step
+        )
+        self.pending_cpu = self.pending_dev = 0
+
+    def coll(
+        self,
+        role: Role,
+        op: str,
+        shapes: Sequence[Shape],
+        dtype: str,
+        site: str,
+        sync: bool = False,
+    ) -> None:
+        """A collective; inside `coalesced`, a member of the block."""
+        t = template(op, shapes, self.layout.role_size(role), dtype, self.backend)
+        tid = self.catalog.add(t)
+        if self._block is not None:
+            kind, brole, _, members, _, _ = self._block
+            if kind != Kind.COALESCED or brole != role:
+                raise ValueError(f"{op} inside a foreign block")
+            members.append(tid)
+            return
+        self._unit(Kind.COLL, role, tid, -1, site, self._duration(role, t, Kind.COLL), 1, sync)
+
+    def p2p(
+        self, is_send: bool, role: Role, peer: int, shape: Shape, dtype: str, site: str
+    ) -> None:
+        """send (is_send) or recv with group-local `peer`; inside `batch`, a member."""
+        op = "send" if is_send else "recv"
+        api = "batch_isend_irecv" if self._block is not None else op
+        t = template(op, [shape], 2, dtype, self.backend, api=api)
+        tid = self.catalog.add(t)
+        if self._block is not None:
+            kind, brole, _, members, peers, _ = self._block
+            if kind != Kind.BATCH or brole != role:
+                raise ValueError(f"{op} inside a foreign block")
+            members.append(tid)
+            peers.append(peer)
+            return
+        kind = Kind.SEND if is_send else Kind.RECV
+        self._unit(kind, role, tid, peer, site, self._duration(role, t, kind), 1)
+
+    @contextmanager
+    def coalesced(self, role: Role, marker: str, site: str) -> Iterator[None]:
+        with self._open(Kind.COALESCED, role, marker, site):
+            yield
+
+    @contextmanager
+    def batch(self, role: Role, site: str) -> Iterator[None]:
+        with self._open(Kind.BATCH, role, "coalesced", site):
+            yield
+
+    @contextmanager
+    def _open(self, kind: Kind, role: Role, marker: str, site: str) -> Iterator[None]:
+        if self._block is not None:
+            raise ValueError("blocks do not nest")
+        members: list[int] = []
+        peers: list[int] = []
+        self._block = (kind, role, site, members, peers, marker)
+        try:
+            yield
+        finally:
+            self._block = None
+        if not members:
+            return
+        api = "batch_isend_irecv" if kind == Kind.BATCH else OP_API[marker]
+        mtid = self.catalog.add(marker_template(marker, api))
+        block = Block(tuple(members), tuple(peers) or (-1,) * len(members), mtid)
+        bid = self.catalog.add_block(block)
+        templates = [self.catalog.templates[m] for m in members]
+        dur = max(self._duration(role, t, kind) for t in templates)
+        if kind == Kind.COALESCED:
+            dur = dur + dur // 4 * (len(members) - 1)
+        self._unit(kind, role, bid, -1, site, dur, len(members) + 1)
+
+
+def build_program(spec: ProgramSpec, layout: Layout, stage: int, catalog: Catalog) -> Program:
+    """The program every rank of pipeline `stage` runs (role-relative, shared by them)."""
+    b = _Builder(spec, layout, catalog)
+    t = spec.timing
+    nccl = spec.backend == "nccl"
+    tp, dp = layout.tp > 1, layout.dp > 1
+    s, last = stage, layout.pp - 1
+    act: Shape = (1, spec.seq_len, spec.hidden)
+    buckets: tuple[Shape, ...] = ((25_165_824,), (25_165_824,), (8_388_608,))
+    layernorm: tuple[Shape, ...] = ((spec.hidden,), (spec.hidden,), (4 * spec.hidden,))
+    shard: Shape = (4_194_304,)
+
+    def forward(gather: bool) -> None:
+        b.compute(t.fwd_us // 2, t.host_fwd_us // 2)
+        if tp and gather:
+            b.coll(
+                Role.TP,
+                "_all_gather_base",
+                [(spec.seq_len // 8, 1, spec.hidden)],
+                BF16,
+                "sp_gather",
+            )
+        if tp:
+            b.coll(Role.TP, "all_reduce", [act], BF16, "attn_fwd")
+        b.compute(t.fwd_us // 2, t.host_fwd_us // 2)
+        if tp:
+            b.coll(Role.TP, "all_reduce", [act], BF16, "mlp_fwd")
+        if tp and gather and s == last:
+            b.compute(t.fwd_us // 8, 40)
+            b.coll(Role.TP, "all_gather", [(1, spec.seq_len, 512)], BF16, "logits_gather")
+
+    def backward() -> None:
+        b.compute(t.bwd_us // 2, t.host_bwd_us // 2)
+        if tp:
+            b.coll(Role.TP, "all_reduce", [act], BF16, "mlp_bwd")
+        b.compute(t.bwd_us // 2, t.host_bwd_us // 2)
+        if tp:
+            b.coll(Role.TP, "all_reduce", [act], BF16, "attn_bwd")
+
+    def single(is_send: bool, peer: int, site: str) -> None:
+        b.p2p(is_send, Role.PP, peer, act, BF16, site)
+
+    def exchange(peer: int, site: str) -> None:
+        """Megatron's send_X_recv_Y: one batch_isend_irecv (or, unbatched, two ops ordered
+        by stage parity: even stages send first, odd stages receive first)."""
+        if spec.batched_p2p:
+            with b.batch(Role.PP, site):
+                b.p2p(True, Role.PP, peer, act, BF16, site)
+                b.p2p(False, Role.PP, peer, act, BF16, site)
+        elif s % 2 == 0:
+            single(True, peer, site)
+            single(False, peer, site)
+        else:
+            single(False, peer, site)
+            single(True, peer, site)
+
+    def uneven(op: str, marker: str, shapes: Sequence[Shape], dtype: str, site: str) -> None:
+        with b.coalesced(Role.TP, marker, site):
+            for shape in shapes:
+                b.coll(Role.TP, op, [shape], dtype, site)
+
+    if spec.setup:
+        b.compute(0, 5_000)
+        b.coll(Role.WORLD, "all_reduce_barrier", [(1,)], F32, "init_barrier")
+        b.coll(Role.WORLD, "broadcast", [(4096,)], F32, "setup")
+        if tp and nccl:
+            rows = [(3 + (i * 5) % 4, 64) for i in range(layout.tp)]
+            uneven("_broadcast_oop", "ALLGATHER_coalesced", rows, I64, "metadata")
+
+    warmup = min(layout.pp - s - 1, spec.micro_batches)
+    steady = spec.micro_batches - warmup
+    for step in range(spec.steps):
+        b.step = step
+        b.compute(0, t.data_us)
+        gather = spec.tp_gather_every > 0 and step % spec.tp_gather_every == 0
+        first = True
+        for _ in range(warmup):
+            if s > 0:
+                single(False, s - 1, "recv_forward")
+            forward(gather and first)
+            first = False
+            if s < last:
+                single(True, s + 1, "send_forward")
+        if steady and s > 0:
+            single(False, s - 1, "recv_forward")
+        for i in range(steady):
+            forward(gather and first)
+            first = False
+            if s < last:
+                exchange(s + 1, "send_fwd_recv_bwd")
+            backward()
+            if s > 0:
+                if i == steady - 1:
+                    single(True, s - 1, "send_backward")
+                else:
+                    exchange(s - 1, "send_bwd_recv_fwd")
+        for _ in range(warmup):
+            if s < last:
+                single(False, s + 1, "recv_backward")
+            backward()
+            if s > 0:
+                single(True, s - 1, "send_backward")
+        # gradients, optimizer, parameters, loss
+        if dp:
+            if nccl and spec.dp_coalesced:
+                with b.coalesced(Role.DP, "coalesced", "grad_sync"):
+                    for bucket in buckets:
+                        b.coll(Role.DP, "all_reduce", [bucket], F32, "grad_sync")
+            else:
+                for bucket in buckets:
+                    b.coll(Role.DP, "all_reduce", [bucket], F32, "grad_sync")
+            if spec.dp_allreduce_coalesced:
+                b.coll(Role.DP, "allreduce_coalesced", layernorm, F32, "grad_sync")
+        if tp:
+            b.coll(Role.TP, "allreduce_coalesced", layernorm, F32, "layernorm_grads")
+        b.compute(200, 100)
+        b.coll(Role.WORLD, "all_reduce", [(1,)], F32, "grad_norm", sync=True)
+        b.compute(t.optimizer_us, t.optimizer_us // 3)
+        if dp and spec.param_gather:
+            b.coll(Role.DP, "_all_gather_base", [shard], BF16, "param_gather")
+        b.compute(50, 50)
+        b.coll(Role.WORLD, "all_reduce", [(2,)], F32, "loss", sync=True)  # [loss, tokens]
+        if spec.barrier_every and step % spec.barrier_every == spec.barrier_every - 1:
+            b.coll(Role.WORLD, "all_reduce_barrier", [(1,)], F32, "barrier", sync=True)
+        if tp and nccl and spec.uneven_every and step % spec.uneven_every == spec.uneven_every - 1:
+            chunks = [(1000 + 24 * ((i + 3) % layout.tp),) for i in range(layout.tp)]
+            uneven("_reduce_oop", "REDUCE_SCATTER_coalesced", chunks, F32, "checkpoint")
+            uneven("_broadcast_oop", "ALLGATHER_coalesced", chunks, F32, "checkpoint")
+    return b.program.finalize()

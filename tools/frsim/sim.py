@@ -1,0 +1,158 @@
+"""One simulated job end to end: spec -> programs -> execution -> dump times -> dumps.
+
+    sim = simulate(SimSpec(layout=Layout(tp=2, pp=2, dp=2), fault=crash(5, 40)))
+    sim.dump(0)          # rank 0's RankDump (None for a rank that crashed)
+    sim.truth            # what a correct analyzer concludes (truth.py)
+
+A `Job` holds the layout and the programs: one shared program per pipeline stage, and a private
+copy for the rank a fault edits; `Job.program(rank)` is a pure function of (spec, rank), so a
+worker process can rebuild any rank's program from the spec alone. `Simulation` runs the engine
+once for all ranks, then computes each rank's dump lazily and independently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from . import engine
+from .faults import EngineFault, Fault, apply, engine_fault
+from .layout import Layout
+from .program import Backend, Catalog, Program, ProgramSpec, build_program
+from .recorder import DumpKind, RankDump, Settings, dump_times, record
+
+if TYPE_CHECKING:
+    from .truth import Truth
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """Everything that determines a simulated job and its dumps."""
+
+    layout: Layout = field(default_factory=Layout)
+    program: ProgramSpec = field(default_factory=ProgramSpec)
+    fault: Fault | None = None
+    timing: bool = False
+    """NCCL timing (TORCH_NCCL_ENABLE_TIMING): entries can be "started", have duration_ms."""
+    capacity: int = 2000
+    """Ring buffer entries per rank (TORCH_FR_BUFFER_SIZE)."""
+    timeout_ms: int = 600_000
+    queue_limit: int = 64
+    """Most enqueued-but-incomplete ops a host has before it waits for the oldest."""
+    dump: DumpKind = "end"
+    """end: at the hang (watchdog timeout) or after the last op; mid: inside a healthy run."""
+    skew_s: float = 1.0
+    """Dumps of the other ranks land within this many seconds after the first."""
+    seed: int = 0
+    stack_traces: bool = True
+    poll_ms: int = 100
+    version: str = "2.10"
+    comm_lib_version: str = "2.21.5"
+    max_clock_offset_ms: float = 4.0
+
+    @property
+    def backend(self) -> Backend:
+        return self.program.backend
+
+    def settings(self) -> Settings:
+        return Settings(
+            layout=self.layout,
+            backend=self.backend,
+            timing=self.timing and self.backend == "nccl",
+            capacity=self.capacity,
+            timeout_ms=self.timeout_ms,
+            poll_ms=self.poll_ms,
+            version=self.version,
+            comm_lib_version=self.comm_lib_version,
+            stack_traces=self.stack_traces,
+            entry_gap_ns=self.program.timing.entry_us * 1_000,
+            seed=self.seed,
+            max_clock_offset_ns=round(self.max_clock_offset_ms * 1e6),
+        )
+
+
+class Job:
+    """The layout and every rank's program."""
+
+    def __init__(self, spec: SimSpec) -> None:
+        self.spec = spec
+        self.layout = spec.layout
+        self.catalog = Catalog()
+        self._stages: dict[int, Program] = {}
+        self._faulty: Program | None = None
+
+    def clean_program(self, rank: int) -> Program:
+        """The fault-free program of `rank` (shared by its pipeline stage)."""
+        stage = self.layout.coords(rank).stage
+        program = self._stages.get(stage)
+        if program is None:
+            program = build_program(self.spec.program, self.layout, stage, self.catalog)
+            self._stages[stage] = program
+        return program
+
+    def program(self, rank: int) -> Program:
+        """What `rank` actually runs (its fault applied)."""
+        fault = self.spec.fault
+        if fault is None or fault.rank != rank:
+            return self.clean_program(rank)
+        if self._faulty is None:
+            self._faulty = apply(fault, self.clean_program(rank))
+        return self._faulty
+
+    def engine_faults(self) -> dict[int, EngineFault]:
+        fault = self.spec.fault
+        if fault is None:
+            return {}
+        found = engine_fault(fault, fault.rank)
+        return {} if found is None else {fault.rank: found}
+
+
+class Simulation:
+    """A job executed once; dumps and truth computed on demand."""
+
+    def __init__(self, spec: SimSpec) -> None:
+        if spec.fault is not None and not 0 <= spec.fault.rank < spec.layout.world_size:
+            raise ValueError(f"fault rank {spec.fault.rank} outside the world")
+        self.spec = spec
+        self.job = Job(spec)
+        self.settings = spec.settings()
+        world = spec.layout.world_size
+        self.programs = [self.job.program(r) for r in range(world)]
+        self.times = engine.run(
+            spec.layout,
+            self.programs,
+            self.job.engine_faults(),
+            queue_limit=spec.queue_limit,
+            gloo=spec.backend == "gloo",
+            seed=spec.seed,
+        )
+        self.dump_times, self.first_dumper = dump_times(
+            self.settings, self.programs, self.times, spec.dump, round(spec.skew_s * 1e9)
+        )
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.layout.world_size
+
+    @property
+    def hung(self) -> bool:
+        """Some live rank has an enqueued op that never completes."""
+        return self.first_dumper >= 0
+
+    def dump(self, rank: int) -> RankDump | None:
+        """Rank `rank`'s dump; None if it wrote none (it crashed)."""
+        when = self.dump_times[rank]
+        if when is None:
+            return None
+        return record(self.settings, rank, self.programs[rank], self.times[rank], when)
+
+    @cached_property
+    def truth(self) -> Truth:
+        from .truth import compute_truth
+
+        return compute_truth(self)
+
+
+def simulate(spec: SimSpec) -> Simulation:
+    return Simulation(spec)

@@ -1,0 +1,149 @@
+"""Call sites of the simulated Megatron-style program: the stack frames an entry records.
+
+A recorded stack is the torch.distributed API's frames, then the user frames of the call site,
+then the tail of the program (training loop, setup or evaluation), innermost first, as torch
+2.13 writes them (FlightRecorderDetail.hpp). Paths follow Megatron-LM's layout, like the
+existing generators (benchmarks/gen.py). Backward ops are issued from the autograd engine's
+thread, so their sites carry `autograd=True` and no training-loop tail.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+RawFrame = tuple[str, str, int]
+"""(function name, file name, line)."""
+
+_TORCH = "/usr/local/lib/python3.11/dist-packages/torch"
+_C10D = f"{_TORCH}/distributed/distributed_c10d.py"
+_LOGGER = f"{_TORCH}/distributed/c10d_logger.py"
+_AUTOGRAD = f"{_TORCH}/autograd/function.py"
+_CONTEXTLIB = "/usr/lib/python3.11/contextlib.py"
+_MEG = "/workspace/Megatron-LM/megatron"
+_MAPPINGS = f"{_MEG}/core/tensor_parallel/mappings.py"
+_LAYERS = f"{_MEG}/core/tensor_parallel/layers.py"
+_P2P = f"{_MEG}/core/pipeline_parallel/p2p_communication.py"
+_SCHED = f"{_MEG}/core/pipeline_parallel/schedules.py"
+_GRADS = f"{_MEG}/core/distributed/param_and_grad_buffer.py"
+_DIST_OPT = f"{_MEG}/core/optimizer/distrib_optimizer.py"
+_CLIP = f"{_MEG}/core/optimizer/clip_grads.py"
+_TRAINING = f"{_MEG}/training/training.py"
+_UTILS = f"{_MEG}/training/utils.py"
+_PRETRAIN = "/workspace/Megatron-LM/pretrain_gpt.py"
+
+
+def _torch_api(name: str, line: int) -> tuple[RawFrame, ...]:
+    return ((name, _C10D, line), ("wrapper", _LOGGER, 83))
+
+
+API_FRAMES: dict[str, tuple[RawFrame, ...]] = {
+    "all_reduce": _torch_api("all_reduce", 2950),
+    "all_reduce_coalesced": _torch_api("all_reduce_coalesced", 3112),
+    "barrier": _torch_api("barrier", 4871),
+    "broadcast": _torch_api("broadcast", 2807),
+    "all_gather": _torch_api("all_gather", 3811),
+    "all_gather_into_tensor": _torch_api("all_gather_into_tensor", 3932),
+    "reduce_scatter": _torch_api("reduce_scatter", 4302),
+    "reduce_scatter_tensor": _torch_api("reduce_scatter_tensor", 4406),
+    "send": _torch_api("send", 2471),
+    "recv": _torch_api("recv", 2525),
+    "batch_isend_irecv": (("batch_isend_irecv", _C10D, 2764),),
+    "_coalescing_manager": (("_coalescing_manager", _C10D, 2622), ("__exit__", _CONTEXTLIB, 144)),
+}
+"""torch.distributed entry points, innermost first, keyed by the API the program called."""
+
+_TRAIN_TAIL: tuple[RawFrame, ...] = (
+    ("train_step", _TRAINING, 762),
+    ("train", _TRAINING, 1391),
+    ("pretrain", _TRAINING, 388),
+    ("<module>", _PRETRAIN, 281),
+)
+_SETUP_TAIL: tuple[RawFrame, ...] = (("pretrain", _TRAINING, 301), ("<module>", _PRETRAIN, 281))
+
+
+class Site(NamedTuple):
+    """Where the program issues an op: user frames below torch's, and the issuing thread."""
+
+    frames: tuple[RawFrame, ...]
+    autograd: bool = False
+    setup: bool = False
+
+
+def _fwd(*frames: RawFrame) -> Site:
+    return Site((*frames, ("forward_step", _SCHED, 275)))
+
+
+def _p2p(name: str, line: int, sched_line: int, batched: bool = False) -> Site:
+    inner: tuple[RawFrame, ...] = (
+        (("_batched_p2p_ops", _P2P, 232), ("_communicate", _P2P, 402))
+        if batched
+        else (("_communicate", _P2P, 391),)
+    )
+    return Site(
+        (
+            *inner,
+            (name, _P2P, line),
+            ("forward_backward_pipelining_without_interleaving", _SCHED, sched_line),
+        )
+    )
+
+
+SITES: dict[str, Site] = {
+    "setup": Site(
+        (("_broadcast_params", _TRAINING, 510), ("setup_model", _TRAINING, 540)), setup=True
+    ),
+    "metadata": Site(
+        (("gather_shard_sizes", _UTILS, 118), ("setup_model", _TRAINING, 552)), setup=True
+    ),
+    "init_barrier": Site((("initialize_megatron", _TRAINING, 290),), setup=True),
+    "attn_fwd": _fwd(("_reduce", _MAPPINGS, 31), ("forward", _LAYERS, 1018)),
+    "mlp_fwd": _fwd(("_reduce", _MAPPINGS, 31), ("forward", _LAYERS, 1021)),
+    "sp_gather": _fwd(("_gather_along_first_dim", _MAPPINGS, 120), ("forward", _LAYERS, 480)),
+    "logits_gather": _fwd(("_gather_along_last_dim", _MAPPINGS, 87), ("forward", _MAPPINGS, 264)),
+    "attn_bwd": Site((("backward", _MAPPINGS, 229), ("apply", _AUTOGRAD, 307)), autograd=True),
+    "mlp_bwd": Site(
+        (("_reduce", _MAPPINGS, 31), ("backward", _MAPPINGS, 229), ("apply", _AUTOGRAD, 307)),
+        autograd=True,
+    ),
+    "recv_forward": _p2p("recv_forward", 478, 1467),
+    "send_forward": _p2p("send_forward", 514, 1480),
+    "recv_backward": _p2p("recv_backward", 496, 1552),
+    "send_backward": _p2p("send_backward", 532, 1537),
+    "send_fwd_recv_bwd": _p2p("send_forward_recv_backward", 552, 1509, batched=True),
+    "send_bwd_recv_fwd": _p2p("send_backward_recv_forward", 572, 1541, batched=True),
+    "grad_sync": Site((("start_grad_sync", _GRADS, 318), ("finish_grad_sync", _GRADS, 361))),
+    "layernorm_grads": Site(
+        (("_allreduce_layernorm_grads", _GRADS, 97), ("finalize_model_grads", _GRADS, 142))
+    ),
+    "grad_norm": Site((("get_grad_norm_fp32", _CLIP, 112), ("clip_grad_norm", _CLIP, 160))),
+    "loss": Site(
+        (("average_losses_across_data_parallel_group", _UTILS, 201), ("loss_func", _PRETRAIN, 160))
+    ),
+    "param_gather": Site(
+        (("_all_gather_params", _DIST_OPT, 1733), ("step_with_ready_grads", _DIST_OPT, 1802))
+    ),
+    "checkpoint": Site(
+        (("gather_optimizer_state", _DIST_OPT, 921), ("save_checkpoint", _TRAINING, 1130))
+    ),
+    "log_metrics": Site((("reduce_loss_dict", _TRAINING, 845), ("training_log", _TRAINING, 902))),
+    "barrier": Site((("check_adlr_autoresume_termination", _UTILS, 288),)),
+    "debug_barrier": Site((("maybe_sync_for_debug", _UTILS, 340), ("train_step", _TRAINING, 770))),
+}
+
+
+@lru_cache(maxsize=1024)
+def stack(site: str, api: str) -> tuple[RawFrame, ...]:
+    """The recorded frames, innermost first, of an op issued through `api` at `site`."""
+    where = SITES[site]
+    if where.autograd:
+        tail: tuple[RawFrame, ...] = ()
+    elif where.setup:
+        tail = _SETUP_TAIL
+    else:
+        tail = _TRAIN_TAIL
+    return (*API_FRAMES[api], *where.frames, *tail)
+
+
+def is_autograd(site: str) -> bool:
+    return SITES[site].autograd

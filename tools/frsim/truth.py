@@ -1,0 +1,423 @@
+"""Ground truth of a simulated case, from the simulator's own knowledge (never an analyzer).
+
+Rules (the fault's rank is r, its site the unit `op` of r's fault-free program):
+
+- no fault: ok.
+- stall: slow / straggler at the stalled op, lateness = the stall.
+- stop_host: hung / not_joined at the op r never issued: the seq it would have had on its
+  group; for a p2p op, the waiting counterpart's group, p2p seq and rank (p2p seq ids are per
+  rank, and r has no record of the op).
+- crash: hung / dead_rank at the op r would have issued next (located as for stop_host). The
+  others may be blocked at an earlier op of r's that r enqueued but never reached on its stream:
+  r has no dump, so the group and seq are the fault's site, not necessarily where they wait.
+- gpu_stuck_in / gpu_stuck_before: hung / stuck_collective, culprit r, at that op.
+- mismatch / p2p_mismatch: desync / mismatch, culprit r, at that op (p2p: r's p2p seq).
+- skip / extra: desync at the first divergence: the first seq id of that group (in the op's
+  namespace) where r's recorded op (names, sizes, dtypes, peers, or presence) differs from what
+  the fault-free program would have recorded there; root "mismatch" if r recorded something
+  different there, "not_joined" if r recorded nothing there (for p2p: located on the waiting
+  counterpart, as for stop_host).
+
+`ambiguous` says why the dumps cannot show the truth, by construction:
+
+- the op that shows the fault is in no ring buffer that would have to hold it (evicted, or
+  never recorded by the ranks that should hold it, e.g. nobody issued the op r never issued);
+- the fault site is never reached before the dump;
+- the job does not hang although the fault should hang it (nobody waits for r: a crash or a
+  stop nobody notices);
+- a 2-member group disagrees and no sibling group (same desc) recorded that seq: no majority
+  says which side deviates (the brief's "first op" case; history is not taken as evidence);
+- a p2p mismatch whose channel has no other transfer in r's buffer to show its usual shape;
+- gpu_stuck_before without timing: every member's op is scheduled and none completes, exactly
+  what a collective stuck on all members looks like;
+- a stall at least as long as the timeout (the peers' watchdogs would fire).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .layout import Role
+from .program import COLL_KINDS, P2P_KINDS, Kind, Program
+from .recorder import buffer_window
+
+if TYPE_CHECKING:
+    from .sim import Simulation
+
+Status = Literal["ok", "desync", "hung", "slow"]
+RootKind = Literal[
+    "mismatch", "not_joined", "dead_rank", "stuck_collective", "deadlock", "straggler"
+]
+SeqKind = Literal["collective", "p2p"]
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a correct analyzer concludes about a case."""
+
+    status: Status
+    root: RootKind | None = None
+    culprits: tuple[int, ...] = ()
+    group: str | None = None
+    group_desc: str | None = None
+    seq_kind: SeqKind | None = None
+    seq: int | None = None
+    seq_rank: int | None = None
+    """Whose dump the seq id is read from (p2p seq ids are per rank); None for collectives."""
+    op: str | None = None
+    """Profiling name as recorded, e.g. "nccl:all_reduce", "nccl:recv 1<-0"; for a block, its
+    first member's (for a mismatch, the member that differs)."""
+    lateness_s: float | None = None
+    ambiguous: str | None = None
+
+    def describe(self) -> str:
+        parts: list[str] = [self.status]
+        if self.root is not None:
+            parts.append(self.root)
+        if self.culprits:
+            parts.append(f"culprit {','.join(map(str, self.culprits))}")
+        if self.group is not None:
+            parts.append(f"group {self.group} ({self.group_desc})")
+        if self.seq is not None:
+            where = f"@rank {self.seq_rank}" if self.seq_rank is not None else ""
+            parts.append(f"{'c' if self.seq_kind == 'collective' else 'p'}{self.seq}{where}")
+        if self.op is not None:
+            parts.append(self.op)
+        if self.lateness_s is not None:
+            parts.append(f"late {self.lateness_s:g}s")
+        if self.ambiguous is not None:
+            parts.append(f"AMBIGUOUS: {self.ambiguous}")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["culprits"] = list(self.culprits)
+        return out
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Where an op sits: group, seq namespace and id, the rank it is read on, its name."""
+
+    rank: int
+    unit: int
+    gid: int
+    seq_kind: SeqKind
+    seq: int
+    op: str
+
+
+class _Truths:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.layout = sim.spec.layout
+        self.prefix = f"{sim.spec.backend}:"
+        self._windows: dict[int, tuple[int, int] | None] = {}
+
+    # -- where ops are ------------------------------------------------------------------
+
+    def name(self, program: Program, rank: int, unit: int, member: int = 0) -> str:
+        """The profiling name `rank` records for member `member` of `unit`."""
+        kind = program.kind[unit]
+        t = program.templates_of(unit)[member]
+        if kind in (Kind.SEND, Kind.RECV) or (kind == Kind.BATCH and t.op in ("send", "recv")):
+            me = self.layout.local_rank(Role(program.role[unit]), rank)
+            if kind == Kind.BATCH:
+                peer = program.catalog.blocks[program.item[unit]].peers[member]
+            else:
+                peer = program.peer[unit]
+            arrow = f"{me}->{peer}" if t.op == "send" else f"{me}<-{peer}"
+            return f"{self.prefix}{t.op} {arrow}"
+        return self.prefix + t.op
+
+    def site(self, program: Program, rank: int, unit: int, member: int = 0) -> _Site:
+        gid = self.layout.binding(rank)[program.role[unit]]
+        coll = program.kind[unit] in COLL_KINDS
+        return _Site(
+            rank,
+            unit,
+            gid,
+            "collective" if coll else "p2p",
+            program.seq_of(unit),
+            self.name(program, rank, unit, member),
+        )
+
+    def counterpart(self, program: Program, rank: int, unit: int, member: int = 0) -> _Site | None:
+        """The unit of the peer that pairs with member `member` of p2p `unit` of `rank`."""
+        j = program.mstart[unit] + member
+        role = Role(program.role[unit])
+        layout = self.layout
+        me = layout.local_rank(role, rank)
+        stride = (1, 1, layout.tp, layout.tp * layout.dp)[role]
+        peer = rank + (program.mpeer[j] - me) * stride
+        other = self.sim.job.program(peer)
+        send, chan = program.msend[j], program.mchan[j]
+        for u in range(len(other)):
+            if other.role[u] != role or other.kind[u] not in P2P_KINDS:
+                continue
+            for k in range(other.mstart[u], other.mstart[u + 1]):
+                if other.msend[k] != send and other.mpeer[k] == me and other.mchan[k] == chan:
+                    return self.site(other, peer, u, k - other.mstart[u])
+        return None
+
+    # -- what the dumps hold ------------------------------------------------------------
+
+    def window(self, rank: int) -> tuple[int, int] | None:
+        """Units [first, end) of `rank` in its dump; None if it wrote none."""
+        if rank not in self._windows:
+            when = self.sim.dump_times[rank]
+            if when is None:
+                self._windows[rank] = None
+            else:
+                first, end, _ = buffer_window(
+                    self.sim.spec.capacity, self.sim.programs[rank], self.sim.times[rank], when
+                )
+                self._windows[rank] = (first, end)
+        return self._windows[rank]
+
+    def holds(self, rank: int, gid: int, seq_kind: SeqKind, seq: int) -> bool:
+        """Does `rank`'s dump hold an entry of group `gid` with that seq id?"""
+        window = self.window(rank)
+        if window is None:
+            return False
+        program = self.sim.programs[rank]
+        binding = self.layout.binding(rank)
+        kinds = COLL_KINDS if seq_kind == "collective" else P2P_KINDS
+        ids = program.cseq if seq_kind == "collective" else program.pseq
+        if self.sim.spec.backend == "gloo" and seq_kind == "p2p":
+            return False
+        for u in range(*window):
+            if binding[program.role[u]] == gid and program.kind[u] in kinds and ids[u] == seq:
+                return True
+        return False
+
+    def peers_hold(self, site: _Site, exclude: int) -> bool:
+        """Does some other member of the site's group hold its seq (collective namespace)?"""
+        return any(
+            self.holds(m, site.gid, site.seq_kind, site.seq)
+            for m in self.layout.group(site.gid).ranks
+            if m != exclude
+        )
+
+    def others_hold(self, program: Program, site: _Site) -> bool:
+        """Does another rank's dump hold its side of the op at `site`: another member's entry
+        with the same collective seq, or the counterpart of (the first member of) a p2p op?"""
+        if site.seq_kind == "collective":
+            return self.peers_hold(site, site.rank)
+        other = self.counterpart(program, site.rank, site.unit)
+        return other is not None and self.holds(other.rank, other.gid, "p2p", other.seq)
+
+    def sibling_holds(self, site: _Site) -> bool:
+        """Does a group of the same role (another TP group, say) hold the same seq?"""
+        layout = self.layout
+        role = layout.role_of(site.gid)
+        for gid in range(layout.group_count):
+            if gid != site.gid and layout.role_of(gid) == role:
+                group = layout.group(gid)
+                if any(self.holds(m, gid, site.seq_kind, site.seq) for m in group.ranks):
+                    return True
+        return False
+
+    def truth(
+        self,
+        status: Status,
+        root: RootKind,
+        culprit: int,
+        site: _Site | None,
+        ambiguous: str | None,
+        lateness: float | None = None,
+    ) -> Truth:
+        if site is None:
+            return Truth(status, root, (culprit,), ambiguous=ambiguous or "no site")
+        group = self.layout.group(site.gid)
+        return Truth(
+            status,
+            root,
+            (culprit,),
+            group.name,
+            group.desc,
+            site.seq_kind,
+            site.seq,
+            site.rank if site.seq_kind == "p2p" else None,
+            site.op,
+            lateness,
+            ambiguous,
+        )
+
+
+def compute_truth(sim: Simulation) -> Truth:
+    fault = sim.spec.fault
+    if fault is None:
+        return Truth("ok")
+    t = _Truths(sim)
+    r, i = fault.rank, fault.op
+    clean = sim.job.clean_program(r)
+    actual = sim.programs[r]
+    times = sim.times[r]
+    dumped = sim.dump_times[r]
+    reached = dumped is not None and times.enq[i] <= dumped if i < len(actual) else False
+    kind = fault.kind
+
+    if kind == "stall":
+        site = t.site(clean, r, i)
+        amb = None
+        if fault.seconds * 1000 >= sim.spec.timeout_ms:
+            amb = "the stall is as long as the timeout: the peers' watchdogs would fire"
+        elif not reached:
+            amb = "the stalled op is never reached before the dump"
+        elif not (t.holds(r, site.gid, site.seq_kind, site.seq) and t.others_hold(clean, site)):
+            amb = "the stalled op fell out of the ring buffers"
+        return t.truth("slow", "straggler", r, site, amb, lateness=fault.seconds)
+
+    if kind == "stop_host":
+        return _not_issued(t, sim, clean, r, i, "not_joined")
+    if kind == "crash":
+        # The peers wait for the crashed rank at its first op that never completed: an op it
+        # enqueued before it died but its stream never reached, or the op it was about to
+        # enqueue. That op, in r's own order, is where the job stopped.
+        first = times.completed()
+        return _not_issued(t, sim, clean, r, min(first, i), "dead_rank")
+
+    if kind in ("gpu_stuck_in", "gpu_stuck_before"):
+        site = t.site(clean, r, i)
+        amb = None
+        if kind == "gpu_stuck_before" and not sim.settings.timing:
+            amb = (
+                "gpu_stuck_before without timing: every member's op is scheduled and none "
+                "completes, exactly like a collective stuck on all members"
+            )
+        elif not sim.hung:
+            amb = "the job does not hang"
+        elif not t.holds(r, site.gid, site.seq_kind, site.seq) or not t.peers_hold(site, r):
+            amb = "the stuck op fell out of the ring buffers"
+        return t.truth("hung", "stuck_collective", r, site, amb)
+
+    if kind == "mismatch":
+        site = t.site(actual, r, i, fault.member)
+        return t.truth("desync", "mismatch", r, site, _mismatch_ambiguity(t, site, r, reached))
+
+    if kind == "p2p_mismatch":
+        site = t.site(actual, r, i, fault.member)
+        amb = None
+        other = t.counterpart(actual, r, i, fault.member)
+        if not reached:
+            amb = "the fault site is never reached before the dump"
+        elif not t.holds(r, site.gid, "p2p", site.seq):
+            amb = "the mismatching op fell out of rank r's ring buffer"
+        elif other is None or not t.holds(other.rank, other.gid, "p2p", other.seq):
+            amb = "the counterpart's op is not in its dump"
+        elif not _channel_has_history(t, actual, r, i, fault.member):
+            amb = "no other transfer on that channel in rank r's dump shows its usual shape"
+        return t.truth("desync", "mismatch", r, site, amb)
+
+    # skip / extra: the first divergence on the faulted op's group and namespace
+    role = Role(clean.role[i])
+    collective = clean.kind[i] in COLL_KINDS
+    if kind == "extra":
+        role, collective = fault.extra.role, True
+    return _divergence(t, sim, clean, actual, r, role, collective)
+
+
+def _not_issued(
+    t: _Truths, sim: Simulation, clean: Program, r: int, i: int, root: RootKind
+) -> Truth:
+    """The op r never issued (stop_host) or would have issued next (crash)."""
+    if clean.kind[i] in COLL_KINDS:
+        site: _Site | None = t.site(clean, r, i)
+        visible = site is not None and t.peers_hold(site, r)
+    else:
+        site = t.counterpart(clean, r, i)
+        visible = site is not None and t.holds(site.rank, site.gid, "p2p", site.seq)
+    amb = None
+    if not sim.hung:
+        amb = "nobody waits for the rank: the job does not hang"
+    elif root == "not_joined" and not visible:
+        amb = "no peer's dump holds the op rank r never issued (not issued, or evicted)"
+    return t.truth("hung", root, r, site, amb)
+
+
+def _mismatch_ambiguity(t: _Truths, site: _Site, r: int, reached: bool) -> str | None:
+    if not reached:
+        return "the fault site is never reached before the dump"
+    if not t.holds(r, site.gid, site.seq_kind, site.seq):
+        return "the mismatching op fell out of rank r's ring buffer"
+    if site.seq_kind == "p2p":
+        return None  # p2p seq ids are per rank: the record is compared with r's own channel
+    if not t.peers_hold(site, r):
+        return "no peer's dump holds the op to compare with"
+    if t.layout.group(site.gid).size == 2 and not t.sibling_holds(site):
+        return "a 2-member group disagrees and no sibling group shows which side deviates"
+    return None
+
+
+def _channel_has_history(t: _Truths, program: Program, r: int, unit: int, member: int) -> bool:
+    window = t.window(r)
+    if window is None:
+        return False
+    j0 = program.mstart[unit] + member
+    send, peer, role = program.msend[j0], program.mpeer[j0], program.role[unit]
+    for u in range(*window):
+        if u == unit or program.role[u] != role:
+            continue
+        for j in range(program.mstart[u], program.mstart[u + 1]):
+            if program.msend[j] == send and program.mpeer[j] == peer:
+                return True
+    return False
+
+
+def _divergence(
+    t: _Truths,
+    sim: Simulation,
+    clean: Program,
+    actual: Program,
+    r: int,
+    role: Role,
+    collective: bool,
+) -> Truth:
+    dumped = sim.dump_times[r]
+    enqueued = sim.times[r].enqueued(dumped) if dumped is not None else 0
+    ours = [u for u in actual.units_on(role, collective) if u < enqueued]
+    theirs = clean.units_on(role, collective)
+    j = 0
+    while (
+        j < len(ours)
+        and j < len(theirs)
+        and actual.record_key(ours[j]) == clean.record_key(theirs[j])
+    ):
+        j += 1
+    if j < len(ours):
+        site = t.site(actual, r, ours[j], _first_difference(actual, ours[j], clean, theirs, j))
+        amb = _mismatch_ambiguity(t, site, r, True)
+        return t.truth("desync", "mismatch", r, site, amb)
+    if j < len(theirs):
+        if collective:
+            site_: _Site | None = t.site(clean, r, theirs[j])
+            visible = site_ is not None and t.peers_hold(site_, r)
+        else:
+            site_ = t.counterpart(clean, r, theirs[j])
+            visible = site_ is not None and t.holds(site_.rank, site_.gid, "p2p", site_.seq)
+        amb = None if visible else "no peer's dump holds the op rank r did not record"
+        fault = sim.spec.fault
+        if amb is None and fault is not None and fault.kind == "skip" and enqueued <= fault.op:
+            # Nothing after the skipped op: the dumps show a rank that stopped there.
+            amb = "rank r issued nothing after the op it skipped: it looks like a rank that stopped"
+        return t.truth("desync", "not_joined", r, site_, amb)
+    return Truth(
+        "desync",
+        None,
+        (r,),
+        ambiguous="rank r's records never diverge from the fault-free program before the dump",
+    )
+
+
+def _first_difference(actual: Program, unit: int, clean: Program, theirs: list[int], j: int) -> int:
+    """The first member of `unit` that differs from the fault-free op at the same seq."""
+    if j >= len(theirs):
+        return 0
+    ours_t = actual.templates_of(unit)
+    theirs_t = clean.templates_of(theirs[j])
+    for m, (a, b) in enumerate(zip(ours_t, theirs_t, strict=False)):
+        if a.signature != b.signature:
+            return min(m, len(ours_t) - 1)
+    return 0
