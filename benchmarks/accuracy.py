@@ -165,9 +165,10 @@ def render(outcomes: Sequence[Outcome]) -> str:
     lines += ["", "Confusion (fault kind, right answer -> fr-analyze's answer: cases):"]
     lines.append(
         tabulate(
-            [[k, want, got, n, "" if want == got else "<--"] for (k, want, got), n in sorted(
-                confusion.items()
-            )],
+            [
+                [k, want, got, n, "" if want == got else "<--"]
+                for (k, want, got), n in sorted(confusion.items())
+            ],
             headers=["fault kind", "right answer", "fr-analyze", "cases", ""],
             disable_numparse=True,
         )
@@ -218,9 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
-            json.dumps(
-                {"schema": SCHEMA, "outcomes": [asdict(o) for o in outcomes]}, indent=1
-            )
+            json.dumps({"schema": SCHEMA, "outcomes": [asdict(o) for o in outcomes]}, indent=1)
             + "\n"
         )
     judged = [o for o in outcomes if o.ambiguous is None]

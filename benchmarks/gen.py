@@ -1,36 +1,35 @@
-"""Streaming generator of large NCCL-format Flight Recorder dump sets for the scale benchmark.
+"""Large NCCL-format Flight Recorder dump sets for the scale benchmark, simulated with tools/frsim.
 
-It writes what ProcessGroupNCCL's Flight Recorder (PyTorch 2.13, dump format "2.10") would dump
-for a Megatron-style 3D-parallel training job: tensor parallel groups of
-`tp` ranks, data parallel groups, `pp` pipeline stages with a 1F1B schedule (unbatched and
-batched send/recv between neighbouring stages), coalesced gradient buckets, uneven all_gather /
-reduce_scatter blocks and world collectives. The job runs longer than the ring buffer holds, so
-each rank keeps only its newest `capacity` entries and the buffers of different ranks begin at
-different points (record_id keeps counting).
+The job is a Megatron-style 3D-parallel training run: tensor parallel groups of `tp` ranks (one
+host each), `pp` pipeline stages in 1F1B over `micro_batches` micro-batches (unbatched send/recv
+in warm-up and cool-down, `batch_isend_irecv` exchanges in the steady state, each followed by a
+device synchronize as Megatron's `batch_p2p_sync` does), data parallel groups with coalesced
+gradient buckets and a parameter all-gather, uneven all_gather / reduce_scatter blocks, world
+all_reduces of the gradient norm and the loss, and at the end an evaluation pass (forward-only
+pipeline, then a world all_reduce of the evaluation loss). It runs longer than the ring buffer
+holds, so every rank keeps only its newest `capacity` entries and the buffers of different
+stages begin at different points (`record_id` keeps counting).
 
-Every rank's file is a pure function of (rank, spec): a rank replays the training program from
-its own point of view, so ranks are generated independently in worker processes and streamed to
-disk; no process ever holds more than one rank's dump. The output is deterministic: a rerun
-writes byte-identical files. A `manifest.json` next to the `dumps/` folder records the spec, so
-a later run with the same spec reuses the folder instead of regenerating it.
-
-Stack frames follow what torch 2.13 writes (FlightRecorderDetail.hpp): each entry has its own
-`frames` list, and each distinct frame is one dict shared by every entry of that dump that
-references it (`--frames shared`, the default). `--frames distinct` gives every entry fresh
-frame dicts instead: larger files, slower loads, a worst case.
+What the files hold emerges from the simulation (tools/frsim/README.md): the engine runs every
+rank's program once, in this process; then forked worker processes, which inherit the engine's
+compact per-rank results, record each rank's dump and write its file, so no process ever holds
+more than one rank's entries. The expected verdict is the simulator's ground truth
+(`Truth.to_dict()`), stored in `manifest.json` next to the `dumps/` folder; a later run with the
+same spec reuses the folder instead of regenerating it. Reruns write byte-identical files.
 
 Bytes: `--pickler torch` (default) serializes the way torch's C++ pickler does (protocol 2, no
-framing, strings memoized by value, shared frame dicts memoized, nothing else memoized), as
-real dumps are; `--pickler python` uses `pickle.dumps(protocol=4)` like tools/nccl_scenarios.py,
-which loads to the same objects but memoizes every tuple and container and frames the stream.
+framing, strings memoized by value, shared frame dicts memoized, nothing else memoized), as real
+dumps are; `--pickler python` uses `pickle.dumps(protocol=4)`, which loads to the same objects
+but memoizes every tuple and container. `--frames shared` (default, as torch writes them) or
+`distinct` (fresh frame dicts in every entry: larger files, slower loads, a worst case).
 
-Faults (`--fault`):
+Faults (`--fault`), on rank `W/2 + 5` (a middle pipeline stage, away from rank 0):
 - `none`: a healthy job, every op completed; fr-analyze must report nothing.
-- `not_joined`: after the last evaluation step every rank but the culprit issues a world
-  all_reduce and waits in it (scheduled); the culprit never issues it.
-- `size_mismatch`: in the evaluation forward, the culprit's tensor parallel all_reduce has a
-  different shape; its whole TP group hangs there (scheduled) and never reaches the world
-  all_reduce that every other rank then waits in.
+- `not_joined`: the culprit's host stops before the last world all_reduce (the evaluation
+  loss); every other rank waits in it until the watchdogs time out.
+- `size_mismatch`: in the evaluation forward the culprit's tensor parallel all_reduce has a
+  different size; its TP group hangs there and everyone else waits downstream (pipeline
+  neighbours in send/recv, every host in the evaluation-loss all_reduce).
 
 Usage: `python -m benchmarks.gen --ranks 1024 [--fault not_joined] [--out /tmp/fr-bench]`.
 """
@@ -38,24 +37,29 @@ Usage: `python -m benchmarks.gen --ranks 1024 [--fault not_joined] [--out /tmp/f
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import multiprocessing
 import os
-import pickle
+import resource
 import shutil
-import struct
 import sys
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-GENERATOR_VERSION = 2
+from tools.frsim import faults
+from tools.frsim.faults import Fault
+from tools.frsim.layout import Layout, Role
+from tools.frsim.program import ProgramSpec
+from tools.frsim.sim import Job, SimSpec, Simulation
+from tools.frsim.writers import Format, Frames, Output, TorchPickleWriter, write_files
+from tools.frsim.writers import torch_pickle as _torch_bytes
+
+__all__ = ["TorchPickleWriter", "dump_bytes", "generate", "sim_spec", "torch_pickle"]
+
+GENERATOR_VERSION = 3
 """Bump when the generated bytes change, so that reused folders are regenerated."""
 
 FAULTS = ("none", "not_joined", "size_mismatch")
@@ -63,164 +67,7 @@ FRAME_MODES = ("shared", "distinct")
 PICKLERS = ("torch", "python")
 DEFAULT_OUT = Path("/tmp/fr-bench")
 FILE_PREFIX = "nccl_trace_rank_"
-PICKLE_PROTOCOL = 4  # with --pickler python
-FORMAT_VERSION = "2.10"
-NCCL_VERSION = "2.21.5"
-TIMEOUT_MS = 600_000
-
-BASE_TIME_NS = 1_760_000_000_000_000_000
-STEP_NS = 450_000_000  # one training step
-SLOT_NS = 900_000  # between two consecutive ops of one rank inside a step
-JITTER_NS = 20_000
-HOST_SKEW_NS = 4_000_000  # clocks of different hosts differ by up to this much
 GPUS_PER_HOST = 8
-
-State = Literal["scheduled", "started", "completed"]
-Shape = tuple[int, ...]
-Sizes = tuple[Shape, ...]
-RawFrame = tuple[str, str, int]
-
-# --- the simulated program's stacks (innermost first) ----------------------------------------
-
-_TORCH = "/usr/local/lib/python3.11/dist-packages/torch"
-_C10D = f"{_TORCH}/distributed/distributed_c10d.py"
-_LOGGER = f"{_TORCH}/distributed/c10d_logger.py"
-_AUTOGRAD = f"{_TORCH}/autograd/function.py"
-_CONTEXTLIB = "/usr/lib/python3.11/contextlib.py"
-_MEG = "/workspace/Megatron-LM/megatron"
-_MAPPINGS = f"{_MEG}/core/tensor_parallel/mappings.py"
-_LAYERS = f"{_MEG}/core/tensor_parallel/layers.py"
-_P2P = f"{_MEG}/core/pipeline_parallel/p2p_communication.py"
-_SCHED = f"{_MEG}/core/pipeline_parallel/schedules.py"
-_GRADS = f"{_MEG}/core/distributed/param_and_grad_buffer.py"
-_DIST_OPT = f"{_MEG}/core/optimizer/distrib_optimizer.py"
-_CLIP = f"{_MEG}/core/optimizer/clip_grads.py"
-_TRAINING = f"{_MEG}/training/training.py"
-_UTILS = f"{_MEG}/training/utils.py"
-_PRETRAIN = "/workspace/Megatron-LM/pretrain_gpt.py"
-
-
-def _torch_api(name: str, line: int) -> tuple[RawFrame, ...]:
-    return ((name, _C10D, line), ("wrapper", _LOGGER, 83))
-
-
-API_FRAMES: dict[str, tuple[RawFrame, ...]] = {
-    "all_reduce": _torch_api("all_reduce", 2950),
-    "all_reduce_coalesced": _torch_api("all_reduce_coalesced", 3112),
-    "barrier": _torch_api("barrier", 4871),
-    "broadcast": _torch_api("broadcast", 2807),
-    "all_gather": _torch_api("all_gather", 3811),
-    "all_gather_into_tensor": _torch_api("all_gather_into_tensor", 3932),
-    "reduce_scatter": _torch_api("reduce_scatter", 4302),
-    "send": _torch_api("send", 2471),
-    "recv": _torch_api("recv", 2525),
-    "batch_isend_irecv": (("batch_isend_irecv", _C10D, 2764),),
-    "_coalescing_manager": (("_coalescing_manager", _C10D, 2622), ("__exit__", _CONTEXTLIB, 144)),
-}
-
-_TRAIN_TAIL: tuple[RawFrame, ...] = (
-    ("train_step", _TRAINING, 762),
-    ("train", _TRAINING, 1391),
-    ("pretrain", _TRAINING, 388),
-    ("<module>", _PRETRAIN, 281),
-)
-_EVAL_TAIL: tuple[RawFrame, ...] = (
-    ("evaluate", _TRAINING, 1612),
-    ("evaluate_and_print_results", _TRAINING, 1688),
-    ("pretrain", _TRAINING, 412),
-    ("<module>", _PRETRAIN, 281),
-)
-_SETUP_TAIL: tuple[RawFrame, ...] = (("pretrain", _TRAINING, 301), ("<module>", _PRETRAIN, 281))
-
-
-class Site(NamedTuple):
-    """Where the program issues an op: user frames below torch's, and the issuing thread."""
-
-    frames: tuple[RawFrame, ...]
-    autograd: bool = False  # backward ops are issued from the autograd engine's thread
-
-
-SITES: dict[str, Site] = {
-    "setup": Site((("_broadcast_params", _TRAINING, 510), ("setup_model", _TRAINING, 540))),
-    "metadata": Site((("gather_shard_sizes", _UTILS, 118), ("setup_model", _TRAINING, 552))),
-    "attn_fwd": Site(
-        (("_reduce", _MAPPINGS, 31), ("forward", _LAYERS, 1018), ("forward_step", _SCHED, 275))
-    ),
-    "mlp_fwd": Site(
-        (("_reduce", _MAPPINGS, 31), ("forward", _LAYERS, 1018), ("forward_step", _SCHED, 275))
-    ),
-    "attn_bwd": Site((("backward", _MAPPINGS, 229), ("apply", _AUTOGRAD, 307)), autograd=True),
-    "mlp_bwd": Site(
-        (("_reduce", _MAPPINGS, 31), ("backward", _MAPPINGS, 229), ("apply", _AUTOGRAD, 307)),
-        autograd=True,
-    ),
-    "recv_forward": Site(
-        (
-            ("_communicate", _P2P, 391),
-            ("recv_forward", _P2P, 478),
-            ("forward_backward_pipelining_without_interleaving", _SCHED, 1467),
-        )
-    ),
-    "send_forward": Site(
-        (
-            ("_communicate", _P2P, 391),
-            ("send_forward", _P2P, 514),
-            ("forward_backward_pipelining_without_interleaving", _SCHED, 1480),
-        )
-    ),
-    "recv_backward": Site(
-        (
-            ("_communicate", _P2P, 391),
-            ("recv_backward", _P2P, 496),
-            ("forward_backward_pipelining_without_interleaving", _SCHED, 1552),
-        )
-    ),
-    "send_backward": Site(
-        (
-            ("_communicate", _P2P, 391),
-            ("send_backward", _P2P, 532),
-            ("forward_backward_pipelining_without_interleaving", _SCHED, 1537),
-        )
-    ),
-    "send_fwd_recv_bwd": Site(
-        (
-            ("_batched_p2p_ops", _P2P, 232),
-            ("_communicate", _P2P, 402),
-            ("send_forward_recv_backward", _P2P, 552),
-            ("forward_backward_pipelining_without_interleaving", _SCHED, 1509),
-        )
-    ),
-    "send_bwd_recv_fwd": Site(
-        (
-            ("_batched_p2p_ops", _P2P, 232),
-            ("_communicate", _P2P, 402),
-            ("send_backward_recv_forward", _P2P, 572),
-            ("forward_backward_pipelining_without_interleaving", _SCHED, 1541),
-        )
-    ),
-    "grad_sync": Site((("start_grad_sync", _GRADS, 318), ("finish_grad_sync", _GRADS, 361))),
-    "layernorm_grads": Site(
-        (("_allreduce_layernorm_grads", _GRADS, 97), ("finalize_model_grads", _GRADS, 142))
-    ),
-    "grad_norm": Site((("get_grad_norm_fp32", _CLIP, 112), ("clip_grad_norm", _CLIP, 160))),
-    "param_gather": Site(
-        (("_all_gather_params", _DIST_OPT, 1733), ("step_with_ready_grads", _DIST_OPT, 1802))
-    ),
-    "checkpoint": Site(
-        (("gather_optimizer_state", _DIST_OPT, 921), ("save_checkpoint", _TRAINING, 1130))
-    ),
-    "log_metrics": Site((("reduce_loss_dict", _TRAINING, 845), ("training_log", _TRAINING, 902))),
-    "eval_fwd": Site(
-        (("_reduce", _MAPPINGS, 31), ("forward", _LAYERS, 1018), ("forward_step", _TRAINING, 1580))
-    ),
-    "eval_loss": Site(
-        (("average_losses_across_data_parallel_group", _UTILS, 201), ("loss_func", _PRETRAIN, 160))
-    ),
-}
-_SETUP_SITES = frozenset({"setup", "metadata"})
-_EVAL_SITES = frozenset({"eval_fwd", "eval_loss"})
-
-# --- the job's shape -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -234,8 +81,10 @@ class Spec:
     tp: int = 8
     pp: int = 4
     micro_batches: int = 8
-    steps: int = 44
+    steps: int = 28
+    eval_micro_batches: int = 8
     capacity: int = 2000
+    seed: int = 0
     generator_version: int = GENERATOR_VERSION
 
     def __post_init__(self) -> None:
@@ -247,7 +96,9 @@ class Spec:
             raise ValueError(f"pickler must be one of {', '.join(PICKLERS)}")
         if self.tp < 1 or self.pp < 2 or self.micro_batches < 1 or self.capacity < 1:
             raise ValueError("tp >= 1, pp >= 2, micro_batches >= 1 and capacity >= 1")
-        if self.world_size % (self.tp * self.pp):
+        if self.eval_micro_batches < 1:
+            raise ValueError("eval_micro_batches >= 1 (the faults sit in the evaluation)")
+        if self.world_size < self.tp * self.pp or self.world_size % (self.tp * self.pp):
             raise ValueError(f"world size {self.world_size} is not a multiple of tp*pp")
 
     @property
@@ -271,801 +122,63 @@ class Spec:
             name += f"-{self.pickler}"
         return name
 
-
-class GroupInfo(NamedTuple):
-    """One of a rank's process groups: name (identity), desc and sorted global ranks."""
-
-    name: str
-    desc: str
-    ranks: tuple[int, ...]
+    def output(self) -> Output:
+        fmt: Format = "torch" if self.pickler == "torch" else "pickle"
+        frames: Frames = "shared" if self.frames == "shared" else "distinct"
+        return Output(fmt=fmt, pattern=FILE_PREFIX + "{rank}", frames=frames)
 
 
-WORLD, TP, DP, PP = 0, 1, 2, 3  # a rank's groups, in the order its process creates them
-
-
-@dataclass(frozen=True)
-class Coords:
-    """Where a global rank sits: rank = stage * (dp * tp) + dp_index * tp + tp_index."""
-
-    stage: int
-    dp_index: int
-    tp_index: int
-
-
-def coords(spec: Spec, rank: int) -> Coords:
-    stage, rest = divmod(rank, spec.dp * spec.tp)
-    dp_index, tp_index = divmod(rest, spec.tp)
-    return Coords(stage, dp_index, tp_index)
-
-
-def rank_groups(spec: Spec, rank: int) -> tuple[GroupInfo, GroupInfo, GroupInfo, GroupInfo]:
-    """The rank's world, TP, DP and PP groups. Names number every group of the job in creation
-    order (world, all TP groups, all DP groups, all PP groups), so they agree across ranks."""
-    c = coords(spec, rank)
-    tp_count = spec.world_size // spec.tp
-    stage_size = spec.dp * spec.tp
-    tp_id = rank // spec.tp
-    dp_id = c.stage * spec.tp + c.tp_index
-    pp_id = c.dp_index * spec.tp + c.tp_index
-    tp_base = tp_id * spec.tp
-    return (
-        GroupInfo("0", "default_pg", tuple(range(spec.world_size))),
-        GroupInfo(str(1 + tp_id), "tp", tuple(range(tp_base, tp_base + spec.tp))),
-        GroupInfo(
-            str(1 + tp_count + dp_id),
-            "dp",
-            tuple(c.stage * stage_size + d * spec.tp + c.tp_index for d in range(spec.dp)),
-        ),
-        GroupInfo(
-            str(1 + tp_count + spec.pp * spec.tp + pp_id),
-            "pp",
-            tuple(s * stage_size + c.dp_index * spec.tp + c.tp_index for s in range(spec.pp)),
-        ),
+def sim_spec(spec: Spec) -> SimSpec:
+    """The simulated job of `spec`, its fault included."""
+    layout = Layout(tp=spec.tp, pp=spec.pp, dp=spec.dp, gpus_per_host=GPUS_PER_HOST)
+    program = ProgramSpec(
+        steps=spec.steps,
+        micro_batches=spec.micro_batches,
+        eval_micro_batches=spec.eval_micro_batches,
+        batch_p2p_sync=True,
+    )
+    clean = SimSpec(layout=layout, program=program, capacity=spec.capacity, seed=spec.seed)
+    return SimSpec(
+        layout=layout,
+        program=program,
+        fault=_fault(spec, clean),
+        capacity=spec.capacity,
+        seed=spec.seed,
     )
 
 
-@lru_cache(maxsize=64)
-def _ranks_text(ranks: tuple[int, ...]) -> str:
-    """pg_config's `ranks` value: the member list as a string, e.g. "[0, 1, 2]"."""
-    return str(list(ranks))
-
-
-# --- one rank's recorder ---------------------------------------------------------------------
-
-
-class Record(NamedTuple):
-    """One buffered entry before it is turned into the dict torch writes."""
-
-    record_id: int
-    group: int
-    name: str
-    in_sizes: Sizes
-    out_sizes: Sizes
-    dtype: str
-    site: str
-    api: str
-    coll_seq: int
-    p2p_seq: int
-    op_id: int
-    is_p2p: bool
-    state: State
-    retired: bool
-    t_created: int
-    numel: int
-
-
-@dataclass
-class _Counters:
-    """One process group's counters and status on one rank."""
-
-    coll_seq: int = 0
-    p2p_seq: int = 0
-    op_id: int = 0
-    last_enqueued: int = -1
-    last_started: int = -1
-    last_completed: int = -1
-
-
-@dataclass
-class _Block:
-    kind: Literal["coalesced", "p2p"]
-    group: int
-    opened: bool = False
-
-
-def _numel(sizes: Sizes) -> int:
-    total = 0
-    for shape in sizes:
-        count = 1
-        for dim in shape:
-            count *= dim
-        total += count
-    return total
-
-
-@dataclass
-class Recorder:
-    """What ProcessGroupNCCL's flight recorder keeps on one rank, for the rank's own ops."""
-
-    capacity: int
-    buffer: deque[Record] = field(init=False)
-    counters: list[_Counters] = field(default_factory=lambda: [_Counters() for _ in range(4)])
-    next_record_id: int = 0
-    step: int = 0
-    slot: int = 0
-    hung: bool = False
-    block: _Block | None = None
-
-    def __post_init__(self) -> None:
-        self.buffer = deque(maxlen=self.capacity)
-
-    def begin_step(self, step: int) -> None:
-        self.step, self.slot = step, 0
-
-    def _time(self) -> int:
-        self.slot += 1
-        return BASE_TIME_NS + self.step * STEP_NS + self.slot * SLOT_NS
-
-    def _outcome(self, state: State | None) -> tuple[State, bool]:
-        if state is None:
-            state = "scheduled" if self.hung else "completed"
-        return state, state == "completed"
-
-    def _append(
-        self,
-        group: int,
-        name: str,
-        in_sizes: Sizes,
-        out_sizes: Sizes,
-        dtype: str,
-        site: str,
-        api: str,
-        is_p2p: bool,
-        state: State,
-        retired: bool,
-        collective: bool,
-    ) -> None:
-        pg = self.counters[group]
-        pg.op_id += 1
-        self.buffer.append(
-            Record(
-                self.next_record_id,
-                group,
-                name,
-                in_sizes,
-                out_sizes,
-                dtype,
-                site,
-                api,
-                pg.coll_seq,
-                pg.p2p_seq,
-                pg.op_id,
-                is_p2p,
-                state,
-                retired,
-                self._time(),
-                _numel(in_sizes),
-            )
-        )
-        self.next_record_id += 1
-        if collective:
-            pg.last_enqueued = pg.coll_seq
-            if state != "scheduled":
-                pg.last_started = pg.coll_seq
-            if state == "completed":
-                pg.last_completed = pg.coll_seq
-
-    def collective(
-        self,
-        group: int,
-        op: str,
-        in_sizes: Sizes,
-        out_sizes: Sizes,
-        dtype: str,
-        site: str,
-        api: str,
-        state: State | None = None,
-    ) -> None:
-        """A plain collective, or a member of the open coalescing block on `group`."""
-        pg = self.counters[group]
-        block = self.block
-        if block is not None:
-            if block.kind != "coalesced" or block.group != group:
-                raise ValueError(f"{op} inside a foreign block")
-            if not block.opened:
-                block.opened = True
-                pg.coll_seq += 1
-            self._append(
-                group,
-                f"nccl:{op}",
-                in_sizes,
-                out_sizes,
-                dtype,
-                site,
-                api,
-                False,
-                "scheduled",
-                False,
-                True,
-            )
-            return
-        pg.coll_seq += 1
-        st, retired = self._outcome(state)
-        self._append(
-            group, f"nccl:{op}", in_sizes, out_sizes, dtype, site, api, False, st, retired, True
-        )
-
-    def p2p(
-        self,
-        group: int,
-        kind: Literal["send", "recv"],
-        me: int,
-        peer: int,
-        shape: Shape,
-        dtype: str,
-        site: str,
-        state: State | None = None,
-    ) -> None:
-        """send/recv with group-local ranks in the name; a member if a batch is open."""
-        name = f"nccl:send {me}->{peer}" if kind == "send" else f"nccl:recv {me}<-{peer}"
-        sizes = (shape,)
-        pg = self.counters[group]
-        block = self.block
-        if block is not None:
-            if block.kind != "p2p" or block.group != group:
-                raise ValueError(f"{name} inside a foreign block")
-            if not block.opened:
-                block.opened = True
-                pg.p2p_seq += 1
-            self._append(
-                group,
-                name,
-                sizes,
-                sizes,
-                dtype,
-                site,
-                "batch_isend_irecv",
-                True,
-                "scheduled",
-                False,
-                False,
-            )
-            return
-        pg.p2p_seq += 1
-        st, retired = self._outcome(state)
-        self._append(group, name, sizes, sizes, dtype, site, kind, True, st, retired, False)
-
-    @contextmanager
-    def coalesced(self, group: int, marker: str, site: str, api: str) -> Iterator[None]:
-        """Members share one collective_seq_id and stay scheduled; the marker holds the state."""
-        self.block = block = _Block("coalesced", group)
-        yield
-        self.block = None
-        if block.opened:
-            st, retired = self._outcome(None)
-            self._append(group, marker, (), (), "", site, api, False, st, retired, True)
-
-    @contextmanager
-    def batch(self, group: int, site: str) -> Iterator[None]:
-        """batch_isend_irecv: members share one p2p_seq_id; the `nccl:coalesced` marker has
-        is_p2p False and leaves collective_seq_id unchanged."""
-        self.block = block = _Block("p2p", group)
-        yield
-        self.block = None
-        if block.opened:
-            st, retired = self._outcome(None)
-            self._append(
-                group,
-                "nccl:coalesced",
-                (),
-                (),
-                "",
-                site,
-                "batch_isend_irecv",
-                False,
-                st,
-                retired,
-                False,
-            )
-
-
-# --- the training program, seen from one rank ------------------------------------------------
-
-BF16, F32, I64 = "BFloat16", "Float", "Long"
-ACT: Shape = (1, 4096, 1024)  # micro-batch activation (and its gradient)
-BUCKETS: tuple[Shape, ...] = ((25_165_824,), (25_165_824,), (8_388_608,))
-PARAM_SHARD: Shape = (4_194_304,)
-LAYERNORM: Sizes = ((1024,), (1024,), (4096,))
-
-
-def _same(shape: Shape) -> tuple[Sizes, Sizes]:
-    return (shape,), (shape,)
-
-
-def run_program(spec: Spec, rank: int) -> Recorder:
-    """Replay the job on `rank`: every op the rank issues, in its order, into its buffer."""
-    rec = Recorder(spec.capacity)
-    c = coords(spec, rank)
-    s, last = c.stage, spec.pp - 1
-
-    def tp_all_reduce(site: str, shape: Shape = ACT, state: State | None = None) -> None:
-        rec.collective(TP, "all_reduce", (shape,), (shape,), BF16, site, "all_reduce", state)
-
-    def forward() -> None:
-        tp_all_reduce("attn_fwd")
-        tp_all_reduce("mlp_fwd")
-
-    def backward() -> None:
-        tp_all_reduce("mlp_bwd")
-        tp_all_reduce("attn_bwd")
-
-    def single(kind: Literal["send", "recv"], peer: int, site: str) -> None:
-        rec.p2p(PP, kind, s, peer, ACT, BF16, site)
-
-    def exchange(peer: int, site: str) -> None:
-        """Megatron's send_X_recv_Y: one batch_isend_irecv of a send and a recv."""
-        with rec.batch(PP, site):
-            rec.p2p(PP, "send", s, peer, ACT, BF16, site)
-            rec.p2p(PP, "recv", s, peer, ACT, BF16, site)
-
-    def uneven(
-        op: str, marker: str, api: str, shapes: Sequence[Shape], dtype: str, site: str
-    ) -> None:
-        with rec.coalesced(TP, marker, site, api):
-            for shape in shapes:
-                rec.collective(TP, op, (shape,), (shape,), dtype, site, api)
-
-    # setup: parameters broadcast, shard sizes gathered (they fall out of the buffer later)
-    rec.begin_step(0)
-    rec.collective(WORLD, "all_reduce_barrier", ((1,),), ((1,),), F32, "setup", "barrier")
-    rec.collective(WORLD, "broadcast", *_same((4096,)), F32, "setup", "broadcast")
-    shard_rows = [(3 + (i * 5) % 4, 64) for i in range(spec.tp)]
-    uneven("_broadcast_oop", "nccl:ALLGATHER_coalesced", "all_gather", shard_rows, I64, "metadata")
-
-    warmup = min(spec.pp - s - 1, spec.micro_batches)
-    steady = spec.micro_batches - warmup
-    for step in range(spec.steps):
-        rec.begin_step(1 + step)
-        # 1F1B pipeline schedule (Megatron, non-interleaved)
-        for _ in range(warmup):
-            if s > 0:
-                single("recv", s - 1, "recv_forward")
-            forward()
-            if s < last:
-                single("send", s + 1, "send_forward")
-        if steady and s > 0:
-            single("recv", s - 1, "recv_forward")
-        for i in range(steady):
-            forward()
-            if s < last:
-                exchange(s + 1, "send_fwd_recv_bwd")
-            backward()
-            if s > 0:
-                if i == steady - 1:
-                    single("send", s - 1, "send_backward")
-                else:
-                    exchange(s - 1, "send_bwd_recv_fwd")
-        for _ in range(warmup):
-            if s < last:
-                single("recv", s + 1, "recv_backward")
-            backward()
-            if s > 0:
-                single("send", s - 1, "send_backward")
-        # gradients, optimizer, parameters
-        with rec.coalesced(DP, "nccl:coalesced", "grad_sync", "_coalescing_manager"):
-            for bucket in BUCKETS:
-                rec.collective(DP, "all_reduce", *_same(bucket), F32, "grad_sync", "all_reduce")
-        rec.collective(
-            TP,
-            "allreduce_coalesced",
-            LAYERNORM,
-            LAYERNORM,
-            F32,
-            "layernorm_grads",
-            "all_reduce_coalesced",
-        )
-        rec.collective(WORLD, "all_reduce", *_same((1,)), F32, "grad_norm", "all_reduce")
-        gathered = (PARAM_SHARD[0] * spec.dp,)
-        rec.collective(
-            DP,
-            "_all_gather_base",
-            (PARAM_SHARD,),
-            (gathered,),
-            BF16,
-            "param_gather",
-            "all_gather_into_tensor",
-        )
-        if step % 10 == 9:
-            rec.collective(WORLD, "all_reduce", *_same((4,)), F32, "log_metrics", "all_reduce")
-        if step % 16 == 15:
-            chunks = [(1000 + 24 * ((i + 3) % spec.tp),) for i in range(spec.tp)]
-            uneven(
-                "_reduce_oop",
-                "nccl:REDUCE_SCATTER_coalesced",
-                "reduce_scatter",
-                chunks,
-                F32,
-                "checkpoint",
-            )
-            uneven(
-                "_broadcast_oop",
-                "nccl:ALLGATHER_coalesced",
-                "all_gather",
-                chunks,
-                F32,
-                "checkpoint",
-            )
-
-    # evaluation: one forward all_reduce per TP group, then the loss averaged over the world
-    rec.begin_step(1 + spec.steps)
+def _fault(spec: Spec, clean: SimSpec) -> Fault | None:
     culprit = spec.culprit
-    tp_group = rank_groups(spec, rank)[TP]
-    if spec.fault == "size_mismatch" and culprit is not None and culprit in tp_group.ranks:
-        shape = ACT if rank != culprit else (ACT[0], ACT[1] // 2, ACT[2])
-        tp_all_reduce("eval_fwd", shape, state="scheduled")
-        return rec  # the whole TP group hangs here
-    tp_all_reduce("eval_fwd")
-    if spec.fault == "not_joined" and rank == culprit:
-        return rec  # never issues the world all_reduce
-    state: State | None = "scheduled" if spec.fault != "none" else None
-    rec.collective(WORLD, "all_reduce", *_same((4,)), F32, "eval_loss", "all_reduce", state)
-    return rec
+    if culprit is None:
+        return None
+    program = Job(clean).clean_program(culprit)
+    if spec.fault == "not_joined":
+        last_world = max(u for u in range(len(program)) if program.role[u] == Role.WORLD)
+        return faults.stop_host(culprit, last_world)
+    first_eval_tp = next(u for u in range(len(program)) if program.site[u] == "eval_attn_fwd")
+    return faults.mismatch(culprit, first_eval_tp, "size")
 
 
-# --- turning one rank into its dump ----------------------------------------------------------
-
-
-def _frames_of(site: str, api: str) -> tuple[RawFrame, ...]:
-    where = SITES[site]
-    if where.autograd:
-        tail: tuple[RawFrame, ...] = ()
-    elif site in _SETUP_SITES:
-        tail = _SETUP_TAIL
-    elif site in _EVAL_SITES:
-        tail = _EVAL_TAIL
-    else:
-        tail = _TRAIN_TAIL
-    return (*API_FRAMES[api], *where.frames, *tail)
-
-
-_STACKS: dict[tuple[str, str], tuple[RawFrame, ...]] = {}
-
-
-def _stack(site: str, api: str) -> tuple[RawFrame, ...]:
-    key = (site, api)
-    stack = _STACKS.get(key)
-    if stack is None:
-        stack = _STACKS[key] = _frames_of(site, api)
-    return stack
-
-
-def _host_skew(rank: int) -> int:
-    host = rank // GPUS_PER_HOST
-    return (host * 2_654_435_761) % (2 * HOST_SKEW_NS + 1) - HOST_SKEW_NS
-
-
-def _thread_id(rank: int, autograd: bool) -> str:
-    base = 0x7F00_0000_0000 + ((rank * 40_503 + (7 if autograd else 0)) % (1 << 24)) * 4096
-    return str(base)
-
-
-def build_dump(spec: Spec, rank: int) -> dict[str, Any]:
-    """Rank `rank`'s dump object, as torch 2.13 builds it (what `pickle.load` returns)."""
-    rec = run_program(spec, rank)
-    groups = rank_groups(spec, rank)
-    keys = [(g.name, g.desc) for g in groups]
-    skew = _host_skew(rank)
-    main_tid, autograd_tid = _thread_id(rank, False), _thread_id(rank, True)
-    shared: dict[RawFrame, dict[str, Any]] = {}
-
-    def frame(raw: RawFrame) -> dict[str, Any]:
-        if spec.frames == "distinct":
-            return {"name": raw[0], "filename": raw[1], "line": raw[2]}
-        found = shared.get(raw)
-        if found is None:
-            found = shared[raw] = {"name": raw[0], "filename": raw[1], "line": raw[2]}
-        return found
-
-    entries: list[dict[str, Any]] = []
-    for r in rec.buffer:
-        autograd = SITES[r.site].autograd
-        jitter = (rank * 7_919 + r.record_id * 104_729) % JITTER_NS
-        created = r.t_created + skew + jitter
-        done = created + 40_000 + r.numel // 16 + jitter if r.state == "completed" else None
-        entries.append(
-            {
-                "frames": [frame(f) for f in _stack(r.site, r.api)],
-                "record_id": r.record_id,
-                "pg_id": r.group,
-                "process_group": keys[r.group],
-                "thread_name": "pt_autograd_0" if autograd else "pt_main_thread",
-                "thread_id": autograd_tid if autograd else main_tid,
-                "collective_seq_id": r.coll_seq,
-                "p2p_seq_id": r.p2p_seq,
-                "op_id": r.op_id,
-                "profiling_name": r.name,
-                "time_created_ns": created,
-                "input_sizes": [list(shape) for shape in r.in_sizes],
-                "input_dtypes": [r.dtype] * len(r.in_sizes),
-                "output_sizes": [list(shape) for shape in r.out_sizes],
-                "output_dtypes": [r.dtype] * len(r.out_sizes),
-                "state": r.state,
-                "time_discovered_started_ns": None,
-                "time_discovered_completed_ns": done,
-                "retired": r.retired,
-                "timeout_ms": TIMEOUT_MS,
-                "is_p2p": r.is_p2p,
-            }
-        )
-    pg_config = {
-        g.name: {"name": g.name, "desc": g.desc, "ranks": _ranks_text(g.ranks)}
-        for g in sorted(groups, key=lambda g: g.name)
-    }
-    pg_status = {
-        str(pg_id): {
-            "last_enqueued_collective": pg.last_enqueued,
-            "last_started_collective": pg.last_started,
-            "last_completed_collective": pg.last_completed,
-        }
-        for pg_id, pg in enumerate(rec.counters)
-    }
-    return {
-        "version": FORMAT_VERSION,
-        "pg_config": pg_config,
-        "comm_lib_version": NCCL_VERSION,
-        "pg_status": pg_status,
-        "entries": entries,
-    }
-
-
-class TorchPickleWriter:
-    """Writes a pickle the way torch's C++ pickler does (torch/csrc/jit/serialization/pickler.cpp,
-    as seen in real 2.13 dumps): protocol 2, no framing; every string memoized by value (BINPUT
-    on first use, BINGET after); shared dicts (the stack frames) memoized by identity; no other
-    memo (lists, tuples and entry dicts are never memoized); lists always as EMPTY_LIST MARK ...
-    APPENDS and dicts as EMPTY_DICT MARK ... SETITEMS; ints as BININT1/BININT2/BININT, else an
-    8-byte LONG1. Python's pickle, by contrast, memoizes every container and tuple.
-    """
-
-    def __init__(self) -> None:
-        self.buf = bytearray(b"\x80\x02")
-        self.memo_size = 0
-        self.strings: dict[str, bytes] = {}
-        self.objects: dict[Any, bytes] = {}
-        self.fragments: dict[Any, bytes] = {}
-
-    def _put(self) -> bytes:
-        """Emit a memo put for the value just written; return the get that fetches it."""
-        i = self.memo_size
-        self.memo_size += 1
-        if i < 256:
-            self.buf += b"q" + bytes((i,))
-            return b"h" + bytes((i,))
-        index = i.to_bytes(4, "little")
-        self.buf += b"r" + index
-        return b"j" + index
-
-    def string(self, value: str) -> None:
-        ref = self.strings.get(value)
-        if ref is not None:
-            self.buf += ref
-            return
-        data = value.encode("utf-8")
-        self.buf += b"X" + len(data).to_bytes(4, "little") + data
-        self.strings[value] = self._put()
-
-    def integer(self, value: int) -> None:
-        if 0 <= value < 256:
-            self.buf += b"K" + bytes((value,))
-        elif 0 <= value < 65_536:
-            self.buf += b"M" + value.to_bytes(2, "little")
-        elif -(1 << 31) <= value < (1 << 31):
-            self.buf += b"J" + value.to_bytes(4, "little", signed=True)
-        else:
-            self.buf += b"\x8a\x08" + value.to_bytes(8, "little", signed=True)
-
-    def value(self, value: Any) -> None:
-        """Any builtin value; containers are written in full (not memoized)."""
-        if value is None:
-            self.buf += b"N"
-        elif value is True:
-            self.buf += b"\x88"
-        elif value is False:
-            self.buf += b"\x89"
-        elif isinstance(value, str):
-            self.string(value)
-        elif isinstance(value, int):
-            self.integer(value)
-        elif isinstance(value, float):
-            self.buf += b"G" + struct.pack(">d", value)
-        elif isinstance(value, list):
-            self.buf += b"]("
-            for item in value:
-                self.value(item)
-            self.buf += b"e"
-        elif isinstance(value, tuple):
-            if len(value) >= len(_TUPLE_OPS):
-                self.buf += b"("
-            for item in value:
-                self.value(item)
-            self.buf += _TUPLE_OPS[len(value)] if len(value) < len(_TUPLE_OPS) else b"t"
-        elif isinstance(value, dict):
-            self.buf += b"}("
-            for key, item in value.items():
-                self.value(key)
-                self.value(item)
-            self.buf += b"u"
-        else:
-            raise TypeError(f"cannot pickle {type(value).__name__}")
-
-    def shared(self, key: Any, value: Any) -> None:
-        """A value torch holds more than one reference to: written once, then fetched."""
-        ref = self.objects.get(key)
-        if ref is not None:
-            self.buf += ref
-            return
-        self.value(value)
-        self.objects[key] = self._put()
-
-    def fragment(self, key: Any, value: Any) -> None:
-        """`value`, reusing its bytes once writing it adds nothing to the memo (from then on
-        it is the same gets and literals every time)."""
-        cached = self.fragments.get(key)
-        if cached is not None:
-            self.buf += cached
-            return
-        start, size = len(self.buf), self.memo_size
-        self.value(value)
-        if self.memo_size == size:
-            self.fragments[key] = bytes(self.buf[start:])
-
-    def finish(self) -> bytes:
-        self._put()  # torch memoizes the top-level dict too
-        self.buf += b"."
-        return bytes(self.buf)
-
-
-_TUPLE_OPS = (b")", b"\x85", b"\x86", b"\x87")
-
-
-def torch_pickle(spec: Spec, rank: int) -> tuple[bytes, int]:
-    """Rank `rank`'s file as torch writes it: the same object as `build_dump`, serialized by
-    `TorchPickleWriter` straight from the recorder (no intermediate dicts)."""
-    rec = run_program(spec, rank)
-    groups = rank_groups(spec, rank)
-    keys = [(g.name, g.desc) for g in groups]
-    skew = _host_skew(rank)
-    main_tid, autograd_tid = _thread_id(rank, False), _thread_id(rank, True)
-    distinct = spec.frames == "distinct"
-    w = TorchPickleWriter()
-    string, integer, value, buf = w.string, w.integer, w.value, w.buf
-
-    buf += b"}("
-    string("version")
-    string(FORMAT_VERSION)
-    string("pg_config")
-    buf += b"}("
-    for g in sorted(groups, key=lambda g: g.name):
-        string(g.name)
-        value({"name": g.name, "desc": g.desc, "ranks": _ranks_text(g.ranks)})
-    buf += b"u"
-    string("comm_lib_version")
-    string(NCCL_VERSION)
-    string("pg_status")
-    buf += b"}("
-    for pg_id, pg in enumerate(rec.counters):
-        string(str(pg_id))
-        value(
-            {
-                "last_enqueued_collective": pg.last_enqueued,
-                "last_started_collective": pg.last_started,
-                "last_completed_collective": pg.last_completed,
-            }
-        )
-    buf += b"u"
-    string("entries")
-    buf += b"]("
-    for r in rec.buffer:
-        autograd = SITES[r.site].autograd
-        jitter = (rank * 7_919 + r.record_id * 104_729) % JITTER_NS
-        created = r.t_created + skew + jitter
-        buf += b"}("
-        string("frames")
-        stack = _stack(r.site, r.api)
-        if distinct:
-            value([{"name": n, "filename": f, "line": line} for n, f, line in stack])
-        elif stack in w.fragments:
-            buf += w.fragments[stack]
-        else:
-            start, size = len(buf), w.memo_size
-            buf += b"]("
-            for raw in stack:
-                w.shared(raw, {"name": raw[0], "filename": raw[1], "line": raw[2]})
-            buf += b"e"
-            if w.memo_size == size:
-                w.fragments[stack] = bytes(buf[start:])
-        string("record_id")
-        integer(r.record_id)
-        string("pg_id")
-        integer(r.group)
-        string("process_group")
-        w.fragment(("pg", r.group), keys[r.group])
-        string("thread_name")
-        string("pt_autograd_0" if autograd else "pt_main_thread")
-        string("thread_id")
-        string(autograd_tid if autograd else main_tid)
-        string("collective_seq_id")
-        integer(r.coll_seq)
-        string("p2p_seq_id")
-        integer(r.p2p_seq)
-        string("op_id")
-        integer(r.op_id)
-        string("profiling_name")
-        string(r.name)
-        string("time_created_ns")
-        integer(created)
-        string("input_sizes")
-        w.fragment(("sizes", r.in_sizes), [list(shape) for shape in r.in_sizes])
-        string("input_dtypes")
-        w.fragment(("dtypes", r.dtype, len(r.in_sizes)), [r.dtype] * len(r.in_sizes))
-        string("output_sizes")
-        w.fragment(("sizes", r.out_sizes), [list(shape) for shape in r.out_sizes])
-        string("output_dtypes")
-        w.fragment(("dtypes", r.dtype, len(r.out_sizes)), [r.dtype] * len(r.out_sizes))
-        string("state")
-        string(r.state)
-        string("time_discovered_started_ns")
-        buf += b"N"
-        string("time_discovered_completed_ns")
-        if r.state == "completed":
-            integer(created + 40_000 + r.numel // 16 + jitter)
-        else:
-            buf += b"N"
-        string("retired")
-        buf += b"\x88" if r.retired else b"\x89"
-        string("timeout_ms")
-        integer(TIMEOUT_MS)
-        string("is_p2p")
-        buf += b"\x88" if r.is_p2p else b"\x89"
-        buf += b"u"
-    buf += b"e"
-    buf += b"u"
-    return w.finish(), len(rec.buffer)
+@lru_cache(maxsize=2)
+def simulation(spec: Spec) -> Simulation:
+    """`spec`'s job, executed once (for callers that want a few ranks' files, e.g. tests)."""
+    return Simulation(sim_spec(spec))
 
 
 def dump_bytes(spec: Spec, rank: int) -> tuple[bytes, int]:
-    """The file content for `rank` and its number of entries."""
-    if spec.pickler == "torch":
-        return torch_pickle(spec, rank)
-    obj = build_dump(spec, rank)
-    return pickle.dumps(obj, protocol=PICKLE_PROTOCOL), len(obj["entries"])
+    """The file content of `rank` in `spec`'s set and its number of entries."""
+    dump = simulation(spec).dump(rank)
+    if dump is None:
+        raise ValueError(f"rank {rank} writes no dump")
+    return spec.output().encode(dump), len(dump.entries)
 
 
-# --- expected verdict ------------------------------------------------------------------------
-
-
-def expected_verdict(spec: Spec) -> dict[str, Any]:
-    """What a correct analyzer concludes: status, finding kind, group, seq id, culprits."""
-    culprit = spec.culprit
-    if culprit is None:
-        return {"status": "ok", "kind": None, "group": None, "culprit_ranks": []}
-    groups = rank_groups(spec, culprit)
-    if spec.fault == "not_joined":
-        other = 0 if culprit != 0 else spec.world_size - 1
-        seq = run_program(spec, other).counters[WORLD].coll_seq
-        group, op = groups[WORLD], "all_reduce"
-    else:
-        seq = run_program(spec, culprit).counters[TP].coll_seq
-        group, op = groups[TP], "all_reduce"
-    return {
-        "status": "desync",
-        "kind": spec.fault,
-        "group": group.name,
-        "group_desc": group.desc,
-        "collective_seq_id": seq,
-        "op": op,
-        "culprit_ranks": [culprit],
-    }
+def torch_pickle(spec: Spec, rank: int) -> tuple[bytes, int]:
+    """`rank`'s file in torch's pickle layout (whatever `spec.pickler` says) and its entries."""
+    dump = simulation(spec).dump(rank)
+    if dump is None:
+        raise ValueError(f"rank {rank} writes no dump")
+    return _torch_bytes(dump, spec.frames == "shared"), len(dump.entries)
 
 
 # --- writing a set ---------------------------------------------------------------------------
@@ -1081,22 +194,12 @@ class Manifest:
     bytes: int
     entries: int
     expected: dict[str, Any]
+    """The simulator's truth (`Truth.to_dict()`): status, root, culprits, group, seq_kind, seq,
+    seq_rank, op, ..."""
     seconds: float
-
-
-def _write_one(job: tuple[Spec, int, str]) -> tuple[int, int, int]:
-    spec, rank, directory = job
-    data, n = dump_bytes(spec, rank)
-    path = os.path.join(directory, f"{FILE_PREFIX}{rank}")
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as out:
-        out.write(data)
-    os.replace(tmp, path)
-    return rank, len(data), n
-
-
-def _worker_init() -> None:
-    gc.disable()  # only short-lived acyclic containers: collection passes are pure overhead
+    engine_seconds: float = 0.0
+    peak_rss_bytes: int = 0
+    """Largest resident set of the generator process and of any one of its workers."""
 
 
 def _check_outside_repo(root: Path) -> None:
@@ -1120,10 +223,20 @@ def _set_is_intact(manifest: Manifest, spec: Spec) -> bool:
     directory = Path(manifest.dumps_dir)
     try:
         with os.scandir(directory) as it:
-            files = [e for e in it if e.name.startswith(FILE_PREFIX) and e.is_file()]
+            files = [
+                e
+                for e in it
+                if e.name.startswith(FILE_PREFIX) and not e.name.endswith(".tmp") and e.is_file()
+            ]
     except OSError:
         return False
     return len(files) == manifest.files and sum(e.stat().st_size for e in files) == manifest.bytes
+
+
+def _peak_rss() -> int:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) * 1024
 
 
 def generate(
@@ -1147,24 +260,20 @@ def generate(
     directory.mkdir(parents=True)
     workers = max(1, workers or os.cpu_count() or 1)
     started = time.perf_counter()
-    total_bytes = total_entries = done = 0
-    jobs = [(spec, rank, str(directory)) for rank in range(spec.world_size)]
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers, initializer=_worker_init) as pool:
-        for _rank, size, n in pool.imap_unordered(_write_one, jobs, chunksize=8):
-            total_bytes += size
-            total_entries += n
-            done += 1
-            if progress is not None:
-                progress(done, spec.world_size)
+    sim = Simulation(sim_spec(spec))
+    truth = sim.truth
+    engine_seconds = time.perf_counter() - started
+    written = write_files(sim, directory, spec.output(), workers=workers, progress=progress)
     manifest = Manifest(
         spec=asdict(spec),
         dumps_dir=str(directory),
-        files=spec.world_size,
-        bytes=total_bytes,
-        entries=total_entries,
-        expected=expected_verdict(spec),
+        files=sum(1 for w in written if w.path is not None),
+        bytes=sum(w.size for w in written),
+        entries=sum(w.entries for w in written),
+        expected=truth.to_dict(),
         seconds=round(time.perf_counter() - started, 3),
+        engine_seconds=round(engine_seconds, 3),
+        peak_rss_bytes=_peak_rss(),
     )
     tmp = root / "manifest.json.tmp"
     tmp.write_text(json.dumps(asdict(manifest), indent=2) + "\n", encoding="utf-8")
@@ -1183,7 +292,7 @@ def stderr_progress(done: int, total: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.gen",
-        description="Write (or reuse) a large NCCL-format Flight Recorder dump set.",
+        description="Write (or reuse) a large simulated NCCL-format Flight Recorder dump set.",
     )
     parser.add_argument("--ranks", type=int, required=True, help="world size, e.g. 1024")
     parser.add_argument("--fault", choices=FAULTS, default="none")

@@ -25,6 +25,7 @@ The rules, in the order they are applied:
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ _CYCLE_RANKS = 256  # ranks of a cycle, and edges of each, whose order is asked 
 _CYCLE_EDGES = 16
 _DUE_CANDIDATES = 8  # ops waited in, compared to find the one a rank was due to issue next
 _MIRRORS = 4  # ranks in the same role consulted for that
+_PATH_OPS = 24  # a rank's latest collectives another rank must share to be a reference
+_HISTORY_MATCH = 6  # latest ops matched against a rank's own history to say what comes next
 
 
 class RootKind(enum.StrEnum):
@@ -157,6 +160,7 @@ def diagnose(
     }
     timing = _timing(t, graph)
     ctx = _Context(t, groups, matches, graph, newest_ns, last_row, refs, thresholds)
+    ctx.wrapped = frozenset(d.rank for d in dumps if d.wrapped)
     root: RootCause | None = None
     first = _first_mismatch(ctx, findings)
     if first is not None:
@@ -255,6 +259,9 @@ class _Context:
         self._role: dict[int, tuple[tuple[str, int, int], ...]] | None = None
         self._starts: dict[int, tuple[int, int]] | None = None
         self._p2p_cache: dict[tuple[int, int], dict[int, tuple[int, tuple[object, ...]]]] = {}
+        self._paths: dict[int, list[tuple[str, int]]] = {}
+        self.wrapped: frozenset[int] = frozenset()  # ranks whose ring buffer wrapped
+        self._path_index: dict[int, dict[tuple[str, int], int]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -284,11 +291,44 @@ class _Context:
         stage = self._stage(like)
         votes = Counter[int]()
         shared = sorted(set(first_a) & set(first_b) - exclude)
-        for rank in [r for r in shared if self._stage(r) == stage][:_REFERENCE_RANKS]:
+        alike = [r for r in shared if self._stage(r) == stage and self._same_path(like, r)]
+        for rank in alike[:_REFERENCE_RANKS]:
             votes[-1 if first_a[rank] < first_b[rank] else 1] += 1
         if votes[-1] == votes[1]:
             return 0
         return -1 if votes[-1] > votes[1] else 1
+
+    def _path(self, rank: int) -> list[tuple[str, int]]:
+        """A rank's collectives in order, as (group description, seq id)."""
+        found = self._paths.get(rank)
+        if found is None:
+            t, units = self.t, self.m.collectives
+            found = []
+            for r in self._rows_of(rank):
+                unit = int(units.entry_unit[r])
+                if unit >= 0 and int(t.unit[r]) != UnitKind.BLOCK_MEMBER:
+                    desc = self.groups.groups[int(units.group[unit])].desc
+                    found.append((desc, int(units.seq[unit])))
+            self._paths[rank] = found
+        return found
+
+    def _same_path(self, rank: int, other: int) -> bool:
+        """Whether `other` issued the collectives of `rank`'s latest ones that both hold in the
+        same order: it follows the same program (ranks that skipped an op, or got further,
+        still do). Pipeline stages interleave their groups' collectives differently; where no
+        send/recv is recorded (gloo), this is what tells them apart."""
+        mine = self._path(rank)[-_PATH_OPS:]
+        where = self._positions_in_path(other)
+        seen = [where[step] for step in mine if step in where]
+        if len(seen) < min(len(mine), 4):
+            return not mine  # too little in common to tell (a rank with no dump matches all)
+        return all(a < b for a, b in itertools.pairwise(seen))
+
+    def _positions_in_path(self, rank: int) -> dict[tuple[str, int], int]:
+        found = self._path_index.get(rank)
+        if found is None:
+            found = self._path_index[rank] = {step: i for i, step in enumerate(self._path(rank))}
+        return found
 
     def _stage(self, rank: int) -> tuple[tuple[str, int, int], ...]:
         """A rank's position in the groups that carry send/recv (its pipeline stage)."""
@@ -512,39 +552,43 @@ class _Context:
         votes: Counter[int] = Counter()
         shares: Counter[int] = Counter()
         p2p_votes: Counter[int] = Counter()
-        waited_in: dict[int, int] = {}
+        skipped: dict[int, list[int]] = {}  # rank → rows of the ops it went past
         for x in cycle[:_CYCLE_RANKS]:
             row_x = graph.frontier[x]
             key_x = self.op_key(row_x)
             inside = [y for y in graph.waits_for(x) if y in members][:_CYCLE_EDGES]
             for y in inside:
+                # References: every other rank in y's role, in the cycle or not (the ranks
+                # waiting with x issued both ops, in their program's order, when their host
+                # ran ahead of their device).
+                pair = {x, y}
                 key_y = self.op_key(graph.frontier[y])
-                o = self._before(row_x, graph.frontier[y], y, members)
+                o = self._before(row_x, graph.frontier[y], y, pair)
                 if o == 0 and key_x is not None and key_y is not None:
-                    o = self.order(key_x, key_y, members, y)
+                    o = self.order(key_x, key_y, pair, y)
                 if o < 0:  # x's op comes first: y skipped it
                     votes[y] += 1
-                    waited_in.setdefault(y, row_x)
+                    skipped.setdefault(y, []).append(row_x)
                 elif o > 0:  # y's op comes first: x skipped y's op to issue its own
                     votes[x] += 1
-                    waited_in.setdefault(x, graph.frontier[y])
+                    skipped.setdefault(x, []).append(graph.frontier[y])
                 elif key_x is not None and key_y is not None:
                     # No rank in y's position shows the order: the op most of its group issued
                     # is the one on the program's path; blocking in a minority's op deviates.
                     share_x, share_y = self._share(key_x), self._share(key_y)
                     if share_x > share_y and share_x > 0.5:
                         shares[y] += 1
-                        waited_in.setdefault(y, row_x)
+                        skipped.setdefault(y, []).append(row_x)
                     elif share_y > share_x and share_y > 0.5:
                         shares[x] += 1
-                        waited_in.setdefault(x, graph.frontier[y])
+                        skipped.setdefault(x, []).append(graph.frontier[y])
         for x in cycle[:_CYCLE_RANKS]:
             # Sends/recvs are compared with what ranks in the same pipeline position issued at
             # the same p2p seq ids: a rank whose ops there differ went off the schedule.
             divergence = self._p2p_divergence_any(x)
             if divergence is not None:
                 p2p_votes[x] += 1
-                waited_in[x] = divergence
+                skipped[x] = [divergence]
         votes = p2p_votes or votes or shares
         if not votes:
             return None
@@ -552,7 +596,16 @@ class _Context:
         if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
             return None
         culprit = ranked[0][0]
-        return culprit, waited_in.get(culprit, graph.frontier[culprit])
+        rows = sorted(set(skipped.get(culprit, [graph.frontier[culprit]])))
+        first = self._first_in_program(culprit, rows) if len(rows) > 1 else 0
+        return culprit, rows[first or 0]
+
+    def _cut(self, row: int, first: int) -> bool:
+        """Whether `row` belongs to a batched block that starts at the rank's first row."""
+        t = self.t
+        return int(t.unit[first]) == UnitKind.BATCH_MEMBER and int(t.marker[row]) == int(
+            t.marker[first]
+        )
 
     def _p2p_signature(self, row: int) -> tuple[object, ...]:
         """What a send/recv (or a batched block of them) is: kinds and group-local peers."""
@@ -620,9 +673,12 @@ class _Context:
         if found is None:
             t = self.t
             found = {}
-            for r in self._rows_of(rank):
+            rows = self._rows_of(rank)
+            for r in rows:
                 if int(self.groups.entry_group[r]) != uid or int(t.p2p_kind[r]) == 0:
                     continue
+                if rank in self.wrapped and self._cut(r, rows.start):
+                    continue  # a batched block the ring buffer cut holds only its last ops
                 seq = int(t.p2p_seq[r])
                 if seq not in found:
                     found[seq] = (r, self._p2p_signature(r))
@@ -651,29 +707,98 @@ class _Context:
             return min(valid) if valid else 1 << 62
 
         ranked = sorted(direct, key=lambda w: (since(w), -len(w.waiters), w.row))
-        first = self._due_next(min(ranks), ranked[:_DUE_CANDIDATES])
+        candidates = ranked[:_DUE_CANDIDATES]
+        first = self._due_next(min(ranks), candidates)
+        if first is None:
+            mine = self._own_next(min(ranks), [w.row for w in candidates])
+            first = None if mine is None else candidates[mine]
         return (first if first is not None else ranked[0]), direct
+
+    def _own_next(self, rank: int, rows: list[int]) -> int | None:
+        """Index, in `rows`, of the op `rank` would issue next by its own history: what it did
+        right after the previous time it did what it did last (a pipeline stage repeats its
+        micro-batch pattern). None when its history does not say."""
+        t = self.t
+        own = [
+            r
+            for r in self._rows_of(rank)
+            if int(t.unit[r]) not in (UnitKind.BLOCK_MEMBER, UnitKind.BATCH_MARKER)
+        ]
+        if len(own) < 3:
+            return None
+
+        def mine(row: int) -> tuple[object, ...]:
+            uid = int(self.groups.entry_group[row])
+            kind = int(t.p2p_kind[row])
+            if kind == P2PKind.NONE:
+                return (uid, t.ops[int(t.op[row])])
+            peer = int(t.peer_dst[row] if kind == P2PKind.SEND else t.peer_src[row])
+            return (uid, kind, peer, int(t.unit[row]))
+
+        def theirs(row: int) -> tuple[object, ...]:
+            """The op `rank` issues for the op at `row` (another rank's half of a pair)."""
+            kind = int(t.p2p_kind[row])
+            if kind == P2PKind.NONE or int(t.rank[row]) == rank:
+                return mine(row)
+            uid = int(self.groups.entry_group[row])
+            group = self.groups.groups[uid]
+            local = group.ranks.index(int(t.rank[row])) if int(t.rank[row]) in group.ranks else -1
+            other = P2PKind.RECV if kind == P2PKind.SEND else P2PKind.SEND
+            return (uid, int(other), local, int(t.unit[row]))
+
+        # The earlier place whose ops before it match the rank's latest ops the longest.
+        sigs = [mine(r) for r in own]
+        n = len(sigs)
+        best, best_len = -1, 0
+        for j in range(n - 2, -1, -1):
+            length = 0
+            while length <= j and length < _HISTORY_MATCH and sigs[j - length] == sigs[-1 - length]:
+                length += 1
+            if length > best_len:
+                best, best_len = j, length
+        if best < 0:
+            return None
+        following = sigs[best + 1]
+        hits = [i for i, r in enumerate(rows) if theirs(r) == following]
+        return hits[0] if len(hits) == 1 else None
 
     def _due_next(self, rank: int, candidates: list[waits.Wait]) -> waits.Wait | None:
         """Of the ops others wait for `rank` in, the one that ranks with the same role as
-        `rank` (the same local rank in groups alike) issued first: the op `rank` was due to
-        issue next. None when no such rank holds them."""
+        `rank` issued first: the op `rank` was due to issue next. None when no such rank
+        holds them."""
+        first = self._first_in_program(rank, [w.row for w in candidates])
+        return None if first is None else candidates[first]
+
+    def _first_in_program(self, rank: int, rows: list[int]) -> int | None:
+        """Index, in `rows`, of the op that the ranks in `rank`'s role (the same local rank in
+        groups alike, the same pipeline position and program) issue first; an op one of them
+        has not issued yet comes after those it has. None when none of them holds the ops."""
         votes: Counter[int] = Counter()
-        descs = {self.groups.groups[int(self.groups.entry_group[w.row])].desc for w in candidates}
-        for mirror in self._mirrors(rank, descs)[:_MIRRORS]:
+        descs = {self.groups.groups[int(self.groups.entry_group[r])].desc for r in rows}
+        # Ranks sharing a group with `rank` first (the same stage, surely), then the others;
+        # mirrors that hold none of the ops do not count toward the limit.
+        peers = {
+            r for row in rows for r in self.groups.groups[int(self.groups.entry_group[row])].ranks
+        }
+        mirrors = sorted(self._mirrors(rank, descs), key=lambda r: (r not in peers, r))
+        consulted = 0
+        for mirror in mirrors:
+            if consulted >= _MIRRORS:
+                break
             where = {}
-            for i, w in enumerate(candidates):
-                row = self._mirror_row(rank, mirror, w)
-                if row is not None:
-                    where[i] = row
-            if len(where) == len(candidates):
+            for i, row in enumerate(rows):
+                found = self._counterpart_on(rank, mirror, row)
+                if found is not None:
+                    where[i] = found
+            if where:
+                consulted += 1
                 votes[min(where, key=lambda i: where[i])] += 1
         if not votes:
             return None
         ranked = votes.most_common()
         if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
             return None
-        return candidates[ranked[0][0]]
+        return ranked[0][0]
 
     def _roles(self) -> dict[int, tuple[tuple[str, int, int], ...]]:
         """Each rank's role: (desc, size, local rank) of every group it is in but the world.
@@ -704,7 +829,9 @@ class _Context:
 
         mine = role(rank)
         loaded = set(self.groups.loaded_ranks) - {rank}
-        return [r for r in sorted(roles) if r in loaded and role(r) == mine]
+        return [
+            r for r in sorted(roles) if r in loaded and role(r) == mine and self._same_path(rank, r)
+        ]
 
     def _mirror_group(self, rank: int, group: Group, mirror: int) -> Group | None:
         """The group alike `group` that `mirror` is in (the same one if it is a member)."""
@@ -1177,6 +1304,14 @@ def _straggler_root(slow: stragglers.Slowness) -> RootCause:
             f"{seq} of group {slow.group.name!r} ({slow.group.desc}); its "
             "peers waited for it there, and the delay cascaded to the ranks that waited for "
             "them. Look at that host at that moment (compute, data loading, I/O, a pause)."
+        )
+    elif slow.collective_seq_id is not None:
+        sentence = (
+            f"rank {slow.rank} keeps arriving late on its own, about "
+            f"{slow.lateness_s * 1e3:.0f} ms after its peers, first at {slow.op} "
+            f"#{slow.collective_seq_id} of group {slow.group.name!r} ({slow.group.desc}); they "
+            "wait for it each time. Look at that host (a periodic pause: data loading, garbage "
+            "collection, logging, CPU contention)."
         )
     else:
         sentence = (

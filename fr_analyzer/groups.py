@@ -227,36 +227,44 @@ def _complete_by_size_rules(
     tell the size. A group's missing members are the ranks without a dump that extend its
     ranks' stride (the stride of groups alike when it has one rank)."""
     sizes = _sizes_by_rules(t, entry_group)
+    out: list[Group] = []
     for g in groups:
-        if g.source == MembershipSource.WORLD and sizes.get(g.uid, 0) > world_size:
-            world_size = sizes[g.uid]
-    out = []
-    for g in groups:
-        if g.source == MembershipSource.WORLD:
-            if len(g.ranks) != world_size:
-                g = Group(g.uid, g.name, g.desc, tuple(range(world_size)), g.source)
-            out.append(g)
-            continue
-        if g.source != MembershipSource.ENTRIES:
-            out.append(g)
-            continue
-        filled = _fill_gaps(g, known)
-        if filled != g.ranks:
-            g = Group(g.uid, g.name, g.desc, filled, MembershipSource.INFERRED)
-        size = sizes.get(g.uid, 0) or _size_of_alike(g, groups)
-        if size <= g.size:
-            out.append(g)
-            continue
-        found = _extend(g, size, known, world_size, groups)
-        if found is not None:
-            g = Group(g.uid, g.name, g.desc, found, MembershipSource.INFERRED)
+        if g.source == MembershipSource.ENTRIES:
+            filled = _fill_gaps(g, groups)
+            if filled != g.ranks:
+                g = Group(g.uid, g.name, g.desc, filled, MembershipSource.INFERRED)
+            size = sizes.get(g.uid, 0) or _size_of_alike(g, groups)
+            found = _extend(g, size, known, groups, world_size) if size > g.size else None
+            if found is not None:
+                g = Group(g.uid, g.name, g.desc, found, MembershipSource.INFERRED)
         out.append(g)
-    return out, world_size
+    # The world holds every group: at least as big as the biggest group the size rules reveal,
+    # and holding every member found (a job whose highest rank left no dump is one rank bigger
+    # than its dumps show).
+    highest = max((r for g in out for r in g.ranks), default=-1)
+    world_size = max([world_size, highest + 1, *sizes.values()])
+    # A group every rank that dumped carries spans the job: the ranks without a dump too.
+    everyone = {r for r in known if r < world_size}
+    missing = set(range(world_size)) - known
+    if missing:
+        out = [
+            Group(g.uid, g.name, g.desc, tuple(range(world_size)), MembershipSource.INFERRED)
+            if g.source == MembershipSource.ENTRIES and set(g.ranks) >= everyone
+            else g
+            for g in out
+        ]
+    return [
+        Group(g.uid, g.name, g.desc, tuple(range(world_size)), g.source)
+        if g.source == MembershipSource.WORLD and len(g.ranks) != world_size
+        else g
+        for g in out
+    ], world_size
 
 
-def _fill_gaps(g: Group, known: set[int]) -> tuple[int, ...]:
-    """The group's ranks with the gaps in their stride filled by ranks that left no dump:
-    {0-28, 30, 31} is {0-31} when rank 29 has no dump."""
+def _fill_gaps(g: Group, groups: list[Group]) -> tuple[int, ...]:
+    """The group's ranks with the gaps in their stride filled by ranks that are in no other
+    group of its description (they left no dump, or never reached the group's ops):
+    {0-28, 30, 31} is {0-31} when rank 29 has none."""
     ranks = sorted(g.ranks)
     if len(ranks) < 2:
         return g.ranks
@@ -265,7 +273,8 @@ def _fill_gaps(g: Group, known: set[int]) -> tuple[int, ...]:
         step = math.gcd(step, b - a)
     full = range(ranks[0], ranks[-1] + 1, step)
     holes = [r for r in full if r not in g.ranks]
-    if not holes or any(r in known for r in holes) or len(holes) >= len(ranks):
+    taken = {r for o in groups if o.desc == g.desc and o.uid != g.uid for r in o.ranks}
+    if not holes or any(r in taken for r in holes) or len(holes) >= len(ranks):
         return g.ranks
     return tuple(full)
 
@@ -279,10 +288,12 @@ def _size_of_alike(g: Group, groups: list[Group]) -> int:
 
 
 def _extend(
-    g: Group, size: int, known: set[int], world_size: int, groups: list[Group]
+    g: Group, size: int, known: set[int], groups: list[Group], bound: int
 ) -> tuple[int, ...] | None:
-    """The one way to grow `g` to `size` members along its stride using only ranks with no
-    dump, or None when there is none or more than one."""
+    """The one way to grow `g` to `size` members along its stride with ranks that are in no
+    other group of its description and either left no dump or carry none of its groups (a
+    buffer that wrapped past them), below `bound` (the ranks that dumped) if that gives one,
+    else above it; None when there is none or more than one."""
     ranks = sorted(g.ranks)
     if len(ranks) >= 2:
         step = 0
@@ -294,15 +305,30 @@ def _extend(
         step = min(diffs) if diffs else 1
     if step <= 0:
         return None
+    taken = {r for o in groups if o.desc == g.desc and o.uid != g.uid for r in o.ranks}
     start_low = ranks[-1] - step * (size - 1)
     windows = []
     for first in range(start_low, ranks[0] + 1, step):
         window = list(range(first, first + step * size, step))
-        if window[0] < 0 or window[-1] >= world_size or not set(ranks) <= set(window):
+        if window[0] < 0 or not set(ranks) <= set(window):
             continue
-        if all(r in ranks or r not in known for r in window):
+        if all(r in ranks or r not in taken for r in window):
             windows.append(tuple(window))
-    return windows[0] if len(windows) == 1 else None
+    del known
+    # Groups alike tile the ranks: a window that starts where theirs do (modulo their span)
+    # fits the layout, one that straddles two of their blocks does not.
+    period = step * size
+    starts = {
+        min(o.ranks) % period
+        for o in groups
+        if o.desc == g.desc and o.size == size and o.uid != g.uid
+    }
+    aligned = [w for w in windows if w[0] % period in starts] if starts else windows
+    inside = [w for w in windows if w[-1] < bound]
+    for choice in ([w for w in aligned if w[-1] < bound], inside, aligned, windows):
+        if len(choice) == 1:
+            return choice[0]
+    return None
 
 
 def _conflicts(

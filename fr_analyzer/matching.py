@@ -104,6 +104,8 @@ class MatchResult:
     p2p: P2PPairs
     done: npt.NDArray[np.bool_]  # effective completion of every row (marker state, gloo retired)
     findings: tuple[Finding, ...]
+    # group uid → highest collective seq id every member issued (see `_proof`)
+    proven: dict[int, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +199,7 @@ def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Match
     findings: list[Finding] = []
     units = _match_collectives(ctx, findings)
     pairs = _match_p2p(ctx, findings)
-    return MatchResult(units, pairs, done, tuple(findings))
+    return MatchResult(units, pairs, done, tuple(findings), dict(ctx.proof))
 
 
 def _last_enqueued(
@@ -314,10 +316,14 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     unit_seq = seq[starts] if n_units else seq
     ctx.proof = _proof(t, rows, starts, unit_group, unit_seq, done)
     if ctx.proof:
+        # Stateful backends: the proven seq was issued by all, so every earlier one completed.
+        # gloo: the proven seq is the one before an issued one, which completed itself.
         proven = np.full(len(groups.groups) + 1, -1, dtype=np.int64)
         for uid_, value in ctx.proof.items():
             proven[uid_] = value
-        behind = ~done & (seq < proven[uid])
+        stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
+        row_stateless = stateless[t.backend[rows]] if len(stateless) else done & False
+        behind = ~done & ((seq < proven[uid]) | (row_stateless & (seq == proven[uid])))
         if bool(behind.any()):
             ctx.done[rows[behind]] = True
             done = ctx.done[rows]
@@ -372,13 +378,24 @@ def _proof(
 
     A collective that some member completed was issued by every member. On gloo, `retired`
     also marks a collective that failed (timed out), so completion proves nothing there; but
-    gloo collectives are synchronous, so a member that issued seq k got through k - 1."""
+    gloo collectives are synchronous: a member that issued anything after seq k (seq k + 1, or
+    an op of another group) got through k, which every member therefore issued; the proven
+    seq id is then k itself, and it completed."""
     if not len(starts):
         return {}
     any_done = np.logical_or.reduceat(done, starts)
     stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
     unit_stateless = stateless[t.backend[rows[starts]]] if len(stateless) else any_done & False
-    proven = np.where(unit_stateless, unit_seq - 1, np.where(any_done, unit_seq, -1))
+    # A row followed by another row of its rank: on gloo, that op returned.
+    last_of_rank = np.zeros(t.n, dtype=bool)
+    rank_change = np.flatnonzero(np.diff(t.rank) != 0)
+    last_of_rank[np.append(rank_change, t.n - 1)] = True
+    went_on = np.logical_or.reduceat(~last_of_rank[rows], starts)
+    proven = np.where(
+        unit_stateless,
+        np.where(went_on, unit_seq, unit_seq - 1),
+        np.where(any_done, unit_seq, -1),
+    )
     best = np.full(int(unit_group.max()) + 1, -1, dtype=np.int64)
     np.maximum.at(best, unit_group, proven)
     return {uid: int(v) for uid, v in enumerate(best.tolist()) if v >= 0}
@@ -390,6 +407,7 @@ ValueOf = Callable[[I64], dict[int, Value]]
 """Reads one value per rank from a unit's rows."""
 
 _HISTORY_UNITS = 32  # earlier units of a group searched for a rank's own history
+_ALIKE_UNITS = 6  # earlier units another group must agree on to count as alike
 
 
 def _deviants(
@@ -445,8 +463,18 @@ def _sibling_reference(
     """The value that groups like this one (same description and size) agree on at this seq
     id, if it is one of the tied values."""
     votes: Counter[Value] = Counter()
+    ops = _ops_value(ctx.t)
+    mine = [
+        (k, v)
+        for k in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1)
+        if (v := _uniform_value(ctx, group.uid, k, ops)) is not None
+    ][:_ALIKE_UNITS]
     for other in ctx.groups.groups:
         if other.uid == group.uid or other.desc != group.desc or other.size != group.size:
+            continue
+        # Alike only if it issued the same ops before this seq id: groups of different pipeline
+        # stages share a description but not a program.
+        if any(_uniform_value(ctx, other.uid, k, ops) != v for k, v in mine):
             continue
         value = _uniform_value(ctx, other.uid, seq, value_of)
         if value is not None:

@@ -4,7 +4,8 @@ Lateness is measured on each rank's own clock, so host clock offsets do not matt
 collective every member completes together, so a member that arrived late waited less between
 enqueueing the op and its completion than the first arrival did; its lateness is the longest
 wait of the members minus its own. (gloo records no completion time; its collectives are
-synchronous, so a collective ends when its first member goes on to enqueue its next op.)
+synchronous, so a collective ends when its last member arrives: the latest enqueue time of its
+members, on their hosts' clocks, stands in for the completion.)
 
 Two shapes of slowness:
 - a *stall*: one rank reached one collective seconds after its peers. Lateness cascades: the
@@ -31,7 +32,9 @@ from .model import Group, UnitKind
 from .ranks import label
 
 _MEDIAN_CHUNK = 1 << 22  # values gathered at once per partition
-EXPLAINED_SHARE = 0.5  # a previous wait of at least this share of the lateness explains it
+EXPLAINED_SHARE = 0.5  # a late arrival is the rank's own when its host's gap is this share
+STANDS_OUT = 5.0  # a straggler's median lateness over most other ranks' (90th percentile)
+REPEATS = 3  # own late arrivals that make a rank that keeps arriving late a straggler
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,10 @@ def find(
     lateness = _lateness(t, m)
     if lateness is None:
         return None
-    return _stall(t, groups, m, lateness, stall_ms) or _straggler(
-        t, groups, m, lateness, straggler_ms
+    return (
+        _stall(t, groups, m, lateness, stall_ms)
+        or _repeated(t, groups, m, lateness, straggler_ms)
+        or _straggler(t, groups, m, lateness, straggler_ms)
     )
 
 
@@ -65,7 +70,7 @@ class _Lateness:
     rows: npt.NDArray[np.int64]  # head rows of complete, passed collectives, in table order
     wait_ns: npt.NDArray[np.float64]  # completion minus enqueue, own clock
     late_ms: npt.NDArray[np.float64]  # the unit's longest wait minus this row's
-    previous_wait_ns: npt.NDArray[np.float64]  # the same rank's previous op's wait (NaN: none)
+    gap_ns: npt.NDArray[np.float64]  # enqueue minus the rank's previous completion (NaN: none)
 
 
 def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
@@ -78,30 +83,41 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     head_rows = np.flatnonzero(heads & m.done & (t.t_created >= 0))
     if len(head_rows) < 2:
         return None
-    # Completion: recorded (own clock); else (gloo) the collective ended when its first member
-    # went on to enqueue its next op: members of a synchronous collective leave it together.
+    # Completion: recorded (own clock); else (gloo) a synchronous collective ends when its last
+    # member arrives, so the latest enqueue of its members stands in for it.
     unit_all = units.entry_unit[head_rows]
     # A batched send/recv's completion is its block's: the end marker holds it.
     marker = t.marker[head_rows]
     completion = t.t_completed[np.where(marker >= 0, marker, head_rows)].astype(np.int64)
-    same_rank_next = np.append(t.rank[head_rows][1:] == t.rank[head_rows][:-1], False)
-    next_created = np.where(same_rank_next, np.append(t.t_created[head_rows][1:], -1), -1)
     missing = (completion < 0) & (unit_all >= 0)
     if bool(missing.any()):
-        ends = np.full(len(units.seq), np.iinfo(np.int64).max, dtype=np.int64)
-        has_next = missing & (next_created >= 0)
-        np.minimum.at(ends, unit_all[has_next], next_created[has_next])
-        found = np.where(missing, ends[np.maximum(unit_all, 0)], -1)
-        found[found == np.iinfo(np.int64).max] = -1
-        completion = np.where(missing, found, completion)
-    # A completion taken from another rank's clock can precede the last arrival's enqueue
-    # by the hosts' clock offset: that rank waited about nothing.
-    wait = np.where(
-        completion >= 0, np.maximum(completion - t.t_created[head_rows], 0), -1
-    ).astype(np.float64)
+        ends = np.full(len(units.seq), -1, dtype=np.int64)
+        np.maximum.at(ends, unit_all[missing], t.t_created[head_rows][missing])
+        completion = np.where(missing, ends[np.maximum(unit_all, 0)], completion)
+    # A rank reaches an op when its host enqueued it and its stream finished the op before
+    # (the ops of a batched block are one op on the stream).
+    created = t.t_created[head_rows].astype(np.int64)
+    member = t.unit[head_rows] == UnitKind.BATCH_MEMBER
+    steps = np.flatnonzero(~member)
+    step_done = completion[steps]
+    before = np.full(len(head_rows), -1, dtype=np.int64)
+    same = np.concatenate([[False], t.rank[head_rows][steps][1:] == t.rank[head_rows][steps][:-1]])
+    before[steps[same]] = step_done[np.flatnonzero(same) - 1]
+    if bool(member.any()):
+        # A block's members come before its end marker: they take what the marker has.
+        at = np.searchsorted(head_rows, t.marker[head_rows[member]])
+        found = (at < len(head_rows)) & (
+            head_rows[np.minimum(at, len(head_rows) - 1)] == t.marker[head_rows[member]]
+        )
+        idx = np.flatnonzero(member)
+        before[idx[found]] = before[at[found]]
+    arrival = np.where(before >= 0, np.maximum(created, before), created)
+    # A completion taken from another rank's clock can precede the last arrival by the hosts'
+    # clock offset: that rank waited about nothing.
+    wait = np.maximum(completion - arrival, 0).astype(np.float64)
     wait[completion < 0] = np.nan
-    previous = np.concatenate([[np.nan], wait[:-1]])
-    previous[~np.concatenate([[False], same_rank_next[:-1]])] = np.nan
+    gap = np.where(before >= 0, created - before, -1).astype(np.float64)
+    gap[before < 0] = np.nan
 
     # Collective units, and each matched send/recv pair as a unit of two (ids after them).
     n_units = len(units.seq)
@@ -111,12 +127,12 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     full = np.concatenate([full, np.ones(len(m.p2p.send_row), dtype=bool)])
     keep = (unit >= 0) & ~np.isnan(wait)
     keep[keep] = full[unit[keep]]
-    rows, wait, previous, unit = head_rows[keep], wait[keep], previous[keep], unit[keep]
+    rows, wait, gap, unit = head_rows[keep], wait[keep], gap[keep], unit[keep]
     if len(rows) < 2:
         return None
     longest = np.full(len(full), -np.inf)
     np.maximum.at(longest, unit, wait)
-    return _Lateness(rows, wait, (longest[unit] - wait) / 1e6, previous)
+    return _Lateness(rows, wait, (longest[unit] - wait) / 1e6, gap)
 
 
 def _stall(
@@ -125,9 +141,10 @@ def _stall(
     candidates = np.flatnonzero(late.late_ms >= stall_ms)
     if not len(candidates):
         return None
-    explained = ~np.isnan(late.previous_wait_ns[candidates]) & (
-        late.previous_wait_ns[candidates] / 1e6 >= EXPLAINED_SHARE * late.late_ms[candidates]
-    )
+    # Late because its stream was still busy (its host had enqueued the op in time): the
+    # previous op kept it waiting. Its own delay is the gap its host left after that op.
+    gap = late.gap_ns[candidates]
+    explained = ~np.isnan(gap) & (gap / 1e6 < EXPLAINED_SHARE * late.late_ms[candidates])
     roots = candidates[~explained]
     if not len(roots):
         return None
@@ -156,8 +173,8 @@ def _stall(
     evidence = [
         f"rank {rank} enqueued {what} of group {group.name!r} ({group.desc}) {late_s:.1f} s "
         f"after the first of its peers; {label(waited)} waited for it",
-        "its own previous op did not keep it waiting, so the delay is its own (host stall: "
-        "compute, data loading, I/O, a pause)",
+        "its host enqueued it that long after its previous op completed: the delay is its own "
+        "(host stall: compute, data loading, I/O, a pause)",
         "measured on each rank's own clock (completion minus enqueue), so host clock offsets "
         "do not distort it",
     ]
@@ -167,6 +184,57 @@ def _stall(
             "just waited as long in their previous op (the delay cascading)"
         )
     return Slowness(rank, group, seq, op, late_s, True, tuple(evidence), p2p_seq)
+
+
+def _own_late(late: _Lateness, at_least_ms: float) -> npt.NDArray[np.intp]:
+    """Late arrivals of at least this much that the rank's own host caused (see `_stall`),
+    after its first op (ranks start at different times)."""
+    candidates = np.flatnonzero(late.late_ms >= at_least_ms)
+    gap = late.gap_ns[candidates]
+    own = ~np.isnan(gap) & (gap / 1e6 >= EXPLAINED_SHARE * late.late_ms[candidates])
+    return candidates[own]
+
+
+def _repeated(
+    t: EntryTable, groups: GroupTable, m: MatchResult, late: _Lateness, straggler_ms: float
+) -> Slowness | None:
+    """One rank that keeps arriving late on its own (a hiccup at the same point of every step,
+    say), while no other rank does: a straggler, placed at its first late arrival."""
+    own = _own_late(late, straggler_ms)
+    if not len(own):
+        return None
+    ranks = t.rank[late.rows[own]]
+    counts = np.bincount(ranks)
+    worst = int(np.argmax(counts))
+    second = int(np.sort(counts)[-2]) if len(counts) > 1 else 0
+    if counts[worst] < REPEATS or counts[worst] < STANDS_OUT * max(second, 1) / 2:
+        return None
+    mine = own[ranks == worst]
+    first = mine[np.argmin(t.t_created[late.rows[mine]])]
+    row = int(late.rows[first])
+    unit = int(m.collectives.entry_unit[row])
+    if unit < 0:
+        return None
+    group = groups.groups[int(m.collectives.group[unit])]
+    typical = float(np.median(late.late_ms[mine]))
+    evidence = (
+        f"rank {worst} arrived late {int(counts[worst])} times on its own (its host enqueued the "
+        f"op late), a median {typical:.0f} ms after its peers; no other rank did so more than "
+        f"{second} time(s)",
+        f"the first time at {m.collectives.op[unit]} #{int(m.collectives.seq[unit])} of group "
+        f"{group.name!r} ({group.desc})",
+        "measured on each rank's own clock (completion minus arrival), so host clock offsets "
+        "do not distort it",
+    )
+    return Slowness(
+        worst,
+        group,
+        int(m.collectives.seq[unit]),
+        m.collectives.op[unit],
+        typical / 1e3,
+        False,
+        evidence,
+    )
 
 
 def _straggler(
@@ -188,7 +256,9 @@ def _straggler(
     # Against the 90th percentile too: a whole pipeline stage that arrives last at the end of
     # every step is the schedule, not a slow host.
     high = others[min(len(others) - 1, (9 * len(others)) // 10)]
-    if medians[worst] < max(straggler_ms, 3 * max(typical, 1.0), 3 * max(high, 1.0)):
+    # Enqueue times carry each host's run-ahead (tens of ms that differ from host to host):
+    # a straggler stands well clear of that.
+    if medians[worst] < max(straggler_ms, STANDS_OUT * max(typical, 1.0, high)):
         return None
     samples = int((rank == worst).sum())
     worst_units = units.entry_unit[rows[rank == worst]]

@@ -287,8 +287,8 @@ def _failed_with_the_dead(
         group = groups.groups[int(units.group[unit])]
         if not unavailable.intersection(group.ranks):
             continue
-        if units.find(group.uid, int(units.seq[unit]) + 1) is not None:
-            continue  # the group went on: it completed
+        if int(units.seq[unit]) <= m.proven.get(group.uid, -1):
+            continue  # a member got past it (gloo is synchronous): it completed
         if not waited:
             waited = _waited_collectives(m, frontier)
         if rank in waited or _all_stopped_there(t, units, unit, group.ranks, last_of):

@@ -13,8 +13,12 @@ from typing import Any
 
 import pytest
 
+from benchmarks.gen import Spec as BenchSpec
+from benchmarks.gen import generate
+from benchmarks.run import verdict_matches
 from tools.frsim import faults
 from tools.frsim.campaign import CASE_KINDS, LAYOUTS, draw_case
+from tools.frsim.custom import WORLD, CustomJob
 from tools.frsim.engine import NEVER
 from tools.frsim.layout import Layout, Role
 from tools.frsim.program import COLL_KINDS, Kind, Program, ProgramSpec
@@ -27,7 +31,9 @@ from tools.frsim.writers import (
     python_pickle,
     torch_pickle,
     write_dumps,
+    write_files,
 )
+from tools.nccl_scenarios import SCENARIOS, write_scenario
 
 Dump = dict[str, Any]
 BASE = SimSpec(
@@ -469,3 +475,212 @@ def test_case_write(tmp_path: Path) -> None:
     paths = case.write(tmp_path)
     assert len(paths) == case.spec.layout.world_size - 1
     assert "truth:" in case.describe()
+
+
+# --- free-form jobs and the newer fault kinds --------------------------------------------------
+
+
+def _two_group_job(steps: int = 3) -> tuple[CustomJob, int, int]:
+    job = CustomJob(world_size=2, gpus_per_host=2)
+    grads = job.new_group("grads", [0, 1])
+    metrics = job.new_group("metrics", [0, 1])
+    for rank in job.ranks():
+        p = job.on(rank)
+        for step in range(steps):
+            p.step(step)
+            p.compute(30_000, 800)
+            p.coll(grads, "all_reduce", [(4096,)], site="grad_sync")
+            p.coll(metrics, "all_reduce", [(16,)], site="log_metrics")
+            p.coll(WORLD, "all_reduce", [(2,)], site="loss", sync=True)
+    return job, grads, metrics
+
+
+def test_custom_job_has_its_own_groups_and_runs_to_the_end() -> None:
+    job, grads, metrics = _two_group_job()
+    sim = simulate(SimSpec(layout=job, seed=1))
+    assert not sim.hung and sim.truth.status == "ok"
+    dump = _load(sim, 1)
+    assert dump is not None
+    assert {k: v["desc"] for k, v in dump["pg_config"].items()} == {
+        "0": "default_pg",
+        "1": "grads",
+        "2": "metrics",
+    }
+    assert [e["pg_id"] for e in dump["entries"][:3]] == [1, 2, 0]
+    assert [e["collective_seq_id"] for e in dump["entries"] if e["pg_id"] == 1] == [1, 2, 3]
+    assert job.binding(0) == (0, grads, metrics)
+
+
+def test_custom_ring_of_batched_p2p_with_recv_first_completes() -> None:
+    job = CustomJob(world_size=4)
+    cp = job.new_group("cp", range(4))
+    for rank in job.ranks():
+        p = job.on(rank)
+        p.step(0)
+        for _ in range(3):
+            p.compute(400, 50)
+            with p.batch(cp, "cp_ring_fwd"):
+                if rank % 2:
+                    p.recv(cp, (rank - 1) % 4, (8, 128))
+                    p.send(cp, (rank + 1) % 4, (8, 128))
+                else:
+                    p.send(cp, (rank + 1) % 4, (8, 128))
+                    p.recv(cp, (rank - 1) % 4, (8, 128))
+    sim = simulate(SimSpec(layout=job))
+    assert not sim.hung
+    dump = _load(sim, 1)
+    assert dump is not None
+    assert [e["profiling_name"] for e in dump["entries"][:3]] == [
+        "nccl:recv 1<-0",
+        "nccl:send 1->2",
+        "nccl:coalesced",
+    ]
+    with pytest.raises(ValueError):
+        job.on(0).send(cp, 0, (1,))
+
+
+def test_swap_on_two_groups_is_a_deadlock_of_both_ranks() -> None:
+    job, grads, metrics = _two_group_job()
+    program = simulate(SimSpec(layout=job)).job.clean_program(1)
+    unit = _unit(program, role=grads, step=2)
+    sim = simulate(SimSpec(layout=job, fault=faults.swap(1, unit)))
+    truth = sim.truth
+    assert (truth.status, truth.root, truth.culprits) == ("desync", "deadlock", (0, 1))
+    assert (truth.group, truth.seq, truth.ambiguous) == (str(grads), 3, None)
+    for rank, first in ((0, grads), (1, metrics)):
+        dump = _load(sim, rank)
+        assert dump is not None
+        waiting = [e for e in dump["entries"] if e["state"] != "completed"]
+        assert waiting[0]["process_group"][0] == str(first)
+
+
+def test_swap_on_one_group_is_the_first_divergence() -> None:
+    program = simulate(BASE).job.clean_program(2)
+    gather = _unit(program, role=Role.TP, site="sp_gather", step=0)
+    assert program.site[gather + 1] == "attn_fwd"
+    sim = simulate(replace(BASE, fault=faults.swap(2, gather)))
+    truth = sim.truth
+    assert (truth.status, truth.root, truth.culprits) == ("desync", "mismatch", (2,))
+    assert truth.seq == program.cseq[gather] and truth.op == "nccl:all_reduce"
+
+
+@pytest.mark.parametrize("timing", [True, False])
+def test_network_hang_leaves_every_member_waiting(timing: bool) -> None:
+    program = simulate(BASE).job.clean_program(3)
+    unit = _unit(program, role=Role.WORLD, site="grad_norm", step=1)
+    sim = simulate(replace(BASE, fault=faults.network_hang(3, unit), timing=timing))
+    truth = sim.truth
+    assert (truth.status, truth.root, truth.culprits) == (
+        "hung",
+        "stuck_collective",
+        tuple(range(8)),
+    )
+    assert (truth.ambiguous is None) == timing
+    for dump in _dumps(sim).values():
+        entry = _by_seq(dump, "0")[truth.seq or 0][0]
+        assert entry["state"] == ("started" if timing else "scheduled")
+
+
+def test_mismatch_with_an_explicit_shape() -> None:
+    program = simulate(BASE).job.clean_program(6)
+    unit = _unit(program, kind=Kind.COALESCED, role=Role.TP, step=-1)
+    fault = faults.mismatch(6, unit, "size", member=1, shape=(9, 64))
+    sim = simulate(replace(BASE, fault=fault))
+    block = _by_seq(_dumps(sim)[6], sim.truth.group or "")[sim.truth.seq or 0]
+    assert block[1]["input_sizes"] == [[9, 64]] and sim.truth.culprits == (6,)
+
+
+def test_evaluation_pass_and_synchronized_exchanges() -> None:
+    spec = replace(BASE, program=replace(BASE.program, eval_micro_batches=2, batch_p2p_sync=True))
+    sim = simulate(spec)
+    assert not sim.hung
+    program = sim.programs[0]
+    last_world = max(u for u in range(len(program)) if program.role[u] == Role.WORLD)
+    assert program.site[last_world] == "eval_loss" and program.sync[last_world]
+    assert all(program.sync[u] for u in range(len(program)) if program.kind[u] == Kind.BATCH)
+    dump = _load(sim, 0)
+    assert dump is not None
+    eval_entries = [e for e in dump["entries"] if e["frames"][-2]["name"] == "pretrain"]
+    assert any(e["frames"][-4]["name"] == "evaluate" for e in eval_entries)
+
+
+def test_distinct_frames_load_to_the_same_objects_without_sharing(healthy: Simulation) -> None:
+    dump = healthy.dump(0)
+    assert dump is not None
+    shared = pickle.loads(torch_pickle(dump))
+    distinct = pickle.loads(torch_pickle(dump, shared_frames=False))
+    assert distinct == shared == pickle.loads(python_pickle(dump, shared_frames=False))
+    first, second = distinct["entries"][0]["frames"], distinct["entries"][1]["frames"]
+    assert first[-1] == second[-1] and first[-1] is not second[-1]  # pretrain_gpt's <module>
+    assert shared["entries"][0]["frames"][-1] is shared["entries"][1]["frames"][-1]
+    assert len(torch_pickle(dump, shared_frames=False)) > len(torch_pickle(dump))
+
+
+def test_write_files_reports_sizes_and_entries(tmp_path: Path) -> None:
+    sim = simulate(replace(BASE, fault=faults.crash(5, 30)))
+    seen: list[int] = []
+    written = write_files(sim, tmp_path, Output(), workers=2, progress=lambda d, t: seen.append(d))
+    assert [w.rank for w in written] == list(range(8)) and seen[-1] == 8
+    assert written[5].path is None and written[5].size == 0
+    for w in written:
+        if w.path is not None:
+            assert w.path.stat().st_size == w.size
+            assert len(pickle.loads(w.path.read_bytes())["entries"]) == w.entries
+
+
+# --- the sample sets and the benchmark generator built on frsim ---------------------------------
+
+
+EXPECTED_LINE = re.compile(
+    r"EXPECTED: status=(ok|desync|hung|slow) root=(\S+) culprits=([\d,]+|-) group=(\S+) "
+    r"desc=(\S+) seq=(\d+|p\d+@\d+|-) op=(\S+)"
+)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_sample_scenario_has_the_truth_it_intends(name: str) -> None:
+    scenario = SCENARIOS[name]()
+    truth = scenario.truth  # raises unless unambiguous with the intended status and root
+    note = scenario.note()
+    last = note.rstrip("\n").splitlines()[-1]
+    found = EXPECTED_LINE.fullmatch(last)
+    assert found is not None, last
+    assert found.group(1) == truth.status
+    assert found.group(3) == (",".join(map(str, truth.culprits)) or "-")
+    assert "Files: `" in note
+
+
+def test_write_scenario_is_deterministic(tmp_path: Path) -> None:
+    write_scenario("nccl_deadlock", tmp_path / "a")
+    write_scenario("nccl_deadlock", tmp_path / "b")
+    a = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    b = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    assert a == b and set(a) == {"NOTE.md", "nccl_trace_rank_0", "nccl_trace_rank_1"}
+
+
+def test_scenario_with_the_wrong_intent_fails_loudly() -> None:
+    scenario = replace(SCENARIOS["nccl_not_joined"](), root="dead_rank")
+    with pytest.raises(RuntimeError, match="wanted hung/dead_rank"):
+        scenario.note()
+
+
+def test_benchmark_generator_writes_a_set_whose_manifest_holds_the_truth(tmp_path: Path) -> None:
+    spec = BenchSpec(64, fault="size_mismatch", steps=2, eval_micro_batches=2, capacity=120)
+    manifest, reused = generate(spec, tmp_path, workers=2)
+    assert not reused and manifest.files == 64 and manifest.entries == 64 * 120
+    truth = manifest.expected
+    assert (truth["status"], truth["root"], truth["culprits"]) == ("desync", "mismatch", [37])
+    assert truth["group_desc"] == "tp" and truth["ambiguous"] is None
+    again, reused = generate(spec, tmp_path, workers=1)
+    assert reused and again == manifest
+    verdict = {
+        "status": "desync",
+        "culprit_ranks": [37],
+        "group": truth["group"],
+        "collective_seq_id": truth["seq"],
+        "p2p_seq_id": None,
+    }
+    assert verdict_matches(truth, verdict, 1)
+    assert not verdict_matches(truth, {**verdict, "collective_seq_id": 1}, 1)
+    assert not verdict_matches(truth, {**verdict, "status": "hung"}, 1)
+    assert verdict_matches({"status": "ok"}, {"status": "ok"}, 0)

@@ -5,7 +5,8 @@ one in-order device stream, collectives and p2p pairs completing when every part
 arrived), with a fault injected into it; the ground truth comes from the simulation itself.
 See README.md in this directory. Modules:
 
-- layout: TP x PP x DP and the process groups, in creation order;
+- layout: TP x PP x DP and the process groups, in creation order; the `Topology` the rest sees;
+- custom: free-form jobs (explicit groups, per-rank programs) run by the same machinery;
 - sites: call-site stack frames;
 - program: the per-rank op lists (Megatron-style 1F1B step);
 - faults: fault kinds and how they edit a program or the execution;
@@ -18,6 +19,7 @@ See README.md in this directory. Modules:
 """
 
 from .campaign import Case, draw_case
+from .custom import CustomJob
 from .faults import ExtraOp, Fault
 from .layout import Layout, Role
 from .program import ProgramSpec, Timing
@@ -28,6 +30,7 @@ from .writers import Output, write_dumps
 
 __all__ = [
     "Case",
+    "CustomJob",
     "ExtraOp",
     "Fault",
     "Layout",

@@ -137,6 +137,7 @@ class Case:
 
     def describe(self) -> str:
         s, lay = self.spec, self.spec.layout
+        assert isinstance(lay, Layout)  # a campaign draws grid layouts only
         fault = s.fault.describe() if s.fault is not None else "no fault"
         out = self.output
         files = f"{out.fmt}{'.gz' if out.gzip else ''} {out.name(0)}"

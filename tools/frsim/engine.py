@@ -22,7 +22,8 @@ Model (times in ns of true time; a rank's recorded clock adds its host's offset 
   process dies when it would enqueue that op, at `crash_time`: no later enqueue, no arrival at
   or after that time, and an instance it is part of that would complete after that time never
   completes), `stuck_in` (arrives, its peers complete, its own op never does), `stuck_before`
-  (enqueued, never starts).
+  (enqueued, never starts), `hang_at` (every member arrives at the op's collective instance,
+  which never completes for any of them: a communicator or network hang).
 
 Resolution is a worklist fixpoint over ranks: each rank has a host cursor and a stream cursor
 and suspends on the first unresolved completion it needs; an instance completing wakes its
@@ -41,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .faults import EngineFault
-from .layout import Layout
+from .layout import Topology
 from .program import Kind, Program
 
 NEVER = 1 << 62
@@ -114,17 +115,18 @@ _Context = tuple[
     "array[int]",  # comp
     int,  # rank factor
     int,  # rank offset
-    tuple[int, int, int, int],  # binding
+    tuple[int, ...],  # binding
     int,  # start
     int,  # crash_at
     int,  # before_at
+    int,  # hang_at
 ]
 
 
 class _Instance:
     """A collective instance some members have arrived at."""
 
-    __slots__ = ("bad", "crasher", "dur", "left", "members", "ready", "sig", "tolerant")
+    __slots__ = ("bad", "crasher", "dur", "hung", "left", "members", "ready", "sig", "tolerant")
 
     def __init__(
         self, size: int, ready: int, dur: int, sig: int, tolerant: bool, crasher: bool
@@ -138,6 +140,8 @@ class _Instance:
         self.bad = False
         """Two members' records disagree."""
         self.crasher = crasher
+        self.hung = False
+        """A member's op is the `hang_at` fault: the instance never completes."""
         self.members: list[int] = []
         """(rank, unit) pairs, flattened."""
 
@@ -145,7 +149,7 @@ class _Instance:
 class _Engine:
     def __init__(
         self,
-        layout: Layout,
+        layout: Topology,
         programs: Sequence[Program],
         faults: dict[int, EngineFault],
         queue_limit: int,
@@ -164,13 +168,10 @@ class _Engine:
         self.rank_factor = [rng.randrange(256) for _ in range(world)]
         self.rank_offset = [rng.randrange(1024) for _ in range(world)]
         self.start = [rng.randrange(2_000_000) for _ in range(world)]
-        self.bind = [layout.binding(r) for r in range(world)]
-        self.gsize = [layout.role_size(layout.role_of(gid)) for gid in range(layout.group_count)]
-        self.mylocal = [
-            (r, layout.coords(r).tp_index, layout.coords(r).dp_index, layout.coords(r).stage)
-            for r in range(world)
-        ]
-        self.stride = (1, 1, layout.tp, layout.tp * layout.dp)
+        self.bind: list[tuple[int, ...]] = [layout.binding(r) for r in range(world)]
+        self.gsize = [layout.group_size(gid) for gid in range(layout.group_count)]
+        self.gmembers: dict[int, tuple[int, ...]] = {}
+        """Member ranks of the groups p2p ops run on (a peer is members[local peer])."""
         self.enq = [array("q", [NEVER]) * len(p) for p in programs]
         self.ready = [array("q", [NEVER]) * len(p) for p in programs]
         self.comp = [array("q", [NEVER]) * len(p) for p in programs]
@@ -180,8 +181,8 @@ class _Engine:
             [0, self.start[r], -1, len(p), 0, 0, 0] for r, p in enumerate(programs)
         ]
         # faults
-        self.crash_rank = self.stuck_rank = self.before_rank = -1
-        self.crash_at = self.stuck_at = self.before_at = -1
+        self.crash_rank = self.stuck_rank = self.before_rank = self.hang_rank = -1
+        self.crash_at = self.stuck_at = self.before_at = self.hang_at = -1
         self.crash_time = NEVER
         for rank, f in faults.items():
             if f.stop_at >= 0:
@@ -192,6 +193,8 @@ class _Engine:
                 self.stuck_rank, self.stuck_at = rank, f.stuck_in
             if f.stuck_before >= 0:
                 self.before_rank, self.before_at = rank, f.stuck_before
+            if f.hang_at >= 0:
+                self.hang_rank, self.hang_at = rank, f.hang_at
         # pending instances and pairs
         self.pending: dict[int, _Instance] = {}
         self.pairs: dict[tuple[int, int, int, int], tuple[int, int, int, int]] = {}
@@ -222,6 +225,7 @@ class _Engine:
             self.start[r],
             self.crash_at if r == self.crash_rank else -1,
             self.before_at if r == self.before_rank else -1,
+            self.hang_at if r == self.hang_rank else -1,
         )
 
     # -- the fixpoint ---------------------------------------------------------------------
@@ -265,6 +269,7 @@ class _Engine:
             start,
             crash_at,
             before_at,
+            hang_at,
         ) = self.ctx[r]
         jit, gsize, pending = self.jit, self.gsize, self.pending
         queue_limit, gloo = self.queue_limit, self.gloo
@@ -349,6 +354,8 @@ class _Engine:
                             inst.tolerant = True
                         if crashing:
                             inst.crasher = True
+                    if sc == hang_at:
+                        inst.hung = True
                     members = inst.members
                     members.append(r)
                     members.append(sc)
@@ -364,7 +371,7 @@ class _Engine:
 
     def _complete(self, inst: _Instance) -> None:
         """All members arrived: complete the instance unless it cannot."""
-        if inst.bad and not inst.tolerant:
+        if (inst.bad and not inst.tolerant) or inst.hung:
             return
         t = inst.ready + inst.dur
         if inst.crasher and self.crash_time < t:
@@ -383,16 +390,16 @@ class _Engine:
 
     def _p2p_arrive(self, r: int, u: int, rd: int) -> None:
         p = self.programs[r]
-        role = p.role[u]
-        gid = self.bind[r][role]
-        base = r - self.mylocal[r][role] * self.stride[role]
-        stride = self.stride[role]
+        gid = self.bind[r][p.role[u]]
+        members = self.gmembers.get(gid)
+        if members is None:
+            members = self.gmembers[gid] = self.layout.group(gid).ranks
         lo, hi = p.mstart[u], p.mstart[u + 1]
         state = [hi - lo, 0, 0]  # members left, latest pair time, bad
         self.punits[(r, u)] = state
         dur = p.dur[u]
         for j in range(lo, hi):
-            peer = base + p.mpeer[j] * stride
+            peer = members[p.mpeer[j]]
             key = (gid, r, peer, p.mchan[j]) if p.msend[j] else (gid, peer, r, p.mchan[j])
             other = self.pairs.pop(key, None)
             if other is None:
@@ -418,7 +425,7 @@ class _Engine:
 
 
 def run(
-    layout: Layout,
+    layout: Topology,
     programs: Sequence[Program],
     faults: dict[int, EngineFault] | None = None,
     *,

@@ -4,15 +4,17 @@
 
 - on the rank's program (`apply`): `stall` adds host time before the op (and, with `repeat`,
   before the same op of the next steps), `skip` removes it, `extra` inserts an op after it,
-  `mismatch` / `p2p_mismatch` change what the rank's side of it records (and so its signature:
-  the engine never completes a collective whose participants disagree, nor a send/recv pair
-  whose sides differ, unless `completes` says the collective finishes with garbage);
+  `swap` issues it after the op that follows it (a rank-dependent order), `mismatch` /
+  `p2p_mismatch` change what the rank's side of it records (and so its signature: the engine
+  never completes a collective whose participants disagree, nor a send/recv pair whose sides
+  differ, unless `completes` says the collective finishes with garbage);
 - on the engine (`engine_fault`): `stop_host` (the host never enqueues the op or anything
   after it; the device finishes what was enqueued; the rank dumps), `crash` (the process dies
   when it would enqueue the op: no later enqueue, no stream arrival at or after that time, no
   dump), `gpu_stuck_in` (the rank arrives, so the collective completes for its peers, but its
   own op never completes), `gpu_stuck_before` (the stream hangs in compute just before the op:
-  enqueued, never started).
+  enqueued, never started), `network_hang` (every member arrives at the op's collective, which
+  then never completes for any of them: a communicator or network hang).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ FaultKind = Literal[
     "extra",
     "mismatch",
     "p2p_mismatch",
+    "network_hang",
+    "swap",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "stall",
@@ -55,6 +59,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     "extra",
     "mismatch",
     "p2p_mismatch",
+    "network_hang",
+    "swap",
 )
 Field = Literal["size", "dtype", "op"]
 
@@ -86,6 +92,10 @@ class Fault:
     """mismatch / p2p_mismatch: what differs."""
     member: int = 0
     """mismatch / p2p_mismatch in a block: which member."""
+    shape: tuple[int, ...] | None = None
+    """mismatch / p2p_mismatch of the size: the tensor the rank passes instead (the op's
+    per-rank shape, as `program.template` takes it); None: its last dimension halved (odd:
+    plus one)."""
     completes: bool = False
     """mismatch: the collective completes anyway (garbage) and the job goes on."""
     extra: ExtraOp = ExtraOp()
@@ -114,6 +124,7 @@ class EngineFault:
     crash_at: int = -1
     stuck_in: int = -1
     stuck_before: int = -1
+    hang_at: int = -1
 
 
 def stall(rank: int, op: int, seconds: float, repeat: int = 1) -> Fault:
@@ -136,6 +147,16 @@ def gpu_stuck_before(rank: int, op: int) -> Fault:
     return Fault("gpu_stuck_before", rank, op)
 
 
+def network_hang(rank: int, op: int) -> Fault:
+    """Every member of rank's collective at `op` arrives; the collective never completes."""
+    return Fault("network_hang", rank, op)
+
+
+def swap(rank: int, op: int) -> Fault:
+    """Rank issues `op` after the op that follows it (e.g. another code path on that rank)."""
+    return Fault("swap", rank, op)
+
+
 def skip(rank: int, op: int) -> Fault:
     return Fault("skip", rank, op)
 
@@ -145,13 +166,24 @@ def extra(rank: int, after: int, spec: ExtraOp = ExtraOp()) -> Fault:
 
 
 def mismatch(
-    rank: int, op: int, field: Field = "size", member: int = 0, completes: bool = False
+    rank: int,
+    op: int,
+    field: Field = "size",
+    member: int = 0,
+    completes: bool = False,
+    shape: tuple[int, ...] | None = None,
 ) -> Fault:
-    return Fault("mismatch", rank, op, field=field, member=member, completes=completes)
+    return Fault("mismatch", rank, op, field=field, member=member, completes=completes, shape=shape)
 
 
-def p2p_mismatch(rank: int, op: int, field: Field = "size", member: int = 0) -> Fault:
-    return Fault("p2p_mismatch", rank, op, field=field, member=member)
+def p2p_mismatch(
+    rank: int,
+    op: int,
+    field: Field = "size",
+    member: int = 0,
+    shape: tuple[int, ...] | None = None,
+) -> Fault:
+    return Fault("p2p_mismatch", rank, op, field=field, member=member, shape=shape)
 
 
 def check(fault: Fault, program: Program) -> None:
@@ -159,8 +191,11 @@ def check(fault: Fault, program: Program) -> None:
     if not 0 <= fault.op < len(program):
         raise ValueError(f"{fault.describe()}: op out of range 0..{len(program) - 1}")
     kind = program.kind[fault.op]
-    if fault.kind in ("gpu_stuck_in", "gpu_stuck_before", "mismatch") and kind not in COLL_KINDS:
+    needs_collective = ("gpu_stuck_in", "gpu_stuck_before", "mismatch", "network_hang")
+    if fault.kind in needs_collective and kind not in COLL_KINDS:
         raise ValueError(f"{fault.describe()}: needs a collective")
+    if fault.kind == "swap" and fault.op + 1 >= len(program):
+        raise ValueError(f"{fault.describe()}: no op after it to swap with")
     if fault.kind == "p2p_mismatch" and kind not in P2P_KINDS:
         raise ValueError(f"{fault.describe()}: needs a send, recv or batched p2p block")
     if fault.kind in ("mismatch", "p2p_mismatch"):
@@ -186,6 +221,7 @@ def engine_fault(fault: Fault | None, rank: int) -> EngineFault | None:
         "crash": EngineFault(crash_at=fault.op),
         "gpu_stuck_in": EngineFault(stuck_in=fault.op),
         "gpu_stuck_before": EngineFault(stuck_before=fault.op),
+        "network_hang": EngineFault(hang_at=fault.op),
     }.get(fault.kind)
 
 
@@ -193,7 +229,7 @@ def apply(fault: Fault, program: Program) -> Program:
     """The faulty rank's program: a copy of its fault-free `program` with the fault applied
     (the same program when the fault acts on the engine only)."""
     check(fault, program)
-    if fault.kind in ("stop_host", "crash", "gpu_stuck_in", "gpu_stuck_before"):
+    if fault.kind in ("stop_host", "crash", "gpu_stuck_in", "gpu_stuck_before", "network_hang"):
         return program
     p = program.copy()
     i = fault.op
@@ -202,6 +238,12 @@ def apply(fault: Fault, program: Program) -> Program:
             p.cpu[j] += round(fault.seconds * 1e9)
     elif fault.kind == "skip":
         p.delete(i)
+    elif fault.kind == "swap":
+        # The two ops trade places; the host and device time between ops stay where they were.
+        for name in Program.RAW:
+            if name not in ("cpu", "dev"):
+                column = getattr(p, name)
+                column[i], column[i + 1] = column[i + 1], column[i]
     elif fault.kind == "extra":
         e = fault.extra
         t = template(e.op, [e.shape], p.group_sizes[e.role], e.dtype, p.backend)
@@ -286,6 +328,10 @@ def _changed(t: Template, fault: Fault, p: Program) -> Template:
             (other,) * len(t.out_dtypes),
             t.api,
         )
+    if fault.field == "size" and fault.shape is not None:
+        group_size = p.group_sizes[p.role[fault.op]]
+        dtype = t.in_dtypes[0] if t.in_dtypes else F32
+        return template(t.op, [fault.shape], group_size, dtype, p.backend, api=t.api)
     if fault.field == "size":
         # The last dimension changes in every shape, which keeps the op's size rule (gathers
         # and scatters stack along dim 0, or as gloo records them, along a new first dim).
@@ -298,5 +344,4 @@ def _changed(t: Template, fault: Fault, p: Program) -> Template:
     op = _OTHER_OP.get(t.op, "all_reduce")
     shape = t.in_sizes[0] if t.in_sizes else (1,)
     dtype = t.in_dtypes[0] if t.in_dtypes else F32
-    role = next(r for r in Role if r == p.role[fault.op])
-    return template(op, [shape], p.group_sizes[role], dtype, p.backend)
+    return template(op, [shape], p.group_sizes[p.role[fault.op]], dtype, p.backend)

@@ -12,6 +12,11 @@ which is the role order world, tp, dp, pp.
 
 Groups are computed from their id on demand, so a 16,384-rank layout costs nothing until a
 group is asked for.
+
+The engine, the recorder and the truth see a job's shape only through `Topology`: a grid
+`Layout`, or a free-form `custom.CustomJob` (explicit groups). A rank's *binding* is the gid of
+its group in each *slot* (-1 where it has none); a program names a group by its slot. A grid has
+the four slots of `Role`; a free-form job has one slot per group (slot = gid).
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from .custom import CustomJob
 
 
 class Role(IntEnum):
@@ -45,20 +54,19 @@ class Coords:
 
 @dataclass(frozen=True)
 class Group:
-    """A process group: its name (identity across ranks), desc, role and sorted global ranks."""
+    """A process group: its name (identity across ranks), desc, kind and sorted global ranks."""
 
     gid: int
     """Creation index; the name is str(gid)."""
-    role: Role
+    role: int
+    """A grid group's `Role`; a free-form group's kind (groups of one desc share it)."""
     ranks: tuple[int, ...]
+    desc: str = ""
+    """`new_group(group_desc=...)`; a grid group's is its role's (ROLE_DESCS)."""
 
     @property
     def name(self) -> str:
         return str(self.gid)
-
-    @property
-    def desc(self) -> str:
-        return ROLE_DESCS[self.role]
 
     @property
     def size(self) -> int:
@@ -128,10 +136,13 @@ class Layout:
         pp = first[Role.PP] + c.dp_index * self.tp + c.tp_index if first[Role.PP] >= 0 else -1
         return (0, tp, dp, pp)
 
-    def local_rank(self, role: Role, rank: int) -> int:
+    def local_rank(self, role: int, rank: int) -> int:
         """`rank`'s group-local rank in its group of `role`."""
         c = self.coords(rank)
         return (rank, c.tp_index, c.dp_index, c.stage)[role]
+
+    def group_size(self, gid: int) -> int:
+        return self.role_size(self.role_of(gid))
 
     def role_of(self, gid: int) -> Role:
         for role in (Role.PP, Role.DP, Role.TP):
@@ -172,9 +183,13 @@ def _group(layout: Layout, gid: int) -> Group:
     else:
         dp_index, tp_index = divmod(index, tp)
         ranks = tuple(layout.rank_of(s, dp_index, tp_index) for s in range(pp))
-    return Group(gid, role, ranks)
+    return Group(gid, role, ranks, ROLE_DESCS[role])
 
 
 @lru_cache(maxsize=4096)
 def _ranks_text(layout: Layout, gid: int) -> str:
     return str(list(layout.group(gid).ranks))
+
+
+Topology: TypeAlias = "Layout | CustomJob"
+"""A job's shape as the engine, recorder and truth see it: binding, groups, hosts."""

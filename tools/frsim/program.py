@@ -14,10 +14,10 @@ the device compute queued before it on the stream, its communication time once e
 participant arrived, and whether the host waits for its completion (`sync`, e.g. `loss.item()`).
 
 A `Program` is a set of flat, parallel lists (no per-op objects), role-relative: it names a
-group by `Role` and a p2p peer by its group-local rank, so every rank of one pipeline stage runs
-the same program and ranks share it. `Job.program(rank)` binds it to the rank. What gets
-recorded (op name, sizes, dtypes, torch API) is a `Template`, interned in the job's `Catalog`;
-the call site is a key of `sites.SITES`.
+group by its slot (a `Role` in a grid layout) and a p2p peer by its group-local rank, so every
+rank of one pipeline stage runs the same program and ranks share it. `Job.program(rank)` binds
+it to the rank. What gets recorded (op name, sizes, dtypes, torch API) is a `Template`, interned
+in the job's `Catalog`; the call site is a key of `sites.SITES`.
 
 `build_program(spec, layout, stage, catalog)` writes a Megatron-style step: a 1F1B pipeline
 over micro-batches (unbatched send/recv in warm-up and cool-down, `batch_isend_irecv` exchanges
@@ -25,7 +25,8 @@ in the steady state), TP all_reduce in forward and backward, occasional TP all_g
 `_all_gather_base`) and uneven all_gather / reduce_scatter blocks, DP gradient buckets (a
 coalesced all_reduce block and `allreduce_coalesced`), the parameter all-gather of a distributed
 optimizer, world all_reduces of the gradient norm and the loss (both synchronizing the host),
-and an occasional barrier. A pure function of its arguments: cheap, deterministic.
+an occasional barrier and, optionally, an evaluation pass at the end. A pure function of its
+arguments: cheap, deterministic. `Builder` is the same machinery for any job (custom.py).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def collective_sizes(op: str, shapes: Sequence[Shape], group_size: int) -> tuple
     """Input and output sizes ProcessGroupNCCL records for `op` on a group of `group_size`.
 
     `shapes` are the per-rank tensors: the input of a gather, the output of a scatter, the
-    tensor itself otherwise (same rules as tools/nccl_scenarios.py).
+    tensor itself otherwise.
     """
     per_rank = tuple(tuple(shape) for shape in shapes)
     if op in _SAME_SIZE_OPS:
@@ -274,6 +275,9 @@ class ProgramSpec:
     """Barrier, parameter broadcast and (TP) shard-size gather before the first step."""
     batched_p2p: bool = True
     """1F1B steady-state exchanges as batch_isend_irecv (else unbatched, parity-ordered)."""
+    batch_p2p_sync: bool = False
+    """Megatron's `batch_p2p_sync` (on by default there): `torch.cuda.synchronize()` after each
+    batch_isend_irecv, so the host waits until the exchange (and all before it) completed."""
     tp_gather_every: int = 2
     """Every n-th step, micro-batch 0's forward gathers over TP (0: never)."""
     uneven_every: int = 2
@@ -287,6 +291,10 @@ class ProgramSpec:
     seq_len: int = 4096
     hidden: int = 1024
     timing: Timing = Timing()
+    eval_micro_batches: int = 0
+    """After the last step, an evaluation pass (Megatron's `evaluate`): a forward-only pipeline
+    over this many micro-batches (recv_forward, TP all_reduces, send_forward), then a world
+    all_reduce of the evaluation loss that the host waits for (0: no evaluation)."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.micro_batches < 1:
@@ -302,8 +310,8 @@ class Program:
 
     catalog: Catalog
     backend: Backend
-    group_sizes: tuple[int, int, int, int]
-    """Size of the rank's group per role (0 where the role has no group)."""
+    group_sizes: tuple[int, ...]
+    """Size of the rank's group per slot (0 where it has none); a grid has one slot per role."""
     kind: list[int]
     role: list[int]
     item: list[int]
@@ -344,9 +352,7 @@ class Program:
     """Derived per-program data of other modules (the recorder's static entry fields)."""
 
     @classmethod
-    def empty(
-        cls, catalog: Catalog, backend: Backend, group_sizes: tuple[int, int, int, int]
-    ) -> Program:
+    def empty(cls, catalog: Catalog, backend: Backend, group_sizes: tuple[int, ...]) -> Program:
         return cls(
             catalog, backend, group_sizes,
             [], [], [], [], [], [], [], [], [], [], [],
@@ -368,7 +374,7 @@ class Program:
     def append(
         self,
         kind: Kind,
-        role: Role,
+        role: int,
         item: int,
         peer: int,
         site: str,
@@ -384,7 +390,7 @@ class Program:
         self,
         index: int,
         kind: Kind,
-        role: Role,
+        role: int,
         item: int,
         peer: int,
         site: str,
@@ -409,9 +415,10 @@ class Program:
         self.cache.clear()
         cat, gloo = self.catalog, self.backend == "gloo"
         n = len(self.kind)
-        coll = [0, 0, 0, 0]
-        p2p = [0, 0, 0, 0]
-        ops = [0, 0, 0, 0]
+        slots = len(self.group_sizes)
+        coll = [0] * slots
+        p2p = [0] * slots
+        ops = [0] * slots
         chans: dict[tuple[int, bool, int], int] = {}
         cseq, pseq, opid, nent, sig = [0] * n, [0] * n, [0] * n, [0] * n, [-1] * n
         ecum = [0] * (n + 1)
@@ -505,7 +512,7 @@ class Program:
         """Name of the unit's op (for blocks: of member `member`), without peers."""
         return self.templates_of(i)[member].op
 
-    def units_on(self, role: Role, collective: bool) -> list[int]:
+    def units_on(self, role: int, collective: bool) -> list[int]:
         """Indices of the units on `role` of one seq namespace, in program order."""
         kinds = COLL_KINDS if collective else P2P_KINDS
         return [i for i in range(len(self.kind)) if self.role[i] == role and self.kind[i] in kinds]
@@ -521,22 +528,36 @@ class Program:
 # --- the Megatron-style builder -------------------------------------------------------------
 
 
-class _Builder:
-    """Appends units to a Program; accumulates host and device time between ops."""
+ROLE_GBPS: tuple[int, ...] = (10, 150, 20, 20)
+"""Bandwidth (GB/s) of a grid's world, TP, DP and PP groups."""
 
-    def __init__(self, spec: ProgramSpec, layout: Layout, catalog: Catalog) -> None:
-        self.spec = spec
-        self.layout = layout
+
+class Builder:
+    """Appends units to a Program; accumulates host and device time between ops.
+
+    `group_sizes` and `gbps` give, per slot, the size of the rank's group (0: none) and its
+    bandwidth in GB/s. `build_program` drives it for a grid; `custom.CustomJob` for a
+    free-form job.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        backend: Backend,
+        timing: Timing,
+        group_sizes: tuple[int, ...],
+        gbps: tuple[int, ...],
+    ) -> None:
         self.catalog = catalog
-        self.backend: Backend = spec.backend
-        sizes = tuple(layout.role_size(r) if layout.has_role(r) else 0 for r in Role)
-        self.program = Program.empty(
-            catalog, spec.backend, (sizes[0], sizes[1], sizes[2], sizes[3])
-        )
+        self.backend: Backend = backend
+        self.timing = timing
+        self.group_sizes = group_sizes
+        self.gbps = gbps
+        self.program = Program.empty(catalog, backend, group_sizes)
         self.step = -1
         self.pending_cpu = 0
         self.pending_dev = 0
-        self._block: tuple[Kind, Role, str, list[int], list[int], str] | None = None
+        self._block: tuple[Kind, int, str, list[int], list[int], str] | None = None
 
     def compute(self, dev_us: int, host_us: int = 0) -> None:
         """Kernels the host launches (host_us) that run on the stream (dev_us) before the
@@ -544,11 +565,11 @@ class _Builder:
         self.pending_dev += dev_us * 1_000
         self.pending_cpu += host_us * 1_000
 
-    def _duration(self, role: Role, t: Template, kind: Kind) -> int:
+    def _duration(self, role: int, t: Template, kind: Kind) -> int:
         """Transfer time once every participant arrived: latency + bytes / bandwidth."""
         nbytes = t.numel() * (2 if t.in_dtypes[:1] == (BF16,) else 4)
-        gbps = {Role.TP: 150, Role.DP: 20, Role.PP: 20, Role.WORLD: 10}[role]
-        size = max(2, self.layout.role_size(role))
+        gbps = self.gbps[role]
+        size = max(2, self.group_sizes[role])
         latency = 12_000 + 4_000 * size.bit_length()
         factor = 1 if kind in (Kind.SEND, Kind.RECV, Kind.BATCH) else 2
         return latency + factor * nbytes // gbps
@@ -556,7 +577,7 @@ class _Builder:
     def _unit(
         self,
         kind: Kind,
-        role: Role,
+        role: int,
         item: int,
         peer: int,
         site: str,
@@ -564,7 +585,7 @@ class _Builder:
         entries: int,
         sync: bool = False,
     ) -> None:
-        timing = self.spec.timing
+        timing = self.timing
         cpu = self.pending_cpu + (timing.launch_us + timing.entry_us * entries) * 1_000
         self.program.append(
             kind, role, item, peer, site, cpu, self.pending_dev, dur, sync, self.step
@@ -573,7 +594,7 @@ class _Builder:
 
     def coll(
         self,
-        role: Role,
+        role: int,
         op: str,
         shapes: Sequence[Shape],
         dtype: str,
@@ -581,7 +602,7 @@ class _Builder:
         sync: bool = False,
     ) -> None:
         """A collective; inside `coalesced`, a member of the block."""
-        t = template(op, shapes, self.layout.role_size(role), dtype, self.backend)
+        t = template(op, shapes, self.group_sizes[role], dtype, self.backend)
         tid = self.catalog.add(t)
         if self._block is not None:
             kind, brole, _, members, _, _ = self._block
@@ -591,9 +612,7 @@ class _Builder:
             return
         self._unit(Kind.COLL, role, tid, -1, site, self._duration(role, t, Kind.COLL), 1, sync)
 
-    def p2p(
-        self, is_send: bool, role: Role, peer: int, shape: Shape, dtype: str, site: str
-    ) -> None:
+    def p2p(self, is_send: bool, role: int, peer: int, shape: Shape, dtype: str, site: str) -> None:
         """send (is_send) or recv with group-local `peer`; inside `batch`, a member."""
         op = "send" if is_send else "recv"
         api = "batch_isend_irecv" if self._block is not None else op
@@ -610,17 +629,20 @@ class _Builder:
         self._unit(kind, role, tid, peer, site, self._duration(role, t, kind), 1)
 
     @contextmanager
-    def coalesced(self, role: Role, marker: str, site: str) -> Iterator[None]:
+    def coalesced(self, role: int, marker: str, site: str) -> Iterator[None]:
         with self._open(Kind.COALESCED, role, marker, site):
             yield
 
     @contextmanager
-    def batch(self, role: Role, site: str) -> Iterator[None]:
-        with self._open(Kind.BATCH, role, "coalesced", site):
+    def batch(self, role: int, site: str, sync: bool = False) -> Iterator[None]:
+        """A batch_isend_irecv block; `sync`: the host then waits for it to complete."""
+        with self._open(Kind.BATCH, role, "coalesced", site, sync):
             yield
 
     @contextmanager
-    def _open(self, kind: Kind, role: Role, marker: str, site: str) -> Iterator[None]:
+    def _open(
+        self, kind: Kind, role: int, marker: str, site: str, sync: bool = False
+    ) -> Iterator[None]:
         if self._block is not None:
             raise ValueError("blocks do not nest")
         members: list[int] = []
@@ -640,12 +662,13 @@ class _Builder:
         dur = max(self._duration(role, t, kind) for t in templates)
         if kind == Kind.COALESCED:
             dur = dur + dur // 4 * (len(members) - 1)
-        self._unit(kind, role, bid, -1, site, dur, len(members) + 1)
+        self._unit(kind, role, bid, -1, site, dur, len(members) + 1, sync)
 
 
 def build_program(spec: ProgramSpec, layout: Layout, stage: int, catalog: Catalog) -> Program:
     """The program every rank of pipeline `stage` runs (role-relative, shared by them)."""
-    b = _Builder(spec, layout, catalog)
+    sizes = tuple(layout.role_size(r) if layout.has_role(r) else 0 for r in Role)
+    b = Builder(catalog, spec.backend, spec.timing, sizes, ROLE_GBPS)
     t = spec.timing
     nccl = spec.backend == "nccl"
     tp, dp = layout.tp > 1, layout.dp > 1
@@ -655,7 +678,7 @@ def build_program(spec: ProgramSpec, layout: Layout, stage: int, catalog: Catalo
     layernorm: tuple[Shape, ...] = ((spec.hidden,), (spec.hidden,), (4 * spec.hidden,))
     shard: Shape = (4_194_304,)
 
-    def forward(gather: bool) -> None:
+    def forward(gather: bool, sites: tuple[str, str] = ("attn_fwd", "mlp_fwd")) -> None:
         b.compute(t.fwd_us // 2, t.host_fwd_us // 2)
         if tp and gather:
             b.coll(
@@ -666,10 +689,10 @@ def build_program(spec: ProgramSpec, layout: Layout, stage: int, catalog: Catalo
                 "sp_gather",
             )
         if tp:
-            b.coll(Role.TP, "all_reduce", [act], BF16, "attn_fwd")
+            b.coll(Role.TP, "all_reduce", [act], BF16, sites[0])
         b.compute(t.fwd_us // 2, t.host_fwd_us // 2)
         if tp:
-            b.coll(Role.TP, "all_reduce", [act], BF16, "mlp_fwd")
+            b.coll(Role.TP, "all_reduce", [act], BF16, sites[1])
         if tp and gather and s == last:
             b.compute(t.fwd_us // 8, 40)
             b.coll(Role.TP, "all_gather", [(1, spec.seq_len, 512)], BF16, "logits_gather")
@@ -689,7 +712,7 @@ def build_program(spec: ProgramSpec, layout: Layout, stage: int, catalog: Catalo
         """Megatron's send_X_recv_Y: one batch_isend_irecv (or, unbatched, two ops ordered
         by stage parity: even stages send first, odd stages receive first)."""
         if spec.batched_p2p:
-            with b.batch(Role.PP, site):
+            with b.batch(Role.PP, site, sync=spec.batch_p2p_sync):
                 b.p2p(True, Role.PP, peer, act, BF16, site)
                 b.p2p(False, Role.PP, peer, act, BF16, site)
         elif s % 2 == 0:
@@ -771,4 +794,15 @@ def build_program(spec: ProgramSpec, layout: Layout, stage: int, catalog: Catalo
             chunks = [(1000 + 24 * ((i + 3) % layout.tp),) for i in range(layout.tp)]
             uneven("_reduce_oop", "REDUCE_SCATTER_coalesced", chunks, F32, "checkpoint")
             uneven("_broadcast_oop", "ALLGATHER_coalesced", chunks, F32, "checkpoint")
+    if spec.eval_micro_batches:
+        b.step = spec.steps
+        b.compute(0, t.data_us)
+        for _ in range(spec.eval_micro_batches):
+            if s > 0:
+                single(False, s - 1, "eval_recv_forward")
+            forward(False, ("eval_attn_fwd", "eval_mlp_fwd"))
+            if s < last:
+                single(True, s + 1, "eval_send_forward")
+        b.compute(50, 50)
+        b.coll(Role.WORLD, "all_reduce", [(2,)], F32, "eval_loss", sync=True)
     return b.program.finalize()

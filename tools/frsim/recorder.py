@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from .engine import NEVER, RankTimes
-from .layout import Layout, Role
+from .layout import Topology
 from .program import P2P_KINDS, Kind, Program, Sizes
 from .sites import RawFrame, is_autograd, stack
 
@@ -98,7 +98,7 @@ class RankDump:
 class Settings:
     """How every rank records and dumps (shared by all ranks of a job)."""
 
-    layout: Layout
+    layout: Topology
     backend: str = "nccl"
     timing: bool = False
     capacity: int = 2000
@@ -351,15 +351,17 @@ def record(
     d = dump_time
     last_poll = last_poll_at_or_before(d, phase, period)
     binding = layout.binding(rank)
-    member_roles = [role for role in Role if binding[role] >= 0]
-    pg_ids = [0, 0, 0, 0]
-    keys: list[tuple[str, str]] = [("", "")] * 4
+    member_roles = [slot for slot, gid in enumerate(binding) if gid >= 0]
+    pg_ids = [0] * len(binding)
+    keys: list[tuple[str, str]] = [("", "")] * len(binding)
     for i, member_role in enumerate(member_roles):
         pg_ids[member_role] = i
         keys[member_role] = (str(binding[member_role]), layout.group(binding[member_role]).desc)
     main_tid, autograd_tid = thread_ids(s, rank)
     main_name = "python" if gloo else "pt_main_thread"
-    local = tuple(layout.local_rank(role, rank) for role in Role)
+    local = tuple(
+        layout.local_rank(slot, rank) if gid >= 0 else -1 for slot, gid in enumerate(binding)
+    )
     statics = _statics(program, f"{s.backend}:", local, s.stack_traces)
     enq, ready, comp = times.enq, times.ready, times.comp
     p_role, p_cseq, p_pseq, p_opid, p_nent = (

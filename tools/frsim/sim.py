@@ -4,10 +4,11 @@
     sim.dump(0)          # rank 0's RankDump (None for a rank that crashed)
     sim.truth            # what a correct analyzer concludes (truth.py)
 
-A `Job` holds the layout and the programs: one shared program per pipeline stage, and a private
-copy for the rank a fault edits; `Job.program(rank)` is a pure function of (spec, rank), so a
-worker process can rebuild any rank's program from the spec alone. `Simulation` runs the engine
-once for all ranks, then computes each rank's dump lazily and independently.
+A `Job` holds the layout and the programs: one shared program per pipeline stage (a free-form
+`custom.CustomJob`: one per rank, as written), and a private copy for the rank a fault edits;
+`Job.program(rank)` is a pure function of (spec, rank), so a worker process can rebuild any
+rank's program from the spec alone. `Simulation` runs the engine once for all ranks, then
+computes each rank's dump lazily and independently.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from . import engine
+from .custom import CustomJob
 from .faults import EngineFault, Fault, apply, engine_fault
-from .layout import Layout
+from .layout import Layout, Topology
 from .program import Backend, Catalog, Program, ProgramSpec, build_program
 from .recorder import DumpKind, RankDump, Settings, dump_times, record
 
@@ -30,7 +32,9 @@ if TYPE_CHECKING:
 class SimSpec:
     """Everything that determines a simulated job and its dumps."""
 
-    layout: Layout = field(default_factory=Layout)
+    layout: Topology = field(default_factory=Layout)
+    """A TP x PP x DP grid whose ranks run `program`, or a free-form `CustomJob` whose ranks
+    run their own programs (then `program` gives only the backend and the `Timing`)."""
     program: ProgramSpec = field(default_factory=ProgramSpec)
     fault: Fault | None = None
     timing: bool = False
@@ -84,11 +88,16 @@ class Job:
 
     def clean_program(self, rank: int) -> Program:
         """The fault-free program of `rank` (shared by its pipeline stage)."""
-        stage = self.layout.coords(rank).stage
-        program = self._stages.get(stage)
+        layout = self.layout
+        key = rank if isinstance(layout, CustomJob) else layout.coords(rank).stage
+        program = self._stages.get(key)
         if program is None:
-            program = build_program(self.spec.program, self.layout, stage, self.catalog)
-            self._stages[stage] = program
+            spec = self.spec.program
+            if isinstance(layout, CustomJob):
+                program = layout.program(rank, self.catalog, spec.backend, spec.timing)
+            else:
+                program = build_program(spec, layout, key, self.catalog)
+            self._stages[key] = program
         return program
 
     def program(self, rank: int) -> Program:

@@ -2,9 +2,11 @@
 
 A recorded stack is the torch.distributed API's frames, then the user frames of the call site,
 then the tail of the program (training loop, setup or evaluation), innermost first, as torch
-2.13 writes them (FlightRecorderDetail.hpp). Paths follow Megatron-LM's layout, like the
-existing generators (benchmarks/gen.py). Backward ops are issued from the autograd engine's
-thread, so their sites carry `autograd=True` and no training-loop tail.
+2.13 writes them (FlightRecorderDetail.hpp). Free-form jobs (custom.py) use the same sites, and
+a few of their own (context-parallel ring attention). Paths follow Megatron-LM's layout.
+Backward ops are issued from the autograd engine's thread, so their sites carry `autograd=True`
+and no training-loop tail; evaluation sites carry `evaluation=True` and Megatron's evaluate
+tail.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ _CLIP = f"{_MEG}/core/optimizer/clip_grads.py"
 _TRAINING = f"{_MEG}/training/training.py"
 _UTILS = f"{_MEG}/training/utils.py"
 _PRETRAIN = "/workspace/Megatron-LM/pretrain_gpt.py"
+_TE_ATTN = "/usr/local/lib/python3.11/dist-packages/transformer_engine/pytorch/attention.py"
+_TE_FUNCTION = f"{_TORCH}/autograd/function.py"
 
 
 def _torch_api(name: str, line: int) -> tuple[RawFrame, ...]:
@@ -60,6 +64,12 @@ _TRAIN_TAIL: tuple[RawFrame, ...] = (
     ("<module>", _PRETRAIN, 281),
 )
 _SETUP_TAIL: tuple[RawFrame, ...] = (("pretrain", _TRAINING, 301), ("<module>", _PRETRAIN, 281))
+_EVAL_TAIL: tuple[RawFrame, ...] = (
+    ("evaluate", _TRAINING, 1612),
+    ("evaluate_and_print_results", _TRAINING, 1688),
+    ("pretrain", _TRAINING, 412),
+    ("<module>", _PRETRAIN, 281),
+)
 
 
 class Site(NamedTuple):
@@ -68,13 +78,16 @@ class Site(NamedTuple):
     frames: tuple[RawFrame, ...]
     autograd: bool = False
     setup: bool = False
+    evaluation: bool = False
 
 
 def _fwd(*frames: RawFrame) -> Site:
     return Site((*frames, ("forward_step", _SCHED, 275)))
 
 
-def _p2p(name: str, line: int, sched_line: int, batched: bool = False) -> Site:
+def _p2p(
+    name: str, line: int, sched_line: int, batched: bool = False, evaluation: bool = False
+) -> Site:
     inner: tuple[RawFrame, ...] = (
         (("_batched_p2p_ops", _P2P, 232), ("_communicate", _P2P, 402))
         if batched
@@ -85,7 +98,8 @@ def _p2p(name: str, line: int, sched_line: int, batched: bool = False) -> Site:
             *inner,
             (name, _P2P, line),
             ("forward_backward_pipelining_without_interleaving", _SCHED, sched_line),
-        )
+        ),
+        evaluation=evaluation,
     )
 
 
@@ -129,6 +143,40 @@ SITES: dict[str, Site] = {
     "log_metrics": Site((("reduce_loss_dict", _TRAINING, 845), ("training_log", _TRAINING, 902))),
     "barrier": Site((("check_adlr_autoresume_termination", _UTILS, 288),)),
     "debug_barrier": Site((("maybe_sync_for_debug", _UTILS, 340), ("train_step", _TRAINING, 770))),
+    # evaluation (Megatron's `evaluate`: forward only)
+    "eval_attn_fwd": Site(
+        (("_reduce", _MAPPINGS, 31), ("forward", _LAYERS, 1018), ("forward_step", _TRAINING, 1580)),
+        evaluation=True,
+    ),
+    "eval_mlp_fwd": Site(
+        (("_reduce", _MAPPINGS, 31), ("forward", _LAYERS, 1021), ("forward_step", _TRAINING, 1580)),
+        evaluation=True,
+    ),
+    "eval_recv_forward": _p2p("recv_forward", 478, 1467, evaluation=True),
+    "eval_send_forward": _p2p("send_forward", 514, 1480, evaluation=True),
+    "eval_loss": Site(
+        (("average_losses_across_data_parallel_group", _UTILS, 201), ("loss_func", _PRETRAIN, 160)),
+        evaluation=True,
+    ),
+    # context-parallel ring attention (TransformerEngine), for free-form jobs
+    "cp_ring_fwd": Site(
+        (
+            ("flash_attn_p2p_communicate", _TE_ATTN, 1542),
+            ("forward", _TE_ATTN, 1783),
+            ("apply", _TE_FUNCTION, 575),
+            ("attn_forward_func_with_cp", _TE_ATTN, 3519),
+            ("forward", _TE_ATTN, 7880),
+            ("forward_step", _SCHED, 275),
+        )
+    ),
+    "cp_ring_bwd": Site(
+        (
+            ("flash_attn_p2p_communicate", _TE_ATTN, 1542),
+            ("backward", _TE_ATTN, 2311),
+            ("apply", _AUTOGRAD, 307),
+        ),
+        autograd=True,
+    ),
 }
 
 
@@ -138,6 +186,8 @@ def stack(site: str, api: str) -> tuple[RawFrame, ...]:
     where = SITES[site]
     if where.autograd:
         tail: tuple[RawFrame, ...] = ()
+    elif where.evaluation:
+        tail = _EVAL_TAIL
     elif where.setup:
         tail = _SETUP_TAIL
     else:

@@ -11,6 +11,10 @@ Rules (the fault's rank is r, its site the unit `op` of r's fault-free program):
   others may be blocked at an earlier op of r's that r enqueued but never reached on its stream:
   r has no dump, so the group and seq are the fault's site, not necessarily where they wait.
 - gpu_stuck_in / gpu_stuck_before: hung / stuck_collective, culprit r, at that op.
+- network_hang: hung / stuck_collective at that op, culprits every member of its group.
+- swap (r issues op + 1 before op): on one group and namespace, the first divergence (as for
+  skip); on two groups, desync / deadlock if r waits in op + 1 for members that wait in op for
+  r: culprits r and those members, at op (where they wait; p2p: on the waiting counterpart).
 - mismatch / p2p_mismatch: desync / mismatch, culprit r, at that op (p2p: r's p2p seq).
 - skip / extra: desync at the first divergence: the first seq id of that group (in the op's
   namespace) where r's recorded op (names, sizes, dtypes, peers, or presence) differs from what
@@ -29,16 +33,17 @@ Rules (the fault's rank is r, its site the unit `op` of r's fault-free program):
   says which side deviates (the brief's "first op" case; history is not taken as evidence);
 - a p2p mismatch whose channel has no other transfer in r's buffer to show its usual shape;
 - gpu_stuck_before without timing: every member's op is scheduled and none completes, exactly
-  what a collective stuck on all members looks like;
+  what a collective stuck on all members looks like (and network_hang without timing: the
+  other way round);
+- a swap whose two ops do not wait on each other (no cycle);
 - a stall at least as long as the timeout (the peers' watchdogs would fire).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from .layout import Role
 from .program import COLL_KINDS, P2P_KINDS, Kind, Program
 from .recorder import buffer_window
 
@@ -122,7 +127,7 @@ class _Truths:
         kind = program.kind[unit]
         t = program.templates_of(unit)[member]
         if kind in (Kind.SEND, Kind.RECV) or (kind == Kind.BATCH and t.op in ("send", "recv")):
-            me = self.layout.local_rank(Role(program.role[unit]), rank)
+            me = self.layout.local_rank(program.role[unit], rank)
             if kind == Kind.BATCH:
                 peer = program.catalog.blocks[program.item[unit]].peers[member]
             else:
@@ -146,11 +151,10 @@ class _Truths:
     def counterpart(self, program: Program, rank: int, unit: int, member: int = 0) -> _Site | None:
         """The unit of the peer that pairs with member `member` of p2p `unit` of `rank`."""
         j = program.mstart[unit] + member
-        role = Role(program.role[unit])
+        role = program.role[unit]
         layout = self.layout
         me = layout.local_rank(role, rank)
-        stride = (1, 1, layout.tp, layout.tp * layout.dp)[role]
-        peer = rank + (program.mpeer[j] - me) * stride
+        peer = layout.group(layout.binding(rank)[role]).ranks[program.mpeer[j]]
         other = self.sim.job.program(peer)
         send, chan = program.msend[j], program.mchan[j]
         for u in range(len(other)):
@@ -249,7 +253,7 @@ class _Truths:
 def compute_truth(sim: Simulation) -> Truth:
     fault = sim.spec.fault
     if fault is None:
-        return Truth("ok")
+        return Truth("ok", ambiguous=_gloo_caught_mid_collective(sim))
     t = _Truths(sim)
     r, i = fault.rank, fault.op
     clean = sim.job.clean_program(r)
@@ -277,7 +281,9 @@ def compute_truth(sim: Simulation) -> Truth:
         # enqueued before it died but its stream never reached, or the op it was about to
         # enqueue. That op, in r's own order, is where the job stopped.
         first = times.completed()
-        return _not_issued(t, sim, clean, r, min(first, i), "dead_rank")
+        truth = _not_issued(t, sim, clean, r, min(first, i), "dead_rank")
+        hidden = _crash_unseen(sim, r)
+        return replace(truth, ambiguous=truth.ambiguous or hidden)
 
     if kind in ("gpu_stuck_in", "gpu_stuck_before"):
         site = t.site(clean, r, i)
@@ -292,6 +298,23 @@ def compute_truth(sim: Simulation) -> Truth:
         elif not t.holds(r, site.gid, site.seq_kind, site.seq) or not t.peers_hold(site, r):
             amb = "the stuck op fell out of the ring buffers"
         return t.truth("hung", "stuck_collective", r, site, amb)
+
+    if kind == "network_hang":
+        site = t.site(clean, r, i)
+        members = t.layout.group(site.gid).ranks
+        amb = None
+        if not sim.settings.timing:
+            amb = (
+                "network_hang without timing: every member's op is scheduled and none "
+                "completes, exactly like gpu_stuck_before of one member"
+            )
+        elif not sim.hung:
+            amb = "the job does not hang"
+        elif not all(t.holds(m, site.gid, site.seq_kind, site.seq) for m in members):
+            amb = "the stuck op fell out of the ring buffers"
+        return replace(t.truth("hung", "stuck_collective", r, site, amb), culprits=members)
+    if kind == "swap":
+        return _swapped(t, sim, clean, actual, r, i)
 
     if kind == "mismatch":
         site = t.site(actual, r, i, fault.member)
@@ -312,11 +335,106 @@ def compute_truth(sim: Simulation) -> Truth:
         return t.truth("desync", "mismatch", r, site, amb)
 
     # skip / extra: the first divergence on the faulted op's group and namespace
-    role = Role(clean.role[i])
+    role = clean.role[i]
     collective = clean.kind[i] in COLL_KINDS
     if kind == "extra":
         role, collective = fault.extra.role, True
     return _divergence(t, sim, clean, actual, r, role, collective)
+
+
+_SIZE_RULE_OPS = frozenset(
+    {"all_gather", "_all_gather_base", "reduce_scatter", "_reduce_scatter_base"}
+)
+
+
+def _crash_unseen(sim: Simulation, r: int) -> str | None:
+    """gloo dumps carry no usable member lists: a crashed rank shows only through the ranks
+    around it (a gap), an all_gather/reduce_scatter whose sizes give its group's size, or a
+    group of its own that its peers recorded. The highest rank, dead before any of these,
+    leaves no trace that the job had it."""
+    if sim.spec.backend != "gloo":
+        return None
+    layout = sim.spec.layout
+    if r < layout.world_size - 1:
+        return None
+    mine = {str(gid) for gid in layout.member_gids(r)}
+    for rank in range(layout.world_size):
+        dump = sim.dump(rank) if rank != r else None
+        if dump is None:
+            continue
+        for e in dump.entries:
+            group = e.process_group[0]
+            op = e.profiling_name.partition(":")[2]
+            if (group in mine and group != "0") or (group == "0" and op in _SIZE_RULE_OPS):
+                return None
+    return "the crashed rank is the highest and no op its peers recorded shows the job had it"
+
+
+def _gloo_caught_mid_collective(sim: Simulation) -> str | None:
+    """A healthy gloo job dumped while running is ambiguous when one rank's newest entry is a
+    collective it retired that a member has not issued in its own (earlier) dump: gloo retires
+    a collective that failed at its timeout exactly so, and dumps carry no dump time, so it
+    reads as that member never joining."""
+    if sim.spec.backend != "gloo" or sim.spec.dump != "mid":
+        return None
+    held: dict[int, set[tuple[str, int]]] = {}
+    dumps = {}
+    for rank in range(sim.spec.layout.world_size):
+        dump = sim.dump(rank)
+        if dump is None:
+            continue
+        dumps[rank] = dump
+        held[rank] = {(e.process_group[0], e.collective_seq_id) for e in dump.entries}
+    for rank, dump in dumps.items():
+        if not dump.entries:
+            continue
+        last = dump.entries[-1]
+        if not last.retired:
+            continue
+        key = (last.process_group[0], last.collective_seq_id)
+        gid = int(last.process_group[0])
+        members = sim.spec.layout.group(gid).ranks
+        if any(key not in held.get(m, {key}) for m in members if m != rank):
+            return (
+                "a healthy gloo job dumped mid-collective: a rank's newest entry is a collective "
+                "it retired that a member's earlier dump lacks, which is what a collective that "
+                "timed out (gloo retires it too) without that member looks like"
+            )
+    return None
+
+
+def _swapped(t: _Truths, sim: Simulation, clean: Program, actual: Program, r: int, i: int) -> Truth:
+    """r issued unit i + 1 of its fault-free program before unit i."""
+    collective = clean.kind[i] in COLL_KINDS
+    if clean.role[i] == clean.role[i + 1] and collective == (clean.kind[i + 1] in COLL_KINDS):
+        return _divergence(t, sim, clean, actual, r, clean.role[i], collective)
+    # Two groups: r's stream waits in op i + 1 (now its i-th unit) for members that wait in
+    # op i for r, which its stream reaches only after op i + 1.
+    if collective:
+        site: _Site | None = t.site(clean, r, i)
+        visible = site is not None and t.peers_hold(site, r)
+    else:
+        site = t.counterpart(clean, r, i)
+        visible = site is not None and t.holds(site.rank, site.gid, "p2p", site.seq)
+    waits_in_first = t.site(actual, r, i)
+    cycle = [r]
+    if sim.times[r].completed() == i:
+        for m in t.layout.group(waits_in_first.gid).ranks:
+            if m == r or sim.dump_times[m] is None:
+                continue
+            program, u = sim.programs[m], sim.times[m].completed()
+            if u >= len(program) or site is None:
+                continue
+            here = t.site(program, m, u)
+            if here.gid == site.gid and here.seq_kind == site.seq_kind and here.seq == site.seq:
+                cycle.append(m)
+    amb = None
+    if not sim.hung or len(cycle) == 1:
+        amb = "the swapped ops do not wait on each other: no cycle"
+    elif not visible:
+        amb = "no peer's dump holds the op rank r put second"
+    truth = t.truth("desync", "deadlock", r, site, amb)
+    return replace(truth, culprits=tuple(sorted(cycle)))
 
 
 def _not_issued(
@@ -372,7 +490,7 @@ def _divergence(
     clean: Program,
     actual: Program,
     r: int,
-    role: Role,
+    role: int,
     collective: bool,
 ) -> Truth:
     dumped = sim.dump_times[r]
@@ -399,9 +517,17 @@ def _divergence(
             visible = site_ is not None and t.holds(site_.rank, site_.gid, "p2p", site_.seq)
         amb = None if visible else "no peer's dump holds the op rank r did not record"
         fault = sim.spec.fault
-        if amb is None and fault is not None and fault.kind == "skip" and enqueued <= fault.op:
-            # Nothing after the skipped op: the dumps show a rank that stopped there.
-            amb = "rank r issued nothing after the op it skipped: it looks like a rank that stopped"
+        if amb is None and fault is not None and fault.kind == "skip":
+            # Nothing recorded after the skipped op (gloo records no send/recv): the dumps show
+            # a rank that stopped there.
+            gloo = sim.spec.backend == "gloo"
+            later = [
+                u
+                for u in range(fault.op, enqueued)
+                if not (gloo and actual.kind[u] not in COLL_KINDS)
+            ]
+            if not later:
+                amb = "rank r recorded nothing after the op it skipped: it looks like it stopped"
         return t.truth("desync", "not_joined", r, site_, amb)
     return Truth(
         "desync",

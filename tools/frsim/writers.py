@@ -1,15 +1,18 @@
 """Serialize a `RankDump` the ways real dumps appear on disk, and write dump sets.
 
-- `torch`: the bytes torch's C++ pickler writes (`_dump_fr_trace`; adapted from
-  benchmarks/gen.py): protocol 2, no framing, every string memoized by value, each distinct
+- `torch`: the bytes torch's C++ pickler writes (`_dump_fr_trace`, as seen in real 2.13
+  dumps): protocol 2, no framing, every string memoized by value, each distinct
   stack frame one shared dict, no memo for lists, tuples or entries, the top-level dict
   memoized last. `pickle.load` gives exactly `dump_object(dump)`.
-- `pickle`: `pickle.dumps(dump_object(dump), protocol=4)` (what tools/nccl_scenarios.py
-  writes): the same objects, other bytes.
+- `pickle`: `pickle.dumps(dump_object(dump), protocol=4)`: the same objects, other bytes.
 - `json`: `_dump_fr_trace_json`'s layout: sorted keys, compact; entries without frames;
   process_group a list; unset times 0; pg_status values as strings; an empty
   "nccl_comm_state"; no "entries" key when there is none.
 - any of them gzip-compressed (mtime 0, so reruns are byte-identical).
+
+Frames (`Output.frames`): "shared" (as torch writes them: each distinct frame one dict shared
+by every entry of the dump that references it) or "distinct" (fresh frame dicts in every entry:
+bigger files, slower loads; a worst case for benchmarks).
 
 File names: `FileNaming.name(rank, host)` from a pattern with `{rank}` and `{host}` (e.g.
 "nccl_trace_rank_{rank}", "rank_{rank}.json", "nccl_trace_rank_container-node{host:02d}_{rank}"),
@@ -18,13 +21,14 @@ plus ".gz" for gzip.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import multiprocessing
 import os
 import pickle
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 
 Format = Literal["torch", "pickle", "json"]
 FORMATS: tuple[Format, ...] = ("torch", "pickle", "json")
+Frames = Literal["shared", "distinct"]
 PICKLE_PROTOCOL = 4
 
 NAMINGS: dict[str, str] = {
@@ -57,16 +62,18 @@ class Output:
     fmt: Format = "torch"
     gzip: bool = False
     pattern: str = NAMINGS["nccl_trace"]
+    frames: Frames = "shared"
 
     def name(self, rank: int, host: int = 0) -> str:
         base = self.pattern.format(rank=rank, host=host)
         return base + ".gz" if self.gzip else base
 
     def encode(self, dump: RankDump) -> bytes:
+        shared = self.frames == "shared"
         if self.fmt == "torch":
-            data = torch_pickle(dump)
+            data = torch_pickle(dump, shared)
         elif self.fmt == "pickle":
-            data = python_pickle(dump)
+            data = python_pickle(dump, shared)
         elif self.fmt == "json":
             data = json_bytes(dump)
         else:
@@ -77,7 +84,11 @@ class Output:
 # --- Python objects ---------------------------------------------------------------------------
 
 
-def _frame_dicts(stack: tuple[RawFrame, ...], shared: dict[RawFrame, dict[str, Any]]) -> list[Any]:
+def _frame_dicts(
+    stack: tuple[RawFrame, ...], shared: dict[RawFrame, dict[str, Any]] | None
+) -> list[Any]:
+    if shared is None:
+        return [{"name": raw[0], "filename": raw[1], "line": raw[2]} for raw in stack]
     out = []
     for raw in stack:
         found = shared.get(raw)
@@ -87,8 +98,9 @@ def _frame_dicts(stack: tuple[RawFrame, ...], shared: dict[RawFrame, dict[str, A
     return out
 
 
-def entry_object(e: Entry, shared: dict[RawFrame, dict[str, Any]]) -> dict[str, Any]:
-    """One entry as `pickle.load` of torch's dump returns it."""
+def entry_object(e: Entry, shared: dict[RawFrame, dict[str, Any]] | None) -> dict[str, Any]:
+    """One entry as `pickle.load` of torch's dump returns it (`shared`: the dump's frame dicts
+    by frame; None: fresh frame dicts)."""
     out: dict[str, Any] = {}
     if e.frames is not None:
         out["frames"] = _frame_dicts(e.frames, shared)
@@ -121,9 +133,10 @@ def entry_object(e: Entry, shared: dict[RawFrame, dict[str, Any]]) -> dict[str, 
     return out
 
 
-def dump_object(dump: RankDump) -> dict[str, Any]:
-    """The dump as `pickle.load` returns torch's file: frames shared within the dump."""
-    shared: dict[RawFrame, dict[str, Any]] = {}
+def dump_object(dump: RankDump, shared_frames: bool = True) -> dict[str, Any]:
+    """The dump as `pickle.load` returns torch's file: frames shared within the dump (or,
+    not `shared_frames`, fresh dicts in every entry)."""
+    shared: dict[RawFrame, dict[str, Any]] | None = {} if shared_frames else None
     return {
         "version": dump.version,
         "pg_config": {
@@ -143,8 +156,8 @@ def dump_object(dump: RankDump) -> dict[str, Any]:
     }
 
 
-def python_pickle(dump: RankDump) -> bytes:
-    return pickle.dumps(dump_object(dump), protocol=PICKLE_PROTOCOL)
+def python_pickle(dump: RankDump, shared_frames: bool = True) -> bytes:
+    return pickle.dumps(dump_object(dump, shared_frames), protocol=PICKLE_PROTOCOL)
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -319,7 +332,12 @@ def _frames(w: TorchPickleWriter, stack: tuple[RawFrame, ...]) -> None:
         w.fragments[stack] = bytes(buf[start:])
 
 
-def _entry(w: TorchPickleWriter, e: Entry) -> None:
+def _frames_distinct(w: TorchPickleWriter, stack: tuple[RawFrame, ...]) -> None:
+    """An entry's frames as fresh dicts of its own (only the strings are memoized)."""
+    w.fragment(("distinct", stack), [{"name": n, "filename": f, "line": i} for n, f, i in stack])
+
+
+def _entry(w: TorchPickleWriter, e: Entry, shared_frames: bool = True) -> None:
     """One entry, the plain way (every key through the string memo)."""
     string, value, fragment = w.string, w.value, w.fragment
     w.buf += b"}("
@@ -328,7 +346,11 @@ def _entry(w: TorchPickleWriter, e: Entry) -> None:
             continue
         string(key)
         if key == "frames":
-            _frames(w, cast("tuple[RawFrame, ...]", item))
+            stack = cast("tuple[RawFrame, ...]", item)
+            if shared_frames:
+                _frames(w, stack)
+            else:
+                _frames_distinct(w, stack)
         elif key == "process_group":
             fragment(("pg", item), item)
         elif key in ("input_sizes", "output_sizes"):
@@ -350,7 +372,9 @@ def _int_bytes(value: int) -> bytes:
     return b"\x8a\x08" + value.to_bytes(8, "little", signed=True)
 
 
-def _entries_fast(w: TorchPickleWriter, entries: Sequence[Entry], start: int) -> None:
+def _entries_fast(
+    w: TorchPickleWriter, entries: Sequence[Entry], start: int, shared_frames: bool = True
+) -> None:
     """Entries after the first, whose keys are all memoized by now: the same bytes as
     `_entry`, assembled from cached chunks. A chunk (e.g. everything from input_sizes to the
     state value) is cached, under what determines it, once writing it adds nothing to the
@@ -411,8 +435,9 @@ def _entries_fast(w: TorchPickleWriter, entries: Sequence[Entry], start: int) ->
         frames = e.frames
         if frames is not None:
             buf += k_frames
-            cached = fragments.get(frames)
-            if cached is None:
+            if not shared_frames:
+                _frames_distinct(w, frames)
+            elif (cached := fragments.get(frames)) is None:
                 _frames(w, frames)
             else:
                 buf += cached
@@ -483,8 +508,9 @@ def _entries_fast(w: TorchPickleWriter, entries: Sequence[Entry], start: int) ->
         buf += b"u"
 
 
-def torch_pickle(dump: RankDump) -> bytes:
-    """`dump` serialized as torch's C++ pickler writes it, straight from the entries."""
+def torch_pickle(dump: RankDump, shared_frames: bool = True) -> bytes:
+    """`dump` serialized as torch's C++ pickler writes it, straight from the entries (not
+    `shared_frames`: fresh frame dicts in every entry)."""
     w = TorchPickleWriter()
     string, value, buf = w.string, w.value, w.buf
     buf += b"}("
@@ -514,8 +540,8 @@ def torch_pickle(dump: RankDump) -> bytes:
     buf += b"]("
     entries = dump.entries
     if entries:
-        _entry(w, entries[0])
-        _entries_fast(w, entries, 1)
+        _entry(w, entries[0], shared_frames)
+        _entries_fast(w, entries, 1, shared_frames)
     buf += b"e"
     buf += b"u"
     return w.finish()
@@ -524,6 +550,17 @@ def torch_pickle(dump: RankDump) -> bytes:
 # --- dump sets -------------------------------------------------------------------------------
 
 _WORKER_SIM: Simulation | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """One rank's file: where, its size in bytes and its number of entries (path None: the
+    rank wrote no dump)."""
+
+    rank: int
+    path: Path | None
+    size: int
+    entries: int
 
 
 def _write_rank(job: tuple[int, str, Output]) -> tuple[int, int, int]:
@@ -535,9 +572,63 @@ def _write_rank(job: tuple[int, str, Output]) -> tuple[int, int, int]:
         return rank, -1, 0
     data = output.encode(dump)
     path = os.path.join(directory, output.name(rank, sim.spec.layout.host_of(rank)))
-    with open(path, "wb") as out:
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as out:
         out.write(data)
+    os.replace(tmp, path)
     return rank, len(data), len(dump.entries)
+
+
+def _worker_init() -> None:
+    gc.disable()  # short-lived acyclic containers only; a collection would touch every page
+
+
+def write_files(
+    sim: Simulation,
+    directory: Path,
+    output: Output = Output(),
+    ranks: Iterable[int] | None = None,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Written]:
+    """Write one file per rank that dumps (a crashed rank writes none) into `directory`, in
+    rank order; `progress(done, total)` after each rank.
+
+    With `workers` > 1 the files are recorded and written by forked worker processes, each
+    turning one rank's engine results (inherited from this process) into its file.
+    """
+    global _WORKER_SIM
+    directory.mkdir(parents=True, exist_ok=True)
+    todo: Sequence[int] = list(range(sim.world_size) if ranks is None else ranks)
+    jobs = [(rank, str(directory), output) for rank in todo]
+    host = sim.spec.layout.host_of
+    found: list[Written] = []
+
+    def done(result: tuple[int, int, int]) -> None:
+        rank, size, entries = result
+        path = directory / output.name(rank, host(rank)) if size >= 0 else None
+        found.append(Written(rank, path, max(size, 0), entries))
+        if progress is not None:
+            progress(len(found), len(jobs))
+
+    _WORKER_SIM = sim
+    try:
+        if workers > 1 and len(jobs) > 1:
+            gc.collect()
+            gc.freeze()  # the workers' collectors then never visit (and copy) the parent's objects
+            try:
+                ctx = multiprocessing.get_context("fork")
+                with ctx.Pool(workers, initializer=_worker_init) as pool:
+                    for result in pool.imap_unordered(_write_rank, jobs, chunksize=8):
+                        done(result)
+            finally:
+                gc.unfreeze()
+        else:
+            for job in jobs:
+                done(_write_rank(job))
+    finally:
+        _WORKER_SIM = None
+    return sorted(found, key=lambda w: w.rank)
 
 
 def write_dumps(
@@ -547,24 +638,6 @@ def write_dumps(
     ranks: Iterable[int] | None = None,
     workers: int = 1,
 ) -> list[Path]:
-    """Write one file per rank that dumps (a crashed rank writes none) into `directory`.
-
-    With `workers` > 1 the files are written by forked worker processes, each turning one
-    rank's engine results into its file independently.
-    """
-    global _WORKER_SIM
-    directory.mkdir(parents=True, exist_ok=True)
-    todo: Sequence[int] = list(range(sim.world_size) if ranks is None else ranks)
-    jobs = [(rank, str(directory), output) for rank in todo]
-    _WORKER_SIM = sim
-    try:
-        if workers > 1 and len(jobs) > 1:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers) as pool:
-                results = list(pool.imap(_write_rank, jobs, chunksize=16))
-        else:
-            results = [_write_rank(job) for job in jobs]
-    finally:
-        _WORKER_SIM = None
-    host = sim.spec.layout.host_of
-    return [directory / output.name(rank, host(rank)) for rank, size, _ in results if size >= 0]
+    """The paths `write_files` wrote, in rank order."""
+    written = write_files(sim, directory, output, ranks, workers)
+    return [w.path for w in written if w.path is not None]
