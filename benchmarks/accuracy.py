@@ -6,7 +6,8 @@ variants, p2p mismatch, crash with no dump, straggler that finishes, healthy dum
 healthy dumped mid-step), a site, NCCL timing on/off or gloo, a ring-buffer size, a writer. The
 simulator computes the right answer from the fault it injected (`Truth`), never from an
 analyzer. A case is *right* when fr-analyze's conclusion has the same status and, when there is
-a root cause, the same root kind, culprit ranks, group and sequence id. Cases the simulator
+a root cause, the same root kind, culprit ranks, group and sequence id, and every finding
+explained by it (one fault was injected: no finding is independent of it). Cases the simulator
 marks ambiguous by construction are counted apart, with their reason, never dropped.
 
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--workers 2] [--out FILE]`
@@ -32,7 +33,7 @@ from typing import Any
 from tabulate import tabulate
 
 from fr_analyzer import analyze
-from fr_analyzer.conclusion import Conclusion
+from fr_analyzer.conclusion import Conclusion, Role
 from fr_analyzer.pipeline import Options
 from tools.frsim.campaign import draw_case
 from tools.frsim.truth import Truth
@@ -70,6 +71,12 @@ def answer(c: Conclusion) -> dict[str, Any]:
         "collective_seq_id": root.collective_seq_id if root else None,
         "p2p_seq_id": root.p2p_seq_id if root else None,
         "answer": c.answer,
+        # Findings the root does not explain: with one injected fault, there should be none.
+        "unexplained": [
+            f"{j.finding.kind.value} on group {j.finding.group.name if j.finding.group else '-'}"
+            for j in c.findings
+            if j.role == Role.INDEPENDENT
+        ],
     }
 
 
@@ -80,6 +87,8 @@ def judge(truth: Truth, got: dict[str, Any]) -> list[str]:
         problems.append(f"status {got['status']} (want {truth.status})")
     if truth.root is None:
         return problems
+    if got["unexplained"]:  # one fault was injected: it explains every finding
+        problems.append(f"findings the root cause leaves unexplained: {got['unexplained'][:3]}")
     if got["root"] != truth.root:
         problems.append(f"root {got['root']} (want {truth.root})")
     if sorted(got["culprits"]) != sorted(truth.culprits):

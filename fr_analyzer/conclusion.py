@@ -137,7 +137,7 @@ def _judge(f: Finding, root: RootCause | None, diagnosis: Diagnosis) -> Judged:
     if culprits and culprits <= roots | behind:
         waiting = sorted(culprits - roots)
         how = (
-            "stuck in the op it disagrees in, or waiting for ranks that are"
+            "blocked in the op that disagrees, or waiting, directly or not, for ranks that are"
             if root.kind == RootKind.MISMATCH
             else f"waiting, directly or not, for {label(roots)}"
         )

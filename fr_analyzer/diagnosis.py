@@ -292,6 +292,10 @@ class _Context:
         votes = Counter[int]()
         shared = sorted(set(first_a) & set(first_b) - exclude)
         alike = [r for r in shared if self._stage(r) == stage and self._same_path(like, r)]
+        if not alike:
+            # No rank in the same pipeline position holds both: ranks of other positions do
+            # when their collectives run in the same order as `like`'s (step-level ops).
+            alike = [r for r in shared if self._same_path(like, r)]
         for rank in alike[:_REFERENCE_RANKS]:
             votes[-1 if first_a[rank] < first_b[rank] else 1] += 1
         if votes[-1] == votes[1]:
@@ -404,27 +408,36 @@ class _Context:
     def behind(self, root: RootCause, findings: Sequence[Finding]) -> set[int]:
         """Ranks whose standing the root explains: those that wait for its ranks, directly or
         not; for a disagreement, also every rank blocked in the op it disagrees in (they wait
-        in it together, for nobody) and the ranks that wait for them."""
+        in it together, for nobody), or whose recording ends with it (gloo fails the op and
+        the process stops there), and the ranks that wait for them."""
         anchor = set(root.ranks)
         if root.finding is not None:
             blocked = self.graph.frontier
-            for row in _finding_rows(self, root.finding):
-                rank = int(self.t.rank[row])
-                at = blocked.get(rank)
-                if at is not None and _same_op(self, at, row):
-                    anchor.add(rank)
             unit = (
                 self.m.collectives.find(root.group.uid, root.collective_seq_id)
                 if root.group is not None and root.collective_seq_id is not None
                 else None
             )
+            rows = _finding_rows(self, root.finding)
             if unit is not None:
-                for row in self.m.collectives.unit_rows(unit).tolist():
-                    rank = int(self.t.rank[row])
-                    at = blocked.get(rank)
-                    if at is not None and int(self.m.collectives.entry_unit[at]) == unit:
-                        anchor.add(rank)
-        return (anchor - set(root.ranks)) | self.graph_used.waiting_for(anchor)
+                rows += self.m.collectives.unit_rows(unit).tolist()
+            for row in rows:
+                rank = int(self.t.rank[row])
+                at = blocked.get(rank, self.last_row.get(rank))
+                if at is not None and _same_op(self, at, row):
+                    anchor.add(rank)
+        graph = self.graph_used
+        if root.finding is not None and set(self.t.backends) <= NO_P2P_BACKENDS:
+            # No send/recv recorded: a rank with a dump that others wait for and that blocks
+            # in no recorded op is in a send/recv, a pipeline stage starved of its input by
+            # the ranks the disagreement stopped (see `_implicit_edges`).
+            idle = [
+                r
+                for r in graph.waited_on()
+                if r not in graph.node_of and r not in anchor and r not in graph.unavailable
+            ]
+            graph = graph.with_edges({r: tuple(sorted(anchor)) for r in idle})
+        return (anchor - set(root.ranks)) | graph.waiting_for(anchor)
 
     # -- rule 1: mismatches -------------------------------------------------------------------
 
@@ -532,18 +545,82 @@ class _Context:
         return float(min(self.newest_ns.get(r, -1) for r in ranks))
 
     def _implicit_edges(self, g: waits.WaitGraph) -> dict[int, tuple[int, ...]]:
-        """On backends that record no send/recv, idle ranks that others wait for and whose
-        activity stopped after another such rank's may be blocked in an unrecorded send/recv
-        with it: they are taken to wait for the rank that stopped first."""
+        """On backends that record no send/recv, a rank blocked in one looks idle. Idle ranks
+        that others wait for are taken to wait for the one that stopped first; but a rank
+        whose whole group stopped with it (a pipeline stage starved of its input) waits for
+        the ranks that stopped alone while their groups went on, whenever there are some."""
         backends = set(self.t.backends)
         if not backends or not backends <= NO_P2P_BACKENDS:
             return {}
         idle = [r for r in g.waited_on() if r not in g.node_of]
         if len(idle) < 2:
             return {}
-        first = min(idle, key=lambda r: (self.newest_ns.get(r, -1), r))
+        starved = {r for r in idle if r not in g.unavailable and self._stopped_with_group(r, g)}
+        alone = [r for r in idle if r not in starved] or idle
+        # Ranks that stopped at one op are told apart not by their hosts' clocks but by who
+        # was due next: peers that went from that very op straight to one they wait for it in.
+        alone = [r for r in alone if self._stopped_before_next(r, g)] or alone
+        first = min(alone, key=lambda r: (self.newest_ns.get(r, -1), r))
         stop = self.newest_ns.get(first, -1)
-        return {r: (first,) for r in idle if r != first and self.newest_ns.get(r, -1) > stop >= -1}
+        units = self.m.collectives
+        last = self.last_row.get(first)
+        stop_unit = int(units.entry_unit[last]) if last is not None else -1
+
+        def stopped_with_first(r: int) -> bool:
+            row = self.last_row.get(r)
+            return stop_unit >= 0 and row is not None and int(units.entry_unit[row]) == stop_unit
+
+        return {
+            r: (first,)
+            for r in idle
+            if r != first
+            and (r in starved or self.newest_ns.get(r, -1) > stop >= -1 or stopped_with_first(r))
+        }
+
+    def _stopped_before_next(self, rank: int, g: waits.WaitGraph) -> bool:
+        """Whether some rank waits for `rank` in the collective it issued right after the
+        collective `rank` recorded last: `rank` stopped where it was due to issue that op."""
+        units = self.m.collectives
+        last = self.last_row.get(rank)
+        if last is None or int(units.entry_unit[last]) < 0:
+            return False
+        for node in g.nodes_waiting_for(rank):
+            for waiter in g.waits[node].waiters[:_CYCLE_RANKS]:
+                row = g.frontier.get(waiter)
+                if row is None or g.node_of.get(waiter) != node:
+                    continue
+                rows = self._rows_of(waiter)
+                prev = next(
+                    (r for r in range(row - 1, rows.start - 1, -1) if units.entry_unit[r] >= 0),
+                    None,
+                )
+                if prev is not None and int(units.entry_unit[prev]) == int(units.entry_unit[last]):
+                    return True
+        return False
+
+    def _stopped_with_group(self, rank: int, g: waits.WaitGraph) -> bool:
+        """Whether every member of one of the rank's groups (not the world) is idle too and
+        stopped at the same collective of that group."""
+        t, units = self.t, self.m.collectives
+        last: dict[int, int] = {}
+        for r in self._rows_of(rank):
+            unit = int(units.entry_unit[r])
+            if unit >= 0:
+                last[int(units.group[unit])] = int(units.seq[unit])
+        for uid, seq in last.items():
+            group = self.groups.groups[uid]
+            if group.size < 2 or group.size >= self.groups.world_size:
+                continue
+            found = units.find(uid, seq)
+            if found is None:
+                continue
+            rows = units.unit_rows(found)
+            members = set(t.rank[rows].tolist())
+            if members != set(group.ranks) or any(m in g.node_of for m in members):
+                continue
+            if units.find(uid, seq + 1) is None:
+                return True
+        return False
 
     def _cycle_culprit(self, cycle: list[int]) -> tuple[int, int] | None:
         """The rank of a cycle that deviates from the order the other ranks follow, and the
@@ -1282,14 +1359,20 @@ def _finding_rows(ctx: _Context, f: Finding) -> list[int]:
     if f.p2p_seq_id is None:
         return []
     on = f.culprit_ranks[0] if len(f.culprit_ranks) == 1 else f.ranks[0]
-    hit = np.flatnonzero(
+    p2p = (
         ((t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER))
-        & (t.rank == on)
         & (ctx.groups.entry_group == f.group.uid)
-        & (t.p2p_seq == f.p2p_seq_id)
         & (t.p2p_kind != P2PKind.NONE)
     )
-    return hit.tolist()
+    hit = np.flatnonzero(p2p & (t.rank == on) & (t.p2p_seq == f.p2p_seq_id)).tolist()
+    # The other half: the other ranks' unfinished send/recv with `on` on this group (their own
+    # p2p seq ids may differ).
+    if on in f.group.ranks:
+        local = f.group.ranks.index(on)
+        toward = np.where(t.p2p_kind == P2PKind.SEND, t.peer_dst, t.peer_src) == local
+        for other in set(f.ranks) - {on}:
+            hit += np.flatnonzero(p2p & toward & (t.rank == other) & ~ctx.m.done).tolist()
+    return hit
 
 
 def _straggler_root(slow: stragglers.Slowness) -> RootCause:

@@ -234,10 +234,11 @@ def _complete_by_size_rules(
             if filled != g.ranks:
                 g = Group(g.uid, g.name, g.desc, filled, MembershipSource.INFERRED)
             size = sizes.get(g.uid, 0) or _size_of_alike(g, groups)
-            found = _extend(g, size, known, groups, world_size) if size > g.size else None
+            found = _extend(g, size, groups, world_size) if size > g.size else None
             if found is not None:
                 g = Group(g.uid, g.name, g.desc, found, MembershipSource.INFERRED)
         out.append(g)
+    out = _tile(out, known, world_size, sizes)
     # The world holds every group: at least as big as the biggest group the size rules reveal,
     # and holding every member found (a job whose highest rank left no dump is one rank bigger
     # than its dumps show).
@@ -259,6 +260,74 @@ def _complete_by_size_rules(
         else g
         for g in out
     ], world_size
+
+
+def _tile(
+    groups: list[Group], known: set[int], world_size: int, sizes: dict[int, int]
+) -> list[Group]:
+    """Groups alike rebuilt from the entries that leave out the same number of ranks each:
+    when every rank that dumped belongs to one group of a description but a few ranks are in
+    none (they stopped before their first op of that kind: data-parallel groups {0, 8, .., 48}
+    and {1, 9, .., 49} when ranks 56-63 hang in their first tensor-parallel op), and growing
+    each group along its stride takes exactly those ranks, one way only, the groups are that
+    (unless the size rules give a group another size)."""
+    by_desc: dict[str, list[Group]] = defaultdict(list)
+    for g in groups:
+        if g.desc not in WORLD_DESCS:
+            by_desc[g.desc].append(g)
+    grown: dict[int, Group] = {}
+    for alike in by_desc.values():
+        if not all(g.source == MembershipSource.ENTRIES for g in alike):
+            continue
+        covered = [r for g in alike for r in g.ranks]
+        left = {r for r in known if r < world_size} - set(covered)
+        if len(covered) != len(set(covered)) or not left:
+            continue
+        # Alike groups have one size: the biggest one's, or as many more as the left ranks
+        # (then less than twice the smallest: a group does not grow out of nothing).
+        size = max(g.size for g in alike)
+        if sum(size - g.size for g in alike) != len(left):
+            size += len(left) // len(alike)
+            if 2 * min(g.size for g in alike) <= size:
+                continue
+        if (
+            len(alike) < 2  # one group: nothing shows how the ranks tile
+            or sum(size - g.size for g in alike) != len(left)
+            or any(sizes.get(g.uid, size) != size for g in alike)  # the size rules say no
+        ):
+            continue
+        found = _cover(alike, size, left)
+        if found is not None:
+            for g in alike:
+                grown[g.uid] = Group(g.uid, g.name, g.desc, found[g.uid], MembershipSource.INFERRED)
+    return [grown.get(g.uid, g) for g in groups]
+
+
+def _cover(alike: list[Group], size: int, left: set[int]) -> dict[int, tuple[int, ...]] | None:
+    """Each group grown to `size` ranks along its stride so that together they take exactly
+    the ranks `left`: a group with one way to grow takes it, which can leave one way to its
+    neighbours, and so on. None unless that settles every group."""
+    options = {
+        g.uid: [w for w in _windows(g, size, alike)[1] if set(w) - set(g.ranks) <= left]
+        for g in alike
+    }
+    chosen: dict[int, tuple[int, ...]] = {}
+    used: set[int] = set()
+    while len(chosen) < len(alike):
+        settled = False
+        for g in alike:
+            if g.uid in chosen:
+                continue
+            ways = [w for w in options[g.uid] if not (set(w) - set(g.ranks)) & used]
+            if not ways:
+                return None
+            if len(ways) == 1:
+                chosen[g.uid] = ways[0]
+                used |= set(ways[0]) - set(g.ranks)
+                settled = True
+        if not settled:
+            return None
+    return chosen if used == left else None
 
 
 def _fill_gaps(g: Group, groups: list[Group]) -> tuple[int, ...]:
@@ -287,13 +356,10 @@ def _size_of_alike(g: Group, groups: list[Group]) -> int:
     return sizes.pop() if len(sizes) == 1 else 0
 
 
-def _extend(
-    g: Group, size: int, known: set[int], groups: list[Group], bound: int
-) -> tuple[int, ...] | None:
-    """The one way to grow `g` to `size` members along its stride with ranks that are in no
-    other group of its description and either left no dump or carry none of its groups (a
-    buffer that wrapped past them), below `bound` (the ranks that dumped) if that gives one,
-    else above it; None when there is none or more than one."""
+def _windows(g: Group, size: int, groups: list[Group]) -> tuple[int, list[tuple[int, ...]]]:
+    """The stride of `g`'s ranks (of groups alike when it has one rank), and every run of
+    `size` ranks along it that holds `g`'s ranks and no rank of another group of its
+    description."""
     ranks = sorted(g.ranks)
     if len(ranks) >= 2:
         step = 0
@@ -304,7 +370,7 @@ def _extend(
         diffs = [b - a for o in alike for a, b in itertools.pairwise(sorted(o.ranks))]
         step = min(diffs) if diffs else 1
     if step <= 0:
-        return None
+        return step, []
     taken = {r for o in groups if o.desc == g.desc and o.uid != g.uid for r in o.ranks}
     start_low = ranks[-1] - step * (size - 1)
     windows = []
@@ -314,7 +380,15 @@ def _extend(
             continue
         if all(r in ranks or r not in taken for r in window):
             windows.append(tuple(window))
-    del known
+    return step, windows
+
+
+def _extend(g: Group, size: int, groups: list[Group], bound: int) -> tuple[int, ...] | None:
+    """The one way to grow `g` to `size` members along its stride with ranks that are in no
+    other group of its description and either left no dump or carry none of its groups (a
+    buffer that wrapped past them), below `bound` (the ranks that dumped) if that gives one,
+    else above it; None when there is none or more than one."""
+    step, windows = _windows(g, size, groups)
     # Groups alike tile the ranks: a window that starts where theirs do (modulo their span)
     # fits the layout, one that straddles two of their blocks does not.
     period = step * size

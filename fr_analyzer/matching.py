@@ -1115,8 +1115,9 @@ def _p2p_reference(
     if len(earlier):
         last = int(earlier[np.argmax(send_row[earlier])])
         n = len(earlier)
-        return (int(value[last, 0]), int(value[last, 1])), (
-            f"the channel carried that in its {n} earlier transfer(s)"
+        found = (int(value[last, 0]), int(value[last, 1]))
+        return found, (
+            f"the channel carried {_p2p_text(ctx.t, found)} in its {n} earlier transfer(s)"
         )
     desc = ctx.groups.groups[int(uid[i])].desc
     alike = np.array([g.desc == desc for g in ctx.groups.groups], dtype=bool)[uid] & agree
@@ -1126,8 +1127,10 @@ def _p2p_reference(
     if len(counts) > 1 and np.sort(counts)[-1] == np.sort(counts)[-2]:
         return None, ""
     top = keys[int(np.argmax(counts))]
-    return (int(top[0]), int(top[1])), (
-        f"{int(counts.max())} other transfer(s) on {desc!r} groups carried that"
+    found = (int(top[0]), int(top[1]))
+    return found, (
+        f"{int(counts.max())} other transfer(s) on {desc!r} groups carried "
+        f"{_p2p_text(ctx.t, found)}"
     )
 
 

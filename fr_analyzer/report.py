@@ -9,6 +9,7 @@ something unexpected, that section says so and the rest of the report is still p
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,14 +32,21 @@ def table(
     rows: Sequence[Sequence[Any]], headers: Sequence[str], widths: Sequence[int | None]
 ) -> str:
     """A plain table. Cells are text, never parsed as numbers: a rank list such as
-    `264,272,280` is not a number."""
+    `264,272,280` is not a number. Cells are wrapped here, not by tabulate, whose wrapping
+    parses such a cell as a number with thousands separators and fails (tabulate 0.10)."""
     return tabulate(
-        [[str(c) for c in row] for row in rows],
+        [[_wrap(str(c), w) for c, w in zip(row, widths, strict=False)] for row in rows],
         headers=list(headers),
         tablefmt="simple",
-        maxcolwidths=list(widths),
         disable_numparse=True,
     )
+
+
+def _wrap(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    lines = [textwrap.fill(line, width, break_on_hyphens=False) for line in text.splitlines()]
+    return "\n".join(line for line in lines if line.strip())
 
 
 def capped(judged: Sequence[Judged], cap: int | None) -> tuple[list[Judged], dict[str, int]]:

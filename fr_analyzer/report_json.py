@@ -10,26 +10,33 @@ from typing import Any
 from . import __version__
 from .conclusion import Conclusion, Judged
 from .diagnosis import RootCause
-from .model import Finding
+from .model import Finding, Group
 from .pipeline import Analysis
 from .report import capped, op_text
 
 SCHEMA = "fr-analyze.report/1"
 
 
-def finding_json(f: Finding) -> dict[str, Any]:
+def _place(
+    group: Group | None, collective_seq_id: int | None, p2p_seq_id: int | None, op: str
+) -> dict[str, Any]:
+    """Where a finding or the root cause is: group, sequence ids, op."""
     return {
-        "kind": f.kind.value,
-        "group": f.group.name if f.group else None,
-        "group_desc": f.group.desc if f.group else None,
-        "group_ranks": list(f.group.ranks) if f.group else [],
-        "collective_seq_id": f.collective_seq_id,
-        "p2p_seq_id": f.p2p_seq_id,
-        "op": f.op or None,
-        "ranks": list(f.ranks),
-        "culprit_ranks": list(f.culprit_ranks),
-        "detail": f.detail,
+        "group": group.name if group else None,
+        "group_desc": group.desc if group else None,
+        "group_ranks": list(group.ranks) if group else [],
+        "collective_seq_id": collective_seq_id,
+        "p2p_seq_id": p2p_seq_id,
+        "op": op or None,
     }
+
+
+def finding_json(f: Finding) -> dict[str, Any]:
+    return (
+        {"kind": f.kind.value}
+        | _place(f.group, f.collective_seq_id, f.p2p_seq_id, f.op)
+        | {"ranks": list(f.ranks), "culprit_ranks": list(f.culprit_ranks), "detail": f.detail}
+    )
 
 
 def judged_json(j: Judged) -> dict[str, Any]:
@@ -64,29 +71,16 @@ def verdict_json(c: Conclusion) -> dict[str, Any]:
     """The answer in one object: status, and the root cause's group, seq ids and culprits."""
     root = c.root
     finding = c.root_finding
-    out: dict[str, Any] = {
-        "status": c.status.value,
-        "kind": None,
-        "group": None,
-        "group_desc": None,
-        "group_ranks": [],
-        "collective_seq_id": None,
-        "p2p_seq_id": None,
-        "op": None,
-        "culprit_ranks": [],
-    }
+    out: dict[str, Any] = (
+        {"status": c.status.value, "kind": None}
+        | _place(None, None, None, "")
+        | {"culprit_ranks": []}
+    )
     if root is not None:
         out.update(
-            {
-                "kind": finding.kind.value if finding is not None else root.kind.value,
-                "group": root.group.name if root.group else None,
-                "group_desc": root.group.desc if root.group else None,
-                "group_ranks": list(root.group.ranks) if root.group else [],
-                "collective_seq_id": root.collective_seq_id,
-                "p2p_seq_id": root.p2p_seq_id,
-                "op": root.op or None,
-                "culprit_ranks": list(root.ranks),
-            }
+            {"kind": finding.kind.value if finding is not None else root.kind.value}
+            | _place(root.group, root.collective_seq_id, root.p2p_seq_id, root.op)
+            | {"culprit_ranks": list(root.ranks)}
         )
     elif c.findings and c.status.value != "ok":
         first = c.findings[0].finding

@@ -35,6 +35,9 @@ _MEDIAN_CHUNK = 1 << 22  # values gathered at once per partition
 EXPLAINED_SHARE = 0.5  # a late arrival is the rank's own when its host's gap is this share
 STANDS_OUT = 5.0  # a straggler's median lateness over most other ranks' (90th percentile)
 REPEATS = 3  # own late arrivals that make a rank that keeps arriving late a straggler
+# A recorded completion is the time the rank's watchdog *discovered* it, at its next poll (every
+# 100 ms in ProcessGroupNCCL and its kin, from a phase of its own): lateness below that is noise.
+WATCHDOG_POLL_MS = 100.0
 
 
 @dataclass(frozen=True)
@@ -71,68 +74,96 @@ class _Lateness:
     wait_ns: npt.NDArray[np.float64]  # completion minus enqueue, own clock
     late_ms: npt.NDArray[np.float64]  # the unit's longest wait minus this row's
     gap_ns: npt.NDArray[np.float64]  # enqueue minus the rank's previous completion (NaN: none)
+    resolution_ms: float  # how far a lateness can be off: the watchdog's poll when it timed ops
 
 
 def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
+    # Arrays here run over every op of the job (32 M at 16,384 ranks): each is freed as soon
+    # as it is used, and the per-row results are computed on the kept rows only.
     units = m.collectives
     if not t.n:
         return None
     heads = (t.unit == UnitKind.COLLECTIVE) | (t.unit == UnitKind.BLOCK_MARKER)
     heads |= (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
     heads |= t.unit == UnitKind.BATCH_MARKER
-    head_rows = np.flatnonzero(heads & m.done & (t.t_created >= 0))
+    heads &= m.done
+    heads &= t.t_created >= 0
+    head_rows = np.flatnonzero(heads)
+    del heads
     if len(head_rows) < 2:
         return None
     # Completion: recorded (own clock); else (gloo) a synchronous collective ends when its last
-    # member arrives, so the latest enqueue of its members stands in for it.
+    # member arrives, so the latest enqueue of its members stands in for it. A batched
+    # send/recv's completion is its block's: the end marker holds it.
     unit_all = units.entry_unit[head_rows]
-    # A batched send/recv's completion is its block's: the end marker holds it.
-    marker = t.marker[head_rows]
-    completion = t.t_completed[np.where(marker >= 0, marker, head_rows)].astype(np.int64)
-    missing = (completion < 0) & (unit_all >= 0)
+    source = t.marker[head_rows].astype(np.int64)
+    np.copyto(source, head_rows, where=source < 0)
+    completion = t.t_completed[source].astype(np.int64)
+    del source
+    recorded = completion >= 0
+    missing = ~recorded & (unit_all >= 0)
     if bool(missing.any()):
         ends = np.full(len(units.seq), -1, dtype=np.int64)
-        np.maximum.at(ends, unit_all[missing], t.t_created[head_rows][missing])
-        completion = np.where(missing, ends[np.maximum(unit_all, 0)], completion)
-    # A rank reaches an op when its host enqueued it and its stream finished the op before
-    # (the ops of a batched block are one op on the stream).
-    created = t.t_created[head_rows].astype(np.int64)
-    member = t.unit[head_rows] == UnitKind.BATCH_MEMBER
-    steps = np.flatnonzero(~member)
-    step_done = completion[steps]
-    before = np.full(len(head_rows), -1, dtype=np.int64)
-    same = np.concatenate([[False], t.rank[head_rows][steps][1:] == t.rank[head_rows][steps][:-1]])
-    before[steps[same]] = step_done[np.flatnonzero(same) - 1]
-    if bool(member.any()):
-        # A block's members come before its end marker: they take what the marker has.
-        at = np.searchsorted(head_rows, t.marker[head_rows[member]])
-        found = (at < len(head_rows)) & (
-            head_rows[np.minimum(at, len(head_rows) - 1)] == t.marker[head_rows[member]]
-        )
-        idx = np.flatnonzero(member)
-        before[idx[found]] = before[at[found]]
-    arrival = np.where(before >= 0, np.maximum(created, before), created)
-    # A completion taken from another rank's clock can precede the last arrival by the hosts'
-    # clock offset: that rank waited about nothing.
-    wait = np.maximum(completion - arrival, 0).astype(np.float64)
-    wait[completion < 0] = np.nan
-    gap = np.where(before >= 0, created - before, -1).astype(np.float64)
-    gap[before < 0] = np.nan
+        np.maximum.at(ends, unit_all[missing], t.t_created[head_rows[missing]])
+        completion[missing] = ends[unit_all[missing]]
+        del ends
+    del missing
 
     # Collective units, and each matched send/recv pair as a unit of two (ids after them).
     n_units = len(units.seq)
+    unit = unit_all.astype(np.int64)
+    del unit_all
     pair = m.p2p.entry_pair[head_rows]
-    unit = np.where(unit_all >= 0, unit_all, np.where(pair >= 0, n_units + pair, -1))
-    full = units.passed & (units.ranks_present == units.ranks_expected) & (units.ranks_expected > 1)
+    p2p = (unit < 0) & (pair >= 0)
+    unit[p2p] = n_units + pair[p2p]
+    del pair, p2p
+    # Collectives that every member issued (some may have left the ring buffers of a few:
+    # lateness is measured among the members that hold it), and every matched pair.
+    full = (units.passed | (units.ranks_present < units.ranks_expected)) & (units.ranks_present > 1)
+    if units.not_joined:
+        full[list(units.not_joined)] = False
     full = np.concatenate([full, np.ones(len(m.p2p.send_row), dtype=bool)])
-    keep = (unit >= 0) & ~np.isnan(wait)
+    keep = (unit >= 0) & (completion >= 0)
     keep[keep] = full[unit[keep]]
-    rows, wait, gap, unit = head_rows[keep], wait[keep], gap[keep], unit[keep]
-    if len(rows) < 2:
+    if int(keep.sum()) < 2:
         return None
+
+    # A rank reaches an op when its host enqueued it and its stream finished the op before
+    # (the ops of a batched block are one op on the stream): `before` is that completion.
+    member = t.unit[head_rows] == UnitKind.BATCH_MEMBER
+    steps = np.flatnonzero(~member)
+    rank = t.rank[head_rows[steps]]
+    same = rank[1:] == rank[:-1]
+    del rank
+    before = np.full(len(head_rows), -1, dtype=np.int64)
+    before[steps[1:][same]] = completion[steps[:-1][same]]
+    del steps, same
+    if bool(member.any()):
+        # A block's members come before its end marker: they take what the marker has.
+        markers = t.marker[head_rows[member]]
+        at = np.searchsorted(head_rows, markers)
+        found = (at < len(head_rows)) & (head_rows[np.minimum(at, len(head_rows) - 1)] == markers)
+        idx = np.flatnonzero(member)
+        before[idx[found]] = before[at[found]]
+    del member
+
+    rows, unit, before = head_rows[keep], unit[keep], before[keep]
+    completion = completion[keep]
+    resolution = WATCHDOG_POLL_MS if bool(recorded[keep].any()) else 0.0
+    del head_rows, keep, recorded
+    created = t.t_created[rows].astype(np.int64)
+    # A completion taken from another rank's clock can precede the last arrival by the hosts'
+    # clock offset: that rank waited about nothing.
+    wait = (completion - np.maximum(created, before)).astype(np.float64)
+    np.maximum(wait, 0.0, out=wait)
+    gap = (created - before).astype(np.float64)
+    gap[before < 0] = np.nan
     longest = np.full(len(full), -np.inf)
     np.maximum.at(longest, unit, wait)
-    return _Lateness(rows, wait, (longest[unit] - wait) / 1e6, gap)
+    late = longest[unit]
+    late -= wait
+    late /= 1e6
+    return _Lateness(rows, wait, late, gap, resolution)
 
 
 def _stall(
@@ -258,7 +289,9 @@ def _straggler(
     high = others[min(len(others) - 1, (9 * len(others)) // 10)]
     # Enqueue times carry each host's run-ahead (tens of ms that differ from host to host):
     # a straggler stands well clear of that.
-    if medians[worst] < max(straggler_ms, STANDS_OUT * max(typical, 1.0, high)):
+    # A recorded completion is only as exact as the watchdog's poll.
+    floor = straggler_ms + late.resolution_ms
+    if medians[worst] < max(floor, STANDS_OUT * max(typical, 1.0, high)):
         return None
     samples = int((rank == worst).sum())
     worst_units = units.entry_unit[rows[rank == worst]]

@@ -1,4 +1,5 @@
-"""Hang diagnosis: root-cause class, root ranks and wait chain for every scenario."""
+"""Hang diagnosis, unit by unit: positions, stacks, the JSON root cause, medians. The causal
+rules themselves are in test_causal_rules.py; every sample set's answer in test_scenarios.py."""
 
 from __future__ import annotations
 
@@ -16,59 +17,15 @@ from tests.conftest import Run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 
-# scenario → (class, root ranks, wait chain or None when not asserted)
-ROOTS: dict[str, tuple[str, tuple[int, ...], Any]] = {
-    "gloo_skip_collective": ("not_joined", (2,), ((0, "0", 4), (2, None, None))),
-    "gloo_subgroup_desync": ("not_joined", (3,), ((2, "2", 3), (3, None, None))),
-    "gloo_size_mismatch": ("mismatch", (1,), None),
-    "gloo_op_mismatch": ("mismatch", (3,), None),
-    "nccl_coalesced": ("mismatch", (1,), None),
-    "nccl_op_mismatch_json": ("mismatch", (0,), None),
-    "nccl_not_joined": ("not_joined", (5,), ((0, "0", 6), (5, None, None))),
-    "nccl_p2p_pipeline": ("not_joined", (2,), ((1, "1", 80), (2, None, None))),
-    "nccl_wait_chain": ("not_joined", (3,), ((0, "1", 4), (1, "3", 4), (3, None, None))),
-    "nccl_stuck_started": ("stuck_collective", (2,), ((0, "0", 8), (2, "0", 7))),
-    "nccl_all_stuck": ("stuck_collective", (0, 1, 2, 3), None),
-    "nccl_deadlock": ("deadlock", (0, 1), ((0, "1", 4), (1, "2", 4), (0, "1", 4))),
-    "nccl_dead_rank": ("dead_rank", (3,), ((0, "0", 4), (3, None, None))),
-    "nccl_missing_dump": ("dead_rank", (3,), ((0, "0", 4), (3, None, None))),
-    "nccl_straggler": ("straggler", (6,), ()),
-}
-HEALTHY = ["gloo_healthy", "gloo_healthy_json", "nccl_healthy", "nccl_batched_p2p", "nccl_wrapped"]
-
-
-@pytest.mark.parametrize("name", sorted(ROOTS))
-def test_root_cause_class_ranks_and_chain(name: str) -> None:
-    kind, ranks, chain = ROOTS[name]
-    root = analyze(SAMPLES / name, Options(workers=1)).diagnosis.root_cause
-    assert root is not None
-    assert root.kind.value == kind, root.sentence
-    assert root.ranks == ranks
-    if chain is not None:
-        assert root.wait_chain == chain
-    assert root.sentence and root.evidence
-
-
-@pytest.mark.parametrize("name", HEALTHY)
-def test_healthy_sets_have_no_root_cause(name: str) -> None:
-    analysis = analyze(SAMPLES / name, Options(workers=1))
-    assert analysis.diagnosis.root_cause is None
-    assert all(s.blocked is None for s in analysis.diagnosis.ranks)
-
-
-def test_every_sample_set_is_diagnosed() -> None:
-    names = {p.name for p in SAMPLES.iterdir() if p.is_dir()}
-    assert names == set(ROOTS) | set(HEALTHY)
-
 
 def test_stuck_rank_position_names_first_incomplete_op_with_state_and_age() -> None:
     analysis = analyze(SAMPLES / "nccl_stuck_started", Options(workers=1))
     (rank2,) = [p for p in analysis.diagnosis.positions if 2 in p.ranks and p.group.name == "0"]
     assert rank2.ranks == (2,) and rank2.first_incomplete is not None
-    assert rank2.first_incomplete.collective_seq_id == 7
-    assert rank2.first_incomplete.state == "started" and rank2.first_incomplete.retired
-    assert rank2.first_incomplete.age_s is not None and rank2.first_incomplete.age_s >= 0
-    assert rank2.last_completed is not None and rank2.last_completed.collective_seq_id == 6
+    assert rank2.first_incomplete.collective_seq_id == 5
+    assert rank2.first_incomplete.state == "started"
+    assert rank2.first_incomplete.age_s is not None and rank2.first_incomplete.age_s >= 600
+    assert rank2.last_completed is not None and rank2.last_completed.collective_seq_id == 4
 
 
 def test_ranks_in_the_same_position_collapse_into_one_row(run: Run) -> None:
@@ -134,7 +91,7 @@ def test_root_cause_in_json(tmp_path: Path) -> None:
     data = json.loads(render_json(analyze(SAMPLES / "nccl_wait_chain", Options(workers=1))))
     rc = data["root_cause"]
     assert rc["kind"] == "not_joined" and rc["ranks"] == [3]
-    assert rc["wait_chain"] == [[0, "1", 4], [1, "3", 4], [3, None, None]]
+    assert rc["wait_chain"] == [[0, "1", 18], [1, "4", 6], [3, None, None]]
     assert rc["evidence"] and set(rc) >= {"group", "collective_seq_id", "op"}
     assert data["verdict"]["root_cause"] == "not_joined"
     assert data["positions"] and data["stacks"]

@@ -61,6 +61,9 @@ def test_strided_rank_lists_render_in_every_table(strided: Analysis) -> None:
 def test_table_cells_are_never_parsed_as_numbers() -> None:
     text = report.table([["264,272,280", "1e5", "007"]], ["a", "b", "c"], [None, None, None])
     assert "264,272,280" in text and "1e5" in text and "007" in text
+    # In a column of limited width too (tabulate's own wrapping fails on it).
+    text = report.table([["100,108,116", "0,16,24,32,40,48,56"]], ["a", "b"], [14, 14])
+    assert "100,108,116" in text and "0,16,24,32,40," in text and "48,56" in text
 
 
 def test_a_failing_section_still_prints_the_answer(

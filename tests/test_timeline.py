@@ -12,7 +12,6 @@ from fr_analyzer import analyze
 from fr_analyzer.pipeline import Options
 from fr_analyzer.timeline import TimelineOptions, build, clock_offsets
 from tests.trace_format import problems
-from tools.nccl_scenarios import SCENARIOS
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 
@@ -83,17 +82,29 @@ def test_findings_and_root_cause_are_instant_events_on_the_culprit_ranks() -> No
     assert root[0]["args"]["status"] == "hung"
     culprits = Counter((r, f.kind.value) for f in analysis.findings for r in f.culprit_ranks)
     shown = Counter((e["pid"], e["name"]) for e in marks if e["cat"] == "fr.finding")
-    assert shown == culprits and {r for r, _ in culprits} == {1, 3}
+    assert shown == culprits and {r for r, _ in culprits} == {3}
 
 
-def test_align_recovers_the_generators_host_clock_offsets() -> None:
-    job = SCENARIOS["nccl_straggler"]()
-    truth = {p.rank: p.clock_ns for p in job._procs}  # the test peeks at the model
-    offsets = clock_offsets(load("nccl_straggler"))
+def test_align_recovers_the_simulators_host_clock_offsets(tmp_path: Path) -> None:
+    from tools.frsim import Layout, Output, ProgramSpec, SimSpec, simulate, write_dumps
+    from tools.frsim.recorder import clock_offset
+
+    # Hosts seconds apart, against completions the watchdog discovers up to 100 ms late: the
+    # least-squares offsets come within a few tens of ms.
+    spec = SimSpec(
+        layout=Layout(tp=2, pp=1, dp=2, gpus_per_host=2),
+        program=ProgramSpec(steps=6, micro_batches=2),
+        max_clock_offset_ms=3000,
+    )
+    sim = simulate(spec)
+    write_dumps(sim, tmp_path, Output(fmt="pickle", pattern="rank_{rank}.pkl"))
+    analysis = analyze(tmp_path, Options(workers=1))
+    truth = {r: clock_offset(sim.settings, r) for r in range(4)}
+    offsets = clock_offsets(analysis)
+    assert max(abs(v) for v in truth.values()) > 500_000_000  # hosts far apart
     for rank, offset in offsets.items():
-        expected = truth[rank] - truth[0]
-        assert abs(offset - expected) < 60_000, (rank, offset, expected)  # within jitter
-    trace = build(load("nccl_straggler"), TimelineOptions(align=True))
+        assert abs(offset - (truth[rank] - truth[0])) < 40_000_000, (rank, offset)
+    trace = build(analysis, TimelineOptions(align=True))
     assert trace["otherData"]["clock_offsets_ns"]["0"] == 0
 
 

@@ -276,7 +276,8 @@ broadcast, all_gather (list), all_gather_into_tensor, reduce_scatter_tensor, red
 recorded as 4 all_reduce), reduce, gather, scatter, all_to_all_single (even, uneven), bf16 + int64
 all_reduce, all_reduce_coalesced, barrier, later all_reduce + barrier; pair subgroups pg "1" = {0,1}
 and pg "2" = {2,3} (desc "undefined"): all_reduce x2 + broadcast. Nothing is wrong.
-EXPECTED VERDICT: no findings (pg "0" seq 1-22 on all ranks, pg "1"/"2" seq 1-3 on their pairs).
+Every op completed (pg "0" seq 1-22 on all ranks, pg "1"/"2" seq 1-3 on their pairs).
+EXPECTED: status=ok root=- culprits=- group=- desc=- seq=- op=-
 """
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -305,8 +306,8 @@ SCENARIOS: tuple[Scenario, ...] = (
 4-rank gloo job, 5 s timeout: a loop of 4 all_reduce([16]) on the world group; rank 2 leaves it
 one step early and issues nothing more. Ranks 0, 1, 3 time out in the 4th all_reduce (gloo marks it
 retired=True anyway); every rank dumps (comm_lib_trace_rank_<N>, pickle, no suffix).
-EXPECTED VERDICT: not_joined on pg "0" (desc "default_pg"), collective_seq_id 4, op all_reduce;
-culprit rank 2 (its dump ends at seq 3); ranks 0, 1, 3 are the ones waiting.
+Rank 2 never issued pg "0" seq 4 (its dump ends at seq 3); ranks 0, 1, 3 wait in it.
+EXPECTED: status=hung root=not_joined culprits=2 group=0 desc=default_pg seq=4 op=all_reduce
 """,
         check=check_skip_collective,
     ),
@@ -319,8 +320,8 @@ culprit rank 2 (its dump ends at seq 3); ranks 0, 1, 3 are the ones waiting.
 4-rank gloo job, 5 s timeout: 3 all_reduce on the world group, [8] floats each, except rank 1
 passes a [4] tensor at the 3rd. Gloo "completes" rank 1's op with garbage and ranks 0, 2, 3
 time out; every rank dumps (nccl_trace_rank_<N>.pkl).
-EXPECTED VERDICT: size_mismatch on pg "0" (desc "default_pg"), collective_seq_id 3, op
-all_reduce: rank 1 input/output [[4]] vs [[8]] on ranks 0, 2, 3; culprit rank 1.
+At pg "0" seq 3 rank 1's input/output are [[4]], [[8]] on ranks 0, 2, 3 (size_mismatch).
+EXPECTED: status=desync root=mismatch culprits=1 group=0 desc=default_pg seq=3 op=all_reduce
 """,
         check=check_size_mismatch,
     ),
@@ -333,8 +334,8 @@ all_reduce: rank 1 input/output [[4]] vs [[8]] on ranks 0, 2, 3; culprit rank 1.
 4-rank gloo job, 5 s timeout: 3 steps on the world group; at the 3rd, ranks 0, 1, 2 call
 all_reduce([8]) while rank 3 calls all_gather (list of 4 x [8]). All four time out and dump
 (rank_<N>.pkl.gz, gzip-compressed pickle).
-EXPECTED VERDICT: op_type_mismatch on pg "0" (desc "default_pg"), collective_seq_id 3: rank 3
-gloo:all_gather vs gloo:all_reduce on ranks 0, 1, 2; culprit rank 3.
+At pg "0" seq 3 rank 3 issued gloo:all_gather, ranks 0, 1, 2 gloo:all_reduce (op_type_mismatch).
+EXPECTED: status=desync root=mismatch culprits=3 group=0 desc=default_pg seq=3 op=all_gather
 """,
         check=check_op_mismatch,
     ),
@@ -348,8 +349,9 @@ gloo:all_gather vs gloo:all_reduce on ranks 0, 1, 2; culprit rank 3.
 (desc "pair_2_3"). Each of 3 steps: world all_reduce([8]), then pair all_reduce([4]). At step 3
 rank 3 skips its pair all_reduce and stops; rank 2 waits in it and times out; ranks 0, 1 finish.
 Files: nccl_trace_rank_container-node07_<N> (ranks 0, 1), ...-node08_<N> (ranks 2, 3).
-EXPECTED VERDICT: not_joined on pg "2" (desc "pair_2_3"), collective_seq_id 3, op all_reduce;
-culprit rank 3 (its pg "2" ends at seq 2); rank 2 is waiting. World group and pg "1" are clean.
+Rank 3 never issued pg "2" seq 3 (its pg "2" ends at seq 2); rank 2 waits in it. World group and
+pg "1" are clean.
+EXPECTED: status=hung root=not_joined culprits=3 group=2 desc=pair_2_3 seq=3 op=all_reduce
 """,
         check=check_subgroup_desync,
     ),

@@ -342,6 +342,19 @@ def compute_truth(sim: Simulation) -> Truth:
     return _divergence(t, sim, clean, actual, r, role, collective)
 
 
+def _seen_by_others(sim: Simulation, r: int, units: list[int]) -> bool:
+    """Whether another rank recorded an op of the group of one of r's `units` (the world
+    aside: every rank records it)."""
+    program = sim.programs[r]
+    binding = sim.spec.layout.binding(r)
+    names = {str(binding[program.role[u]]) for u in units} - {"0"}
+    for rank in range(sim.spec.layout.world_size):
+        dump = sim.dump(rank) if rank != r else None
+        if dump is not None and names & {e.process_group[0] for e in dump.entries}:
+            return True
+    return False
+
+
 _SIZE_RULE_OPS = frozenset(
     {"all_gather", "_all_gather_base", "reduce_scatter", "_reduce_scatter_base"}
 )
@@ -528,6 +541,11 @@ def _divergence(
             ]
             if not later:
                 amb = "rank r recorded nothing after the op it skipped: it looks like it stopped"
+            elif gloo and not _seen_by_others(sim, r, later):
+                amb = (
+                    "rank r went on only to ops of groups no other rank recorded (gloo keeps no "
+                    "member lists): it looks like it stopped"
+                )
         return t.truth("desync", "not_joined", r, site_, amb)
     return Truth(
         "desync",
