@@ -133,8 +133,8 @@ def run(seeds: Iterable[int], workers: int = 1) -> list[Outcome]:
         return list(pool.imap(run_case, seeds, chunksize=1))
 
 
-def _status_root(d: dict[str, Any], root_key: str) -> str:
-    return f"{d['status']}/{d.get(root_key) or '-'}"
+def _status_root(d: dict[str, Any]) -> str:
+    return f"{d['status']}/{d.get('root') or '-'}"
 
 
 def render(outcomes: Sequence[Outcome]) -> str:
@@ -151,14 +151,15 @@ def render(outcomes: Sequence[Outcome]) -> str:
     for kind in kinds:
         mine = [o for o in outcomes if o.kind == kind]
         ok = [o for o in mine if o.ambiguous is None]
+        n_right = sum(o.right for o in ok)
         rows.append(
             [
                 kind,
                 len(mine),
-                sum(o.right for o in ok),
-                sum(not o.right for o in ok),
+                n_right,
+                len(ok) - n_right,
                 len(mine) - len(ok),
-                f"{100 * sum(o.right for o in ok) / max(len(ok), 1):.0f}%",
+                f"{100 * n_right / max(len(ok), 1):.0f}%",
             ]
         )
     lines.append(
@@ -170,7 +171,7 @@ def render(outcomes: Sequence[Outcome]) -> str:
     )
     confusion: Counter[tuple[str, str, str]] = Counter()
     for o in judged:
-        confusion[(o.kind, _status_root(o.truth, "root"), _status_root(o.got, "root"))] += 1
+        confusion[(o.kind, _status_root(o.truth), _status_root(o.got))] += 1
     lines += ["", "Confusion (fault kind, right answer -> fr-analyze's answer: cases):"]
     lines.append(
         tabulate(
@@ -187,7 +188,7 @@ def render(outcomes: Sequence[Outcome]) -> str:
         lines += ["", f"Wrong ({len(wrong)}):"]
         for o in wrong:
             lines.append(f"  seed {o.seed}: {o.case}")
-            lines.append(f"    want: {Truth(**_truth_args(o.truth)).describe()}")
+            lines.append(f"    want: {Truth.from_dict(o.truth).describe()}")
             lines.append(f"    got:  {o.got['answer'][:300]}")
             lines.append(f"    differs: {'; '.join(o.problems)}")
     ambiguous = [o for o in outcomes if o.ambiguous is not None]
@@ -204,12 +205,6 @@ def render(outcomes: Sequence[Outcome]) -> str:
             f"{slowest.seed} ({slowest.ranks} ranks) {slowest.seconds:.1f} s",
         ]
     return "\n".join(lines)
-
-
-def _truth_args(d: dict[str, Any]) -> dict[str, Any]:
-    args = dict(d)
-    args["culprits"] = tuple(args.get("culprits") or ())
-    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

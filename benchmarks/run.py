@@ -297,7 +297,7 @@ def load_floor(directory: Path) -> float:
 def verdict_matches(expected: dict[str, Any], verdict: dict[str, Any] | None, code: int) -> bool:
     """The report's verdict agrees with the simulator's truth (`Truth.to_dict()`, the set's
     manifest): the same status (ok, desync, hung, slow or incomplete) and, when the truth names
-    a root cause, the same culprit ranks, group and sequence id (collective or p2p)."""
+    a root cause, the same root kind, culprit ranks, group and sequence id (collective or p2p)."""
     if verdict is None:
         return False
     if expected["status"] == "ok":
@@ -306,6 +306,8 @@ def verdict_matches(expected: dict[str, Any], verdict: dict[str, Any] | None, co
         return False
     if expected.get("root") is None:
         return True
+    if verdict.get("root_cause") != expected["root"]:
+        return False
     if sorted(verdict.get("culprit_ranks") or []) != sorted(expected.get("culprits") or []):
         return False
     if expected.get("group") is not None and verdict.get("group") != expected["group"]:

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .dumps import EntryTable
-from .matching import NO_STATE_BACKENDS
+from .matching import stateless
 from .model import State
 
 DUMP_SPREAD_S = 2.0
@@ -56,8 +56,7 @@ def dump_time(t: EntryTable) -> DumpTime:
     newest = int(stamps.max())
     if newest < 0:
         return DumpTime(None, False, "no timestamps in the dumps")
-    stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
-    stateful = ~stateless[t.backend] if len(stateless) else np.ones(t.n, bool)
+    stateful = ~stateless(t)
     seen_at_dump = stateful & ~t.retired & ((t.t_started >= 0) | (t.t_completed >= 0))
     if bool(seen_at_dump.any()):
         return DumpTime(
@@ -86,8 +85,7 @@ def ages(
         has = created >= 0
         age[has] = (when.at_ns - created[has]) / 1e9
     timeout_s = t.timeout_ms[rows] / 1e3
-    stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
-    gloo = stateless[t.backend[rows]] if len(stateless) else np.zeros(len(rows), bool)
+    gloo = stateless(t, rows)
     retired = t.retired[rows]
     # These rows did not complete, so a retired one ended in an error (on gloo, `retired` is
     # set when an op fails too: a collective some member never issued can only have failed).

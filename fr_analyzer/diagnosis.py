@@ -17,8 +17,9 @@ The rules, in the order they are applied:
    none completed (a communication-level hang). A rank blocked in an earlier op of its own is
    never the root of a later op it has not reached: edges lead through it.
 5. On a backend that records no send/recv (gloo), a rank blocked in one looks idle; of the
-   idle ranks the others wait for, the one whose activity stopped first is the root, and the
-   later ones are taken to wait for it.
+   idle ranks the others wait for, the root is the one that stopped where its peers went
+   straight on to the op they wait for it in (else the one whose activity stopped first), and
+   the others (stages starved of their input) are taken to wait for it.
 6. With nothing hung and no disagreement, a rank that made the others wait (`stragglers`).
 """
 
@@ -31,13 +32,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from . import stragglers, waits
 from .ages import DUMP_SPREAD_S, Age, DumpTime, ages, dump_time
 from .dumps import EntryTable, RankDump, rank_starts
 from .groups import GroupTable
 from .matching import MatchResult
-from .model import Finding, FindingKind, Frame, Group, P2PKind, Stack, State, UnitKind
+from .model import (
+    STATE_NAMES,
+    Finding,
+    FindingKind,
+    Frame,
+    Group,
+    P2PKind,
+    Stack,
+    State,
+    UnitKind,
+)
 from .positions import (
     OpRef,
     Position,
@@ -171,7 +183,7 @@ def diagnose(
         slow = stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
         if slow is not None:
             root = _straggler_root(slow)
-    behind = frozenset(ctx.behind(root, findings)) if root is not None else frozenset()
+    behind = frozenset(ctx.behind(root)) if root is not None else frozenset()
     shown = {r: s.blocked or s.newest for r, s in states.items() if s.blocked or s.newest}
     return Diagnosis(
         positions(refs, graph.incomplete),
@@ -264,6 +276,11 @@ class _Context:
         self._path_index: dict[int, dict[tuple[str, int], int]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _no_p2p_recorded(self) -> bool:
+        """Whether every rank's backend records no send/recv (gloo)."""
+        backends = set(self.t.backends)
+        return bool(backends) and backends <= NO_P2P_BACKENDS
 
     def ref(self, row: int) -> OpRef:
         return self.refs.refs([row])[0]
@@ -405,7 +422,7 @@ class _Context:
         own = tuple(f for f in user if f not in theirs)[:4]
         return own or tuple(user[:2])
 
-    def behind(self, root: RootCause, findings: Sequence[Finding]) -> set[int]:
+    def behind(self, root: RootCause) -> set[int]:
         """Ranks whose standing the root explains: those that wait for its ranks, directly or
         not; for a disagreement, also every rank blocked in the op it disagrees in (they wait
         in it together, for nobody), or whose recording ends with it (gloo fails the op and
@@ -427,7 +444,7 @@ class _Context:
                 if at is not None and _same_op(self, at, row):
                     anchor.add(rank)
         graph = self.graph_used
-        if root.finding is not None and set(self.t.backends) <= NO_P2P_BACKENDS:
+        if root.finding is not None and self._no_p2p_recorded():
             # No send/recv recorded: a rank with a dump that others wait for and that blocks
             # in no recorded op is in a send/recv, a pipeline stage starved of its input by
             # the ranks the disagreement stopped (see `_implicit_edges`).
@@ -549,8 +566,7 @@ class _Context:
         that others wait for are taken to wait for the one that stopped first; but a rank
         whose whole group stopped with it (a pipeline stage starved of its input) waits for
         the ranks that stopped alone while their groups went on, whenever there are some."""
-        backends = set(self.t.backends)
-        if not backends or not backends <= NO_P2P_BACKENDS:
+        if not self._no_p2p_recorded():
             return {}
         idle = [r for r in g.waited_on() if r not in g.node_of]
         if len(idle) < 2:
@@ -716,12 +732,6 @@ class _Context:
                 return found
         return None
 
-    def _p2p_deviates(self, rank: int) -> bool:
-        """Whether the send/recv `rank` is blocked in differs from what most ranks in its
-        pipeline position issued at the same p2p seq id of their group alike."""
-        row = self.graph.frontier[rank]
-        return self._p2p_divergence(rank, row, only=int(self.t.p2p_seq[row])) is not None
-
     def _p2p_divergence(self, rank: int, row: int, only: int | None = None) -> int | None:
         """The first send/recv row of `rank` in `row`'s group (at p2p seq id `only`, if given)
         whose op differs from what most ranks in its pipeline position issued at that p2p seq
@@ -730,7 +740,7 @@ class _Context:
         group = self.groups.groups[uid]
         sequences = []
         for mirror in self._mirrors(rank, {group.desc})[: _MIRRORS * 4]:
-            alike = self._mirror_group(rank, group, mirror)
+            alike = self._mirror_group(group, mirror)
             if alike is not None:
                 sequences.append(self._p2p_sequence(mirror, alike.uid))
         if not sequences:
@@ -910,7 +920,7 @@ class _Context:
             r for r in sorted(roles) if r in loaded and role(r) == mine and self._same_path(rank, r)
         ]
 
-    def _mirror_group(self, rank: int, group: Group, mirror: int) -> Group | None:
+    def _mirror_group(self, group: Group, mirror: int) -> Group | None:
         """The group alike `group` that `mirror` is in (the same one if it is a member)."""
         if mirror in group.ranks:
             return group
@@ -919,16 +929,12 @@ class _Context:
                 return other
         return None
 
-    def _mirror_row(self, rank: int, mirror: int, w: waits.Wait) -> int | None:
-        """The row on `mirror` of the op that `w`'s waiters wait for `rank` in."""
-        return self._counterpart_on(rank, mirror, w.row)
-
     def _counterpart_on(self, rank: int, mirror: int, row: int) -> int | None:
         """The row on `mirror` (a rank in `rank`'s role) of the op at `row` as `rank` sees it:
         its own op, its part of a collective, or its half of a send/recv posted by another."""
         t, m = self.t, self.m
         group = self.groups.groups[int(self.groups.entry_group[row])]
-        alike = self._mirror_group(rank, group, mirror)
+        alike = self._mirror_group(group, mirror)
         if alike is None or rank not in group.ranks:
             return None
         if int(m.collectives.entry_unit[row]) >= 0:
@@ -1077,9 +1083,7 @@ class _Context:
             kind = RootKind.NOT_JOINED
         else:
             joined = (
-                "posted its half of"
-                if ref is not None and ref.p2p_seq_id is not None
-                else ("joined")
+                "posted its half of" if ref is not None and ref.p2p_seq_id is not None else "joined"
             )
             sentence = (
                 f"{label(roots)} never {joined} {where}: {label(waiters)} "
@@ -1240,8 +1244,7 @@ class _Context:
                 if r in completed:
                     continue
                 head = int(t.marker[row]) if int(t.marker[row]) >= 0 else row
-                name = ["scheduled", "started", "completed", "unknown"][int(t.state[head])]
-                states.setdefault(name, []).append(r)
+                states.setdefault(STATE_NAMES[State(int(t.state[head]))], []).append(r)
         stuck = list(best.ranks)
         laggards = completed or len(states) > 1
         evidence = []
@@ -1359,20 +1362,26 @@ def _finding_rows(ctx: _Context, f: Finding) -> list[int]:
     if f.p2p_seq_id is None:
         return []
     on = f.culprit_ranks[0] if len(f.culprit_ranks) == 1 else f.ranks[0]
-    p2p = (
-        ((t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER))
-        & (ctx.groups.entry_group == f.group.uid)
-        & (t.p2p_kind != P2PKind.NONE)
-    )
-    hit = np.flatnonzero(p2p & (t.rank == on) & (t.p2p_seq == f.p2p_seq_id)).tolist()
+    mine = _p2p_rows(ctx, on, f.group.uid)
+    hit: list[int] = mine[t.p2p_seq[mine] == f.p2p_seq_id].tolist()
     # The other half: the other ranks' unfinished send/recv with `on` on this group (their own
     # p2p seq ids may differ).
     if on in f.group.ranks:
         local = f.group.ranks.index(on)
-        toward = np.where(t.p2p_kind == P2PKind.SEND, t.peer_dst, t.peer_src) == local
-        for other in set(f.ranks) - {on}:
-            hit += np.flatnonzero(p2p & toward & (t.rank == other) & ~ctx.m.done).tolist()
+        for other in sorted(set(f.ranks) - {on}):
+            rows = _p2p_rows(ctx, other, f.group.uid)
+            peer = np.where(t.p2p_kind[rows] == P2PKind.SEND, t.peer_dst[rows], t.peer_src[rows])
+            hit += rows[(peer == local) & ~m.done[rows]].tolist()
     return hit
+
+
+def _p2p_rows(ctx: _Context, rank: int, uid: int) -> npt.NDArray[np.int64]:
+    """A rank's send/recv rows on one group."""
+    t, span = ctx.t, ctx._rows_of(rank)
+    at = slice(span.start, span.stop)
+    p2p = (t.unit[at] == UnitKind.P2P) | (t.unit[at] == UnitKind.BATCH_MEMBER)
+    p2p &= (ctx.groups.entry_group[at] == uid) & (t.p2p_kind[at] != P2PKind.NONE)
+    return np.flatnonzero(p2p).astype(np.int64) + span.start
 
 
 def _straggler_root(slow: stragglers.Slowness) -> RootCause:

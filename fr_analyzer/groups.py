@@ -201,7 +201,6 @@ def _sizes_by_rules(t: EntryTable, entry_group: npt.NDArray[np.int32]) -> dict[i
     small = np.where(gather, in_n, out_n)
     ok = (small > 0) & (big % np.maximum(small, 1) == 0)
     ratio = np.where(ok, big // np.maximum(small, 1), 0)
-    out: dict[int, int] = {}
     keys = entry_group[rows][ok].astype(np.int64) * (1 << 32) + ratio[ok]
     values, counts = np.unique(keys, return_counts=True)
     best: dict[int, tuple[int, int]] = {}
@@ -209,9 +208,7 @@ def _sizes_by_rules(t: EntryTable, entry_group: npt.NDArray[np.int32]) -> dict[i
         uid, size = divmod(key, 1 << 32)
         if size >= 2 and count > best.get(uid, (0, 0))[1]:
             best[uid] = (size, count)
-    for uid, (size, _) in best.items():
-        out[uid] = size
-    return out
+    return {uid: size for uid, (size, _) in best.items()}
 
 
 def _complete_by_size_rules(
@@ -225,7 +222,8 @@ def _complete_by_size_rules(
     size rules: a gloo job whose rank 15 crashed has a world of 16 and a tensor-parallel group
     {12, 13, 14, 15}, not {12, 13, 14}. Without a size rule, groups with the same description
     tell the size. A group's missing members are the ranks without a dump that extend its
-    ranks' stride (the stride of groups alike when it has one rank)."""
+    ranks' stride (the stride of groups alike when it has one rank); groups alike that each
+    lack the ranks no group of theirs holds are grown to take them (`_tile`)."""
     sizes = _sizes_by_rules(t, entry_group)
     out: list[Group] = []
     for g in groups:
@@ -337,15 +335,25 @@ def _fill_gaps(g: Group, groups: list[Group]) -> tuple[int, ...]:
     ranks = sorted(g.ranks)
     if len(ranks) < 2:
         return g.ranks
-    step = 0
-    for a, b in itertools.pairwise(ranks):
-        step = math.gcd(step, b - a)
-    full = range(ranks[0], ranks[-1] + 1, step)
+    full = range(ranks[0], ranks[-1] + 1, _stride(ranks))
     holes = [r for r in full if r not in g.ranks]
-    taken = {r for o in groups if o.desc == g.desc and o.uid != g.uid for r in o.ranks}
+    taken = _taken(g, groups)
     if not holes or any(r in taken for r in holes) or len(holes) >= len(ranks):
         return g.ranks
     return tuple(full)
+
+
+def _stride(ranks: Sequence[int]) -> int:
+    """The step between a sorted run of ranks (their differences' greatest common divisor)."""
+    step = 0
+    for a, b in itertools.pairwise(ranks):
+        step = math.gcd(step, b - a)
+    return step
+
+
+def _taken(g: Group, groups: list[Group]) -> set[int]:
+    """Ranks in another group of `g`'s description."""
+    return {r for o in groups if o.desc == g.desc and o.uid != g.uid for r in o.ranks}
 
 
 def _size_of_alike(g: Group, groups: list[Group]) -> int:
@@ -362,16 +370,14 @@ def _windows(g: Group, size: int, groups: list[Group]) -> tuple[int, list[tuple[
     description."""
     ranks = sorted(g.ranks)
     if len(ranks) >= 2:
-        step = 0
-        for a, b in itertools.pairwise(ranks):
-            step = math.gcd(step, b - a)
+        step = _stride(ranks)
     else:
         alike = [o for o in groups if o.desc == g.desc and o.size == size and o.uid != g.uid]
         diffs = [b - a for o in alike for a, b in itertools.pairwise(sorted(o.ranks))]
         step = min(diffs) if diffs else 1
     if step <= 0:
         return step, []
-    taken = {r for o in groups if o.desc == g.desc and o.uid != g.uid for r in o.ranks}
+    taken = _taken(g, groups)
     start_low = ranks[-1] - step * (size - 1)
     windows = []
     for first in range(start_low, ranks[0] + 1, step):

@@ -46,6 +46,15 @@ I64 = npt.NDArray[np.int64]
 NO_STATE_BACKENDS = frozenset({"gloo"})
 """Backends whose recorder never leaves `scheduled`: `retired` is their only completion signal,
 and it is also set when the op failed (timed out)."""
+
+
+def stateless(t: EntryTable, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
+    """Whether each row (every row, or `rows`) comes from a backend that records no states."""
+    codes = t.backend if rows is None else t.backend[rows]
+    by_code = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
+    return by_code[codes] if len(by_code) else np.zeros(len(codes), dtype=bool)
+
+
 COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
 P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
 
@@ -121,9 +130,7 @@ def completion(t: EntryTable) -> npt.NDArray[np.bool_]:
     head[orphans] = orphans
     state = t.state[head]
     retired = t.retired[head]
-    stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
-    no_states = stateless[t.backend] if len(stateless) else np.zeros(t.n, dtype=bool)
-    done: npt.NDArray[np.bool_] = np.where(no_states, retired, state == State.COMPLETED)
+    done: npt.NDArray[np.bool_] = np.where(stateless(t), retired, state == State.COMPLETED)
     return done
 
 
@@ -321,8 +328,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
         proven = np.full(len(groups.groups) + 1, -1, dtype=np.int64)
         for uid_, value in ctx.proof.items():
             proven[uid_] = value
-        stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
-        row_stateless = stateless[t.backend[rows]] if len(stateless) else done & False
+        row_stateless = stateless(t, rows)
         behind = ~done & ((seq < proven[uid]) | (row_stateless & (seq == proven[uid])))
         if bool(behind.any()):
             ctx.done[rows[behind]] = True
@@ -384,8 +390,7 @@ def _proof(
     if not len(starts):
         return {}
     any_done = np.logical_or.reduceat(done, starts)
-    stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
-    unit_stateless = stateless[t.backend[rows[starts]]] if len(stateless) else any_done & False
+    unit_stateless = stateless(t, rows[starts])
     # A row followed by another row of its rank: on gloo, that op returned.
     last_of_rank = np.zeros(t.n, dtype=bool)
     rank_change = np.flatnonzero(np.diff(t.rank) != 0)
@@ -535,20 +540,23 @@ def _at_position(t: EntryTable, pos: int, read: Callable[[int], Value]) -> Value
     return value_of
 
 
+def _per_rank(t: EntryTable, unit_rows: I64) -> tuple[npt.NDArray[np.int32], I64, I64]:
+    """A unit's rows come grouped by rank (ascending), each rank's in record order: their
+    ranks, where each rank's rows start, and how many it has."""
+    ranks = t.rank[unit_rows]
+    starts = np.flatnonzero(_changes(ranks))
+    return ranks, starts, np.diff(starts, append=len(unit_rows))
+
+
 def _check_unit(
     ctx: _Context, group: Group, seq: int, unit_rows: I64, findings: list[Finding]
 ) -> tuple[bool, str, tuple[int, ...]]:
     """The per-unit look for units that failed the vectorized checks."""
     t = ctx.t
-    # Rows come grouped by rank (ascending), each rank's in record order.
-    ranks = t.rank[unit_rows]
-    starts = np.flatnonzero(_changes(ranks))
-    lengths = np.diff(starts, append=len(unit_rows))
+    ranks, starts, lengths = _per_rank(t, unit_rows)
     issued = tuple(ranks[starts].tolist())
     unit_rows = _without_cut_blocks(ctx, unit_rows, starts, lengths)
-    ranks = t.rank[unit_rows]
-    starts = np.flatnonzero(_changes(ranks))
-    lengths = np.diff(starts, append=len(unit_rows))
+    ranks, starts, lengths = _per_rank(t, unit_rows)
     present = tuple(ranks[starts].tolist())
     grid = unit_rows.reshape(len(starts), -1) if (lengths == lengths[0]).all() else None
     op_grid = t.op[grid] if grid is not None else None
@@ -992,18 +1000,18 @@ def _later_pairs_prove_earlier(
     """A channel carries its transfers in order: once a later send or recv of a channel
     completed, every earlier one on it completed too, on both sides; a side that is not done
     was dumped before it finished, a moment before its peer's dump."""
+    # Per channel, the highest key with a completed op on either side.
+    done_keys = np.sort(
+        np.concatenate([send_keys[ctx.done[send_rows]], recv_keys[ctx.done[recv_rows]]])
+    )
+    if not len(done_keys):
+        return
+    last = np.append(np.flatnonzero(np.diff(done_keys >> 32)), len(done_keys) - 1)
+    chans, highest = done_keys[last] >> 32, done_keys[last]
     for keys, rows in ((send_keys, send_rows), (recv_keys, recv_rows)):
         if not len(keys):
             continue
         channel = keys >> 32
-        # Per channel, the highest key with a completed op on either side.
-        done_keys = np.concatenate([send_keys[ctx.done[send_rows]], recv_keys[ctx.done[recv_rows]]])
-        if not len(done_keys):
-            return
-        order = np.argsort(done_keys)
-        done_keys = done_keys[order]
-        last = np.append(np.flatnonzero(np.diff(done_keys >> 32)), len(done_keys) - 1)
-        chans, highest = done_keys[last] >> 32, done_keys[last]
         at = np.searchsorted(chans, channel)
         found = at < len(chans)
         found[found] = chans[at[found]] == channel[found]

@@ -14,9 +14,7 @@ import numpy.typing as npt
 
 from .dumps import EntryTable, rank_starts
 from .groups import GroupTable
-from .model import STATE_NAMES, Group, Stack, UnitKind
-
-_STATE_NAMES = {int(state): name for state, name in STATE_NAMES.items()}
+from .model import STATE_NAMES, Group, Stack, State, UnitKind
 
 
 @dataclass(frozen=True)
@@ -112,7 +110,7 @@ class Refs:
                     collective_seq_id=None if p2p_ else coll,
                     p2p_seq_id=p2p_seq if p2p_ else None,
                     op=op,
-                    state=_STATE_NAMES[state],
+                    state=STATE_NAMES[State(state)],
                     retired=retired,
                     sizes=sizes,
                     age_s=age,

@@ -160,8 +160,11 @@ def _seq_text(f: Finding) -> str:
 
 def _symptoms(c: Conclusion, verbose: bool) -> list[str]:
     """Symptoms grouped by kind and group, counted: a hang's cascade in a few lines."""
-    symptoms = c.having(Role.SYMPTOM) + [j for j in c.having(Role.ROOT) if j.finding is not None]
-    symptoms = [j for j in symptoms if j.finding is not c.root_finding or verbose]
+    symptoms = [
+        j
+        for j in c.having(Role.SYMPTOM) + c.having(Role.ROOT)
+        if j.finding is not c.root_finding or verbose
+    ]
     if not symptoms:
         return []
     grouped: dict[tuple[str, str, str], list[Judged]] = defaultdict(list)

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from .dumps import EntryTable, rank_starts
 from .groups import GroupTable
-from .matching import NO_STATE_BACKENDS, CollectiveUnits, MatchResult
+from .matching import CollectiveUnits, MatchResult, stateless
 from .model import ANY_SOURCE, P2PKind, State, UnitKind
 
 P2P_ROWS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
@@ -270,7 +270,7 @@ def _failed_with_the_dead(
     member that dumped (they all stopped there)."""
     if not unavailable or not t.n:
         return {}
-    stateless = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
+    no_states = stateless(t)
     waited: set[int] = set()
     units = m.collectives
     out: dict[int, int] = {}
@@ -279,7 +279,7 @@ def _failed_with_the_dead(
     last_of = dict(zip(t.rank[starts].tolist(), lasts.tolist(), strict=True))
     for last in lasts.tolist():
         rank = int(t.rank[last])
-        if rank in frontier or not stateless[int(t.backend[last])]:
+        if rank in frontier or not no_states[last]:
             continue
         unit = int(units.entry_unit[last])
         if unit < 0:

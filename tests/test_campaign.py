@@ -13,8 +13,8 @@ SEEDS = range(0, 66)
 
 def test_every_fault_kind_of_the_slice_is_answered_right() -> None:
     outcomes = run(SEEDS, workers=1)
-    kinds = Counter(o.kind for o in outcomes)
-    assert set(kinds) == set(CASE_KINDS), kinds  # the slice covers every kind
+    kinds = Counter(o.kind for o in outcomes if o.ambiguous is None)
+    assert set(kinds) == set(CASE_KINDS), kinds  # the slice judges every kind
     wrong = [
         f"seed {o.seed}: {o.case}\n  got: {o.got['answer'][:200]}\n  differs: {o.problems}"
         for o in outcomes

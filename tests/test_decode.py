@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.gen import Spec, TorchPickleWriter, torch_pickle
+from benchmarks.gen import Spec, torch_pickle
 from fr_analyzer.dumps import DumpFile, RankDump, build_rank, discover, load_rank
 from fr_analyzer.dumps.decode import Undecodable, _run_ints, decode
 from fr_analyzer.model import UnreadableDump
 from tests.builders import make_dump, make_entry
+from tools.frsim.writers import TorchPickleWriter
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 

@@ -350,6 +350,7 @@ def test_gpu_stuck_before_leaves_the_op_scheduled_and_peers_started() -> None:
     sim = simulate(replace(BASE, fault=faults.gpu_stuck_before(3, unit), timing=True))
     truth = sim.truth
     assert truth.root == "stuck_collective" and truth.ambiguous is None
+    assert truth.culprits == (3,)
     dumps = _dumps(sim)
     dp_peer = 1
     mine = _by_seq(dumps[3], truth.group or "")[truth.seq or 0]
@@ -408,7 +409,7 @@ def test_mismatch_that_completes_lets_the_job_finish() -> None:
     program = simulate(BASE).job.clean_program(1)
     unit = _unit(program, role=Role.WORLD, site="grad_norm", step=0)
     sim = simulate(replace(BASE, fault=faults.mismatch(1, unit, "op", completes=True)))
-    assert not sim.hung and sim.truth.status == "desync"
+    assert not sim.hung and sim.truth.status == "desync" and sim.truth.culprits == (1,)
     assert all(c != NEVER for t in sim.times for c in t.comp)
 
 
@@ -419,6 +420,7 @@ def test_stall_is_a_straggler_that_finishes() -> None:
     assert not sim.hung
     truth = sim.truth
     assert (truth.status, truth.root, truth.lateness_s) == ("slow", "straggler", 0.4)
+    assert truth.culprits == (2,)
     late = sim.times[2].enq[unit] - sim.times[3].enq[unit]
     assert 0.35e9 < late < 0.45e9
 
@@ -675,6 +677,7 @@ def test_benchmark_generator_writes_a_set_whose_manifest_holds_the_truth(tmp_pat
     assert reused and again == manifest
     verdict = {
         "status": "desync",
+        "root_cause": "mismatch",
         "culprit_ranks": [37],
         "group": truth["group"],
         "collective_seq_id": truth["seq"],
@@ -683,4 +686,5 @@ def test_benchmark_generator_writes_a_set_whose_manifest_holds_the_truth(tmp_pat
     assert verdict_matches(truth, verdict, 1)
     assert not verdict_matches(truth, {**verdict, "collective_seq_id": 1}, 1)
     assert not verdict_matches(truth, {**verdict, "status": "hung"}, 1)
+    assert not verdict_matches(truth, {**verdict, "root_cause": "not_joined"}, 1)
     assert verdict_matches({"status": "ok"}, {"status": "ok"}, 0)

@@ -209,7 +209,9 @@ def test_later_repeats_of_one_problem_fold_into_the_first(run: Run) -> None:
     entries[1] = entries[1][:2]
     analysis = run({r: make_dump(renumber(e), FOUR) for r, e in entries.items()})
     (finding,) = analysis.findings
+    assert finding.kind == FindingKind.NOT_JOINED and finding.culprit_ranks == (1,)
     assert finding.collective_seq_id == 2
+    assert analysis.conclusion.root is not None and analysis.conclusion.root.ranks == (1,)
     assert "(and 3 later collective(s) of this group, #3-#5)" in finding.detail
 
 

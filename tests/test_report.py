@@ -53,6 +53,7 @@ def test_strided_rank_lists_render_in_every_table(strided: Analysis) -> None:
     assert "\nHUNG. rank 264 never joined all_reduce #2 of group '1' (dp)" in text
     # Rank lists are text, never parsed as numbers (tabulate took 264,272,280 for one).
     assert "256,272-" not in text  # not compacted as a range: they are 8 apart
+    assert "248,256,272" in text  # every 8th rank but the stuck 264
     assert "0,8,16,24," in text
     for title in ("All findings", "Where every rank stands", "Process groups", "Memberships"):
         assert title in text
@@ -89,8 +90,9 @@ def test_text_json_and_database_give_one_answer(strided: Analysis) -> None:
     assert data["verdict"]["culprit_ranks"] == [264] == list(c.root.ranks if c.root else [])
     roots = [f for f in data["findings"] if f["role"] == "root"]
     assert [f["culprit_ranks"] for f in roots] == [[264]]
-    db_roots = [row for row in db["tables"]["findings"]["rows"] if row[-3] == "root"]
-    assert len(db_roots) == 1
+    columns = db["tables"]["findings"]["columns"]
+    rows = [dict(zip(columns, row, strict=True)) for row in db["tables"]["findings"]["rows"]]
+    assert [r["culprit_ranks"] for r in rows if r["role"] == "root"] == [[264]]
 
 
 def test_symptoms_are_grouped_and_counted(run: Run) -> None:
@@ -109,5 +111,6 @@ def test_symptoms_are_grouped_and_counted(run: Run) -> None:
     text = render_text(analysis, verbose=True)
     assert "\nHUNG. rank 0 never joined all_reduce #1 of group '0' (default_pg)" in text
     (root,) = analysis.conclusion.findings
-    assert root.role.value == "root"
+    assert root.role.value == "root" and root.finding.culprit_ranks == (0,)
+    assert analysis.conclusion.root is not None and analysis.conclusion.root.ranks == (0,)
     assert "(and 4 later collective(s) of this group, #2-#5)" in root.finding.detail

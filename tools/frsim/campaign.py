@@ -148,9 +148,9 @@ class Case:
             f"{self.site}: {fault} | truth: {self.truth.describe()}"
         )
 
-    def write(self, directory: Path, workers: int = 1) -> list[Path]:
+    def write(self, directory: Path) -> list[Path]:
         """Write the case's dump files into `directory`."""
-        return write_dumps(self.sim, directory, self.output, workers=workers)
+        return write_dumps(self.sim, directory, self.output)
 
 
 def _candidates(program: Program, kind: str, site: str, gloo: bool) -> list[int]:

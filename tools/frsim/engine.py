@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import random
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -65,39 +66,15 @@ class RankTimes:
 
     def enqueued(self, until: int = NEVER - 1) -> int:
         """Units enqueued at or before `until` (a prefix: enqueue times increase)."""
-        lo, hi = 0, len(self.enq)
-        enq = self.enq
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if enq[mid] <= until:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return bisect_right(self.enq, until)
 
     def completed(self, until: int = NEVER - 1) -> int:
         """Units completed at or before `until` (a prefix: the stream completes in order)."""
-        lo, hi = 0, len(self.comp)
-        comp = self.comp
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if comp[mid] <= until:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return bisect_right(self.comp, until)
 
     def started(self, until: int) -> int:
         """Units whose stream start (ready) is at or before `until` (a prefix)."""
-        lo, hi = 0, len(self.ready)
-        ready = self.ready
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ready[mid] <= until:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return bisect_right(self.ready, until)
 
 
 _Context = tuple[

@@ -49,19 +49,6 @@ FaultKind = Literal[
     "network_hang",
     "swap",
 ]
-FAULT_KINDS: tuple[FaultKind, ...] = (
-    "stall",
-    "stop_host",
-    "crash",
-    "gpu_stuck_in",
-    "gpu_stuck_before",
-    "skip",
-    "extra",
-    "mismatch",
-    "p2p_mismatch",
-    "network_hang",
-    "swap",
-)
 Field = Literal["size", "dtype", "op"]
 
 
@@ -212,10 +199,8 @@ def check(fault: Fault, program: Program) -> None:
         raise ValueError("stall needs seconds > 0")
 
 
-def engine_fault(fault: Fault | None, rank: int) -> EngineFault | None:
-    """What the engine must do differently on `rank`."""
-    if fault is None or fault.rank != rank:
-        return None
+def engine_fault(fault: Fault) -> EngineFault | None:
+    """What the engine must do differently on the faulty rank (None: nothing)."""
     return {
         "stop_host": EngineFault(stop_at=fault.op),
         "crash": EngineFault(crash_at=fault.op),

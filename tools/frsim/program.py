@@ -371,21 +371,6 @@ class Program:
             setattr(new, name, list(getattr(self, name)))
         return new.finalize()
 
-    def append(
-        self,
-        kind: Kind,
-        role: int,
-        item: int,
-        peer: int,
-        site: str,
-        cpu: int,
-        dev: int,
-        dur: int,
-        sync: bool,
-        step: int,
-    ) -> None:
-        self.insert(len(self.kind), kind, role, item, peer, site, cpu, dev, dur, sync, step)
-
     def insert(
         self,
         index: int,
@@ -481,9 +466,6 @@ class Program:
         return self
 
     # -- views used by faults, truth and the campaign --------------------------------------
-
-    def is_collective(self, i: int) -> bool:
-        return self.kind[i] in COLL_KINDS
 
     def seq_of(self, i: int) -> int:
         """The unit's own sequence id: collective seq for collectives, p2p seq otherwise."""
@@ -587,8 +569,18 @@ class Builder:
     ) -> None:
         timing = self.timing
         cpu = self.pending_cpu + (timing.launch_us + timing.entry_us * entries) * 1_000
-        self.program.append(
-            kind, role, item, peer, site, cpu, self.pending_dev, dur, sync, self.step
+        self.program.insert(
+            len(self.program.kind),
+            kind,
+            role,
+            item,
+            peer,
+            site,
+            cpu,
+            self.pending_dev,
+            dur,
+            sync,
+            self.step,
         )
         self.pending_cpu = self.pending_dev = 0
 

@@ -416,62 +416,35 @@ def record(
         for j in range(max(0, first_entry - rid0), n):
             st = row[j]
             tname, tid = ("pt_autograd_0", autograd_tid) if st.autograd else (main_name, main_tid)
-            if j == n - 1:
-                append(
-                    Entry(
-                        st.frames,
-                        rid0 + j,
-                        pg_id,
-                        key,
-                        tname,
-                        tid,
-                        cs,
-                        ps,
-                        op0 + j,
-                        st.name,
-                        t0 + j * gap,
-                        duration,
-                        st.in_sizes,
-                        st.in_dtypes,
-                        st.out_sizes,
-                        st.out_dtypes,
-                        state,
-                        started,
-                        completed,
-                        retired,
-                        timeout_ms,
-                        st.is_p2p,
-                        st.key,
-                    )
+            # Only a block's last entry carries its state; the others stay scheduled.
+            last = j == n - 1
+            append(
+                Entry(
+                    st.frames,
+                    rid0 + j,
+                    pg_id,
+                    key,
+                    tname,
+                    tid,
+                    cs,
+                    ps,
+                    op0 + j,
+                    st.name,
+                    t0 + j * gap,
+                    duration if last else None,
+                    st.in_sizes,
+                    st.in_dtypes,
+                    st.out_sizes,
+                    st.out_dtypes,
+                    state if last else "scheduled",
+                    started if last else None,
+                    completed if last else None,
+                    retired if last else False,
+                    timeout_ms,
+                    st.is_p2p,
+                    st.key,
                 )
-            else:
-                append(
-                    Entry(
-                        st.frames,
-                        rid0 + j,
-                        pg_id,
-                        key,
-                        tname,
-                        tid,
-                        cs,
-                        ps,
-                        op0 + j,
-                        st.name,
-                        t0 + j * gap,
-                        None,
-                        st.in_sizes,
-                        st.in_dtypes,
-                        st.out_sizes,
-                        st.out_dtypes,
-                        "scheduled",
-                        None,
-                        None,
-                        False,
-                        timeout_ms,
-                        st.is_p2p,
-                        st.key,
-                    )
-                )
+            )
 
     # pg_status: enqueued, watchdog-started, retired prefixes of the program
     roles = [int(r) for r in member_roles]

@@ -113,7 +113,7 @@ class Job:
         fault = self.spec.fault
         if fault is None:
             return {}
-        found = engine_fault(fault, fault.rank)
+        found = engine_fault(fault)
         return {} if found is None else {fault.rank: found}
 
 

@@ -100,6 +100,10 @@ class Truth:
         out["culprits"] = list(self.culprits)
         return out
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Truth:
+        return cls(**{**d, "culprits": tuple(d.get("culprits") or ())})
+
 
 @dataclass(frozen=True)
 class _Site:

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from .sim import Simulation
 
 Format = Literal["torch", "pickle", "json"]
-FORMATS: tuple[Format, ...] = ("torch", "pickle", "json")
 Frames = Literal["shared", "distinct"]
 PICKLE_PROTOCOL = 4
 
