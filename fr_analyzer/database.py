@@ -143,37 +143,36 @@ def build(analysis: Analysis) -> dict[str, Any]:
     ]
     shapes = [[list(s) for s in shape] for shape in t.shapes]
     dtypes = [list(d) for d in t.dtypes]
-    cols = t.columns
     unit_names = {k.value: k.name.lower() for k in UnitKind}
     for i in range(t.n):
-        stack = int(cols["stack"][i])
-        duration = float(cols["duration_ms"][i])
+        stack = int(t.stack[i])
+        duration = float(t.duration_ms[i])
         tables["nccl_calls"].append(
             [
                 i,
                 int(t.rank[i]),
-                int(cols["index"][i]),
-                int(cols["record_id"][i]),
+                int(t.index[i]),
+                int(t.record_id[i]),
                 int(groups.entry_group[i]),
                 None if collective_id[i] < 0 else int(collective_id[i]),
-                t.profiling_names[int(cols["pname"][i])],
-                t.ops[int(cols["op"][i])],
-                unit_names[int(cols["unit"][i])],
-                int(cols["coll_seq"][i]),
-                int(cols["p2p_seq"][i]),
-                int(cols["op_id"][i]),
-                STATE_NAMES[State(int(cols["state"][i]))],
-                bool(cols["retired"][i]),
+                t.profiling_names[int(t.pname[i])],
+                t.ops[int(t.op[i])],
+                unit_names[int(t.unit[i])],
+                int(t.coll_seq[i]),
+                int(t.p2p_seq[i]),
+                int(t.op_id[i]),
+                STATE_NAMES[State(int(t.state[i]))],
+                bool(t.retired[i]),
                 bool(m.done[i]),
-                shapes[int(cols["in_shape"][i])],
-                shapes[int(cols["out_shape"][i])],
-                dtypes[int(cols["in_dtype"][i])],
-                dtypes[int(cols["out_dtype"][i])],
-                _time(cols["t_created"][i]),
-                _time(cols["t_started"][i]),
-                _time(cols["t_completed"][i]),
+                shapes[int(t.in_shape[i])],
+                shapes[int(t.out_shape[i])],
+                dtypes[int(t.in_dtype[i])],
+                dtypes[int(t.out_dtype[i])],
+                _time(t.t_created[i]),
+                _time(t.t_started[i]),
+                _time(t.t_completed[i]),
                 None if math.isnan(duration) else duration,
-                int(cols["timeout_ms"][i]),
+                int(t.timeout_ms[i]),
                 None if stack < 0 else stack,
             ]
         )
@@ -205,6 +204,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "ranks_missing": list(s.ranks_missing),
         "versions": {k: list(v) for k, v in s.versions.items()},
         "backends": list(s.backends),
+        "readers": {name: list(ranks) for name, ranks in s.readers.items()},
         "verdict": c.answer,
         "status": c.status.value,
         "verdict_detail": verdict_json(c),

@@ -210,3 +210,4 @@ class DumpSummary:
     comm_lib_versions: tuple[str, ...]
     ignored_files: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
+    readers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # reader -> ranks read

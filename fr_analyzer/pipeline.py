@@ -10,12 +10,13 @@ from pathlib import Path
 from . import dumps as dumps_mod
 from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
-from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump
+from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader
 from .errors import DiscoveryError
 from .findings import collect
 from .groups import GroupTable, build_groups
 from .matching import MatchResult, match
 from .model import DumpSummary, Finding, UnreadableDump
+from .ranks import agree, compact
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,10 @@ def _summary(
     for dump in loaded:
         versions.setdefault(dump.version, []).append(dump.rank)
     warnings = [w for d in loaded for w in d.warnings]
+    warnings += _slow_readers(loaded)
+    readers: dict[str, list[int]] = {}
+    for dump in loaded:
+        readers.setdefault(dump.reader.value, []).append(dump.rank)
     if len(versions) > 1:
         warnings.insert(
             0,
@@ -112,4 +117,22 @@ def _summary(
         comm_lib_versions=tuple(sorted({d.comm_lib_version for d in loaded if d.comm_lib_version})),
         ignored_files=ignored,
         warnings=tuple(warnings),
+        readers={name: tuple(ranks) for name, ranks in sorted(readers.items())},
     )
+
+
+def _slow_readers(loaded: list[RankDump]) -> list[str]:
+    """Warnings for ranks read slower than their format allows: by the careful per-entry
+    reader, or in torch's pickle layout but not by the decoder; grouped by the reason."""
+    by_reason: dict[tuple[str, str], list[int]] = {}
+    for dump in loaded:
+        if dump.reader is Reader.PER_ENTRY:
+            by_reason.setdefault(("read entry by entry (slower)", dump.fallback), []).append(
+                dump.rank
+            )
+        elif dump.fallback.startswith("decoder: torch's pickle layout, but"):
+            by_reason.setdefault(("not decoded", dump.fallback), []).append(dump.rank)
+    return [
+        f"{agree(ranks, 'rank', 'ranks')} {compact(ranks)} {how}: {reason}"
+        for (how, reason), ranks in sorted(by_reason.items())
+    ]

@@ -125,6 +125,7 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             "comm_lib_versions": list(s.comm_lib_versions),
             "ignored_files": list(s.ignored_files),
             "warnings": list(s.warnings),
+            "readers": {name: list(ranks) for name, ranks in s.readers.items()},
         },
         "verdict": verdict_json(c),
         "root_cause": root_cause_json(c.root),

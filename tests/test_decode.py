@@ -8,6 +8,7 @@ import itertools
 import pickle
 import pickletools
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from benchmarks.gen import Spec, torch_pickle
-from fr_analyzer.dumps import DumpFile, RankDump, build_rank, discover, load_rank
+from fr_analyzer.dumps import DumpFile, RankDump, Reader, build_rank, discover, load_rank
 from fr_analyzer.dumps.decode import Undecodable, _run_ints, decode
 from fr_analyzer.model import UnreadableDump
 from tests.builders import make_dump, make_entry
@@ -67,13 +68,20 @@ def entries(count: int, **changes: Any) -> list[dict[str, Any]]:
 
 
 def same_rank(a: RankDump | UnreadableDump, b: RankDump | UnreadableDump) -> None:
+    """The same rank, but for which reader read it and why: every column (type and values),
+    every table, every header fact."""
     assert type(a) is type(b)
-    for name, value in vars(a).items():
-        other = getattr(b, name)
-        if isinstance(value, np.ndarray):
-            assert value.dtype == other.dtype and np.array_equal(value, other, equal_nan=True), name
-        else:
-            assert value == other, name
+    if not isinstance(a, RankDump) or not isinstance(b, RankDump):
+        assert a == b
+        return
+    assert a.columns is not None and b.columns is not None
+    for name, value in a.columns.arrays().items():
+        other = getattr(b.columns, name)
+        assert value.dtype == other.dtype and np.array_equal(value, other, equal_nan=True), name
+    assert a.tables == b.tables
+    assert replace(a, reader=b.reader, fallback=b.fallback, columns=None, tables=None) == replace(
+        b, columns=None, tables=None
+    )
 
 
 def by_unpickler(data: bytes, rank: int = 0) -> RankDump:
@@ -206,7 +214,7 @@ def test_files_outside_the_grammar_take_the_general_path(tmp_path: Path, what: s
     if isinstance(expected, UnreadableDump):
         assert isinstance(result, UnreadableDump) and result.reason == expected.reason
     else:
-        assert isinstance(result, RankDump) and result.n == expected.n
+        assert isinstance(result, RankDump) and result.entries == expected.entries
 
 
 def test_odd_values_in_decoded_entries_go_through_the_careful_path(tmp_path: Path) -> None:
@@ -221,5 +229,7 @@ def test_odd_values_in_decoded_entries_go_through_the_careful_path(tmp_path: Pat
         build_rank(decoded, 0, "f", nbytes=len(data))
     result = load_rank(file_of(tmp_path, data))
     assert isinstance(result, RankDump)
-    assert result.n == 29 and [i for i, _ in result.entry_errors] == [20]
+    assert result.entries == 29 and [i for i, _ in result.entry_errors] == [20]
+    assert result.reader is Reader.PER_ENTRY and result.fallback.startswith("decoder: ")
     same_rank(result, build_rank(pickle.loads(data), 0, result.file, nbytes=len(data)))
+

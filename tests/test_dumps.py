@@ -9,12 +9,21 @@ import json
 import os
 import pickle
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps import RankDump, TableBuilder, build_rank, discover, load_rank, read_raw
+from fr_analyzer.dumps import (
+    RankDump,
+    Reader,
+    TableBuilder,
+    build_rank,
+    discover,
+    load_rank,
+    read_raw,
+)
 from fr_analyzer.dumps.reading import _scan_pickle
 from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
@@ -221,9 +230,9 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
     assert list(a.table.rank) == list(b.table.rank)
     # Columns travel from the workers narrowed where their values allow (sequence ids and
     # codes in 8 or 16 bits, timestamps not) and come back in their own types.
-    assert a.table.columns.keys() == b.table.columns.keys()
-    for name, column in a.table.columns.items():
-        other = b.table.columns[name]
+    assert a.table.arrays().keys() == b.table.arrays().keys()
+    for name, column in a.table.arrays().items():
+        other = b.table.arrays()[name]
         assert column.dtype == other.dtype, name
         np.testing.assert_array_equal(column, other, err_msg=name)  # NaN equals NaN here
     assert int(a.table.t_created.max()) > 2**32
@@ -233,41 +242,27 @@ def test_fast_and_careful_normalization_agree_on_every_sample_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from fr_analyzer.dumps import normalize
+    from fr_analyzer.dumps.columnar import Slower
+
+    def refuse(*args: object) -> NoReturn:
+        raise Slower("forced by the test")
 
     samples = Path(__file__).resolve().parent.parent / "sample_dumps"
     files = [f for d in sorted(samples.iterdir()) for f in discover(d).files]
     fast = [load_rank(f) for f in files]
-    monkeypatch.setattr(normalize, "_fast_columns", lambda *args: None)
+    monkeypatch.setattr(normalize, "fast_columns", refuse)
     careful = [load_rank(f) for f in files]
     for a, b in zip(fast, careful, strict=True):
-        assert not isinstance(a, UnreadableDump) and not isinstance(b, UnreadableDump)
-        for column in (
-            "record_id",
-            "group",
-            "coll_seq",
-            "p2p_seq",
-            "op_id",
-            "op",
-            "pname",
-            "p2p_kind",
-            "peer_src",
-            "peer_dst",
-            "state",
-            "retired",
-            "t_created",
-            "t_started",
-            "t_completed",
-            "in_shape",
-            "out_shape",
-            "in_dtype",
-            "out_dtype",
-            "stack",
-            "timeout_ms",
-            "unit",
-            "marker",
-        ):
-            assert getattr(a, column).tolist() == getattr(b, column).tolist(), (a.file, column)
-        assert a.shapes == b.shapes and a.dtypes == b.dtypes and a.stacks == b.stacks
+        assert isinstance(a, RankDump) and isinstance(b, RankDump)
+        assert a.reader in (Reader.DECODER, Reader.COLUMNS) and b.reader is Reader.PER_ENTRY
+        assert "forced by the test" in b.fallback
+        assert a.columns is not None and b.columns is not None
+        for column, values in a.columns.arrays().items():
+            other = getattr(b.columns, column)
+            np.testing.assert_array_equal(values, other, err_msg=f"{a.file}: {column}")
+        assert a.tables is not None and b.tables is not None
+        assert (a.tables.shapes, a.tables.dtypes) == (b.tables.shapes, b.tables.dtypes)
+        assert a.tables.stacks == b.tables.stacks
         assert a.groups == b.groups and a.pg_status == b.pg_status
 
 
@@ -382,5 +377,5 @@ def test_an_unhashable_value_is_named_on_its_entry(key: str, value: object, reas
     entries = [make_entry("all_reduce", i, record_id=i) for i in range(3)]
     entries[1][key] = value
     dump = build_rank(make_dump(entries), 0, "rank0.pkl")
-    assert dump.n == 2
+    assert dump.entries == 2
     assert [(i, text.startswith(reason)) for i, text in dump.entry_errors] == [(1, True)]

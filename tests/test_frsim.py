@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.gen import WRITERS, generate
 from benchmarks.gen import Spec as BenchSpec
-from benchmarks.gen import generate
 from benchmarks.run import verdict_matches
 from tools.frsim import faults
 from tools.frsim.campaign import CASE_KINDS, LAYOUTS, draw_case
@@ -688,3 +688,36 @@ def test_benchmark_generator_writes_a_set_whose_manifest_holds_the_truth(tmp_pat
     assert not verdict_matches(truth, {**verdict, "status": "hung"}, 1)
     assert not verdict_matches(truth, {**verdict, "root_cause": "not_joined"}, 1)
     assert verdict_matches({"status": "ok"}, {"status": "ok"}, 0)
+
+
+def test_benchmark_writers_give_the_same_job_in_every_format(tmp_path: Path) -> None:
+    """One set per writer: torch (no suffix), pickle, json (no frames) and gz (".gz"), each
+    loading to the same dump; a manifest written before `writer` (with `pickler`) is reused."""
+
+    def small(writer: str) -> BenchSpec:
+        return BenchSpec(32, writer=writer, steps=2, eval_micro_batches=2, capacity=40)
+
+    loaded = {}
+    for writer in WRITERS:
+        manifest, reused = generate(small(writer), tmp_path, workers=1)
+        assert not reused and manifest.files == 32 and manifest.entries == 32 * 40
+        folder = tmp_path / ("32" if writer == "torch" else f"32-{writer}")
+        suffix = ".gz" if writer == "gz" else ""
+        data = (folder / "dumps" / f"nccl_trace_rank_5{suffix}").read_bytes()
+        if writer == "gz":
+            data = gzip.decompress(data)
+        loaded[writer] = json.loads(data) if writer == "json" else pickle.loads(data)
+    assert loaded["torch"] == loaded["pickle"] == loaded["gz"]
+    entries = loaded["json"]["entries"]
+    assert (
+        len(entries) == 40
+        and "frames" not in entries[0]
+        and "frames" in loaded["torch"]["entries"][0]
+    )
+    with pytest.raises(ValueError, match="frames"):
+        BenchSpec(32, writer="json", frames="distinct")
+    legacy = tmp_path / "32" / "manifest.json"
+    raw = json.loads(legacy.read_text())
+    raw["spec"]["pickler"] = raw["spec"].pop("writer")
+    legacy.write_text(json.dumps(raw))
+    assert generate(small("torch"), tmp_path, workers=1)[1]

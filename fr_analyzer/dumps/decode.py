@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .schema import ENTRY_KEYS, REQUIRED_KEYS, VARYING_KEYS, Kind, keys_of
+
 # Opcodes (see pickletools)
 _MARK, _STOP, _NONE, _TRUE, _FALSE = 0x28, 0x2E, 0x4E, 0x88, 0x89
 _BININT1, _BININT2, _BININT, _LONG1, _BINFLOAT = 0x4B, 0x4D, 0x4A, 0x8A, 0x47
@@ -93,35 +95,25 @@ _BODY = {
     "float": rb"N|G.{8}",
     "scalar": b"N|[\\x88\\x89]|G.{8}|" + _REF_BODY + b"|" + _INT_BODY,
 }
-_INT_KEYS = frozenset(
-    {"record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "timeout_ms"}
-    | {"time_created_ns"}
-)
-_OPTIONAL_INT_KEYS = frozenset({"time_discovered_started_ns", "time_discovered_completed_ns"})
-# Keys whose values differ from entry to entry: their runs are read as integers with numpy.
-# The values of the other keys repeat, and a run of them is decoded once per distinct bytes.
-_VARYING = frozenset(
-    {"record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns"}
-    | _OPTIONAL_INT_KEYS
-)
-_KIND = {
-    **dict.fromkeys(_INT_KEYS, "int"),
-    **dict.fromkeys(_OPTIONAL_INT_KEYS, "optional int"),
-    "retired": "flag",
-    "is_p2p": "flag",
-    "profiling_name": "ref",
-    "state": "ref",
-    "thread_name": "ref",
-    "thread_id": "ref",
-    "frames": "refs",
-    "input_dtypes": "refs",
-    "output_dtypes": "refs",
-    "input_sizes": "shapes",
-    "output_sizes": "shapes",
-    "process_group": "pair",
-    "duration_ms": "float",
+_INT_KEYS = keys_of(Kind.INT)
+_OPTIONAL_INT_KEYS = keys_of(Kind.OPTIONAL_INT)
+# Keys whose values differ from entry to entry (`Key.varying`): their runs are read as integers
+# with numpy. The values of the other keys repeat, and a run of them is decoded once per
+# distinct bytes.
+_VARYING = VARYING_KEYS
+_BODY_OF_KIND = {
+    Kind.INT: "int",
+    Kind.OPTIONAL_INT: "optional int",
+    Kind.FLAG: "flag",
+    Kind.TEXT: "ref",
+    Kind.SCALAR: "ref",  # thread name and id: strings, as torch writes them
+    Kind.TEXTS: "refs",
+    Kind.FRAMES: "refs",
+    Kind.SHAPES: "shapes",
+    Kind.PAIR: "pair",
+    Kind.FLOAT: "float",
 }
-REQUIRED_KEYS = frozenset(_KIND) - {"duration_ms", "thread_name", "thread_id"}
+_KIND = {key.name: _BODY_OF_KIND[key.kind] for key in ENTRY_KEYS}
 
 
 @dataclass(frozen=True)
@@ -203,7 +195,7 @@ class _Decoder:
             size = int.from_bytes(data[pos : pos + width], "little")
             end = pos + width + size
             if end > len(data):
-                raise _Outside
+                raise _Outside("a string runs past the end")
             value = data[pos + width : end].decode("utf-8", "surrogatepass")
             pos = end
         elif op == _BININT1:
@@ -215,7 +207,7 @@ class _Decoder:
         elif op == _LONG1:
             size = data[pos]
             if size > 8:
-                raise _Outside
+                raise _Outside("an integer wider than 8 bytes")
             value = int.from_bytes(data[pos + 1 : pos + 1 + size], "little", signed=True)
             pos += 1 + size
         elif op == _NONE:
@@ -226,24 +218,28 @@ class _Decoder:
             value, pos = struct.unpack(">d", data[pos : pos + 8])[0], pos + 8
         elif op in (_EMPTY_LIST, _EMPTY_DICT):
             if depth >= _MAX_DEPTH or data[pos] != _MARK:
-                raise _Outside
+                raise _Outside("containers nested too deeply")
             end = _APPENDS if op == _EMPTY_LIST else _SETITEMS
             items, pos = self.items(pos + 1, end, depth + 1)
             if op == _EMPTY_LIST:
                 value = items
             else:
                 if len(items) % 2:
-                    raise _Outside
+                    raise _Outside("a dict with an odd number of items")
                 keys = items[::2]
                 if not all(type(k) is str or type(k) is int for k in keys):
-                    raise _Outside  # no key whose hash could explode
+                    raise _Outside(
+                        "a dict key that is not a string or an integer"
+                    )  # no key whose hash could explode
                 value = dict(zip(keys, items[1::2], strict=True))
             if data[pos] == _MARK:
-                raise _Outside  # a second batch of items: Python's pickler, not torch's
+                raise _Outside(
+                    "a second batch of items (Python's pickler writes those)"
+                )  # a second batch of items: Python's pickler, not torch's
         elif op == _EMPTY_TUPLE:
             value = ()
         else:
-            raise _Outside
+            raise _Outside("an opcode torch's pickler does not write")
         if data[pos] in _PUTS:
             pos = self.put(value, pos)
         return value, pos
@@ -253,7 +249,9 @@ class _Decoder:
         width = 1 if data[pos] == _BINPUT else 4
         slot = int.from_bytes(data[pos + 1 : pos + 1 + width], "little")
         if not self.puts or slot != len(self.memo) or len(data) < pos + 1 + width:
-            raise _Outside  # written out of order (or twice): not torch's pickler
+            raise _Outside(
+                "a memo slot written out of order (not torch's pickler)"
+            )  # written out of order (or twice): not torch's pickler
         self.memo.append(value)
         if type(value) is str:
             self.slots.setdefault(value, slot)
@@ -282,7 +280,7 @@ class _Decoder:
             elif op in (_TUPLE1, _TUPLE2, _TUPLE3):
                 size = op - _TUPLE1 + 1
                 if len(items) < size:
-                    raise _Outside
+                    raise _Outside("a tuple with too few items")
                 items[-size:] = [self.scalars(items[-size:])]
                 pos += 1
                 if data[pos] in _PUTS:
@@ -299,7 +297,9 @@ class _Decoder:
     @staticmethod
     def scalars(items: list[Any]) -> tuple[Any, ...]:
         if not all(type(v) in _SCALARS for v in items):
-            raise _Outside  # a tuple of containers could be a hash bomb
+            raise _Outside(
+                "a tuple holding a container"
+            )  # a tuple of containers could be a hash bomb
         return tuple(items)
 
     def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
@@ -309,7 +309,7 @@ class _Decoder:
         reader = _Decoder(data + b".", self.memo, puts=False)
         found, pos = reader.items(0, _STOP, 0)
         if len(found) != 2 * size - 1 or pos != len(data) + 1:
-            raise _Outside
+            raise _Outside("a run of keys that is not whole")
         return found[::2], reader.top_ref
 
 
@@ -324,12 +324,25 @@ class Decoded:
 def decode(data: bytes) -> Decoded | None:
     """The dump, or None when the bytes are not in the form torch writes (the general path
     reads them then, and reports what is wrong with them)."""
-    if data[:4] != b"\x80\x02}(":
-        return None
+    found = decode_or_why(data)
+    return found if isinstance(found, Decoded) else None
+
+
+def decode_or_why(data: bytes) -> Decoded | str:
+    """The dump, or why the bytes are not in the form torch writes."""
+    if data[:2] != b"\x80\x02":
+        if data[:1] == b"\x80" and len(data) > 1:
+            return f"pickle protocol {data[1]}: not torch's pickle layout (protocol 2)"
+        return "not torch's pickle layout"
+    if data[2:4] != b"}(":
+        return "not torch's pickle layout (the top level is not a dict)"
     try:
-        return _decode(data)
-    except (_Outside, IndexError, UnicodeDecodeError, struct.error, RecursionError):
-        return None
+        found = _decode(data)
+    except _Outside as exc:
+        return f"torch's pickle layout, but {exc.args[0] if exc.args else 'not read'}"
+    except (IndexError, UnicodeDecodeError, struct.error, RecursionError) as exc:
+        return f"torch's pickle layout, but malformed ({type(exc).__name__})"
+    return found if found is not None else "torch's pickle layout, but not ending where it should"
 
 
 def _decode(data: bytes) -> Decoded | None:
@@ -340,15 +353,15 @@ def _decode(data: bytes) -> Decoded | None:
     while data[pos] != _SETITEMS:
         key, pos = reader.value(pos)
         if type(key) is not str:
-            raise _Outside
+            raise _Outside("a top-level key that is not a string")
         if key != "entries":
             header[key], pos = reader.value(pos)
         elif data[pos : pos + 2] == b"](" and entries is None:
             entries, pos = _entries(reader, pos + 2)
             if data[pos] in _PUTS or data[pos] == _MARK:
-                raise _Outside
+                raise _Outside("a second entry list")
         else:
-            raise _Outside
+            raise _Outside("entries that are not a list")
     pos += 1
     if data[pos] in _PUTS:  # torch memoizes the top-level dict too; nothing refers to it
         pos = reader.put(None, pos)
@@ -396,7 +409,7 @@ def _entries(reader: _Decoder, pos: int) -> tuple[EntryColumns, int]:
             while at < len(gaps[k]):
                 at = _slow_entry(gap, at, slow, k)
             if at != len(gaps[k]):
-                raise _Outside
+                raise _Outside("an entry read outside its layout")
         pos = len(data) - len(gaps[-1])
         captured = [parts[i + 1 :: stride] for i in range(len(layout.runs))]
     while data[pos] != _APPENDS:
@@ -410,29 +423,19 @@ def _slow_entry(reader: _Decoder, pos: int, slow: list[_Slow], fast_before: int)
     """Read one entry with the decoder; `fast_before` entries read by the expression come
     before it."""
     if len(slow) >= _MAX_SLOW_ENTRIES:
-        raise _Outside
+        raise _Outside("too many entries with new strings or frames (over 256)")
     entry, pos = reader.value(pos)
     if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
-        raise _Outside
+        raise _Outside("an entry that lacks a required key")
     slow.append(_Slow(fast_before + len(slow), entry, len(reader.memo)))
     return pos
 
 
 _INT_COLUMNS = tuple(sorted(_INT_KEYS | _OPTIONAL_INT_KEYS))
-_CODED = (
-    "process_group",
-    "profiling_name",
-    "state",
-    "retired",
-    "is_p2p",
-    "duration_ms",
-    "input_sizes",
-    "output_sizes",
-    "input_dtypes",
-    "output_dtypes",
-    "frames",
+_CODED = tuple(
+    key.name for key in ENTRY_KEYS if key.kind not in (Kind.INT, Kind.OPTIONAL_INT, Kind.SCALAR)
 )
-_LISTS = frozenset({"input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames"})
+_LISTS = keys_of(Kind.SHAPES, Kind.TEXTS, Kind.FRAMES)
 
 
 class _Columns:
@@ -480,7 +483,7 @@ class _Columns:
         for name in _INT_COLUMNS:
             if name not in self.ints:  # in every entry's layout: only when no entry has one
                 if nfast:
-                    raise _Outside
+                    raise _Outside("an entry without an integer key the others have")
                 self.int_column(name, np.empty(0, dtype=np.int64))
         for name in _CODED:
             if name not in self.coded:  # not in the layout (duration_ms, say): None
@@ -496,7 +499,9 @@ class _Columns:
             if value is None and name in _OPTIONAL_INT_KEYS:
                 value = -1
             if type(value) is not int or not -(1 << 63) < value < (1 << 63):
-                raise _Outside  # an odd value: the careful path names it
+                raise _Outside(
+                    "an integer key holding something else"
+                )  # an odd value: the careful path names it
             column[s.row] = value
         self.ints[name] = column
 
@@ -536,7 +541,9 @@ class _Columns:
                 values = [values[k] for k in order]
             if name in _INT_KEYS:  # pg_id, timeout_ms: repeating integers
                 if not all(type(v) is int and -(1 << 63) < v < (1 << 63) for v in values):
-                    raise _Outside  # an odd value: the careful path names it
+                    raise _Outside(
+                        "an integer key holding something else"
+                    )  # an odd value: the careful path names it
                 self.ints[name] = np.array(values, dtype=np.int64)[codes]
             else:
                 self.coded[name] = (codes, values)
@@ -581,7 +588,7 @@ def _check_first_uses(
         row = first + bisect.bisect_right(before, first)
         at = bisect.bisect_right(sizes, top)  # the entry that wrote slot `top`
         if at == len(written) or written[at][1] > row:
-            raise _Outside
+            raise _Outside("a capture referring to a memo slot before it is written")
 
 
 def _run_ints(

@@ -1,41 +1,60 @@
-"""Load every rank, in worker processes when there are enough files to pay for them."""
+"""Load every rank in worker processes, and hand each to the table builder in file order."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 
 from ..errors import DumpError
 from ..model import UnreadableDump
+from . import sandbox
 from .common import DEFAULT_MAX_FILE_BYTES, printable
 from .decode import Undecodable
 from .discovery import DumpFile
-from .normalize import _COLUMNS, RankDump, build_rank
-from .reading import _read
+from .normalize import build_rank
+from .reading import _read, explain_pickle, read_unpacked
+from .records import COLUMNS, RankColumns, RankDump
 
 
 def load_rank(
-    dump_file: DumpFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES
+    dump_file: DumpFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES, *, sandboxed: bool = False
 ) -> RankDump | UnreadableDump:
-    """Read and normalize one rank; any problem becomes an UnreadableDump record."""
+    """Read and normalize one rank; any problem becomes an UnreadableDump record.
+
+    Pickles are scanned for bombs before they are unpickled, unless `sandboxed` (in a worker
+    process under resource limits, see `sandbox`, where the scan only explains a failure)."""
     path = printable(str(dump_file.path))
     was_enabled = gc.isenabled()
     gc.disable()  # a dump is ~100k small containers freed by reference counting; GC passes
     try:  # over them while it is read cost more than the reading
-        raw = _read(dump_file.path, dump_file.rank, max_bytes, fast=True)
+        guarded = not sandboxed
+        raw = _read(dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded)
         try:
-            return build_rank(raw.obj, dump_file.rank, path, nbytes=raw.nbytes, notes=raw.notes)
-        except Undecodable:
-            raw = _read(dump_file.path, dump_file.rank, max_bytes)
-            return build_rank(raw.obj, dump_file.rank, path, nbytes=raw.nbytes, notes=raw.notes)
+            return build_rank(
+                raw.obj,
+                dump_file.rank,
+                path,
+                nbytes=raw.nbytes,
+                notes=raw.notes,
+                fallback=raw.fallback,
+            )
+        except Undecodable as exc:
+            raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded)
+            return build_rank(
+                raw.obj,
+                dump_file.rank,
+                path,
+                nbytes=raw.nbytes,
+                notes=raw.notes,
+                fallback=f"decoder: {exc}",
+            )
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)
     except RecursionError:
@@ -57,59 +76,77 @@ def load_all(
     progress: Callable[[int, int], None] | None = None,
     sink: Callable[[RankDump], None] | None = None,
 ) -> tuple[list[RankDump], list[UnreadableDump]]:
-    """Load every rank, in worker processes when there are enough files to pay for them.
+    """Load every rank in worker processes (see `sandbox`), in file order.
 
-    Each loaded rank is handed to `sink` (if given) as soon as it arrives, in file order: the
-    table builder takes its columns then, while the workers go on. A worker that dies (killed
-    for memory, say) does not take the run with it: the files it had not returned are read again
-    one per process, and the one that kills its process again is reported unreadable. Ranks
-    outside the job (see `_outside_the_job`) are set aside; the caller leaves them out of its
-    table."""
+    Each loaded rank is handed whole to `sink` (if given) as soon as it arrives, in file
+    order: the table builder takes its columns then, while the workers go on. The ranks come
+    back without their entries (`RankDump.header`). A file that kills its worker is reported
+    unreadable, with the bomb it holds if a scan finds one. Ranks outside the job (see
+    `_outside_the_job`) are set aside; the caller leaves them out of its table."""
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(files) // 4 or 1))
-    results: dict[int, RankDump | UnreadableDump] = {}
     members = _Members()
-
-    def arrived(i: int, result: RankDump | UnreadableDump) -> None:
-        results[i] = result
-        if sink is not None and isinstance(result, RankDump):
-            sink(result)
-        if progress is not None:
-            progress(len(results), len(files))
-
-    if workers == 1:
-        for i, dump_file in enumerate(files):
-            arrived(i, members.share(load_rank(dump_file, max_bytes)))
-    else:
-        pool = ProcessPoolExecutor(max_workers=workers)
-        # Small chunks keep both cores busy to the end; each costs well under a millisecond.
-        chunk = max(1, min(16, len(files) // (workers * 16)))
-        try:
-            mapped = pool.map(_load_packed, files, [max_bytes] * len(files), chunksize=chunk)
-            for i, (result, packed, arrays) in enumerate(mapped):
-                if isinstance(result, RankDump) and arrays is not None:
-                    _unpack_arrays(result, arrays)
-                unpacked = members.unpack(result, packed)
-                if unpacked is None:  # never expected: see `_Members.unpack`
-                    unpacked = members.share(load_rank(files[i], max_bytes))
-                arrived(i, unpacked)
-        except BrokenProcessPool:
-            for i, dump_file in enumerate(files):
-                if i not in results:
-                    arrived(i, members.share(_load_isolated(dump_file, max_bytes)))
-        finally:
-            pool.shutdown(cancel_futures=True)
     loaded: list[RankDump] = []
     unreadable: list[UnreadableDump] = []
-    for i in range(len(files)):
-        result = results[i]
-        (loaded if isinstance(result, RankDump) else unreadable).append(result)  # type: ignore[arg-type]
+    results: Iterable[RankDump | UnreadableDump]
+    if sandbox.available():
+        task = functools.partial(_load_packed, max_bytes=max_bytes)
+        dead = functools.partial(_after_death, max_bytes=max_bytes)
+        pool = sandbox.Sandbox(task, _file_size, dead, workers)
+        results = _in_order((i, members.unpack(*found)) for i, found in pool.run(files))
+    else:  # no fork: read in this process, every pickle scanned first
+        results = (members.share(load_rank(f, max_bytes)) for f in files)
+    for result in results:
+        if isinstance(result, RankDump):
+            if sink is not None:
+                sink(result)
+            loaded.append(result.header())
+        else:
+            unreadable.append(result)
+        if progress is not None:
+            progress(len(loaded) + len(unreadable), len(files))
     outside = _outside_the_job(loaded)
     for dump, reason in outside:
         loaded.remove(dump)
         unreadable.append(UnreadableDump(dump.file, dump.rank, reason))
     return loaded, unreadable
+
+
+def _in_order(arrivals: Iterable[tuple[int, _T]]) -> Iterator[_T]:
+    """Results in index order, each as soon as it and every one before it are in."""
+    waiting: dict[int, _T] = {}
+    following = 0
+    for index, result in arrivals:
+        waiting[index] = result
+        while following in waiting:
+            yield waiting.pop(following)
+            following += 1
+
+
+_T = TypeVar("_T")
+
+
+def _file_size(dump_file: DumpFile) -> int:
+    try:
+        return os.stat(dump_file.path).st_size
+    except OSError:
+        return 0
+
+
+def _after_death(dump_file: DumpFile, death: sandbox.Death, max_bytes: int) -> _Loaded:
+    """The record of a file whose worker died reading it: the bomb a scan finds in it, or how
+    the worker died. The scan builds nothing, so it is safe in this process."""
+    path = printable(str(dump_file.path))
+    reason = death.reason
+    try:
+        data = read_unpacked(dump_file.path, dump_file.rank, max_bytes)
+        reason = explain_pickle(data) or reason
+    except DumpError as exc:
+        reason = exc.reason
+    except Exception:  # the death's own reason stands
+        pass
+    return UnreadableDump(path, dump_file.rank, reason), {}, None
 
 
 # Member lists between processes. Every rank's pg_config lists the world group, so sending
@@ -125,17 +162,15 @@ _digests: dict[int, tuple[tuple[int, ...], bytes]] = {}  # in a worker: by the l
 # A rank's columns travel as one buffer: pickling two dozen small arrays one by one costs
 # more, on both ends, than the bytes themselves. (name, dtype, length) per column, in order.
 _Arrays = tuple[tuple[tuple[str, str, int], ...], bytes]
-_ARRAY_FIELDS = (*_COLUMNS, "unit", "marker")
-_SENT = np.empty(0, dtype=np.int8)  # stands in for a column while it travels in the buffer
+_Loaded = tuple[RankDump | UnreadableDump, _Packed, _Arrays | None]
+"""A worker's answer: the rank without its columns, its packed member lists, its columns."""
 
 
-def _pack_arrays(dump: RankDump) -> _Arrays:
+def _pack_arrays(columns: RankColumns) -> _Arrays:
     """Integer columns travel in the narrowest type that holds their values (codes and
     sequence ids mostly fit 16 bits): fewer bytes to copy through the pipe on both ends."""
     arrays = []
-    for name in _ARRAY_FIELDS:
-        array = getattr(dump, name)
-        setattr(dump, name, _SENT)
+    for name, array in columns.arrays().items():
         if array.dtype.kind == "i" and array.dtype.itemsize > 1 and len(array):
             low, high = int(array.min()), int(array.max())
             for narrow, least, most in _NARROW:
@@ -148,44 +183,42 @@ def _pack_arrays(dump: RankDump) -> _Arrays:
     return layout, b"".join(array.data for _, array in arrays)
 
 
-def _unpack_arrays(dump: RankDump, arrays: _Arrays) -> None:
+def _unpack_arrays(arrays: _Arrays) -> RankColumns:
     """The columns back in their own types (those that kept theirs: read-only views of the
     buffer, which the table builder copies)."""
     layout, data = arrays
     offset = 0
+    found: dict[str, np.ndarray] = {}
     for name, dtype, n in layout:
         column = np.frombuffer(data, dtype=dtype, count=n, offset=offset)
         offset += column.nbytes
-        own = _ARRAY_TYPES[name]
-        setattr(dump, name, column if column.dtype == own else column.astype(own))
+        own = COLUMNS[name]
+        found[name] = column if column.dtype == own else column.astype(own)
+    return RankColumns(**found)
 
 
 _NARROW = tuple(
     (np.dtype(t), int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.int16, np.int32)
 )
-_ARRAY_TYPES: dict[str, np.dtype[Any]] = {
-    name: np.dtype(t) for name, t in (*_COLUMNS.items(), ("unit", np.int8), ("marker", np.int32))
-}
 
 
-def _load_packed(
-    dump_file: DumpFile, max_bytes: int
-) -> tuple[RankDump | UnreadableDump, _Packed, _Arrays | None]:
+def _load_packed(dump_file: DumpFile, max_bytes: int) -> _Loaded:
     """`load_rank` in a worker process, with its columns in one buffer and the long member
     lists of its claims packed."""
-    result = load_rank(dump_file, max_bytes)
+    result = load_rank(dump_file, max_bytes, sandboxed=True)
+    if not isinstance(result, RankDump) or result.columns is None:
+        return result, {}, None
     packed: _Packed = {}
-    arrays = None
-    if isinstance(result, RankDump):
-        arrays = _pack_arrays(result)
-        for name, claim in list(result.claims.items()):
-            if len(claim.ranks) < _PACK_FROM:
-                continue
-            digest = _digest(claim.ranks)
-            packed[name] = (digest, None if digest in _sent else claim.ranks)
-            _sent.add(digest)
-            result.claims[name] = replace(claim, ranks=())
-    return result, packed, arrays
+    claims = dict(result.claims)
+    for name, claim in result.claims.items():
+        if len(claim.ranks) < _PACK_FROM:
+            continue
+        digest = _digest(claim.ranks)
+        packed[name] = (digest, None if digest in _sent else claim.ranks)
+        _sent.add(digest)
+        claims[name] = replace(claim, ranks=())
+    arrays = _pack_arrays(result.columns)
+    return replace(result, claims=claims, columns=None), packed, arrays
 
 
 def _digest(ranks: tuple[int, ...]) -> bytes:
@@ -210,47 +243,38 @@ class _Members:
     def share(
         self, result: RankDump | UnreadableDump, done: Iterable[str] = ()
     ) -> RankDump | UnreadableDump:
-        """Swap each claim's member list (but those named in `done`) for the shared copy."""
-        if isinstance(result, RankDump) and result.claims:
-            skip = set(done)
-            result.claims = {
-                name: claim
-                if name in skip
-                else replace(claim, ranks=self._by_value.setdefault(claim.ranks, claim.ranks))
-                for name, claim in result.claims.items()
-            }
-        return result
+        """The rank with each claim's member list (but those named in `done`) swapped for the
+        shared copy."""
+        if not isinstance(result, RankDump) or not result.claims:
+            return result
+        skip = set(done)
+        claims = {
+            name: claim
+            if name in skip
+            else replace(claim, ranks=self._by_value.setdefault(claim.ranks, claim.ranks))
+            for name, claim in result.claims.items()
+        }
+        return replace(result, claims=claims)
 
     def unpack(
-        self, result: RankDump | UnreadableDump, packed: _Packed
-    ) -> RankDump | UnreadableDump | None:
-        """Restore packed member lists; None if a digest is unknown. That cannot happen: a
-        worker handles its files in the order they were handed out, and results are taken in
-        that order, so a list sent whole is always taken before any digest-only reference."""
+        self, result: RankDump | UnreadableDump, packed: _Packed, arrays: _Arrays | None
+    ) -> RankDump | UnreadableDump:
+        """A worker's rank whole again: its columns, and its packed member lists. A digest is
+        always known: a worker handles its files in the order they were handed out, and
+        results are taken in that order, so a list sent whole is taken before any
+        digest-only reference to it (a worker that dies takes its list cache with it, and
+        its successor starts from an empty one)."""
         if not isinstance(result, RankDump):
             return result
+        claims = dict(result.claims)
         for name, (digest, ranks) in packed.items():
             if ranks is None:
-                found = self._by_digest.get(digest)
-                if found is None:
-                    return None
+                found = self._by_digest[digest]
             else:
                 found = self._by_digest.setdefault(digest, self._by_value.setdefault(ranks, ranks))
-            result.claims[name] = replace(result.claims[name], ranks=found)
-        return self.share(result, done=packed)
-
-
-def _load_isolated(dump_file: DumpFile, max_bytes: int) -> RankDump | UnreadableDump:
-    """Load one file in a process of its own; its death is that file's reason."""
-    with ProcessPoolExecutor(max_workers=1) as pool:
-        try:
-            return pool.submit(load_rank, dump_file, max_bytes).result()
-        except BrokenProcessPool:
-            return UnreadableDump(
-                printable(str(dump_file.path)),
-                dump_file.rank,
-                "the process reading it died (out of memory, or killed)",
-            )
+            claims[name] = replace(claims[name], ranks=found)
+        columns = _unpack_arrays(arrays) if arrays is not None else None
+        return self.share(replace(result, claims=claims, columns=columns), done=packed)
 
 
 def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:

@@ -30,7 +30,7 @@ from .common import (
     _short,
     printable,
 )
-from .decode import decode
+from .decode import Decoded, decode_or_why
 
 # ---------------------------------------------------------------------------------------------
 # Safe reading
@@ -50,11 +50,13 @@ class NoGlobalsUnpickler(pickle.Unpickler):
 
 @dataclass
 class _Raw:
-    """A loaded file: the object, how many bytes it was parsed from, and notes for warnings."""
+    """A loaded file: the object, how many bytes it was parsed from, notes for warnings, and
+    why the decoder did not read it ("" if it did, or was not asked to)."""
 
     obj: Any
     nbytes: int
     notes: list[str]
+    fallback: str = ""
 
 
 def read_raw(path: Path, rank: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Any:
@@ -62,9 +64,40 @@ def read_raw(path: Path, rank: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYT
     return _read(path, rank, max_bytes).obj
 
 
-def _read(path: Path, rank: int | None, max_bytes: int, fast: bool = False) -> _Raw:
+def _read(
+    path: Path, rank: int | None, max_bytes: int, *, fast: bool = False, guarded: bool = True
+) -> _Raw:
     """The file's dump object; with `fast`, a pickle written the way torch writes it comes
-    back as a `Decoded` (see `decode`)."""
+    back as a `Decoded` (see `decode`).
+
+    `guarded` scans a pickle for bombs before it is unpickled: for use in a process that
+    must survive any file. A worker process of the loader reads unguarded, under resource
+    limits (see `sandbox`): a bomb costs it that file, and the scan then only explains why."""
+    where = printable(str(path))
+    data = read_unpacked(path, rank, max_bytes)
+    notes: list[str] = []
+    head = data[:64].removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
+    if head in (b"{", b"["):
+        return _Raw(_load_json(data, where, rank, notes), len(data), notes)
+    why = ""
+    if fast:
+        decoded = decode_or_why(data)
+        if isinstance(decoded, Decoded):
+            return _Raw(decoded, len(data), notes)
+        why = f"decoder: {decoded}"
+    plain = False
+    if guarded:
+        scan = _scan_pickle(data)
+        reason = _explain(data, scan)
+        if reason is not None:
+            raise DumpError(where, rank, reason)
+        plain = scan.plain
+    return _Raw(_unpickle(data, where, rank, plain, explain=not guarded), len(data), notes, why)
+
+
+def read_unpacked(path: Path, rank: int | None, max_bytes: int) -> bytes:
+    """The file's bytes, gunzipped if they are gzip data, within the limits; other compressed
+    formats are refused by name."""
     where = printable(str(path))
     data = _read_bytes(path, where, rank, max_bytes)
     if not data:
@@ -78,19 +111,19 @@ def _read(path: Path, rank: int | None, max_bytes: int, fast: bool = False) -> _
     for magic, kind in _OTHER_FORMATS:
         if data.startswith(magic):
             raise DumpError(where, rank, f"{kind} data, not a dump (only gzip is read)")
-    notes: list[str] = []
-    head = data[:64].removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
-    if head in (b"{", b"["):
-        return _Raw(_load_json(data, where, rank, notes), len(data), notes)
-    if fast:
-        decoded = decode(data)
-        if decoded is not None:
-            return _Raw(decoded, len(data), notes)
-    scan = _scan_pickle(data)
-    reason = _check_tuples(data) if scan.reason is None and scan.exact else scan.reason
-    if reason is not None:
-        raise DumpError(where, rank, reason)
-    return _Raw(_unpickle(data, where, rank, scan.plain), len(data), notes)
+    return data
+
+
+def explain_pickle(data: bytes) -> str | None:
+    """Why a pickle would harm the process that unpickles it (a memo index that allocates
+    gigabytes, tuples that take forever to hash or nest deep enough to crash), or None. It
+    builds nothing; the exact tuple check walks every opcode in Python, so it only runs when
+    the quick scan finds tuples that could be shared or nested."""
+    return _explain(data, _scan_pickle(data))
+
+
+def _explain(data: bytes, scan: _Scan) -> str | None:
+    return _check_tuples(data) if scan.reason is None and scan.exact else scan.reason
 
 
 _OTHER_FORMATS = (
@@ -197,9 +230,13 @@ def _load_json(data: bytes, where: str, rank: int | None, notes: list[str]) -> A
         raise DumpError(where, rank, f"malformed JSON: {printable(str(exc))[:200]}") from None
 
 
-def _unpickle(data: bytes, where: str, rank: int | None, plain: bool = False) -> Any:
+def _unpickle(
+    data: bytes, where: str, rank: int | None, plain: bool = False, explain: bool = False
+) -> Any:
     """Unpickle with garbage collection paused. A `plain` file (see `_scan_pickle`) goes to the
-    C unpickler directly; any other through `NoGlobalsUnpickler`, which refuses every global."""
+    C unpickler directly; any other through `NoGlobalsUnpickler`, which refuses every global.
+    With `explain` (an unguarded read), a file the unpickler fails on is scanned afterwards for
+    a bomb (see `explain_pickle`), so that a bomb gets the same reason either way."""
     was_enabled = gc.isenabled()
     gc.disable()  # building millions of small containers is much faster without GC passes
     try:
@@ -209,30 +246,39 @@ def _unpickle(data: bytes, where: str, rank: int | None, plain: bool = False) ->
         # pickles in big chunks: several times faster than a bare BytesIO.
         stream = io.BufferedReader(io.BytesIO(data), buffer_size=1 << 16)
         return NoGlobalsUnpickler(stream).load()
-    except EOFError:
-        raise DumpError(where, rank, "pickle data was truncated") from None
-    except MemoryError:
-        raise DumpError(where, rank, "pickle needs more memory than available") from None
-    except RecursionError:
-        raise DumpError(where, rank, "not a valid dump pickle: nested too deeply") from None
-    except (
-        pickle.UnpicklingError,
-        ValueError,
-        TypeError,
-        KeyError,
-        IndexError,
-        AttributeError,
-        OverflowError,
-    ) as exc:
-        raise DumpError(
-            where, rank, f"not a valid dump pickle: {_pickle_error(exc, data)}"
-        ) from None
+    except _UNPICKLE_ERRORS as exc:
+        reason = explain_pickle(data) if explain else None
+        raise DumpError(where, rank, reason or _unpickle_error(exc, data)) from None
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _pickle_error(exc: Exception, data: bytes) -> str:
+_UNPICKLE_ERRORS = (
+    EOFError,
+    MemoryError,
+    RecursionError,
+    pickle.UnpicklingError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+)
+
+
+def _unpickle_error(exc: BaseException, data: bytes) -> str:
+    if isinstance(exc, EOFError):
+        return "pickle data was truncated"
+    if isinstance(exc, MemoryError):
+        return "pickle needs more memory than available"
+    if isinstance(exc, RecursionError):
+        return "not a valid dump pickle: nested too deeply"
+    return f"not a valid dump pickle: {_pickle_error(exc, data)}"
+
+
+def _pickle_error(exc: BaseException, data: bytes) -> str:
     """The unpickler's complaint, or what the file looks like when it is plainly text."""
     text = printable(str(exc))[:200]
     if data[:1] != b"\x80" and not text.startswith("refused"):

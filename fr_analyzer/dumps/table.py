@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..model import Stack
-from .common import _INT64_MAX, I32, I64
-from .normalize import _COLUMNS, RankDump, _Interner
+from .common import _INT64_MAX, F64, I8, I32, I64, B
+from .records import COLUMNS, RankDump
+from .values import Interner
 
 # ---------------------------------------------------------------------------------------------
 # Global table
@@ -34,19 +35,44 @@ class EntryTable:
     stacks: list[Stack]
     # (rank, group) pairs: every distinct group code each rank's rows carry. `pair` (a column)
     # numbers them densely, so per-(rank, group) questions are bincounts, not sorts.
-    pair_rank: I32 = field(default_factory=lambda: np.empty(0, np.int32))
-    pair_group: I32 = field(default_factory=lambda: np.empty(0, np.int32))
-    columns: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        try:
-            return self.__dict__["columns"][name]  # type: ignore[no-any-return]
-        except KeyError:
-            raise AttributeError(name) from None
+    pair_rank: I32
+    pair_group: I32
+    # The columns: those of `RankColumns` with global codes, and `pair`.
+    index: I32
+    record_id: I64
+    group: I32
+    coll_seq: I64
+    p2p_seq: I64
+    op_id: I64
+    op: I32
+    backend: I32
+    pname: I32
+    p2p_kind: I8
+    peer_src: I32
+    peer_dst: I32
+    state: I8
+    retired: B
+    t_created: I64
+    t_started: I64
+    t_completed: I64
+    duration_ms: F64
+    in_shape: I32
+    out_shape: I32
+    in_dtype: I32
+    out_dtype: I32
+    stack: I32
+    timeout_ms: I64
+    unit: I8
+    marker: I32
+    pair: I32  # the row's (rank, group) pair: an index into pair_rank and pair_group
 
     @property
     def n(self) -> int:
         return len(self.rank)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every column of the table by name (those of `RankColumns`, then `pair`)."""
+        return {name: getattr(self, name) for name, _ in _TABLE_COLUMNS}
 
 
 def rank_starts(rank: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
@@ -69,11 +95,9 @@ _RECODED = {
 }
 
 
-_TABLE_COLUMNS: tuple[tuple[str, type], ...] = (
-    *_COLUMNS.items(),
-    ("unit", np.int8),
-    ("marker", np.int32),
-    ("pair", np.int32),
+_TABLE_COLUMNS: tuple[tuple[str, np.dtype[Any]], ...] = (
+    *COLUMNS.items(),
+    ("pair", np.dtype(np.int32)),
 )
 
 
@@ -81,15 +105,15 @@ class TableBuilder:
     """Builds the EntryTable one rank at a time, as ranks arrive from the loader.
 
     `add` re-codes a rank's per-rank tables into global ones and writes its columns straight
-    into the table's columns, taking them and its string, shape and stack tables off the
-    RankDump (which keeps only its metadata and group names). The columns are allocated for
+    into the table's columns; the loader keeps only the rank's header after that, so the
+    rank's own columns are freed. The columns are allocated for
     the expected size (`ranks_hint` ranks like the average so far): pages never written cost
     no memory, and trimming a large array moves no data, so memory stays at one table however
     many ranks arrive. Small per-rank pieces kept until the end would cost a second table, as
     freed small blocks stay with the process."""
 
     def __init__(self, ranks_hint: int = 1) -> None:
-        self._interners = {name: _Interner() for name in set(_RECODED.values())}
+        self._interners = {name: Interner() for name in set(_RECODED.values())}
         self._columns: dict[str, np.ndarray] = {
             col: np.empty(0, dtype=dtype) for col, dtype in _TABLE_COLUMNS
         }
@@ -100,22 +124,22 @@ class TableBuilder:
         self._pair_group: list[int] = []
 
     def add(self, dump: RankDump) -> None:
+        assert dump.tables is not None and dump.columns is not None  # a rank with its entries
         maps: dict[str, npt.NDArray[np.int32]] = {}
         for table, intern in self._interners.items():
-            values = getattr(dump, table)
+            values = dump.groups if table == "groups" else getattr(dump.tables, table)
             maps[table] = np.fromiter(map(intern, values), np.int32, len(values))
-            if table != "groups":  # the global tables hold these now; matching reads `groups`
-                setattr(dump, table, [])
-        start, n = self._n, dump.n
+        own = dump.columns
+        start, n = self._n, own.n
         self._reserve(start + n)
         pairs = len(self._pair_rank)
         self._pair_rank += [dump.rank] * len(dump.groups)
         self._pair_group += maps["groups"].tolist()
         for col, _ in _TABLE_COLUMNS:
             if col == "pair":
-                self._columns[col][start : start + n] = pairs + dump.group
+                self._columns[col][start : start + n] = pairs + own.group
                 continue
-            values = getattr(dump, col)
+            values = getattr(own, col)
             if col in _RECODED and len(values):
                 table_map = maps[_RECODED[col]]
                 if col == "stack":
@@ -126,9 +150,6 @@ class TableBuilder:
             elif col == "marker":
                 values = np.where(values >= 0, values + start, -1)
             self._columns[col][start : start + n] = values
-            if col != "group":  # `pair` is made from it, last
-                setattr(dump, col, _EMPTY)
-        dump.group = _EMPTY_I32
         self._spans.append((dump.rank, start, n))
         self._n = start + n
 
@@ -199,7 +220,7 @@ class TableBuilder:
             stacks=interners["stacks"].values,
             pair_rank=pair_rank,
             pair_group=pair_group,
-            columns=columns,
+            **columns,
         )
 
 
@@ -225,8 +246,6 @@ _HUGE_PAGES = getattr(
 )
 
 
-_EMPTY = np.empty(0, dtype=np.int8)
-_EMPTY_I32 = np.empty(0, dtype=np.int32)
 
 
 def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:
