@@ -17,11 +17,19 @@ more than one rank's entries. The expected verdict is the simulator's ground tru
 (`Truth.to_dict()`), stored in `manifest.json` next to the `dumps/` folder; a later run with the
 same spec reuses the folder instead of regenerating it. Reruns write byte-identical files.
 
-Bytes: `--pickler torch` (default) serializes the way torch's C++ pickler does (protocol 2, no
-framing, strings memoized by value, shared frame dicts memoized, nothing else memoized), as real
-dumps are; `--pickler python` uses `pickle.dumps(protocol=4)`, which loads to the same objects
-but memoizes every tuple and container. `--frames shared` (default, as torch writes them) or
-`distinct` (fresh frame dicts in every entry: larger files, slower loads, a worst case).
+Bytes (`--writer`, every way a user's dumps reach fr-analyze; tools/frsim/writers.py):
+- `torch` (default): a pickle laid out the way torch's C++ pickler writes it (protocol 2, no
+  framing, strings memoized by value, shared frame dicts memoized, nothing else memoized), as
+  real dumps are;
+- `pickle`: `pickle.dumps(protocol=4)` of the same objects, which loads to the same objects but
+  memoizes every tuple and container;
+- `json`: the layout of PyTorch's `_dump_fr_trace_json` (sorted keys, compact, no frames,
+  process_group a list, unset times 0, pg_status values strings);
+- `gz`: the `torch` pickle, gzip-compressed, in files named `<prefix><rank>.gz`.
+`--pickler torch|python` is a deprecated alias of `--writer torch|pickle`.
+`--frames shared` (default, as torch writes them) or `distinct` (fresh frame dicts in every
+entry: larger files, slower loads, a worst case); JSON dumps carry no frames, so `json` takes
+`shared` only.
 
 Faults (`--fault`), on rank `W/2 + 5` (a middle pipeline stage, away from rank 0):
 - `none`: a healthy job, every op completed; fr-analyze must report nothing.
@@ -31,7 +39,8 @@ Faults (`--fault`), on rank `W/2 + 5` (a middle pipeline stage, away from rank 0
   different size; its TP group hangs there and everyone else waits downstream (pipeline
   neighbours in send/recv, every host in the evaluation-loss all_reduce).
 
-Usage: `python -m benchmarks.gen --ranks 1024 [--fault not_joined] [--out /tmp/fr-bench]`.
+Usage: `python -m benchmarks.gen --ranks 1024 [--fault not_joined] [--writer json]
+[--out /tmp/fr-bench]`.
 """
 
 from __future__ import annotations
@@ -64,7 +73,9 @@ GENERATOR_VERSION = 3
 
 FAULTS = ("none", "not_joined", "size_mismatch")
 FRAME_MODES = ("shared", "distinct")
-PICKLERS = ("torch", "python")
+WRITERS = ("torch", "pickle", "json", "gz")
+LEGACY_PICKLERS = {"torch": "torch", "python": "pickle"}
+"""`--pickler` (and the `pickler` key of manifests before `writer`): its values as writers."""
 DEFAULT_OUT = Path("/tmp/fr-bench")
 FILE_PREFIX = "nccl_trace_rank_"
 GPUS_PER_HOST = 8
@@ -77,7 +88,7 @@ class Spec:
     world_size: int
     fault: str = "none"
     frames: str = "shared"
-    pickler: str = "torch"
+    writer: str = "torch"
     tp: int = 8
     pp: int = 4
     micro_batches: int = 8
@@ -92,8 +103,10 @@ class Spec:
             raise ValueError(f"fault must be one of {', '.join(FAULTS)}")
         if self.frames not in FRAME_MODES:
             raise ValueError(f"frames must be one of {', '.join(FRAME_MODES)}")
-        if self.pickler not in PICKLERS:
-            raise ValueError(f"pickler must be one of {', '.join(PICKLERS)}")
+        if self.writer not in WRITERS:
+            raise ValueError(f"writer must be one of {', '.join(WRITERS)}")
+        if self.writer == "json" and self.frames != "shared":
+            raise ValueError("json dumps carry no frames: frames must be shared")
         if self.tp < 1 or self.pp < 2 or self.micro_batches < 1 or self.capacity < 1:
             raise ValueError("tp >= 1, pp >= 2, micro_batches >= 1 and capacity >= 1")
         if self.eval_micro_batches < 1:
@@ -118,14 +131,16 @@ class Spec:
             name += f"-{self.fault}"
         if self.frames != "shared":
             name += f"-{self.frames}"
-        if self.pickler != "torch":
-            name += f"-{self.pickler}"
+        if self.writer != "torch":
+            name += f"-{self.writer}"
         return name
 
     def output(self) -> Output:
-        fmt: Format = "torch" if self.pickler == "torch" else "pickle"
+        formats: dict[str, Format] = {"torch": "torch", "pickle": "pickle", "json": "json"}
+        fmt = formats.get(self.writer, "torch")  # gz: the torch pickle, compressed
         frames: Frames = "shared" if self.frames == "shared" else "distinct"
-        return Output(fmt=fmt, pattern=FILE_PREFIX + "{rank}", frames=frames)
+        pattern = FILE_PREFIX + "{rank}"
+        return Output(fmt=fmt, gzip=self.writer == "gz", pattern=pattern, frames=frames)
 
 
 def sim_spec(spec: Spec) -> SimSpec:
@@ -160,7 +175,7 @@ def simulation(spec: Spec) -> Simulation:
 
 
 def torch_pickle(spec: Spec, rank: int) -> tuple[bytes, int]:
-    """`rank`'s file in torch's pickle layout (whatever `spec.pickler` says) and its entries."""
+    """`rank`'s file in torch's pickle layout (whatever `spec.writer` says) and its entries."""
     dump = simulation(spec).dump(rank)
     if dump is None:
         raise ValueError(f"rank {rank} writes no dump")
@@ -198,8 +213,12 @@ def _check_outside_repo(root: Path) -> None:
 def read_manifest(root: Path) -> Manifest | None:
     try:
         raw = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+        spec = raw["spec"]
+        if "pickler" in spec and "writer" not in spec:  # written before `writer` replaced it
+            pickler = spec.pop("pickler")
+            spec["writer"] = LEGACY_PICKLERS.get(pickler, pickler)
         return Manifest(**raw)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
@@ -283,11 +302,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, required=True, help="world size, e.g. 1024")
     parser.add_argument("--fault", choices=FAULTS, default="none")
     parser.add_argument("--frames", choices=FRAME_MODES, default="shared")
-    parser.add_argument("--pickler", choices=PICKLERS, default="torch")
+    parser.add_argument("--writer", choices=WRITERS, default=None, help="default: torch")
+    parser.add_argument(
+        "--pickler", choices=tuple(LEGACY_PICKLERS), help="deprecated: --writer torch|pickle"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="parent folder")
     parser.add_argument("--workers", type=int, default=None, help="default: every core")
     args = parser.parse_args(argv)
-    spec = Spec(args.ranks, fault=args.fault, frames=args.frames, pickler=args.pickler)
+    if args.pickler is not None and args.writer is not None:
+        parser.error("--pickler is a deprecated alias of --writer: give only --writer")
+    writer = args.writer or LEGACY_PICKLERS.get(args.pickler or "torch", "torch")
+    try:
+        spec = Spec(args.ranks, fault=args.fault, frames=args.frames, writer=writer)
+    except ValueError as exc:
+        parser.error(str(exc))
     manifest, reused = generate(spec, args.out, args.workers, stderr_progress)
     print(json.dumps({"reused": reused, **asdict(manifest)}, indent=2))
     return 0

@@ -1,10 +1,14 @@
 """Scale benchmark: how fr-analyze's time and memory grow with the number of ranks.
 
-For each size it generates (or reuses) a dump set with `benchmarks.gen`, then measures, one
-tool at a time so that nothing competes for the two cores:
+For each size and each writer (`--writer torch,pickle,json,gz`: the byte formats a user can
+bring, see `benchmarks.gen`) it generates (or reuses) a dump set with `benchmarks.gen`, then
+measures, one tool at a time so that nothing competes for the two cores:
 
-- the load floor: one fresh Python process that only `pickle.load`s every file (gc disabled);
-- `fr-analyze -d DIR`: wall time, CPU time, peak memory, exit code and verdict;
+- the load floor: one fresh Python process that only loads every file with the standard library
+  (gc disabled): `pickle.load` for the pickles, `json.load` for JSON, gunzip then `pickle.loads`
+  for gzip;
+- `fr-analyze -d DIR`: wall time, CPU time, peak memory, exit code, verdict and which of its
+  readers read how many ranks (the report's `dumps.readers`, when it has one);
 - with `--compare`: PyTorch's `torchfrtrace` (`python -m torch.distributed.flight_recorder.fr_trace
   DIR -p PREFIX`) from a separate virtualenv, killed at `--time-limit` or `--mem-limit-gib`.
 
@@ -16,7 +20,8 @@ times a second from /proc), which counts pages shared between forked workers onc
 Results print as one table and are written as JSON (default `bench-results/bench.json` in the
 repository, which git ignores) so that runs can be compared across commits.
 
-Usage: `python -m benchmarks.run [--sizes 256,1024] [--fault none] [--compare]`.
+Usage: `python -m benchmarks.run [--sizes 256,1024] [--writer torch,json] [--fault none]
+[--compare]`.
 """
 
 from __future__ import annotations
@@ -40,7 +45,17 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gen import DEFAULT_OUT, FAULTS, FILE_PREFIX, FRAME_MODES, PICKLERS, Manifest, Spec, generate
+from .gen import (
+    DEFAULT_OUT,
+    FAULTS,
+    FILE_PREFIX,
+    FRAME_MODES,
+    LEGACY_PICKLERS,
+    WRITERS,
+    Manifest,
+    Spec,
+    generate,
+)
 from .gen import stderr_progress as gen_progress
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,19 +67,30 @@ GIB = 1 << 30
 SAMPLE_SECONDS = 0.2
 
 LOAD_FLOOR_CODE = """
-import gc, json, os, pickle, sys, time
-directory = sys.argv[1]
-names = sorted(n for n in os.listdir(directory) if n.startswith(sys.argv[2]))
+import gc, gzip, json, os, pickle, sys, time
+directory, prefix, kind = sys.argv[1:4]
+names = sorted(n for n in os.listdir(directory) if n.startswith(prefix))
 gc.disable()
 start = time.perf_counter()
 entries = 0
 for name in names:
     with open(os.path.join(directory, name), "rb") as stream:
-        dump = pickle.load(stream)
-    entries += len(dump["entries"])
+        if kind == "pickle":
+            dump = pickle.load(stream)
+        elif kind == "json":
+            dump = json.load(stream)
+        elif kind == "gzip-pickle":
+            dump = pickle.loads(gzip.decompress(stream.read()))
+        else:
+            raise SystemExit(f"unknown floor {kind!r}")
+    entries += len(dump.get("entries", ()))
     del dump
 print(json.dumps({"seconds": time.perf_counter() - start, "files": len(names), "entries": entries}))
 """
+
+FLOORS = {"torch": "pickle", "pickle": "pickle", "json": "json", "gz": "gzip-pickle"}
+"""Each writer's load floor: how one process reads its files fastest with the standard library
+(`pickle.load`; `json.load`; gunzip in memory, then `pickle.loads`)."""
 
 # --- measuring one process tree ----------------------------------------------------------------
 
@@ -162,6 +188,7 @@ def measure(
     mem_limit: int,
     ok_codes: tuple[int, ...] = (0,),
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Measurement:
     """Run `cmd` in its own session; wall time, CPU time and memory of its whole tree.
 
@@ -178,6 +205,7 @@ def measure(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
+            cwd=cwd,
         )
         watch = _Watch(proc.pid, time_limit, mem_limit)
         watch.start()
@@ -219,7 +247,7 @@ class SizeResult:
     ranks: int
     fault: str
     frames: str
-    pickler: str
+    pickler: str | None  # before `writer`: "torch" (torch and gz), "python" (pickle), None (json)
     dumps_dir: str
     entries: int
     disk_bytes: int
@@ -237,6 +265,10 @@ class SizeResult:
     torchfrtrace: Measurement | None = None
     busy_cores_before: list[float] = field(default_factory=list)  # others' load, per run
     skipped: str | None = None
+    writer: str = "torch"
+    load_floor_kind: str = ""  # FLOORS[writer]
+    readers: dict[str, int] | None = None
+    """Ranks each fr-analyze reader read (from the report's `dumps.readers`; None: no such key)."""
 
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -283,9 +315,9 @@ def _warm(directory: Path) -> None:
                     pass
 
 
-def load_floor(directory: Path) -> float:
+def load_floor(directory: Path, kind: str = "pickle") -> float:
     done = subprocess.run(
-        [sys.executable, "-c", LOAD_FLOOR_CODE, str(directory), FILE_PREFIX],
+        [sys.executable, "-c", LOAD_FLOOR_CODE, str(directory), FILE_PREFIX, kind],
         check=True,
         capture_output=True,
         text=True,
@@ -319,10 +351,30 @@ def verdict_matches(expected: dict[str, Any], verdict: dict[str, Any] | None, co
 
 
 def estimate_bytes(spec: Spec) -> int:
-    """Disk a set needs: measured ~300 KB per rank (shared frames; ~1.7x with distinct
-    frames) plus each file's copy of the world member list."""
+    """Disk a set needs: measured ~300 KB per rank (torch pickles, shared frames; ~1.7x with
+    distinct frames) plus each file's copy of the world member list, times WRITER_DISK."""
     per_rank = 310_000 if spec.frames == "shared" else 530_000
-    return spec.world_size * (per_rank + 7 * spec.world_size)
+    return int(spec.world_size * (per_rank + 7 * spec.world_size) * WRITER_DISK[spec.writer])
+
+
+WRITER_DISK = {"torch": 1.0, "pickle": 1.1, "json": 3.5, "gz": 0.15}
+"""Disk of each writer's set relative to the torch pickles (256 ranks: 1.03, 3.32, 0.11)."""
+
+
+def _legacy_pickler(writer: str) -> str | None:
+    return {"torch": "torch", "gz": "torch", "pickle": "python"}.get(writer)
+
+
+def readers_of(report: dict[str, Any]) -> dict[str, int] | None:
+    """How many ranks each reader read, from the report's `dumps.readers` (reader name -> list
+    of ranks); None when the report has no such key."""
+    dumps = report.get("dumps")
+    found = dumps.get("readers") if isinstance(dumps, dict) else None
+    if not isinstance(found, dict):
+        return None
+    return {
+        str(name): len(ranks) if isinstance(ranks, list) else 0 for name, ranks in found.items()
+    }
 
 
 def fr_analyze_cmd(source: Path | None) -> list[str]:
@@ -354,23 +406,28 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
             spec.world_size,
             spec.fault,
             spec.frames,
-            spec.pickler,
+            _legacy_pickler(spec.writer),
             "",
             0,
             need,
             0.0,
             False,
             skipped=f"needs ~{need / GIB:.1f} GiB, {free / GIB:.1f} GiB free",
+            writer=spec.writer,
+            load_floor_kind=FLOORS[spec.writer],
         )
-    _log(f"[{spec.world_size} ranks] generating (or reusing) in {args.data}")
+    tag = f"[{spec.world_size} ranks, {spec.writer}]"
+    _log(f"{tag} generating (or reusing) in {args.data}")
     manifest, reused = generate(spec, args.data, args.gen_workers, gen_progress)
     result = _start(spec, manifest, reused)
     directory = Path(manifest.dumps_dir)
-    _log(f"[{spec.world_size} ranks] warming the page cache")
+    _log(f"{tag} warming the page cache")
     _warm(directory)
-    _log(f"[{spec.world_size} ranks] load floor")
+    _log(f"{tag} load floor ({result.load_floor_kind})")
     result.busy_cores_before = [wait_for_idle(args.idle_wait)]
-    result.load_floor_runs_s = [load_floor(directory) for _ in range(args.repeat)]
+    result.load_floor_runs_s = [
+        load_floor(directory, result.load_floor_kind) for _ in range(args.repeat)
+    ]
     result.load_floor_s = min(result.load_floor_runs_s)
     mem_limit = int(args.mem_limit_gib * GIB)
     with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
@@ -378,22 +435,31 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
         report = scratch / "report.json"
         cmd = [*fr_analyze_cmd(args.source), "-d", str(directory), "--workers", str(args.workers)]
         cmd += ["--json", str(report)]
-        _log(f"[{spec.world_size} ranks] fr-analyze: {' '.join(cmd)}")
+        _log(f"{tag} fr-analyze: {' '.join(cmd)}")
         runs = []
+        doc: dict[str, Any] = {}  # the report of the last run that wrote one
         for _ in range(args.repeat):
             result.busy_cores_before.append(wait_for_idle(args.idle_wait))
-            runs.append(measure(cmd, scratch, args.time_limit, mem_limit, (0, 1), args.env))
-            if runs[-1].status != "ok":
+            report.unlink(missing_ok=True)
+            # in the exported tree, so that `python -m` does not find the working tree's package
+            # first (sys.path[0] is the current directory, ahead of PYTHONPATH)
+            run = measure(cmd, scratch, args.time_limit, mem_limit, (0, 1), args.env, args.source)
+            if run.status == "ok":
+                try:
+                    doc = json.loads(report.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    run.status = "crash"  # no report: e.g. a traceback, which also exits 1
+            runs.append(run)
+            if run.status != "ok":
                 break
         result.fr_analyze_runs_s = [r.wall_s for r in runs]
         m = result.fr_analyze = min(runs, key=lambda r: (r.status != "ok", r.wall_s))
         if m.status == "ok" and result.load_floor_s:
             result.ratio_to_floor = round(m.wall_s / result.load_floor_s, 2)
             result.s_per_million_entries = round(m.wall_s / (manifest.entries / 1e6), 3)
-        try:
-            result.verdict = json.loads(report.read_text(encoding="utf-8"))["verdict"]
-        except (OSError, ValueError, KeyError):
-            result.verdict = None
+        verdict = doc.get("verdict") if isinstance(doc, dict) else None
+        result.verdict = verdict if isinstance(verdict, dict) else None
+        result.readers = readers_of(doc) if isinstance(doc, dict) else None
         code = m.exit_code if m.exit_code is not None else -1
         if m.status == "ok":
             result.verdict_ok = verdict_matches(manifest.expected, result.verdict, code)
@@ -410,13 +476,15 @@ def _start(spec: Spec, manifest: Manifest, reused: bool) -> SizeResult:
         ranks=spec.world_size,
         fault=spec.fault,
         frames=spec.frames,
-        pickler=spec.pickler,
+        pickler=_legacy_pickler(spec.writer),
         dumps_dir=manifest.dumps_dir,
         entries=manifest.entries,
         disk_bytes=manifest.bytes,
         generate_s=manifest.seconds,
         reused=reused,
         expected=manifest.expected,
+        writer=spec.writer,
+        load_floor_kind=FLOORS[spec.writer],
     )
 
 
@@ -462,9 +530,25 @@ def _verdict_text(r: SizeResult) -> str:
     return text if r.fault == "none" else f"{text} ({r.fault})"
 
 
+def readers_text(readers: dict[str, int] | None) -> str:
+    """`decoder 100%`, `columns 98%, per_entry 2%`: each reader's share of the ranks read."""
+    total = sum(readers.values()) if readers else 0
+    if not readers or total == 0:
+        return "-"
+    parts = []
+    for name, count in sorted(readers.items(), key=lambda item: (-item[1], item[0])):
+        if count == 0:
+            continue
+        share = round(100 * count / total)
+        text = "<1" if share == 0 else ">99" if share == 100 and count < total else str(share)
+        parts.append(f"{name} {text}%")
+    return ", ".join(parts)
+
+
 def table(results: Sequence[SizeResult], compare: bool) -> str:
     headers = [
         "ranks",
+        "writer",
         "entries",
         "disk GiB",
         "gen s",
@@ -476,6 +560,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
         "max RSS GiB",
         "peak PSS GiB",
         "verdict",
+        "readers",
         "others' load",
     ]
     if compare:
@@ -483,11 +568,12 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
     rows = []
     for r in results:
         if r.skipped:
-            rows.append([r.ranks, "-", _gib(r.disk_bytes), f"skipped: {r.skipped}"])
+            rows.append([r.ranks, r.writer, "-", _gib(r.disk_bytes), f"skipped: {r.skipped}"])
             continue
         m = r.fr_analyze
         row: list[Any] = [
             r.ranks,
+            r.writer,
             f"{r.entries:,}",
             _gib(r.disk_bytes),
             "reused" if r.reused else f"{r.generate_s:.1f}",
@@ -499,6 +585,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
             _gib(m.max_rss_bytes) if m else "-",
             _gib(m.peak_tree_pss_bytes) if m else "-",
             _verdict_text(r),
+            readers_text(r.readers),
             f"{m.others_cores:.1f}" if m else "-",
         ]
         if compare:
@@ -567,6 +654,16 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _writers(text: str) -> list[str]:
+    writers = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [w for w in writers if w not in WRITERS]
+    if not writers or unknown:
+        raise argparse.ArgumentTypeError(
+            f"writers must be a comma-separated list of {', '.join(WRITERS)}"
+        )
+    return list(dict.fromkeys(writers))
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
@@ -577,7 +674,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--fault", choices=FAULTS, default="none", help="fault to inject")
     parser.add_argument("--frames", choices=FRAME_MODES, default="shared", help="see gen.py")
-    parser.add_argument("--pickler", choices=PICKLERS, default="torch", help="see gen.py")
+    parser.add_argument(
+        "--writer",
+        type=_writers,
+        default=None,
+        help=f"comma-separated byte formats, one row each: {','.join(WRITERS)} (default: "
+        "torch; see gen.py)",
+    )
+    parser.add_argument(
+        "--pickler", choices=tuple(LEGACY_PICKLERS), help="deprecated: --writer torch|pickle"
+    )
     parser.add_argument("--compare", action="store_true", help="also time torchfrtrace")
     parser.add_argument("--time-limit", type=float, default=1800.0, help="seconds per tool run")
     parser.add_argument(
@@ -609,7 +715,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--delete-after", action="store_true", help="delete each dump set once measured"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.pickler is not None:
+        if args.writer is not None:
+            parser.error("--pickler is a deprecated alias of --writer: give only --writer")
+        args.writer = [LEGACY_PICKLERS[args.pickler]]
+    args.writer = args.writer or ["torch"]
+    if args.frames != "shared" and "json" in args.writer:
+        parser.error("json dumps carry no frames: --writer json needs --frames shared")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -623,9 +737,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.env = {**os.environ, "PYTHONPATH": str(args.source)}
             _log(f"benchmarking fr_analyzer from {args.rev} (exported to {args.source})")
         for size in args.sizes:
-            spec = Spec(size, fault=args.fault, frames=args.frames, pickler=args.pickler)
-            results.append(run_size(spec, args))
-            print(table(results[-1:], args.compare), file=sys.stderr, flush=True)
+            for writer in args.writer:
+                spec = Spec(size, fault=args.fault, frames=args.frames, writer=writer)
+                results.append(run_size(spec, args))
+                print(table(results[-1:], args.compare), file=sys.stderr, flush=True)
         args.source = args.env = None
     print(table(results, args.compare))
     doc = {

@@ -246,8 +246,6 @@ _HUGE_PAGES = getattr(
 )
 
 
-
-
 def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:
     total = 0
     for shape in shapes:
