@@ -488,12 +488,6 @@ def test_pythons_pickler_is_decoded_alike_or_left_to_the_unpickler(dump: dict[st
                 same_rank(by_decoder(data), unpickled)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the decoder requires a 'frames' key in every entry (schema: required), but torch"
-    " writes none when stacks are not included (getCollectiveTrace, includeStackTraces=False;"
-    " the recorder retries so when dumping is slow): such dumps take the general path",
-)
 def test_a_torch_dump_without_stacks_is_decoded() -> None:
     rows = entries(3)
     for row in rows:

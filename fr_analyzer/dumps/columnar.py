@@ -66,13 +66,23 @@ def _column(entries: Sequence[dict[str, Any]], key: str) -> list[Any]:
 
 
 def _fetch(entries: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
-    """Every fast-path key as one column (a tuple or list of the entries' values)."""
+    """Every fast-path key as one column (a tuple or list of the entries' values). The keys
+    the first entry has are fetched together in one C-level pass; a key it lacks (frames, in
+    a dump written without stacks) is None in every entry, or fetched on its own."""
+    present = tuple(key for key in _FAST_KEYS if key in entries[0])
+    columns: dict[str, Sequence[Any]]
     try:
-        columns: dict[str, Sequence[Any]] = dict(
-            zip(_FAST_KEYS, zip(*map(_FAST_GET, entries), strict=True), strict=True)
-        )
-    except KeyError:  # an older format lacks some keys: None stands in, as `.get` gives
+        get = _FAST_GET if len(present) == len(_FAST_KEYS) else operator.itemgetter(*present)
+        if len(present) == 1:
+            columns = {present[0]: list(map(get, entries))}
+        else:
+            columns = dict(zip(present, zip(*map(get, entries), strict=True), strict=True))
+    except KeyError:  # entries differ in their keys: None stands in, as `.get` gives
         columns = {key: _column(entries, key) for key in _FAST_KEYS}
+    for key in _FAST_KEYS:
+        if key not in columns:
+            has = any(map(operator.contains, entries, repeat(key)))
+            columns[key] = _column(entries, key) if has else (None,) * len(entries)
     # Only some versions (and only with timing enabled) record durations.
     columns["duration_ms"] = (
         _column(entries, "duration_ms")

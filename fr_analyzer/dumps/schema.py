@@ -58,7 +58,7 @@ ENTRY_KEYS: tuple[Key, ...] = (
     Key("timeout_ms", Kind.INT, "timeout_ms", True, False),
     Key("is_p2p", Kind.FLAG, None, True, False),  # checked against the op's name
     Key("process_group", Kind.PAIR, "group", True, False),
-    Key("frames", Kind.FRAMES, "stack", True, False),
+    Key("frames", Kind.FRAMES, "stack", False, False),  # absent when dumped without stacks
     Key("thread_name", Kind.SCALAR, None, False, False),
     Key("thread_id", Kind.SCALAR, None, False, False),
 )
