@@ -11,20 +11,22 @@ import numpy as np
 import numpy.typing as npt
 
 from ..model import Stack
-from .common import _INT64_MAX, F64, I8, I32, I64, B
-from .records import COLUMNS, RankDump
+from .common import _INT64_MAX, I32, I64
+from .records import COLUMNS, RankColumns, RankDump
 from .values import Interner
 
 # ---------------------------------------------------------------------------------------------
 # Global table
 
 
-@dataclass
-class EntryTable:
-    """Every usable entry of every loaded rank, as columns with global codes."""
+@dataclass(frozen=True)
+class EntryTable(RankColumns):
+    """Every usable entry of every loaded rank: the columns of `RankColumns` with global codes
+    (into the tables below), in rank order, and a few more."""
 
     rank: I32
     row_in_rank: I32
+    pair: I32  # the row's (rank, group) pair: an index into pair_rank and pair_group
     group_names: list[tuple[str, str]]
     ops: list[str]
     backends: list[str]
@@ -37,38 +39,6 @@ class EntryTable:
     # numbers them densely, so per-(rank, group) questions are bincounts, not sorts.
     pair_rank: I32
     pair_group: I32
-    # The columns: those of `RankColumns` with global codes, and `pair`.
-    index: I32
-    record_id: I64
-    group: I32
-    coll_seq: I64
-    p2p_seq: I64
-    op_id: I64
-    op: I32
-    backend: I32
-    pname: I32
-    p2p_kind: I8
-    peer_src: I32
-    peer_dst: I32
-    state: I8
-    retired: B
-    t_created: I64
-    t_started: I64
-    t_completed: I64
-    duration_ms: F64
-    in_shape: I32
-    out_shape: I32
-    in_dtype: I32
-    out_dtype: I32
-    stack: I32
-    timeout_ms: I64
-    unit: I8
-    marker: I32
-    pair: I32  # the row's (rank, group) pair: an index into pair_rank and pair_group
-
-    @property
-    def n(self) -> int:
-        return len(self.rank)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every column of the table by name (those of `RankColumns`, then `pair`)."""
