@@ -6,6 +6,7 @@ import copy
 import gc
 import gzip
 import json
+import multiprocessing
 import os
 import pickle
 from pathlib import Path
@@ -379,3 +380,16 @@ def test_an_unhashable_value_is_named_on_its_entry(key: str, value: object, reas
     dump = build_rank(make_dump(entries), 0, "rank0.pkl")
     assert dump.entries == 2
     assert [(i, text.startswith(reason)) for i, text in dump.entry_errors] == [(1, True)]
+
+
+def _ranks_loaded_in_a_pool_worker(directory: str) -> tuple[int, ...]:
+    return analyze(Path(directory), Options(workers=2)).summary.ranks_loaded
+
+
+def test_analysis_runs_inside_a_pool_worker_that_may_not_fork_children() -> None:
+    """A daemonic process (a multiprocessing.Pool worker) may have no children: the dumps are
+    read in that process, every pickle scanned first."""
+    samples = Path(__file__).resolve().parent.parent / "sample_dumps"
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        ranks = pool.apply(_ranks_loaded_in_a_pool_worker, (str(samples / "nccl_healthy"),))
+    assert ranks == tuple(range(8))

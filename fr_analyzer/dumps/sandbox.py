@@ -64,8 +64,12 @@ class Death:
 
 
 def available() -> bool:
-    """Whether worker processes can be forked here (Linux, macOS)."""
-    return "fork" in multiprocessing.get_all_start_methods()
+    """Whether worker processes can be forked here: on Linux or macOS, and not inside a
+    daemonic process (a `multiprocessing.Pool` worker), which may have no children."""
+    return (
+        "fork" in multiprocessing.get_all_start_methods()
+        and not multiprocessing.current_process().daemon
+    )
 
 
 def budget(size: int) -> int:
