@@ -19,13 +19,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.gen import Spec, torch_pickle
+from benchmarks.gen import Spec, simulation, torch_pickle
 from fr_analyzer.dumps import DumpFile, RankDump, Reader, build_rank, discover, load_rank
 from fr_analyzer.dumps.common import MAX_SEQ_ID
-from fr_analyzer.dumps.decode import Undecodable, _run_ints, decode
+from fr_analyzer.dumps.decode import Decoded, Undecodable, _run_ints, decode
+from fr_analyzer.dumps.decode_python import decode_python_or_why
+from fr_analyzer.dumps.reading import _decode as decode_any
 from fr_analyzer.model import UnreadableDump
 from tests.builders import make_dump, make_entry
-from tools.frsim.writers import TorchPickleWriter
+from tools.frsim.writers import TorchPickleWriter, python_pickle
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 
@@ -94,8 +96,9 @@ def by_unpickler(data: bytes, rank: int = 0) -> RankDump:
 
 
 def by_decoder(data: bytes, rank: int = 0) -> RankDump:
-    decoded = decode(data)
-    assert decoded is not None
+    """The rank read by the decoder of its pickler's layout (torch's, or Python's)."""
+    decoded = decode_any(data)
+    assert isinstance(decoded, Decoded), decoded
     return build_rank(decoded, rank, "f", nbytes=len(data))
 
 
@@ -116,6 +119,80 @@ def test_benchmark_dumps_are_decoded_to_exactly_what_the_unpickler_gives(fault: 
     for rank in (0, 13, spec.culprit or 37, 63):
         data, _ = torch_pickle(spec, rank)
         same_rank(by_decoder(data, rank), by_unpickler(data, rank))
+
+
+@pytest.mark.parametrize("fault", ["none", "size_mismatch"])
+def test_benchmark_dumps_written_by_pythons_pickler_are_decoded_exactly(fault: str) -> None:
+    """The same job written by `pickle.dumps(protocol=4)`: frames, MEMOIZE, batches of a
+    thousand entries, strings written again in entries that are not their first."""
+    spec = Spec(world_size=64, fault=fault, steps=14, capacity=1500)
+    for rank in (0, 13, spec.culprit or 37, 63):
+        dump = simulation(spec).dump(rank)
+        assert dump is not None
+        data = python_pickle(dump)
+        assert data[:3] == b"\x80\x04\x95" and len(dump.entries) > 1000  # framed, batched
+        same_rank(by_decoder(data, rank), by_unpickler(data, rank))
+        for protocol in (4, 5):
+            again = pickle.dumps(pickle.loads(data), protocol=protocol)  # a re-saved dump
+            same_rank(by_decoder(again, rank), by_unpickler(data, rank))
+
+
+def test_pythons_pickle_of_a_stack_per_entry_is_left_to_the_unpickler(tmp_path: Path) -> None:
+    """Frame dicts of their own in every entry (a dump converted from JSON, say): every entry
+    holds first definitions, and the column-wise reader reads the file instead."""
+    spec = Spec(world_size=64, steps=14, capacity=1500)
+    dump = simulation(spec).dump(5)
+    assert dump is not None
+    data = python_pickle(dump, shared_frames=False)
+    found = decode_any(data)
+    assert isinstance(found, str) and "too many entries with new strings or frames" in found
+    result = load_rank(file_of(tmp_path, data))
+    assert isinstance(result, RankDump) and result.reader is Reader.COLUMNS
+    assert result.fallback == f"decoder: {found}"
+    same_rank(result, build_rank(pickle.loads(data), 0, result.file, nbytes=len(data)))
+
+
+def test_real_torch_dumps_saved_again_by_python_are_decoded_exactly() -> None:
+    files = [f.path for d in sorted(SAMPLES.glob("gloo_*")) for f in discover(d).files]
+    pickles = [f for f in files if ".json" not in f.name and f.suffix != ".gz"]
+    for file in pickles[:12]:
+        data = pickle.dumps(pickle.loads(file.read_bytes()), protocol=4)
+        same_rank(by_decoder(data), by_unpickler(data))
+
+
+def py4(body: bytes) -> bytes:
+    """A protocol-4 pickle of these opcodes, unframed (as Python writes a small one)."""
+    return b"\x80\x04" + body + b"."
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        # {"a": L} where L appends itself: a cycle
+        (b"}\x94(\x8c\x01a\x94]\x94h\x02au", "a container changed after it is referred to"),
+        # a list placed in the dict, then changed through the memo
+        (b"}\x94(\x8c\x01a\x94]\x94\x8c\x01b\x94h\x02uh\x02K\x01a", "changed after"),
+        # lists nested 70 deep through memo references, each holding the one before
+        (
+            b"}\x94(\x8c\x01a\x94]\x94"
+            + b"".join(b"]\x94h" + bytes([2 + k]) + b"a" for k in range(70))
+            + b"u",
+            "nested too deeply",
+        ),
+        (b"}\x94(\x8c\x01a\x94]\x94\x8c\x01b\x94\x86\x94u", "a tuple holding a container"),
+        (b"}\x94(K\x01K\x02\x86\x94K\x03u", "a dict key that is not a string"),
+        (b"}\x94(\x8c\x01a\x94\x8c\x08builtins\x8c\x04eval\x93u", "an opcode"),
+        (b"}\x94(\x8c\x01a\x94j\xff\xff\xff\x7fu", "malformed"),  # a memo index far away
+        (b"}\x94(" + b"(" * 100, "nested too deeply"),
+    ],
+)
+def test_pythons_layout_holds_no_bomb(tmp_path: Path, body: bytes, reason: str) -> None:
+    """The decoder of Python's layout builds only plain values: what could loop, nest without
+    end, run code or hash forever is left to the general path, which explains it."""
+    found = decode_python_or_why(py4(body))
+    assert isinstance(found, str) and reason in found, found
+    result = load_rank(file_of(tmp_path, py4(body)))
+    assert isinstance(result, UnreadableDump)
 
 
 def test_entries_holding_first_definitions_anywhere_are_read_exactly() -> None:
@@ -475,17 +552,22 @@ def test_the_decoder_and_the_unpickler_give_the_same_columns(dump: dict[str, Any
 @given(dump=fr_dumps())
 def test_pythons_pickler_is_decoded_alike_or_left_to_the_unpickler(dump: dict[str, Any]) -> None:
     """Python's pickler writes the same objects other ways (memo puts for every container,
-    batches of items, frames shared only when they are one object, protocols 2 to 5): the
-    decoder leaves those bytes to the unpickler, which gives what torch's bytes give."""
+    batches of items, frames shared only when they are one object, protocols 2 to 5). Its
+    protocols 4 and 5 (the default ones) are decoded to what the unpickler gives; what the
+    decoder leaves (protocols 2 and 3, a list shared within an entry) goes to the unpickler,
+    which gives what torch's bytes give."""
     expected = by_unpickler(torch_bytes(dump))
     for protocol in range(2, 6):
         data = pickle.dumps(dump, protocol=protocol)
         unpickled = by_unpickler(data)
         same_rank(unpickled, expected)
-        if decode(data) is not None:
-            event("Python's pickle decoded")
+        found = decode_any(data)
+        if isinstance(found, Decoded):
+            event(f"Python's protocol {protocol}: decoded")
             with contextlib.suppress(Undecodable):
-                same_rank(by_decoder(data), unpickled)
+                same_rank(build_rank(found, 0, "f", nbytes=len(data)), unpickled)
+        elif protocol >= 4:
+            event(f"Python's protocol {protocol}: {found.split(' (')[0]}")
 
 
 def test_a_torch_dump_without_stacks_is_decoded() -> None:

@@ -32,7 +32,7 @@ import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -132,24 +132,40 @@ class _Layout:
     regex: re.Pattern[bytes]
 
 
-_LAYOUTS: dict[tuple[tuple[str, int], ...], _Layout] = {}  # compiled, per process
+# How Python's pickler (protocols 4 and 5) writes the same values: every list, dict and tuple
+# is memoized (MEMOIZE, no slot number: equal values stay equal bytes), a list of one item is
+# appended alone (APPEND), and a list, tuple or frames list met before is a memo reference.
+_PY_INTS = rb"(?:K.|M..|J....)"
+_PY_SHAPE = rb"(?:\]\x94(?:\(" + _PY_INTS + rb"++e|" + _PY_INTS + rb"a)?|" + _REF_BODY + rb")"
+_PY_BODY = _BODY | {
+    "refs": rb"\]\x94(?:\((?:h.|j....)++e|(?:h.|j....)a)?|" + _REF_BODY,
+    "shapes": rb"\]\x94(?:\(" + _PY_SHAPE + rb"++e|" + _PY_SHAPE + rb"a)?|" + _REF_BODY,
+    "pair": rb"(?:h.|j....)(?:h.|j....)\x86\x94|" + _REF_BODY,
+}
+# An entry of Python's: its dict memoized; the batch boundary of the entry list before it
+# (Python's pickler appends a thousand items at a time) goes with it.
+_START = {False: rb"\}\(", True: rb"(?:e\(?)?\}\x94\("}
+
+_LAYOUTS: dict[tuple[bool, tuple[tuple[str, int], ...]], _Layout] = {}  # compiled, per process
 _LAYOUTS_MOST = 64
 
 
-def _layout(keys: Sequence[tuple[str, int]]) -> _Layout:
+def _layout(keys: Sequence[tuple[str, int]], python: bool = False) -> _Layout:
     """The expression reading one entry whose keys are these (name, memo slot) in order: one
-    capture per run of varying keys or of repeating ones."""
-    ident = tuple(keys)
+    capture per run of varying keys or of repeating ones; as torch's pickler writes it, or
+    (`python`) as Python's does."""
+    ident = (python, tuple(keys))
+    bodies = _PY_BODY if python else _BODY
     found = _LAYOUTS.get(ident)
     if found is None:
-        parts = [rb"\}\("]
+        parts = [_START[python]]
         runs: list[_Run] = []
         for varying, group in itertools.groupby(keys, lambda key: key[0] in _VARYING):
             names: list[str] = []
             refs: list[int] = []
             for name, slot in group:
                 ref = b"h" + bytes([slot]) if slot < 256 else b"j" + slot.to_bytes(4, "little")
-                body = b"(?:" + _BODY[_KIND.get(name, "scalar")] + b")"
+                body = b"(?:" + bodies[_KIND.get(name, "scalar")] + b")"
                 if names:
                     parts.append(re.escape(ref) + body)
                     refs.append(len(ref))
@@ -438,11 +454,20 @@ _CODED = tuple(
 _LISTS = keys_of(Kind.SHAPES, Kind.TEXTS, Kind.FRAMES)
 
 
+class CaptureReader(Protocol):
+    """What decodes a capture of a run of keys with the dump's memo: `_Decoder` for torch's
+    layout, `decode_python._Machine` for Python's."""
+
+    def run(self, data: bytes, size: int) -> tuple[list[Any], int]: ...
+
+
 class _Columns:
     """Builds a rank's `EntryColumns` from the captures of the expression-read entries (in
     order, with gaps where the decoder-read entries go) and the decoder-read entries."""
 
-    def __init__(self, reader: _Decoder, nfast: int, slow: list[_Slow], memo_before: int) -> None:
+    def __init__(
+        self, reader: CaptureReader, nfast: int, slow: list[_Slow], memo_before: int
+    ) -> None:
         self.reader = reader
         self.n = nfast + len(slow)
         self.slow = slow
@@ -457,20 +482,30 @@ class _Columns:
         self.coded: dict[str, tuple[npt.NDArray[np.int32], list[Any]]] = {}
         self.items = 0
 
-    def build(self, runs: Iterable[tuple[_Run, list[bytes]]]) -> EntryColumns:
+    def build(
+        self, runs: Iterable[tuple[_Run, list[bytes]]], combos: Combos | None = None
+    ) -> EntryColumns:
+        """`combos`: the repeating runs' captures already coded together, and decoded (by
+        the caller, which needs them in order: Python's pickler memoizes inside entries)."""
         varying: list[tuple[_Run, list[bytes]]] = []
         repeating: list[tuple[_Run, list[bytes]]] = []
         for run, caps in runs:
             (varying if run.varying else repeating).append((run, caps))
-        if repeating:
+        if combos is not None:
+            for i, (run, _) in enumerate(repeating):
+                parts, part_of_combo = _distinct([combo[i] for combo in combos.distinct])
+                first = np.zeros(len(parts), dtype=np.int64)
+                first[part_of_combo[::-1]] = np.arange(len(part_of_combo) - 1, -1, -1)
+                decoded = [combos.values[c][i] for c in first.tolist()]
+                self.coded_run(run, parts, part_of_combo[combos.codes], decoded)
+        elif repeating:
             # Entries are coded once by all their repeating captures together (one hash per
             # entry, not one per run), then each run by its part of each distinct combination.
             if len(repeating) == 1:
                 run, caps = repeating[0]
                 self.coded_run(run, *_distinct(caps))
             else:
-                combos = list(zip(*(caps for _, caps in repeating), strict=True))
-                distinct, entry_codes = _distinct(combos)
+                distinct, entry_codes = _combos([caps for _, caps in repeating])
                 for i, (run, _) in enumerate(repeating):
                     parts, part_of_combo = _distinct([combo[i] for combo in distinct])
                     self.coded_run(run, parts, part_of_combo[entry_codes])
@@ -506,21 +541,25 @@ class _Columns:
         self.ints[name] = column
 
     def coded_run(
-        self, run: _Run, distinct: list[bytes], fast_codes: npt.NDArray[np.int32]
+        self,
+        run: _Run,
+        distinct: list[bytes],
+        fast_codes: npt.NDArray[np.int32],
+        decoded: list[list[Any]] | None = None,
     ) -> None:
-        """Decode each distinct capture of a run once; its columns share one code array.
-        (`fast_codes`: the expression-read entries' codes, indices into `distinct`, numbered
-        in order of first appearance.)"""
-        size = len(run.names)
-        decoded: list[list[Any]] = []
-        late: dict[int, int] = {}  # captures referring to slots written among the entries
-        for k, raw in enumerate(distinct):
-            values, top = self.reader.run(raw, size)
-            decoded.append(values)
-            if top >= self.memo_before:
-                late[k] = top
-        if late:
-            _check_first_uses(fast_codes, late, self.written, self.slow_rows)
+        """Decode each distinct capture of a run once (unless `decoded` already); its columns
+        share one code array. (`fast_codes`: the expression-read entries' codes, indices into
+        `distinct`, numbered in order of first appearance.)"""
+        if decoded is None:
+            decoded = []
+            late: dict[int, int] = {}  # captures referring to slots written among the entries
+            for k, raw in enumerate(distinct):
+                values, top = self.reader.run(raw, len(run.names))
+                decoded.append(values)
+                if top >= self.memo_before:
+                    late[k] = top
+            if late:
+                _check_first_uses(fast_codes, late, self.written, self.slow_rows)
         codes = np.empty(self.n, dtype=np.int32)
         codes[self.is_fast] = fast_codes
         ndistinct = len(distinct)
@@ -560,6 +599,24 @@ def _items(value: Any) -> int:
     if value and type(value[0]) is list and all(type(v) is list for v in value):  # shapes
         return len(value) + sum(map(len, value))
     return len(value) + sum(len(v) for v in value if type(v) is list)
+
+
+@dataclass(frozen=True)
+class Combos:
+    """The repeating runs' captures of the expression-read entries coded together: the
+    distinct combinations (a capture per run), each entry's combination, and each
+    combination's decoded values (per run, the values of its keys)."""
+
+    distinct: list[tuple[bytes, ...]]
+    codes: npt.NDArray[np.int32]
+    values: list[list[list[Any]]]
+
+
+def _combos(
+    captures: Sequence[list[bytes]],
+) -> tuple[list[tuple[bytes, ...]], npt.NDArray[np.int32]]:
+    """The distinct combinations of the runs' captures (one per entry) and each entry's."""
+    return _distinct(list(zip(*captures, strict=True)))
 
 
 def _distinct(keys: list[Any]) -> tuple[list[Any], npt.NDArray[np.int32]]:

@@ -31,6 +31,7 @@ from .common import (
     printable,
 )
 from .decode import Decoded, decode_or_why
+from .decode_python import decode_python_or_why
 
 # ---------------------------------------------------------------------------------------------
 # Safe reading
@@ -81,7 +82,7 @@ def _read(
         return _Raw(_load_json(data, where, rank, notes), len(data), notes)
     why = ""
     if fast:
-        decoded = decode_or_why(data)
+        decoded = _decode(data)
         if isinstance(decoded, Decoded):
             return _Raw(decoded, len(data), notes)
         why = f"decoder: {decoded}"
@@ -93,6 +94,14 @@ def _read(
             raise DumpError(where, rank, reason)
         plain = scan.plain
     return _Raw(_unpickle(data, where, rank, plain, explain=not guarded), len(data), notes, why)
+
+
+def _decode(data: bytes) -> Decoded | str:
+    """The dump decoded straight into columns by the decoder of its pickler's layout (torch
+    writes protocol 2; Python's pickler, 4 or 5), or why it is not."""
+    if data[:2] in (b"\x80\x04", b"\x80\x05"):
+        return decode_python_or_why(data)
+    return decode_or_why(data)
 
 
 def read_unpacked(path: Path, rank: int | None, max_bytes: int) -> bytes:

@@ -1,0 +1,473 @@
+"""Decode a dump written by Python's pickler (protocols 4 and 5) straight into entry columns.
+
+Dumps reach users re-saved by Python (post-processed, copied by a script, written by another
+recorder), and Python's pickler lays the same objects out its own way: the stream is cut into
+frames; every list, dict and tuple is memoized as it is begun (MEMOIZE: the slot is implicit, the
+next one); items go a thousand at a time, and a batch of one is appended alone. The decoder of
+torch's layout (`decode`) reads none of it, and the unpickler builds 100k objects that the
+column-wise reader then walks: four times slower than `pickle.load`.
+
+This reader keeps `decode`'s design. The frames are joined; an exact stack machine (`_Machine`)
+reads the header and every entry that holds a first definition (a new string, frame dict or
+shared list); once an entry gives a layout (its keys' memo slots), `decode`'s expression, in
+Python's dialect, reads every later entry of that layout in one `re.split`. Because the slots of
+what an entry memoizes are implicit, equal values stay equal bytes, so each distinct combination
+of an entry's repeating captures is decoded once. The memo is rebuilt exactly, in order: each
+expression-read entry adds what its combination memoized (the first entry with a combination
+decodes it with the memo as it stands, and must refer only to slots written before it), so the
+entries read exactly afterwards, and the captures decoded later, see the slots the unpickler
+would.
+
+The grammar is `decode`'s: plain values only (no global, no object built by a call), dict keys
+that are strings or integers, tuples of scalars, containers nested at most 64 deep, and a
+container never changed once it is referred to or placed in another (so no cycle). A file it
+does not accept is read the general way, which says why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .decode import (
+    _APPENDS,
+    _BINFLOAT,
+    _BINGET,
+    _BININT,
+    _BININT1,
+    _BININT2,
+    _BINUNICODE,
+    _EMPTY_DICT,
+    _EMPTY_LIST,
+    _EMPTY_TUPLE,
+    _FALSE,
+    _LONG1,
+    _LONG_BINGET,
+    _MARK,
+    _MAX_DEPTH,
+    _MAX_SLOW_ENTRIES,
+    _NONE,
+    _SETITEMS,
+    _SHORT_BINUNICODE,
+    _STOP,
+    _TRUE,
+    _TUPLE,
+    _TUPLE1,
+    _TUPLE3,
+    Combos,
+    Decoded,
+    EntryColumns,
+    _Columns,
+    _combos,
+    _layout,
+    _Outside,
+    _Slow,
+)
+from .schema import REQUIRED_KEYS
+
+_PROTO, _MEMOIZE, _FRAME, _APPEND, _SETITEM = 0x80, 0x94, 0x95, 0x61, 0x73
+_SCALARS = (str, int, float, bool, type(None))
+_MAX_MARKS = 64
+
+
+class _Entry:
+    """What an entry dict read by the expression stands for in the memo: nothing refers to
+    one in a dump, and a file that does is read the general way."""
+
+
+_AN_ENTRY = _Entry()
+
+
+def decode_python_or_why(data: bytes) -> Decoded | str:
+    """The dump, or why the bytes are not in the form Python's pickler writes."""
+    if data[:1] != b"\x80" or len(data) < 2 or data[1] not in (4, 5):
+        return "not Python's pickle layout (protocol 4 or 5)"
+    try:
+        body = _unframe(data)
+        if body[:3] != b"}\x94(":
+            return "Python's pickle layout, but the top level is not a dict"
+        return _decode(body)
+    except _Outside as exc:
+        return f"Python's pickle layout, but {exc.args[0] if exc.args else 'not read'}"
+    except (IndexError, UnicodeDecodeError, struct.error, RecursionError) as exc:
+        return f"Python's pickle layout, but malformed ({type(exc).__name__})"
+
+
+def _unframe(data: bytes) -> bytes:
+    """The opcodes after PROTO with the frame headers taken out. Python's pickler cuts frames
+    between opcodes and writes nothing outside a frame but values too big for one (64 KiB
+    and over), which no dump holds."""
+    parts: list[bytes] = []
+    pos, end = 2, len(data)
+    if data[pos] != _FRAME:
+        return data[pos:]  # a small pickle: not framed
+    while pos < end:
+        if data[pos] != _FRAME:
+            raise _Outside("data outside a frame")
+        size = int.from_bytes(data[pos + 1 : pos + 9], "little")
+        if pos + 9 + size > end:
+            raise _Outside("a frame that runs past the end")
+        parts.append(data[pos + 9 : pos + 9 + size])
+        pos += 9 + size
+    return b"".join(parts)
+
+
+def _decode(body: bytes) -> Decoded:
+    machine = _Machine(body, [])
+    found: list[EntryColumns] = []
+
+    def entries(pos: int) -> int:
+        if found:
+            raise _Outside("a second entry list")
+        columns, pos = _entries(machine, pos)
+        found.append(columns)
+        return pos
+
+    stack, pos = machine.exec(0, len(body), entries=entries)
+    if pos != len(body) or len(stack) != 1 or type(stack[0]) is not dict or not found:
+        raise _Outside("not ending where it should")
+    header = stack[0]
+    del header["entries"]
+    return Decoded(header, found[0])
+
+
+class _Machine:
+    """Exact reader of Python's layout: a stack machine over the opcodes of plain values.
+
+    Every list and dict it builds has a box: [the container, its depth, whether it is
+    sealed]. A container is sealed once it is referred to from the memo or placed in another,
+    and is never changed after, so nothing it builds holds itself."""
+
+    def __init__(
+        self,
+        data: bytes,
+        memo: list[Any],
+        slots: dict[str, int] | None = None,
+        boxes: dict[int, list[Any]] | None = None,
+    ) -> None:
+        self.data = data
+        self.memo = memo
+        self.slots: dict[str, int] = {} if slots is None else slots  # string -> its first slot
+        self.boxes: dict[int, list[Any]] = {} if boxes is None else boxes
+        self.top_ref = -1  # the highest memo slot referred to
+
+    def fragment(self, data: bytes) -> _Machine:
+        """A machine over other bytes (a capture, a gap) with this one's memo."""
+        return _Machine(data, self.memo, self.slots, self.boxes)
+
+    def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
+        """The values of a run of `size` keys captured from an entry (value, key reference,
+        value, ...), and the highest memo slot referred to (-1 if none)."""
+        reader = self.fragment(data)
+        found, pos = reader.exec(0, len(data))
+        if len(found) != 2 * size - 1 or pos != len(data):
+            raise _Outside("a run of keys that is not whole")
+        return found[::2], reader.top_ref
+
+    def entry(self, pos: int) -> tuple[Any, int]:
+        """The entry dict that starts at `pos`, and the position after it."""
+        found, pos = self.exec(pos, len(self.data), one=True)
+        if len(found) != 1:
+            raise _Outside("an entry that is not whole")
+        return found[0], pos
+
+    def _ref(self, value: Any) -> Any:
+        if type(value) is list or type(value) is dict:
+            box = self.boxes[id(value)]
+            box[2] = True
+        elif value is _AN_ENTRY:
+            raise _Outside("a reference to an entry")
+        return value
+
+    def _place(self, parent: Any, children: Any) -> None:
+        """Check that `parent` may take `children` (then sealed), and deepen it."""
+        boxes = self.boxes
+        box = boxes[id(parent)]
+        if box[2]:
+            raise _Outside("a container changed after it is referred to")
+        for child in children:
+            if type(child) is list or type(child) is dict:
+                inner = boxes[id(child)]
+                inner[2] = True
+                if inner[1] >= box[1]:
+                    if inner[1] >= _MAX_DEPTH:
+                        raise _Outside("containers nested too deeply")
+                    box[1] = inner[1] + 1
+
+    def exec(
+        self,
+        pos: int,
+        end: int,
+        *,
+        one: bool = False,
+        entries: Callable[[int], int] | None = None,
+    ) -> tuple[list[Any], int]:
+        """Run the opcodes from `pos` to `end` (or a STOP); the complete values left on the
+        stack, and where it stopped. `one`: stop when one dict is complete. `entries`: the
+        reader of the top-level dict's entry list, given the position after its `]\\x94(`
+        and returning the position after the list."""
+        data, memo, stack = self.data, self.memo, []
+        marks: list[int] = []
+        while pos < end:
+            op = data[pos]
+            pos += 1
+            if op == _BINGET:
+                slot = data[pos]
+                pos += 1
+                if slot > self.top_ref:
+                    self.top_ref = slot
+                value = memo[slot]
+                stack.append(value if type(value) is str else self._ref(value))
+            elif op == _MEMOIZE:
+                value = stack[-1]
+                memo.append(value)
+                if type(value) is str:
+                    self.slots.setdefault(value, len(memo) - 1)
+            elif op in (_SHORT_BINUNICODE, _BINUNICODE):
+                width = 1 if op == _SHORT_BINUNICODE else 4
+                size = int.from_bytes(data[pos : pos + width], "little")
+                if pos + width + size > end:
+                    raise _Outside("a string runs past the end")
+                stack.append(
+                    data[pos + width : pos + width + size].decode("utf-8", "surrogatepass")
+                )
+                pos += width + size
+            elif op == _BININT1:
+                stack.append(data[pos])
+                pos += 1
+            elif op == _BININT2:
+                stack.append(data[pos] | data[pos + 1] << 8)
+                pos += 2
+            elif op in (_EMPTY_LIST, _EMPTY_DICT):
+                if (
+                    entries is not None
+                    and op == _EMPTY_LIST
+                    and len(marks) == 1
+                    and (len(stack) - marks[0]) % 2
+                    and stack[-1] == "entries"
+                    and data[pos : pos + 2] in (b"\x94(", b"\x94}")  # a batch, or one entry
+                ):
+                    memo.append(_AN_ENTRY)  # the list: nothing refers to it
+                    pos = entries(pos + 1 + (data[pos + 1] == _MARK))
+                    stack.append(None)
+                    continue
+                container: Any = [] if op == _EMPTY_LIST else {}
+                self.boxes[id(container)] = [container, 1, False]
+                stack.append(container)
+            elif op == _APPEND:
+                if len(stack) - 2 < (marks[-1] if marks else 0):
+                    raise _Outside("an append with no list")
+                value = stack.pop()
+                target = stack[-1]
+                if type(target) is not list:
+                    raise _Outside("an append to something other than a list")
+                self._place(target, (value,))
+                target.append(value)
+            elif op == _MARK:
+                if len(marks) >= _MAX_MARKS:
+                    raise _Outside("containers nested too deeply")
+                marks.append(len(stack))
+            elif op in (_APPENDS, _SETITEMS, _SETITEM):
+                if op == _SETITEM:
+                    at = len(stack) - 2
+                    if at - 1 < (marks[-1] if marks else 0):
+                        raise _Outside("an item with no dict")
+                else:
+                    if not marks:
+                        raise _Outside("items without a mark")
+                    at = marks.pop()
+                if at < 1:
+                    raise _Outside("items with no container")
+                items = stack[at:]
+                del stack[at:]
+                target = stack[-1]
+                if op == _APPENDS:
+                    if type(target) is not list:
+                        raise _Outside("items appended to something other than a list")
+                    self._place(target, items)
+                    target.extend(items)
+                else:
+                    if type(target) is not dict or len(items) % 2:
+                        raise _Outside("dict items that are not key and value pairs")
+                    keys = items[::2]
+                    if not all(type(k) is str or type(k) is int for k in keys):
+                        raise _Outside("a dict key that is not a string or an integer")
+                    values = items[1::2]
+                    self._place(target, values)
+                    target.update(zip(keys, values, strict=True))
+                    if one and not marks and len(stack) == 1:
+                        return stack, pos
+            elif op == _LONG_BINGET:
+                slot = int.from_bytes(data[pos : pos + 4], "little")
+                pos += 4
+                if slot > self.top_ref:
+                    self.top_ref = slot
+                value = memo[slot]
+                stack.append(value if type(value) is str else self._ref(value))
+            elif op == _NONE:
+                stack.append(None)
+            elif op in (_TRUE, _FALSE):
+                stack.append(op == _TRUE)
+            elif op == _BININT:
+                stack.append(int.from_bytes(data[pos : pos + 4], "little", signed=True))
+                pos += 4
+            elif op == _LONG1:
+                size = data[pos]
+                if size > 8:
+                    raise _Outside("an integer wider than 8 bytes")
+                stack.append(int.from_bytes(data[pos + 1 : pos + 1 + size], "little", signed=True))
+                pos += 1 + size
+            elif op == _BINFLOAT:
+                stack.append(struct.unpack(">d", data[pos : pos + 8])[0])
+                pos += 8
+            elif _TUPLE1 <= op <= _TUPLE3 or op == _TUPLE:
+                if op == _TUPLE:
+                    if not marks:
+                        raise _Outside("a tuple without a mark")
+                    at = marks.pop()
+                else:
+                    at = len(stack) - (op - _TUPLE1 + 1)
+                    if at < (marks[-1] if marks else 0):
+                        raise _Outside("a tuple with too few items")
+                items = stack[at:]
+                if not all(type(v) in _SCALARS for v in items):
+                    raise _Outside("a tuple holding a container")  # could be a hash bomb
+                del stack[at:]
+                stack.append(tuple(items))
+            elif op == _EMPTY_TUPLE:
+                stack.append(())
+            elif op == _STOP:
+                break
+            else:
+                raise _Outside(f"an opcode Python's pickler does not write for a dump ({op:#x})")
+        if marks:
+            raise _Outside("a mark left open")
+        return stack, pos
+
+
+def _next_entry(data: bytes, pos: int) -> int | None:
+    """Where the next entry of the entry list starts, at `pos` after an entry (or at the
+    list's start); None at the list's end. Python's pickler appends the entries a thousand at
+    a time: `e(` between two batches, `e` before a last batch of one (then `a`)."""
+    op = data[pos]
+    if op == 0x7D:  # `}`: the next entry of this batch
+        return pos
+    if op == _APPENDS:
+        after = data[pos + 1]
+        if after == _MARK:
+            return pos + 2
+        return pos + 1 if after == 0x7D else None
+    if op == _APPEND:
+        return None
+    raise _Outside("an entry list holding something other than entries")
+
+
+def _slow_entry(machine: _Machine, pos: int, slow: list[_Slow], fast_before: int) -> int:
+    if len(slow) >= _MAX_SLOW_ENTRIES:
+        raise _Outside("too many entries with new strings or frames (over 256)")
+    entry, pos = machine.entry(pos)
+    if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
+        raise _Outside("an entry that lacks a required key")
+    slow.append(_Slow(fast_before + len(slow), entry, len(machine.memo)))
+    return pos
+
+
+def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
+    """Read the entry list from just after its `]\\x94(` to just after its last `e` (or `a`)."""
+    data, memo = machine.data, machine.memo
+    slow: list[_Slow] = []
+    layout = None
+    at = _next_entry(data, pos)
+    while layout is None and at is not None:
+        pos = _slow_entry(machine, at, slow, 0)
+        slots = [(key, machine.slots.get(key, -1)) for key in slow[-1].entry]
+        if all(slot >= 0 for _, slot in slots):
+            layout = _layout(slots, python=True)
+        at = _next_entry(data, pos)
+    memo_before = len(memo)
+    fast = 0
+    runs: list[Any] = []
+    captured: list[list[bytes]] = []
+    combos: Combos | None = None
+    if layout is not None and at is not None:
+        parts = layout.regex.split(data[pos:])
+        stride = len(layout.runs) + 1
+        fast = (len(parts) - 1) // stride
+        if fast:
+            runs = list(layout.runs)
+            captured = [parts[i + 1 :: stride] for i in range(len(runs))]
+            combos = _replay(machine, parts[::stride], runs, captured, slow)
+        pos = len(data) - len(parts[-1])
+        at = _next_entry(data, pos)
+    while at is not None:
+        pos = _slow_entry(machine, at, slow, fast)
+        at = _next_entry(data, pos)
+    columns = _Columns(machine, fast, slow, memo_before)
+    built = columns.build(zip(runs, captured, strict=True), combos)
+    return built, pos + 1
+
+
+def _replay(
+    machine: _Machine,
+    gaps: list[bytes],
+    runs: list[Any],
+    captured: list[list[bytes]],
+    slow: list[_Slow],
+) -> Combos:
+    """Rebuild the memo through the expression-read entries and the entries between them, in
+    order: the gaps' entries are read exactly, and the first entry with each combination of
+    repeating captures decodes it; every other entry adds what its combination memoized."""
+    memo = machine.memo
+    repeating = [i for i, run in enumerate(runs) if not run.varying]
+    if repeating:
+        distinct, codes = _combos([captured[i] for i in repeating])
+    else:
+        distinct, codes = [()], np.zeros(len(captured[0]), dtype=np.int32)
+    fast = len(codes)
+    first = np.full(len(distinct), fast, dtype=np.int64)
+    first[codes[::-1]] = np.arange(fast - 1, -1, -1)
+    events = sorted({*first.tolist(), *(k for k in range(fast) if gaps[k])})
+    code_list = codes.tolist()
+    added: list[tuple[Any, ...]] = [()] * len(distinct)  # per combination: what it memoizes
+    values: list[list[list[Any]]] = [[] for _ in distinct]
+    # Per run and capture: its values and what it memoizes. A capture met again (in another
+    # combination) refers to the same slots, all written before it was first met.
+    known: dict[tuple[int, bytes], tuple[list[Any], tuple[Any, ...]]] = {}
+    done = 0  # entries whose memo slots are in
+    for k in events:
+        memo.extend(itertools.chain.from_iterable(map(added.__getitem__, code_list[done:k])))
+        done = k
+        if gaps[k]:
+            gap = machine.fragment(gaps[k] + b".")  # a byte after it: `_next_entry` looks ahead
+            at = 0
+            while at < len(gaps[k]):
+                start = _next_entry(gap.data, at)
+                if start is None:
+                    raise _Outside("the entry list ends between entries of one layout")
+                at = _slow_entry(gap, start, slow, k)
+            if at != len(gaps[k]):
+                raise _Outside("an entry read outside its layout")
+        code = code_list[k]
+        if first[code] == k:
+            base = len(memo)
+            memo.append(_AN_ENTRY)
+            for i in repeating:
+                capture = captured[i][k]
+                hit = known.get((i, capture))
+                if hit is None:
+                    start = len(memo)
+                    found, top = machine.run(capture, len(runs[i].names))
+                    if top >= base:
+                        raise _Outside("an entry referring to what it memoized itself")
+                    hit = known[i, capture] = (found, tuple(memo[start:]))
+                else:
+                    memo.extend(hit[1])
+                values[code].append(hit[0])
+            added[code] = (_AN_ENTRY, *memo[base + 1 :])
+            done = k + 1
+    memo.extend(itertools.chain.from_iterable(map(added.__getitem__, code_list[done:])))
+    return Combos(distinct, codes, values)
