@@ -272,6 +272,7 @@ class _Context:
         self._starts: dict[int, tuple[int, int]] | None = None
         self._p2p_cache: dict[tuple[int, int], dict[int, tuple[int, tuple[object, ...]]]] = {}
         self._paths: dict[int, list[tuple[str, int]]] = {}
+        self._descs: np.ndarray | None = None  # each group's description, by group code
         self.wrapped: frozenset[int] = frozenset()  # ranks whose ring buffer wrapped
         self._path_index: dict[int, dict[tuple[str, int], int]] = {}
 
@@ -324,13 +325,13 @@ class _Context:
         found = self._paths.get(rank)
         if found is None:
             t, units = self.t, self.m.collectives
-            found = []
-            for r in self._rows_of(rank):
-                unit = int(units.entry_unit[r])
-                if unit >= 0 and int(t.unit[r]) != UnitKind.BLOCK_MEMBER:
-                    desc = self.groups.groups[int(units.group[unit])].desc
-                    found.append((desc, int(units.seq[unit])))
-            self._paths[rank] = found
+            rows = self._rows_of(rank)
+            unit = units.entry_unit[rows.start : rows.stop]
+            kept = unit[(unit >= 0) & (t.unit[rows.start : rows.stop] != UnitKind.BLOCK_MEMBER)]
+            if self._descs is None:
+                self._descs = np.array([g.desc for g in self.groups.groups], dtype=object)
+            descs = self._descs[units.group[kept]].tolist()
+            found = self._paths[rank] = list(zip(descs, units.seq[kept].tolist(), strict=True))
         return found
 
     def _same_path(self, rank: int, other: int) -> bool:
