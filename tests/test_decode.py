@@ -152,6 +152,18 @@ def test_pythons_pickle_of_a_stack_per_entry_is_left_to_the_unpickler(tmp_path: 
     same_rank(result, build_rank(pickle.loads(data), 0, result.file, nbytes=len(data)))
 
 
+def test_a_string_written_again_in_every_entry_is_read_by_the_expression() -> None:
+    """Some writers build the op name anew for each entry: Python's pickler then writes it
+    again (another object) instead of referring to it; more such entries than the exact
+    reader takes (256) are read by the entry expression."""
+    rows = entries(600)
+    for row in rows:
+        row["profiling_name"] = "".join(["nccl:", "all_reduce"])  # a new object each time
+    data = pickle.dumps(make_dump(rows), protocol=4)
+    assert data.count(b"nccl:all_reduce") == 600
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
 def test_real_torch_dumps_saved_again_by_python_are_decoded_exactly() -> None:
     files = [f.path for d in sorted(SAMPLES.glob("gloo_*")) for f in discover(d).files]
     pickles = [f for f in files if ".json" not in f.name and f.suffix != ".gz"]

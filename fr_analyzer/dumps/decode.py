@@ -137,7 +137,14 @@ class _Layout:
 # appended alone (APPEND), and a list, tuple or frames list met before is a memo reference.
 _PY_INTS = rb"(?:K.|M..|J....)"
 _PY_SHAPE = rb"(?:\]\x94(?:\(" + _PY_INTS + rb"++e|" + _PY_INTS + rb"a)?|" + _REF_BODY + rb")"
+# A string written again (another object of the same value: some writers build one per
+# entry) instead of referred to: SHORT_BINUNICODE of up to 64 bytes, then MEMOIZE.
+_PY_TEXT = (
+    b"\x8c(?:" + b"|".join(re.escape(bytes([n])) + b".{%d}" % n for n in range(65)) + b")\x94"
+)
 _PY_BODY = _BODY | {
+    "ref": _REF_BODY + b"|" + _PY_TEXT,
+    "scalar": _BODY["scalar"] + b"|" + _PY_TEXT,
     "refs": rb"\]\x94(?:\((?:h.|j....)++e|(?:h.|j....)a)?|" + _REF_BODY,
     "shapes": rb"\]\x94(?:\(" + _PY_SHAPE + rb"++e|" + _PY_SHAPE + rb"a)?|" + _REF_BODY,
     "pair": rb"(?:h.|j....)(?:h.|j....)\x86\x94|" + _REF_BODY,
