@@ -157,8 +157,10 @@ def test_a_string_written_again_in_every_entry_is_read_by_the_expression() -> No
     again (another object) instead of referring to it; more such entries than the exact
     reader takes (256) are read by the entry expression."""
     rows = entries(600)
-    for row in rows:
+    stacks: dict[int, Any] = {}
+    for i, row in enumerate(rows):
         row["profiling_name"] = "".join(["nccl:", "all_reduce"])  # a new object each time
+        row["frames"] = stacks.setdefault(i // 5, row["frames"])  # as torch's dumps load
     data = pickle.dumps(make_dump(rows), protocol=4)
     assert data.count(b"nccl:all_reduce") == 600
     same_rank(by_decoder(data), by_unpickler(data))
