@@ -17,16 +17,12 @@ torch::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import json
 import os
 import pickle
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -37,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch_job import run_ranks  # a sibling: the script runs by its path
 
 WORLD_SIZE = 4
 DEFAULT_TIMEOUT_S = 5.0
@@ -437,56 +434,20 @@ def load_dump(path: Path, fmt: str) -> Dump:
     return loaded
 
 
-def _worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # Recording is on by default in 2.13; set explicitly so older releases record too.
-    env["TORCH_FR_BUFFER_SIZE"] = "2000"
-    if any(name == "lo" for _, name in socket.if_nameindex()):
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on 127.0.0.1, not the host's address
-    return env
-
-
 def run_scenario(scenario: Scenario, out_dir: Path, timeout_s: float) -> list[str]:
     """Run one scenario's 4 ranks, write NOTE.md, and return the problems found."""
     folder = out_dir / scenario.name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    problems: list[str] = []
     store = dist.TCPStore(
         "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT
     )
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", scenario.name]
     argv += ["--store-port", str(store.port), "--out", str(folder), "--timeout", str(timeout_s)]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as logs, contextlib.ExitStack() as stack:
-        procs = []
-        for rank in range(WORLD_SIZE):
-            log = stack.enter_context((Path(logs) / f"rank_{rank}.log").open("w"))
-            procs.append(
-                subprocess.Popen(
-                    [*argv, "--rank", str(rank)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=_worker_env(),
-                )
-            )
-        deadline = started + 4 * timeout_s + 90
-        for rank, proc in enumerate(procs):
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                problems.append(f"rank {rank}: killed after the scenario deadline")
-        stack.close()
-        for rank, proc in enumerate(procs):
-            lines = (Path(logs) / f"rank_{rank}.log").read_text(errors="replace").splitlines()
-            shown = [ln for ln in lines if ln.startswith(f"rank {rank}:")]
-            if proc.returncode != 0:
-                problems.append(f"rank {rank}: exit status {proc.returncode}")
-                shown += lines[-15:]
-            for line in shown:
-                print(f"    {line[:160]}")
+    problems = run_ranks(
+        argv, WORLD_SIZE, 4 * timeout_s + 90, deadline_name="the scenario deadline"
+    )
     del store
     (folder / "NOTE.md").write_text(f"# {scenario.name}\n\n{scenario.note}")
     dumps: dict[int, Dump] = {}

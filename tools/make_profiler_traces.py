@@ -24,16 +24,12 @@ torch::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import json
 import os
 import pickle
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
+from torch_job import run_ranks  # a sibling: the script runs by its path
 
 WORLD_SIZE = 4
 STEPS = 6
@@ -217,55 +214,18 @@ def check_fr(rank: int, dump: dict[str, Any], trace: dict[str, Any] | None) -> l
     return problems
 
 
-def _worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["TORCH_FR_BUFFER_SIZE"] = "2000"  # on by default in 2.13; explicit for older releases
-    if any(name == "lo" for _, name in socket.if_nameindex()):
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on 127.0.0.1, not the host's address
-    return env
-
-
 def run_job(out_dir: Path) -> list[str]:
     """Launch the 4 ranks, wait for them, and return the problems found in their output."""
     for sub in (TRACE_DIR, FR_DIR):
         shutil.rmtree(out_dir / sub, ignore_errors=True)
         (out_dir / sub).mkdir(parents=True)
-    problems: list[str] = []
     store = dist.TCPStore(
         "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT
     )
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker"]
     argv += ["--store-port", str(store.port), "--out", str(out_dir)]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as logs, contextlib.ExitStack() as stack:
-        procs = []
-        for rank in range(WORLD_SIZE):
-            log = stack.enter_context((Path(logs) / f"rank_{rank}.log").open("w"))
-            procs.append(
-                subprocess.Popen(
-                    [*argv, "--rank", str(rank)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=_worker_env(),
-                )
-            )
-        deadline = started + 180
-        for rank, proc in enumerate(procs):
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                problems.append(f"rank {rank}: killed after the deadline")
-        stack.close()
-        for rank, proc in enumerate(procs):
-            lines = (Path(logs) / f"rank_{rank}.log").read_text(errors="replace").splitlines()
-            shown = [ln for ln in lines if ln.startswith(f"rank {rank}:")]
-            if proc.returncode != 0:
-                problems.append(f"rank {rank}: exit status {proc.returncode}")
-                shown += lines[-15:]
-            for line in shown:
-                print(f"    {line[:160]}")
+    problems = run_ranks(argv, WORLD_SIZE, 180)
     del store
     for rank in range(WORLD_SIZE):
         path = out_dir / TRACE_DIR / trace_name(rank)

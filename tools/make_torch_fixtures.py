@@ -36,16 +36,12 @@ It needs torch 2.13 (CPU) in the interpreter that runs it; fr-analyze never impo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
 import pickle
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import warnings
@@ -54,6 +50,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
+
+from torch_job import run_ranks  # a sibling: the script runs by its path
 
 try:
     import torch
@@ -516,51 +514,21 @@ def run_worker(run: Run, rank: int, store_port: int, out: Path) -> NoReturn:
 # --------------------------------------------------------------------------------------------
 
 
-def _worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["TORCH_FR_BUFFER_SIZE"] = str(BUFFER_SIZE)
-    if any(name == "lo" for _, name in socket.if_nameindex()):
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on 127.0.0.1, not the host's address
-    return env
-
-
 def launch(run: Run, out: Path) -> list[str]:
     """Run the 4 ranks of one run; returns the problems seen (exit codes, deadline)."""
-    problems: list[str] = []
     store = C10D.TCPStore(
         "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT
     )
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", run.name]
     argv += ["--store-port", str(store.port), "--out", str(out)]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as logs, contextlib.ExitStack() as stack:
-        procs = []
-        for rank in range(WORLD_SIZE):
-            log = stack.enter_context((Path(logs) / f"rank_{rank}.log").open("w"))
-            procs.append(
-                subprocess.Popen(
-                    [*argv, "--rank", str(rank)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=_worker_env(),
-                )
-            )
-        for rank, proc in enumerate(procs):
-            try:
-                proc.wait(timeout=max(0.1, started + RUN_DEADLINE_S + 30 - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                problems.append(f"rank {rank}: killed after the run's deadline")
-        stack.close()
-        for rank, proc in enumerate(procs):
-            lines = (Path(logs) / f"rank_{rank}.log").read_text(errors="replace").splitlines()
-            shown = [ln for ln in lines if ln.startswith(f"rank {rank}:")]
-            if proc.returncode != 0:
-                problems.append(f"rank {rank}: exit status {proc.returncode}")
-                shown += lines[-15:]
-            for line in shown:
-                print(f"    {line[:160]}")
+    problems = run_ranks(
+        argv,
+        WORLD_SIZE,
+        RUN_DEADLINE_S + 30,
+        deadline_name="the run's deadline",
+        buffer_size=BUFFER_SIZE,
+    )
     del store
     print(f"    {time.monotonic() - started:.1f} s", flush=True)
     return problems
