@@ -267,6 +267,9 @@ class _Decoder:
             pos = self.put(value, pos)
         return value, pos
 
+    def entry(self, pos: int) -> tuple[Any, int]:
+        return self.value(pos)
+
     def put(self, value: Any, pos: int) -> int:
         data = self.data
         width = 1 if data[pos] == _BINPUT else 4
@@ -442,12 +445,27 @@ def _entries(reader: _Decoder, pos: int) -> tuple[EntryColumns, int]:
     return columns, pos + 1
 
 
-def _slow_entry(reader: _Decoder, pos: int, slow: list[_Slow], fast_before: int) -> int:
-    """Read one entry with the decoder; `fast_before` entries read by the expression come
-    before it."""
+class ExactReader(Protocol):
+    """What reads the bytes exactly, with the dump's memo: `_Decoder` for torch's layout,
+    `decode_python._Machine` for Python's."""
+
+    memo: list[Any]
+
+    def entry(self, pos: int) -> tuple[Any, int]:
+        """The entry dict that starts at `pos`, and the position after it."""
+        ...
+
+    def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
+        """The values of a captured run of `size` keys, and the highest memo slot referred
+        to (-1 if none)."""
+        ...
+
+
+def _slow_entry(reader: ExactReader, pos: int, slow: list[_Slow], fast_before: int) -> int:
+    """Read one entry exactly; `fast_before` entries read by the expression come before it."""
     if len(slow) >= _MAX_SLOW_ENTRIES:
         raise _Outside("too many entries with new strings or frames (over 256)")
-    entry, pos = reader.value(pos)
+    entry, pos = reader.entry(pos)
     if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
         raise _Outside("an entry that lacks a required key")
     slow.append(_Slow(fast_before + len(slow), entry, len(reader.memo)))
@@ -461,19 +479,12 @@ _CODED = tuple(
 _LISTS = keys_of(Kind.SHAPES, Kind.TEXTS, Kind.FRAMES)
 
 
-class CaptureReader(Protocol):
-    """What decodes a capture of a run of keys with the dump's memo: `_Decoder` for torch's
-    layout, `decode_python._Machine` for Python's."""
-
-    def run(self, data: bytes, size: int) -> tuple[list[Any], int]: ...
-
-
 class _Columns:
     """Builds a rank's `EntryColumns` from the captures of the expression-read entries (in
     order, with gaps where the decoder-read entries go) and the decoder-read entries."""
 
     def __init__(
-        self, reader: CaptureReader, nfast: int, slow: list[_Slow], memo_before: int
+        self, reader: ExactReader, nfast: int, slow: list[_Slow], memo_before: int
     ) -> None:
         self.reader = reader
         self.n = nfast + len(slow)

@@ -49,7 +49,6 @@ from .decode import (
     _LONG_BINGET,
     _MARK,
     _MAX_DEPTH,
-    _MAX_SLOW_ENTRIES,
     _NONE,
     _SETITEMS,
     _SHORT_BINUNICODE,
@@ -66,8 +65,8 @@ from .decode import (
     _layout,
     _Outside,
     _Slow,
+    _slow_entry,
 )
-from .schema import REQUIRED_KEYS
 
 _PROTO, _MEMOIZE, _FRAME, _APPEND, _SETITEM = 0x80, 0x94, 0x95, 0x61, 0x73
 _SCALARS = (str, int, float, bool, type(None))
@@ -364,16 +363,6 @@ def _next_entry(data: bytes, pos: int) -> int | None:
     if op == _APPEND:
         return None
     raise _Outside("an entry list holding something other than entries")
-
-
-def _slow_entry(machine: _Machine, pos: int, slow: list[_Slow], fast_before: int) -> int:
-    if len(slow) >= _MAX_SLOW_ENTRIES:
-        raise _Outside("too many entries with new strings or frames (over 256)")
-    entry, pos = machine.entry(pos)
-    if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
-        raise _Outside("an entry that lacks a required key")
-    slow.append(_Slow(fast_before + len(slow), entry, len(machine.memo)))
-    return pos
 
 
 def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
