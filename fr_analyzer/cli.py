@@ -17,6 +17,7 @@ from tabulate import tabulate
 
 from . import (
     __version__,
+    cli_compat,
     database,
     entries_view,
     pipeline,
@@ -40,7 +41,10 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Find the process group, collective and ranks that desynced a distributed PyTorch "
-    "job, from its per-rank Flight Recorder dumps.",
+    "job, from its per-rank Flight Recorder dumps.\n\n"
+    "Reads the dumps of PyTorch's recorder (NCCL, gloo, XCCL, ...), of torchcomms and of HCCL "
+    "(torch_npu): pickle or JSON, optionally gzip-compressed. Takes torchfrtrace's command "
+    "line too: fr-analyze DIR -j --selected-ranks 0 1 --pg-filters tp --mismatch_cap 5.",
 )
 
 
@@ -76,7 +80,8 @@ def analyze(
             "-d",
             "--dump-dir",
             help="Directory holding one Flight Recorder dump per rank "
-            "(searched recursively; pickle or JSON, optionally .gz). Required.",
+            "(searched recursively; pickle or JSON, optionally .gz). Required; may also "
+            "be given as the first argument, as torchfrtrace takes it.",
         ),
     ] = None,
     output: Annotated[
@@ -94,24 +99,31 @@ def analyze(
         typer.Option(
             "-j",
             "--just-print-entries",
+            "--just_print_entries",
             help="Print every rank's entries side by side per "
             "process group, aligned by sequence id, and stop.",
         ),
     ] = False,
     selected_ranks: Annotated[
-        str | None, typer.Option("--selected-ranks", help="With -j: only these ranks, e.g. 0,3-5.")
+        str | None,
+        typer.Option(
+            "--selected-ranks", help="With -j: only these ranks, e.g. 0,3-5 (or 0 3 4 5)."
+        ),
     ] = None,
     pg_filters: Annotated[
         list[str] | None,
         typer.Option(
             "--pg-filters",
-            help="With -j: only groups with this name or desc (repeatable, or comma-separated).",
+            help="With -j: only groups with this name or desc (repeatable, comma- or "
+            "space-separated).",
         ),
     ] = None,
     print_stack_trace: Annotated[
         bool,
         typer.Option(
-            "--print-stack-trace", help="With -j: show each entry's stack (innermost first)."
+            "--print-stack-trace",
+            "--print_stack_trace",
+            help="With -j: show each entry's stack (innermost first).",
         ),
     ] = False,
     prefix: Annotated[
@@ -130,7 +142,10 @@ def analyze(
     mismatch_cap: Annotated[
         int,
         typer.Option(
-            "--mismatch-cap", min=1, help="Show at most this many findings per process group."
+            "--mismatch-cap",
+            "--mismatch_cap",
+            min=1,
+            help="Show at most this many findings per process group.",
         ),
     ] = 10,
     ranks_table: Annotated[
@@ -188,6 +203,26 @@ def analyze(
             "(default: 1G). A bigger file is reported unreadable; the others are analyzed.",
         ),
     ] = DEFAULT_MAX_FILE_BYTES,
+    transform_ft: Annotated[
+        bool,
+        typer.Option(
+            "--transform-ft",
+            help="A torchft job: rewrite each replica's default group (desc default_pg) to "
+            "global ranks, replica = rank // --group-world-size.",
+        ),
+    ] = False,
+    group_world_size: Annotated[
+        int | None,
+        typer.Option("--group-world-size", min=1, help="Ranks in one torchft replica group."),
+    ] = None,
+    allow_incomplete_ranks: Annotated[
+        bool,
+        typer.Option(
+            "--allow-incomplete-ranks",
+            help="Accepted for torchfrtrace's command line; changes nothing: fr-analyze "
+            "always analyzes the ranks it can read and names the ones missing.",
+        ),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -203,6 +238,10 @@ def analyze(
         return
     if dump_dir is None:
         raise UsageError("missing option -d/--dump-dir (see fr-analyze --help)")
+    if transform_ft and group_world_size is None:
+        raise UsageError("--transform-ft needs --group-world-size (ranks per replica group)")
+    if group_world_size is not None and not transform_ft:
+        raise UsageError("--group-world-size goes with --transform-ft")
     thresholds = Thresholds(
         dead_after_s=dead_after,
         straggler_ms=straggler_ms,
@@ -210,7 +249,11 @@ def analyze(
         stack_depth=stack_depth,
     )
     options = pipeline.Options(
-        prefix=prefix, workers=workers, thresholds=thresholds, max_file_bytes=max_file_size
+        prefix=prefix,
+        workers=workers,
+        thresholds=thresholds,
+        max_file_bytes=max_file_size,
+        ft_group_world_size=group_world_size,
     )
     progress = _progress if sys.stderr.isatty() else None
     if just_print_entries:
@@ -395,7 +438,8 @@ def merge_traces_cmd(
 def main() -> None:
     """Console-script entry point."""
     try:
-        code = app(standalone_mode=False, prog_name="fr-analyze")
+        argv = cli_compat.translate(sys.argv[1:], typer.main.get_group(app))
+        code = app(args=argv, standalone_mode=False, prog_name="fr-analyze")
     except typer.Exit as exc:
         code = exc.exit_code
     except FrAnalyzerError as exc:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from . import progress
 from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .model import (
@@ -32,6 +33,9 @@ from .model import (
     SCATTER_OPS,
     STATE_NAMES,
     UNCHECKED_SIZE_OPS,
+    UNEVEN_INPUT_OPS,
+    UNEVEN_OUTPUT_OPS,
+    UNKNOWN_PEER,
     Finding,
     FindingKind,
     Group,
@@ -115,6 +119,7 @@ class MatchResult:
     findings: tuple[Finding, ...]
     # group uid → highest collective seq id every member issued (see `_proof`)
     proven: dict[int, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # how progress was judged where completion is not recorded
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,6 +197,9 @@ class _Context:
 
 def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
     done = completion(t)
+    quiet = progress.silent(t, dumps, stateless(t))
+    if quiet.rows.any():
+        done = progress.judged_by_issue(t, groups, done, quiet.rows, progress.collective_rows(t))
     ctx = _Context(
         t=t,
         groups=groups,
@@ -206,7 +214,7 @@ def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Match
     findings: list[Finding] = []
     units = _match_collectives(ctx, findings)
     pairs = _match_p2p(ctx, findings)
-    return MatchResult(units, pairs, done, tuple(findings), dict(ctx.proof))
+    return MatchResult(units, pairs, done, tuple(findings), dict(ctx.proof), quiet.notes)
 
 
 def _last_enqueued(
@@ -335,9 +343,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
             done = ctx.done[rows]
     differs |= has_prev & (done != done[safe_prev])
     differs |= ctx.size_bad[rows]
-    special = np.array(
-        [op in GATHER_OPS or op in SCATTER_OPS or op in ALL_TO_ALL_OPS for op in t.ops], bool
-    )
+    special = np.array([op in _UNEVEN_OPS for op in t.ops], bool)
     if len(rows):
         differs |= special[t.op[rows]]
     unit_bad = np.logical_or.reduceat(differs, starts) if n_units else np.zeros(0, bool)
@@ -405,6 +411,9 @@ def _proof(
     np.maximum.at(best, unit_group, proven)
     return {uid: int(v) for uid, v in enumerate(best.tolist()) if v >= 0}
 
+
+_UNEVEN_OPS = GATHER_OPS | SCATTER_OPS | ALL_TO_ALL_OPS | UNEVEN_INPUT_OPS | UNEVEN_OUTPUT_OPS
+"""Ops whose sizes may differ from rank to rank: each unit gets the per-unit look."""
 
 Value = tuple[Any, ...]
 """What ranks are compared on at one unit: op names, or (op, sizes), or (op, dtypes)."""
@@ -767,8 +776,9 @@ def _check_sizes(
                     what,
                 )
     else:
-        check_in = op not in SCATTER_OPS  # non-root scatter inputs are not used
-        check_out = op not in GATHER_OPS  # non-root gather outputs are not used
+        # non-root scatter inputs and gather outputs are not used; `*_v` sizes are per rank
+        check_in = op not in SCATTER_OPS and op not in UNEVEN_INPUT_OPS
+        check_out = op not in GATHER_OPS and op not in UNEVEN_OUTPUT_OPS
 
         def sizes_of(row: int) -> Value:
             return (
@@ -892,7 +902,7 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     def to_global(local: I64) -> I64:
         valid = (local >= 0) & (local < size)
         out = np.where(valid, flat[offsets[uid] + np.where(valid, local, 0)], -3)
-        return np.where(local == ANY_SOURCE, ANY_SOURCE, out)
+        return np.where((local == ANY_SOURCE) | (local == UNKNOWN_PEER), local, out)
 
     kind = t.p2p_kind[rows]
     me = t.rank[rows].astype(np.int64)
@@ -902,7 +912,8 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
     # The op's own end must be the rank that recorded it; the peer must be a group member.
     src = np.where(send, me, src)
     dst = np.where(send, dst, me)
-    bad_peer = (send & (dst < 0)) | (~send & (src == -3))
+    unknown = (src == UNKNOWN_PEER) | (dst == UNKNOWN_PEER)  # the recorder keeps no peer
+    bad_peer = ~unknown & ((send & (dst < 0)) | (~send & (src == -3)))
     for r in rows[bad_peer].tolist():
         g = groups.groups[int(groups.entry_group[r])]
         findings.append(
@@ -923,7 +934,7 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
         dst >= 0, dst, world - 1
     )
     wild = ~send & (src == ANY_SOURCE)
-    usable = ~bad_peer
+    usable = ~bad_peer & ~unknown
     is_wrapped = np.zeros(world, dtype=bool)
     is_wrapped[[r for r, w in ctx.wrapped.items() if w and 0 <= r < world]] = True
     sides = {}

@@ -46,7 +46,11 @@ class UnitKind(enum.IntEnum):
 # Op names (after the backend prefix) by the size rule they follow.
 GATHER_OPS = frozenset({"gather"})
 SCATTER_OPS = frozenset({"scatter"})
-ALL_TO_ALL_OPS = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base"})
+ALL_TO_ALL_OPS = frozenset(
+    {"all_to_all", "all_to_all_single", "all_to_all_v_single", "alltoall", "alltoall_base"}
+)
+UNEVEN_INPUT_OPS = frozenset({"all_gather_v"})  # each rank gives its own size; outputs agree
+UNEVEN_OUTPUT_OPS = frozenset({"reduce_scatter_v"})  # inputs agree; each rank gets its own
 ALL_GATHER_OPS = frozenset(
     {
         "all_gather",
@@ -55,6 +59,7 @@ ALL_GATHER_OPS = frozenset(
         "allgather",
         "all_gather_into_tensor",
         "allgather_into_tensor_coalesced",
+        "all_gather_single",
     }
 )
 REDUCE_SCATTER_OPS = frozenset(
@@ -63,6 +68,7 @@ REDUCE_SCATTER_OPS = frozenset(
         "_reduce_scatter_base",
         "reduce_scatter_tensor_coalesced",
         "reduce_scatter_tensor",
+        "reduce_scatter_single",
     }
 )
 SAME_IN_OUT_OPS = frozenset({"all_reduce", "allreduce"})
@@ -74,6 +80,8 @@ UNCHECKED_SIZE_OPS = frozenset(
         "REDUCE_SCATTER_coalesced",
         "barrier",
         "all_reduce_barrier",
+        "split",  # torchcomms: a communicator split, no tensors
+        "new_window",
     }
 )
 
@@ -86,6 +94,8 @@ class P2PKind(enum.IntEnum):
 
 ANY_SOURCE = -2
 """Peer value of a receive from any source (`recv 1<-?`)."""
+UNKNOWN_PEER = -4
+"""Peer value of a send or recv whose recorder keeps no peer (torchcomms, HCCL): never paired."""
 
 
 class MembershipSource(enum.StrEnum):

@@ -11,6 +11,7 @@ from . import dumps as dumps_mod
 from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader
+from .dumps.dialects import DESCRIPTION, Dialect
 from .errors import DiscoveryError
 from .findings import collect
 from .groups import GroupTable, build_groups
@@ -27,6 +28,7 @@ class Options:
     workers: int | None = None  # None: every core
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     thresholds: Thresholds = field(default_factory=Thresholds)
+    ft_group_world_size: int | None = None  # a torchft job: default groups made global
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,12 @@ def load(
     found = dumps_mod.discover(directory, options.prefix)
     builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
     loaded, unreadable = dumps_mod.load_all(
-        found.files, options.workers, options.max_file_bytes, progress, sink=builder.add
+        found.files,
+        options.workers,
+        options.max_file_bytes,
+        progress,
+        sink=builder.add,
+        ft_group_world_size=options.ft_group_world_size,
     )
     if not loaded:
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
@@ -77,7 +84,7 @@ def analyze(
     groups = build_groups(loaded, table, unreadable)
     matches = match(loaded, table, groups)
     findings = collect(loaded, unreadable, table, groups, matches)
-    summary = _summary(directory, loaded, unreadable, groups, table, ignored)
+    summary = _summary(directory, loaded, unreadable, groups, table, ignored, matches.notes)
     diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds)
     conclusion = conclude(summary, findings, diagnosis, matches, groups)
     return Analysis(
@@ -92,11 +99,13 @@ def _summary(
     groups: GroupTable,
     table: EntryTable,
     ignored: tuple[str, ...],
+    notes: tuple[str, ...] = (),
 ) -> DumpSummary:
     versions: dict[str, list[int]] = {}
     for dump in loaded:
         versions.setdefault(dump.version, []).append(dump.rank)
-    warnings = [w for d in loaded for w in d.warnings]
+    warnings = _dialects(loaded) + list(notes)
+    warnings += [w for d in loaded for w in d.warnings]
     warnings += _slow_readers(loaded)
     readers: dict[str, list[int]] = {}
     for dump in loaded:
@@ -119,6 +128,18 @@ def _summary(
         warnings=tuple(warnings),
         readers={name: tuple(ranks) for name, ranks in sorted(readers.items())},
     )
+
+
+def _dialects(loaded: list[RankDump]) -> list[str]:
+    """One line per other recorder that wrote some of the ranks."""
+    by_dialect: dict[str, list[int]] = {}
+    for dump in loaded:
+        if dump.dialect in DESCRIPTION:
+            by_dialect.setdefault(dump.dialect, []).append(dump.rank)
+    return [
+        f"{agree(ranks, 'rank', 'ranks')} {compact(ranks)}: {DESCRIPTION[Dialect(name)]}"
+        for name, ranks in sorted(by_dialect.items())
+    ]
 
 
 def _slow_readers(loaded: list[RankDump]) -> list[str]:

@@ -272,7 +272,9 @@ def render_stacks(diagnosis: Diagnosis, limit: int = 6) -> str:
         mark = "  <-- odd one out" if group.odd else ""
         out.append(f"[{len(group.ranks)} rank(s): {compact(group.ranks)}]{mark}")
         if group.stack is None:
-            out.append("    (no stack in the dump: gloo JSON dumps and slow dumps omit frames)")
+            out.append(
+                "    (no stack in the dump: JSON dumps, torchcomms and slow dumps omit frames)"
+            )
             continue
         for frame in group.stack:
             out.append(f"    {frame.name} at {frame.filename}:{frame.line}")

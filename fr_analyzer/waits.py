@@ -25,7 +25,7 @@ import numpy.typing as npt
 from .dumps import EntryTable, rank_starts
 from .groups import GroupTable
 from .matching import CollectiveUnits, MatchResult, stateless
-from .model import ANY_SOURCE, P2PKind, State, UnitKind
+from .model import ANY_SOURCE, UNKNOWN_PEER, P2PKind, State, UnitKind
 
 P2P_ROWS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
 
@@ -458,7 +458,7 @@ class _Builder:
         t = self.t
         kind = int(t.p2p_kind[row])
         local = int(t.peer_dst[row]) if kind == P2PKind.SEND else int(t.peer_src[row])
-        if local == ANY_SOURCE:
+        if local in (ANY_SOURCE, UNKNOWN_PEER):  # any member (or one not recorded)
             return {r for r in members if r != rank}
         if 0 <= local < len(members):
             return {members[local]}

@@ -276,3 +276,61 @@ def test_existing_output_is_replaced_only_on_success(healthy: Path, tmp_path: Pa
 def test_version_flag() -> None:
     result = fr("--version")
     assert result.returncode == 0 and result.stdout.startswith("fr-analyze ")
+
+
+# --- torchfrtrace's command line ------------------------------------------------------------
+
+NCCL = str(Path(__file__).resolve().parent.parent / "sample_dumps" / "nccl_healthy")
+
+
+@pytest.mark.parametrize(
+    ("torchfrtrace", "ours"),
+    [
+        ([NCCL], ["-d", NCCL]),
+        (
+            [NCCL, "--mismatch_cap", "5", "--allow-incomplete-ranks"],
+            ["-d", NCCL, "--mismatch-cap", "5"],
+        ),
+        ([NCCL, "-v"], ["-d", NCCL, "-v"]),
+        ([NCCL, "-p", "nccl_trace_rank_"], ["-d", NCCL, "-p", "nccl_trace_rank_"]),
+        (
+            [NCCL, "-j", "--selected-ranks", "0", "1", "--pg-filters", "0", "1"],
+            ["-d", NCCL, "-j", "--selected-ranks", "0,1", "--pg-filters", "0,1"],
+        ),
+        (
+            [NCCL, "--just_print_entries", "--print_stack_trace", "--selected-ranks", "2"],
+            ["-d", NCCL, "-j", "--print-stack-trace", "--selected-ranks", "2"],
+        ),
+        (["-j", "--selected-ranks", "0", "1", NCCL], ["-d", NCCL, "-j", "--selected-ranks", "0,1"]),
+    ],
+)
+def test_torchfrtraces_documented_invocations_mean_the_same(
+    torchfrtrace: list[str], ours: list[str]
+) -> None:
+    theirs, mine = fr(*torchfrtrace), fr(*ours)
+    assert theirs.returncode == mine.returncode == 0, theirs.stderr
+    assert theirs.stdout == mine.stdout and theirs.stdout
+
+
+def test_torchfrtraces_output_option_writes_the_database(tmp_path: Path) -> None:
+    out = tmp_path / "db.pkl"
+    result = fr(NCCL, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert load_db(out).schema == "fr-analyze.db/1"
+
+
+def test_transform_ft_needs_the_replica_size_and_says_so() -> None:
+    result = fr(NCCL, "--transform-ft")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "fr-analyze: error: --transform-ft needs --group-world-size (ranks per replica group)"
+    )
+    assert fr(NCCL, "--transform-ft", "--group-world-size", "8").returncode == 0
+
+
+def test_help_says_which_spellings_and_formats_are_read() -> None:
+    text = fr("--help").stdout
+    for spelling in ("--mismatch_cap", "--print_stack_trace", "--just_print_entries"):
+        assert spelling in text
+    assert "--allow-incomplete-ranks" in text and "changes nothing" in text
+    assert "torchcomms" in text and "HCCL" in text

@@ -36,8 +36,18 @@ _NAME_RE = re.compile(
 _KNOWN_PREFIXES = (
     "comm_lib_trace_rank_",
     "nccl_trace_rank_",
+    "hccl_trace_rank_",
     "fr_trace_rank_",
     "rank_",
+)
+
+
+# The debug server's periodic text dumps: `<handler>_<YYYYmmdd>_<HHMMSS>.txt`
+# (torch/distributed/debug/_frontend.py), e.g. fr_trace_20261123_031502.txt.
+_SERVER_REPORT = re.compile(
+    r"(?:torchcomms_)?(?:fr_trace|stacks|torchcomms_health_check|wait_counters|tcpstore|"
+    r"pyspy_dump)_[0-9]{8}_[0-9]{6}\.txt",
+    re.ASCII,
 )
 
 
@@ -92,8 +102,12 @@ def discover(directory: Path, prefix: str | None = None) -> Discovery:
         raise DiscoveryError(f"{directory}: not a directory")
     candidates: dict[str, list[DumpFile]] = {}
     ignored: list[str] = []
+    reports: list[str] = []
     for path in _walk(directory, ignored):
         name = path.name
+        if _SERVER_REPORT.fullmatch(name):
+            reports.append(name)
+            continue
         if prefix is not None:
             if not name.startswith(prefix):
                 ignored.append(str(path))
@@ -113,6 +127,13 @@ def discover(directory: Path, prefix: str | None = None) -> Discovery:
             ignored.append(str(path))  # a "rank" beyond any job: not a rank file
             continue
         candidates.setdefault(family, []).append(DumpFile(rank, path))
+    if not candidates and reports:
+        raise DiscoveryError(
+            f"{directory}: holds the torch.distributed debug server's text reports "
+            f"({reports[0]}{' and more' if len(reports) > 1 else ''}), not per-rank dumps: "
+            "pass the directory of the raw dumps instead (its per_rank/ folder, or where "
+            "TORCH_FR_DUMP_TEMP_FILE or TORCHCOMM_FR_DUMP_TEMP_FILE point)"
+        )
     if not candidates:
         hint = f" starting with {prefix!r}" if prefix else ""
         raise DiscoveryError(f"{directory}: no rank dump files{hint} found")

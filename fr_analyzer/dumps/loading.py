@@ -14,22 +14,28 @@ import numpy as np
 
 from ..errors import DumpError
 from ..model import UnreadableDump
-from . import sandbox
+from . import dialects, sandbox, torchft
 from .common import DEFAULT_MAX_FILE_BYTES, printable
-from .decode import Undecodable
+from .decode import Decoded, Undecodable
 from .discovery import DumpFile
 from .normalize import build_rank
-from .reading import _read, explain_pickle, read_unpacked
+from .reading import _Raw, _read, explain_pickle, read_unpacked
 from .records import COLUMNS, RankColumns, RankDump
 
 
 def load_rank(
-    dump_file: DumpFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES, *, sandboxed: bool = False
+    dump_file: DumpFile,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    *,
+    sandboxed: bool = False,
+    ft_group_world_size: int | None = None,
 ) -> RankDump | UnreadableDump:
     """Read and normalize one rank; any problem becomes an UnreadableDump record.
 
     Pickles are scanned for bombs before they are unpickled, unless `sandboxed` (in a worker
-    process under resource limits, see `sandbox`, where the scan only explains a failure)."""
+    process under resource limits, see `sandbox`, where the scan only explains a failure).
+    `ft_group_world_size`: a torchft job's replica size, its default groups made global
+    (`torchft`)."""
     path = printable(str(dump_file.path))
     was_enabled = gc.isenabled()
     gc.disable()  # a dump is ~100k small containers freed by reference counting; GC passes
@@ -37,24 +43,11 @@ def load_rank(
         guarded = not sandboxed
         raw = _read(dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded)
         try:
-            return build_rank(
-                raw.obj,
-                dump_file.rank,
-                path,
-                nbytes=raw.nbytes,
-                notes=raw.notes,
-                fallback=raw.fallback,
-            )
+            built = _build(raw, dump_file.rank, path, raw.fallback, ft_group_world_size)
         except Undecodable as exc:
             raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded)
-            return build_rank(
-                raw.obj,
-                dump_file.rank,
-                path,
-                nbytes=raw.nbytes,
-                notes=raw.notes,
-                fallback=f"decoder: {exc}",
-            )
+            built = _build(raw, dump_file.rank, path, f"decoder: {exc}", ft_group_world_size)
+        return built
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)
     except RecursionError:
@@ -69,12 +62,40 @@ def load_rank(
             gc.enable()
 
 
+def _build(
+    raw: _Raw, rank: int, path: str, fallback: str, ft_group_world_size: int | None
+) -> RankDump:
+    header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
+    notes = list(raw.notes)
+    dialect = dialects.Dialect.PYTORCH
+    if isinstance(header, dict):
+        if isinstance(raw.obj, Decoded) and dialects.needs_entries(header):
+            raise Undecodable("another recorder's dump, rewritten from its entries")
+        dialect = dialects.detect(header)
+        notes += dialects.rewrite(header, rank, dialect)
+        if ft_group_world_size is not None:
+            torchft.global_pg_config(header, rank, ft_group_world_size)
+    dump = build_rank(
+        raw.obj,
+        rank,
+        path,
+        nbytes=raw.nbytes,
+        notes=notes,
+        fallback=fallback,
+        dialect=dialect.value,
+    )
+    if ft_group_world_size is not None:
+        dump = replace(dump, groups=torchft.global_groups(dump.groups, rank, ft_group_world_size))
+    return dump
+
+
 def load_all(
     files: Sequence[DumpFile],
     workers: int | None = None,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     progress: Callable[[int, int], None] | None = None,
     sink: Callable[[RankDump], None] | None = None,
+    ft_group_world_size: int | None = None,
 ) -> tuple[list[RankDump], list[UnreadableDump]]:
     """Load every rank in worker processes (see `sandbox`), in file order.
 
@@ -91,12 +112,17 @@ def load_all(
     unreadable: list[UnreadableDump] = []
     results: Iterable[RankDump | UnreadableDump]
     if sandbox.available():
-        task = functools.partial(_load_packed, max_bytes=max_bytes)
+        task = functools.partial(
+            _load_packed, max_bytes=max_bytes, ft_group_world_size=ft_group_world_size
+        )
         dead = functools.partial(_after_death, max_bytes=max_bytes)
         pool = sandbox.Sandbox(task, _file_size, dead, workers)
         results = _in_order((i, members.unpack(*found)) for i, found in pool.run(files))
     else:  # no fork: read in this process, every pickle scanned first
-        results = (members.share(load_rank(f, max_bytes)) for f in files)
+        results = (
+            members.share(load_rank(f, max_bytes, ft_group_world_size=ft_group_world_size))
+            for f in files
+        )
     for result in results:
         if isinstance(result, RankDump):
             if sink is not None:
@@ -202,10 +228,14 @@ _NARROW = tuple(
 )
 
 
-def _load_packed(dump_file: DumpFile, max_bytes: int) -> _Loaded:
+def _load_packed(
+    dump_file: DumpFile, max_bytes: int, ft_group_world_size: int | None = None
+) -> _Loaded:
     """`load_rank` in a worker process, with its columns in one buffer and the long member
     lists of its claims packed."""
-    result = load_rank(dump_file, max_bytes, sandboxed=True)
+    result = load_rank(
+        dump_file, max_bytes, sandboxed=True, ft_group_world_size=ft_group_world_size
+    )
     if not isinstance(result, RankDump) or result.columns is None:
         return result, {}, None
     packed: _Packed = {}

@@ -10,6 +10,7 @@ Coalesced and batched blocks are recognised last (`blocks`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,17 +33,19 @@ def build_rank(
     nbytes: int | None = None,
     notes: Sequence[str] = (),
     fallback: str = "",
+    dialect: str = "pytorch",
 ) -> RankDump:
     """Normalize one loaded dump into columns. Whole-dump problems raise DumpError; decoded
     entries that only the careful reader takes raise `Undecodable` (read the file again).
 
     `nbytes` (the size the dump was parsed from) enables the checks against dumps that expand
     far beyond their size; `notes` become warnings; `fallback` says why a faster reader did not
-    read the file (the decoder, say)."""
+    read the file (the decoder, say); `dialect` the recorder that wrote it (`dialects`)."""
     try:
-        return _build_rank(raw, rank, file, nbytes, notes, fallback)
+        dump = _build_rank(raw, rank, file, nbytes, notes, fallback)
     except Bomb as exc:
         raise DumpError(file, rank, str(exc)) from None
+    return dump if dialect == dump.dialect else replace(dump, dialect=dialect)
 
 
 def _build_rank(

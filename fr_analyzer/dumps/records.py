@@ -111,6 +111,7 @@ class RankDump:
     entries: int
     tables: RankTables | None
     columns: RankColumns | None
+    dialect: str = "pytorch"  # the recorder that wrote it (`dialects.Dialect`)
 
     def header(self) -> RankDump:
         """The same dump without its entries' tables and columns."""

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from ..model import ANY_SOURCE, Frame, P2PKind
+from ..model import ANY_SOURCE, UNKNOWN_PEER, Frame, P2PKind
 from ..ranks import MAX_RANK
 from .common import (
     _INT64_MAX,
@@ -150,6 +150,11 @@ class Interner:
         return code
 
 
+UNPAIRED_P2P_OPS = frozenset({"batch_op_issue", "batch_isend_irecv"})
+"""A batch of p2p ops recorded as one op (torchcomms), or its members named by their frame
+(HCCL): which peers, and which are sends, is not recorded."""
+
+
 def parse_name(pname: str) -> tuple[str, str, int, int, int]:
     """`"nccl:send 0->1"` → (backend, op, p2p kind, local src, local dst)."""
     backend, sep, rest = pname.partition(":")
@@ -165,8 +170,13 @@ def parse_name(pname: str) -> tuple[str, str, int, int, int]:
     if op == "recv" and "<-" in peer:
         dst, _, src = peer.partition("<-")
         return backend, op, P2PKind.RECV, _peer(src), _peer(dst)
+    if op in UNPAIRED_P2P_OPS:  # a batch of sends and receives, no peer or direction
+        return backend, op, P2PKind.SEND, UNKNOWN_PEER, UNKNOWN_PEER
+    if op in P2P_OPS and not peer:  # torchcomms names no peer: a send/recv never paired
+        kind = P2PKind.SEND if op == "send" else P2PKind.RECV
+        return backend, op, kind, UNKNOWN_PEER, UNKNOWN_PEER
     if op in P2P_OPS:
-        raise EntryError(f"profiling_name {_short(pname, 60)} has no peer")
+        raise EntryError(f"profiling_name {_short(pname, 60)} has a malformed peer")
     return backend, op, P2PKind.NONE, -1, -1
 
 
