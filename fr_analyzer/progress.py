@@ -86,8 +86,9 @@ def silent(t: EntryTable, dumps: Sequence[RankDump], no_state: B) -> Silent:
 
 def judged_by_issue(t: EntryTable, groups: GroupTable, done: B, silent_rows: B, collective: B) -> B:
     """`done` with the silent rows judged by what was issued: a collective (`collective`
-    rows) when every member of its group issued its sequence id, any other op when its rank
-    issued something after it on the same group. Clears `retired` on the silent rows."""
+    rows) when every member of its group issued its sequence id, a send/recv when its peer
+    issued the other half or its rank issued something after it on the same group. Clears
+    `retired` on the silent rows (in the table: downstream stages read it as "finished")."""
     out = done.copy()
     t.retired[silent_rows] = False
     uid = groups.entry_group.astype(np.int64)
@@ -97,12 +98,13 @@ def judged_by_issue(t: EntryTable, groups: GroupTable, done: B, silent_rows: B, 
         # Distinct (group, seq, rank) per collective row, then members per (group, seq).
         every = np.flatnonzero(collective & np.isin(uid, np.unique(uid[coll])))
         seq = t.coll_seq[every].astype(np.int64)
-        span = int(seq.max()) - int(seq.min()) + 1
-        unit = uid[every] * span + (seq - int(seq.min()))
+        low = int(seq.min())
+        span = int(seq.max()) - low + 1
+        unit = uid[every] * span + (seq - low)
         pairs = np.unique(np.stack([unit, t.rank[every].astype(np.int64)]), axis=1)
         units, members = np.unique(pairs[0], return_counts=True)
         full = units[members >= sizes[units // span]]
-        mine = uid[coll] * span + (t.coll_seq[coll].astype(np.int64) - int(seq.min()))
+        mine = uid[coll] * span + (t.coll_seq[coll].astype(np.int64) - low)
         out[coll] = np.isin(mine, full) | done[coll]
     other = np.flatnonzero(silent_rows & ~collective)
     if len(other):

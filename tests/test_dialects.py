@@ -29,7 +29,7 @@ def test_there_is_a_healthy_and_a_faulty_set_per_dialect() -> None:
     for dialect in ("torchcomms", "hccl", "xccl"):
         assert f"{dialect}_healthy" in DIALECT_SETS
         assert f"{dialect}_not_joined" in DIALECT_SETS
-        assert "intel/torch-xpu-ops" in (SAMPLES / "xccl_healthy" / "NOTE.md").read_text()
+    assert "intel/torch-xpu-ops" in (SAMPLES / "xccl_healthy" / "NOTE.md").read_text()
 
 
 @pytest.mark.parametrize("name", DIALECT_SETS)

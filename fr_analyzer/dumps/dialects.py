@@ -79,7 +79,7 @@ def reports_completion(dialect: str) -> bool:
 def needs_entries(header: dict[str, Any]) -> bool:
     """Whether a dump whose entries were decoded as columns must be read again as dicts to be
     rewritten (an HCCL dump is found by its entries; the column reader refuses their names)."""
-    return detect({k: v for k, v in header.items() if k != "entries"}) != Dialect.PYTORCH
+    return detect(header) != Dialect.PYTORCH  # a decoded dump's header holds no entries
 
 
 def rewrite(raw: dict[str, Any], rank: int, dialect: Dialect) -> list[str]:
