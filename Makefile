@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+REMOTE_STAMP := $(VENV)/.installed-remote
 DUMPS ?= sample_dumps
 
 .DEFAULT_GOAL := help
@@ -17,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+$(REMOTE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,remote]'
+	@touch $(REMOTE_STAMP)
+
 install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
 
 run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
@@ -26,7 +31,7 @@ run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
 		if [ $$rc -gt 1 ]; then exit $$rc; fi; \
 	done; true
 
-test: $(STAMP) ## Run the whole test suite
+test: $(REMOTE_STAMP) ## Run the whole test suite (installs the remote extra, for its tests)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) ## ruff and mypy (strict)

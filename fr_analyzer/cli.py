@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from tabulate import tabulate
@@ -19,6 +19,7 @@ from . import (
     __version__,
     cli_compat,
     database,
+    database_sqlite,
     entries_view,
     pipeline,
     ranks,
@@ -29,6 +30,7 @@ from . import (
 )
 from .diagnosis import Thresholds
 from .dumps import DEFAULT_MAX_FILE_BYTES, parse_size
+from .dumps.sources import Source, open_source
 from .errors import FrAnalyzerError, UsageError
 from .model import Status
 from .output import check_output_path, write_atomic
@@ -75,19 +77,25 @@ def _file_size(text: str | int) -> int:
 def analyze(
     ctx: typer.Context,
     dump_dir: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "-d",
             "--dump-dir",
-            help="Directory holding one Flight Recorder dump per rank "
-            "(searched recursively; pickle or JSON, optionally .gz). Required; may also "
-            "be given as the first argument, as torchfrtrace takes it.",
+            metavar="DIR|ARCHIVE|URL",
+            help="Where the Flight Recorder dumps are, one per rank (pickle or JSON, "
+            "optionally .gz): a directory (searched recursively), a .tar, .tar.gz, .tgz or "
+            ".zip archive (read member by member, never extracted), or a URL such as "
+            "s3://bucket/job/fr/ (needs: pip install 'fr-analyze[remote]'). Required; may "
+            "also be given as the first argument, as torchfrtrace takes it.",
         ),
     ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
-            "-o", "--output", help="Write the flat database (pickle of builtin types) here."
+            "-o",
+            "--output",
+            help="Write the flat database here: SQLite when the name ends in .sqlite, "
+            ".sqlite3 or .db, else a pickle of builtin types.",
         ),
     ] = None,
     json_out: Annotated[
@@ -190,7 +198,20 @@ def analyze(
     ] = 2000.0,
     workers: Annotated[
         int | None,
-        typer.Option("--workers", min=1, help="Processes that load dumps (default: every core)."),
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Processes that load dumps (default: every core; 8 for a URL).",
+        ),
+    ] = None,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--storage-option",
+            metavar="KEY=VALUE",
+            help="For a URL: an fsspec storage option, e.g. endpoint_url=http://host:9000 or "
+            "anon=true (repeatable; VALUE read as JSON when it parses).",
+        ),
     ] = None,
     max_file_size: Annotated[
         int,
@@ -256,10 +277,11 @@ def analyze(
         ft_group_world_size=group_world_size,
     )
     progress = _progress if sys.stderr.isatty() else None
+    source = open_source(dump_dir, _storage_options(storage_option))
     if just_print_entries:
         chosen = ranks.parse(selected_ranks) if selected_ranks else None
         filters = [p for item in (pg_filters or []) for p in item.split(",") if p]
-        table, groups = pipeline.entries(dump_dir, options, progress)
+        table, groups = pipeline.entries(source, options, progress)
         typer.echo(
             entries_view.render_entries(
                 table, groups, ranks=chosen, pg_filters=filters, stack=print_stack_trace
@@ -271,8 +293,8 @@ def analyze(
         raise UsageError("--selected-ranks, --pg-filters and --print-stack-trace go with -j")
     for path in (output, json_out):
         if path is not None:
-            check_output_path(path, dump_dir)
-    result = pipeline.analyze(dump_dir, options, progress)
+            check_output_path(path, source)
+    result = pipeline.analyze(source, options, progress)
     try:
         text = report.render_text(result, verbose=verbose, cap=mismatch_cap, ranks=ranks_table)
     except Exception as exc:  # the answer still reaches the reader
@@ -284,19 +306,42 @@ def analyze(
     if json_out is not None:
         write_atomic(json_out, report_json.render_json(result, cap=mismatch_cap).encode())
     if output is not None:
-        database.write(result, output)
+        if database_sqlite.wanted(output):
+            database_sqlite.write(result, output)
+        else:
+            database.write(result, output)
     raise typer.Exit(EXIT_OK if result.conclusion.status == Status.OK else EXIT_FINDINGS)
 
 
-def _analysis(dump_dir: Path, prefix: str | None, workers: int | None) -> pipeline.Analysis:
+def _analysis(source: Source, prefix: str | None, workers: int | None) -> pipeline.Analysis:
     progress = _progress if sys.stderr.isatty() else None
-    return pipeline.analyze(dump_dir, pipeline.Options(prefix=prefix, workers=workers), progress)
+    return pipeline.analyze(source, pipeline.Options(prefix=prefix, workers=workers), progress)
+
+
+def _storage_options(items: list[str] | None) -> dict[str, Any]:
+    """`--storage-option KEY=VALUE` as fsspec's keyword arguments (VALUE as JSON if it is)."""
+    options: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--storage-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    return options
 
 
 @app.command("timeline")
 def timeline_cmd(
     dump_dir: Annotated[
-        Path, typer.Option("-d", "--dump-dir", help="Directory of per-rank dumps.")
+        str,
+        typer.Option(
+            "-d",
+            "--dump-dir",
+            metavar="DIR|ARCHIVE|URL",
+            help="Per-rank dumps: a directory, an archive or a URL (as for the analysis).",
+        ),
     ],
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Write the Chrome trace JSON here.")
@@ -335,10 +380,17 @@ def timeline_cmd(
     workers: Annotated[
         int | None, typer.Option("--workers", min=1, help="Processes that load dumps.")
     ] = None,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--storage-option", metavar="KEY=VALUE", help="For a URL: an fsspec storage option."
+        ),
+    ] = None,
 ) -> None:
     """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
     one thread per process group, findings and the root cause marked."""
-    check_output_path(output, dump_dir)
+    source = open_source(dump_dir, _storage_options(storage_option))
+    check_output_path(output, source)
     options = timeline.TimelineOptions(
         align=align,
         last=last,
@@ -348,7 +400,7 @@ def timeline_cmd(
         ranks=ranks.parse(selected_ranks) if selected_ranks else None,
         flows=not no_flows,
     )
-    trace = timeline.build(_analysis(dump_dir, prefix, workers), options)
+    trace = timeline.build(_analysis(source, prefix, workers), options)
     write_atomic(output, json.dumps(trace).encode())
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     typer.echo(f"wrote {output}: {n} op slices, {len(trace['traceEvents'])} events")
@@ -383,8 +435,12 @@ def merge_traces_cmd(
         typer.Option("--steps", help="Keep only ProfilerStep#A..#B of each rank, e.g. 3:9."),
     ] = None,
     fr_dir: Annotated[
-        Path | None,
-        typer.Option("--fr", help="Overlay the Flight Recorder timeline of these dumps."),
+        str | None,
+        typer.Option(
+            "--fr",
+            metavar="DIR|ARCHIVE|URL",
+            help="Overlay the Flight Recorder timeline of these dumps.",
+        ),
     ] = None,
 ) -> None:
     """Merge per-rank profiler traces into one trace: pid = rank, clocks synced."""
@@ -400,8 +456,9 @@ def merge_traces_cmd(
     infos = [traces.inspect(f) for f in files]
     overlay = None
     if fr_dir is not None:
-        check_output_path(output, fr_dir)
-        overlay = traces.fr_overlay(_analysis(fr_dir, None, None), infos)
+        source = open_source(fr_dir)
+        check_output_path(output, source)
+        overlay = traces.fr_overlay(_analysis(source, None, None), infos)
     report_ = traces.merge(
         files, output, traces.MergeOptions(start, end, step_range), overlay, infos
     )

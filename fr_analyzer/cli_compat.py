@@ -101,6 +101,11 @@ def _trailing_directory(values: list[str]) -> tuple[list[str], str | None]:
     """`--selected-ranks 0 1 dumps/`: argparse would take `dumps/` for one more value and then
     miss the directory; the last of several words is the directory when it is one (and not a
     rank number)."""
-    if len(values) > 1 and not values[-1].isdigit() and os.path.isdir(values[-1]):
+    last = values[-1] if values else ""
+    where = os.path.isdir(last) or "://" in last or last.lower().endswith(_ARCHIVES)
+    if len(values) > 1 and not last.isdigit() and where:
         return values[:-1], values[-1]
     return values, None
+
+
+_ARCHIVES = (".tar", ".tar.gz", ".tgz", ".zip")

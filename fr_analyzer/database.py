@@ -200,6 +200,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
     s = analysis.summary
     meta = {
         "directory": s.directory,
+        "source": {"kind": s.source_kind, "location": s.directory},
         "ranks_loaded": list(s.ranks_loaded),
         "ranks_missing": list(s.ranks_missing),
         "versions": {k: list(v) for k, v in s.versions.items()},

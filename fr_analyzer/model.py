@@ -221,3 +221,5 @@ class DumpSummary:
     ignored_files: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
     readers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # reader -> ranks read
+    source_kind: str = "directory"  # where the dumps came from: tar.gz, zip, url, ...
+    source_what: str = ""  # said in the report's header ("" for a plain directory)

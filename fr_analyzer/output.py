@@ -10,12 +10,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from .dumps.sources import Directory, Source
 from .errors import OutputError
 
 
-def check_output_path(path: Path, dump_dir: Path) -> None:
+def check_output_path(path: Path, source: Path | Source) -> None:
     """An output must not land inside the dump directory (it would be read as input next time,
-    or overwrite a dump), nor on a file the dump directory links to (a dump kept elsewhere)."""
+    or overwrite a dump), nor on a file the dump directory links to (a dump kept elsewhere),
+    nor on the archive the dumps are read from."""
+    if isinstance(source, Path):
+        dump_dir = source
+    elif isinstance(source, Directory):
+        dump_dir = source.path
+    else:
+        if source.owns(path):
+            raise OutputError(f"{path}: refusing to overwrite the archive the dumps are read from")
+        if path.is_dir():
+            raise OutputError(f"{path}: is a directory")
+        return
     try:
         target = path.resolve()
         root = dump_dir.resolve()
@@ -26,9 +38,9 @@ def check_output_path(path: Path, dump_dir: Path) -> None:
         raise OutputError(f"{path}: refusing to write inside the dump directory {dump_dir}")
     if target.is_dir():
         raise OutputError(f"{path}: is a directory")
-    source = _input_behind(target, root)
-    if source is not None:
-        raise OutputError(f"{path}: refusing to overwrite an input dump ({source} points to it)")
+    linked = _input_behind(target, root)
+    if linked is not None:
+        raise OutputError(f"{path}: refusing to overwrite an input dump ({linked} points to it)")
 
 
 def _input_behind(target: Path, root: Path) -> str | None:
@@ -52,22 +64,26 @@ def _input_behind(target: Path, root: Path) -> str | None:
 
 
 @contextmanager
-def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
-    """A binary stream to a temporary file beside `path`, renamed onto it when the block ends
-    without error: an existing file is replaced only when the new one is complete (and keeps
-    its permissions); on any error the temporary file is removed."""
+def atomic_path(path: Path) -> Iterator[str]:
+    """The name of a new temporary file beside `path`, renamed onto it (synced, with the
+    permissions of the file it replaces) when the block ends without error: an existing file
+    is replaced only when the new one is complete; on any error the temporary file is
+    removed."""
     directory = path.parent if str(path.parent) else Path(".")
     mode = _mode_for(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        os.close(fd)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "wb") as stream:
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-            os.fchmod(stream.fileno(), mode)
+        yield tmp
+        fd = os.open(tmp, os.O_RDWR)
+        try:
+            os.fsync(fd)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -75,6 +91,14 @@ def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[IO[bytes]]:
+    """A binary stream to a new file that replaces `path` when the block ends without error
+    (see `atomic_path`)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as stream:
+        yield stream
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -12,12 +12,18 @@ from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader
 from .dumps.dialects import DESCRIPTION, Dialect
+from .dumps.discovery import Discovery
+from .dumps.sources import Remote, Source
 from .errors import DiscoveryError
 from .findings import collect
 from .groups import GroupTable, build_groups
 from .matching import MatchResult, match
 from .model import DumpSummary, Finding, UnreadableDump
 from .ranks import agree, compact
+
+REMOTE_WORKERS = 8
+"""Worker processes that fetch and read remote files (each waits on the network part of the
+time), unless `Options.workers` says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -45,15 +51,30 @@ class Analysis:
     conclusion: Conclusion
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """The ranks read, those that could not be, and where they came from."""
+
+    dumps: list[RankDump]
+    unreadable: list[UnreadableDump]
+    table: EntryTable
+    found: Discovery
+
+
 def load(
-    directory: Path, options: Options, progress: Callable[[int, int], None] | None = None
-) -> tuple[list[RankDump], list[UnreadableDump], tuple[str, ...], EntryTable]:
+    where: Path | Source, options: Options, progress: Callable[[int, int], None] | None = None
+) -> Loaded:
     """Load every rank; each rank's columns go into the table as soon as it arrives."""
-    found = dumps_mod.discover(directory, options.prefix)
+    found = dumps_mod.discover(where, options.prefix)
+    source = found.source
+    assert source is not None
     builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
+    workers = options.workers
+    if workers is None and isinstance(source, Remote):
+        workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
     loaded, unreadable = dumps_mod.load_all(
-        found.files,
-        options.workers,
+        source.tasks(found.files, options.max_file_bytes),
+        workers,
         options.max_file_bytes,
         progress,
         sink=builder.add,
@@ -61,30 +82,32 @@ def load(
     )
     if not loaded:
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
-        raise DiscoveryError(f"{directory}: no readable rank dump ({reasons})")
+        raise DiscoveryError(f"{source.label}: no readable rank dump ({reasons})")
     loaded.sort(key=lambda d: d.rank)
+    unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
     table = builder.build([d.rank for d in loaded])
-    return loaded, unreadable, found.ignored, table
+    return Loaded(loaded, unreadable, table, found)
 
 
 def entries(
-    directory: Path, options: Options, progress: Callable[[int, int], None] | None = None
+    where: Path | Source, options: Options, progress: Callable[[int, int], None] | None = None
 ) -> tuple[EntryTable, GroupTable]:
     """Load and group only: what `--just-print-entries` shows."""
-    loaded, unreadable, _, table = load(directory, options, progress)
-    return table, build_groups(loaded, table, unreadable)
+    got = load(where, options, progress)
+    return got.table, build_groups(got.dumps, got.table, got.unreadable)
 
 
 def analyze(
-    directory: Path,
+    where: Path | Source,
     options: Options = Options(),
     progress: Callable[[int, int], None] | None = None,
 ) -> Analysis:
-    loaded, unreadable, ignored, table = load(directory, options, progress)
+    got = load(where, options, progress)
+    loaded, unreadable, table = got.dumps, got.unreadable, got.table
     groups = build_groups(loaded, table, unreadable)
     matches = match(loaded, table, groups)
     findings = collect(loaded, unreadable, table, groups, matches)
-    summary = _summary(directory, loaded, unreadable, groups, table, ignored, matches.notes)
+    summary = _summary(got, groups, matches.notes)
     diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds)
     conclusion = conclude(summary, findings, diagnosis, matches, groups)
     return Analysis(
@@ -92,19 +115,13 @@ def analyze(
     )
 
 
-def _summary(
-    directory: Path,
-    loaded: list[RankDump],
-    unreadable: list[UnreadableDump],
-    groups: GroupTable,
-    table: EntryTable,
-    ignored: tuple[str, ...],
-    notes: tuple[str, ...] = (),
-) -> DumpSummary:
+def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> DumpSummary:
+    loaded, unreadable, table, found = got.dumps, got.unreadable, got.table, got.found
+    assert found.source is not None
     versions: dict[str, list[int]] = {}
     for dump in loaded:
         versions.setdefault(dump.version, []).append(dump.rank)
-    warnings = _dialects(loaded) + list(notes)
+    warnings = list(found.warnings) + _dialects(loaded) + list(notes)
     warnings += [w for d in loaded for w in d.warnings]
     warnings += _slow_readers(loaded)
     readers: dict[str, list[int]] = {}
@@ -117,14 +134,16 @@ def _summary(
             + ", ".join(f"{v} on {len(r)} rank(s)" for v, r in sorted(versions.items())),
         )
     return DumpSummary(
-        directory=str(directory),
+        directory=found.source.label,
+        source_kind=found.source.kind,
+        source_what=found.source.what,
         ranks_loaded=tuple(d.rank for d in loaded),
         ranks_missing=groups.missing_ranks,
         unreadable=tuple(unreadable),
         versions={v: tuple(r) for v, r in sorted(versions.items())},
         backends=tuple(sorted({b for b in table.backends})),
         comm_lib_versions=tuple(sorted({d.comm_lib_version for d in loaded if d.comm_lib_version})),
-        ignored_files=ignored,
+        ignored_files=found.ignored,
         warnings=tuple(warnings),
         readers={name: tuple(ranks) for name, ranks in sorted(readers.items())},
     )

@@ -100,7 +100,8 @@ def render_text(
 
 def _header(analysis: Analysis) -> list[str]:
     s = analysis.summary
-    lines = [f"fr-analyze {__version__}: {s.directory}"]
+    source = f" ({s.source_what})" if s.source_what else ""
+    lines = [f"fr-analyze {__version__}: {s.directory}{source}"]
     versions = ", ".join(
         f"{v}" + (f" ({compact(r)})" if len(s.versions) > 1 else "") for v, r in s.versions.items()
     )

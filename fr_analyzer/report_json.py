@@ -115,6 +115,7 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
         "tool": {"name": "fr-analyze", "version": __version__},
         "dumps": {
             "directory": s.directory,
+            "source": {"kind": s.source_kind, "location": s.directory},
             "ranks_loaded": list(s.ranks_loaded),
             "ranks_missing": list(s.ranks_missing),
             "unreadable": [

@@ -215,7 +215,7 @@ def test_workers_option(healthy: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-d", "/no/such/dir"], "not a directory"),
+        (["-d", "/no/such/dir"], "no such directory or archive"),
         ([], "missing option -d"),
         (["-d", "."], "no rank dump files"),
         (["--bogus"], "No such option"),

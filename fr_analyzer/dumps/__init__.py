@@ -1,11 +1,12 @@
 """Find per-rank dump files, load them safely, and turn each into compact columns.
 
-The package, stage by stage: `discovery` finds the files; `sandbox` runs the reading in worker
-processes that a hostile file can only kill; `reading` loads one file (gzip, JSON, pickle);
-`normalize` turns its header and entries into a `RankDump` (`records`), its entries read by
-the fastest reader that takes them; `loading` runs that over every rank; `table` merges the
-ranks into one `EntryTable`. `schema` is the one table of an entry's keys that every reader
-follows.
+The package, stage by stage: `sources` lists where the dumps are (a directory, a tar or zip
+archive, an fsspec URL) and says how each file is read; `discovery` finds the rank files in
+it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
+`reading` loads one file (gzip, JSON, pickle); `normalize` turns its header and entries into
+a `RankDump` (`records`), its entries read by the fastest reader that takes them; `loading`
+runs that over every rank; `table` merges the ranks into one `EntryTable`. `schema` is the
+one table of an entry's keys that every reader follows.
 
 Three readers, fastest first, and each rank records which one read it (`Reader`) and why a
 faster one did not: `decode` reads a pickle laid out the way torch's pickler writes it
@@ -32,11 +33,12 @@ makes the rank unreadable, with a reason; nothing raises past `load_rank`.
 from __future__ import annotations
 
 from .common import DEFAULT_MAX_FILE_BYTES, MARKER_OPS, NO_TIME, parse_size, printable
-from .discovery import Discovery, DumpFile, discover
+from .discovery import Discovery, discover
 from .loading import load_all, load_rank
 from .normalize import build_rank
 from .reading import NoGlobalsUnpickler, read_raw
 from .records import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
+from .sources import DumpFile, Source, open_source
 from .table import EntryTable, TableBuilder, rank_starts
 
 __all__ = [
@@ -53,11 +55,13 @@ __all__ = [
     "RankDump",
     "RankTables",
     "Reader",
+    "Source",
     "TableBuilder",
     "build_rank",
     "discover",
     "load_all",
     "load_rank",
+    "open_source",
     "parse_size",
     "printable",
     "rank_starts",

@@ -1,32 +1,26 @@
-"""Find one dump file per rank in a directory tree, whatever the naming scheme."""
+"""Find one dump file per rank in a source (a directory tree, an archive, a URL), whatever the
+naming scheme."""
 
 from __future__ import annotations
 
-import os
 import re
-import stat
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DiscoveryError
 from ..ranks import MAX_RANK
-from .common import _O_FLAGS
+from .sources import Directory, DumpFile, Listed, Source
 
 # ---------------------------------------------------------------------------------------------
 # Discovery
 
 
 @dataclass(frozen=True)
-class DumpFile:
-    rank: int
-    path: Path
-
-
-@dataclass(frozen=True)
 class Discovery:
     files: tuple[DumpFile, ...]
     ignored: tuple[str, ...]  # files that look like rank dumps but are not of the chosen set
+    source: Source | None = None
+    warnings: tuple[str, ...] = ()  # members passed over: a link beside the real file, ...
 
 
 _NAME_RE = re.compile(
@@ -59,18 +53,6 @@ def _family(stem: str) -> str:
     return re.sub(r"[0-9]+", "#", stem)
 
 
-def _walk(directory: Path, problems: list[str]) -> Iterator[Path]:
-    # os.walk does not follow directory symlinks, so symlink loops cannot trap us. Directories
-    # that cannot be listed are reported, not silently skipped.
-    def onerror(exc: OSError) -> None:
-        problems.append(f"{exc.filename} (cannot list: {exc.strerror or exc})")
-
-    for root, dirs, names in os.walk(directory, onerror=onerror):
-        dirs.sort()
-        for name in sorted(names):
-            yield Path(root) / name
-
-
 def _rank_of(digits: str) -> int | None:
     """The rank a file name's trailing digits give; None when absurd (beyond MAX_RANK)."""
     significant = digits.lstrip("0")
@@ -80,41 +62,35 @@ def _rank_of(digits: str) -> int | None:
     return value if value <= MAX_RANK else None
 
 
-def _looks_like_dump(path: Path) -> bool:
+def _looks_like_dump(head: bytes) -> bool:
     """Whether a file starts like a pickle (protocol 2+), a JSON object or gzip data."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return False
-        fd = os.open(path, _O_FLAGS)
-        try:
-            head = os.read(fd, 16)
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
-        return False
     head = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     return head[:1] in (b"\x80", b"{") or head[:2] == b"\x1f\x8b"
 
 
-def discover(directory: Path, prefix: str | None = None) -> Discovery:
-    """One file per rank under `directory` (recursively); a second file for a rank is an error."""
-    if not directory.is_dir():
-        raise DiscoveryError(f"{directory}: not a directory")
-    candidates: dict[str, list[DumpFile]] = {}
+def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
+    """One file per rank in a source (a directory, recursively; an archive; a URL); a second
+    file for a rank is an error, unless one of the two can never be read (a link in an
+    archive, say), which is then passed over with a warning."""
+    source = Directory(where) if isinstance(where, Path) else where
+    if isinstance(source, Directory) and not source.path.is_dir():
+        raise DiscoveryError(f"{source.label}: not a directory")
+    label = source.label
+    candidates: dict[str, list[tuple[int, Listed]]] = {}
     ignored: list[str] = []
     reports: list[str] = []
-    for path in _walk(directory, ignored):
-        name = path.name
+    for item in source.listing(ignored):
+        name = item.name.rsplit("/", 1)[-1]
         if _SERVER_REPORT.fullmatch(name):
             reports.append(name)
             continue
         if prefix is not None:
             if not name.startswith(prefix):
-                ignored.append(str(path))
+                ignored.append(item.where)
                 continue
             match = _NAME_RE.fullmatch(name[len(prefix) :])
             if match is None or match["stem"]:
-                ignored.append(str(path))
+                ignored.append(item.where)
                 continue
             family = prefix
         else:
@@ -124,47 +100,63 @@ def discover(directory: Path, prefix: str | None = None) -> Discovery:
             family = _family(match["stem"])
         rank = _rank_of(match["rank"])
         if rank is None:
-            ignored.append(str(path))  # a "rank" beyond any job: not a rank file
+            ignored.append(item.where)  # a "rank" beyond any job: not a rank file
             continue
-        candidates.setdefault(family, []).append(DumpFile(rank, path))
+        candidates.setdefault(family, []).append((rank, item))
     if not candidates and reports:
         raise DiscoveryError(
-            f"{directory}: holds the torch.distributed debug server's text reports "
+            f"{label}: holds the torch.distributed debug server's text reports "
             f"({reports[0]}{' and more' if len(reports) > 1 else ''}), not per-rank dumps: "
             "pass the directory of the raw dumps instead (its per_rank/ folder, or where "
             "TORCH_FR_DUMP_TEMP_FILE or TORCHCOMM_FR_DUMP_TEMP_FILE point)"
         )
     if not candidates:
         hint = f" starting with {prefix!r}" if prefix else ""
-        raise DiscoveryError(f"{directory}: no rank dump files{hint} found")
-    family, files = _choose_family(candidates)
+        also = "".join(f" ({note})" for note in source.notes())
+        raise DiscoveryError(f"{label}: no rank dump files{hint} found{also}")
+    notes = source.notes()
+    family, files = _choose_family(candidates, source)
     for other, rest in candidates.items():
         if other != family:
-            ignored.extend(str(f.path) for f in rest)
-    by_rank: dict[int, DumpFile] = {}
-    for dump_file in files:
-        seen = by_rank.get(dump_file.rank)
-        if seen is not None:
+            ignored.extend(item.where for _, item in rest)
+    by_rank: dict[int, Listed] = {}
+    passed_over: list[str] = []
+    for rank, item in files:
+        seen = by_rank.get(rank)
+        if seen is None:
+            by_rank[rank] = item
+        elif bool(seen.problem) != bool(item.problem):  # keep the one that can be read
+            bad, by_rank[rank] = (seen, item) if seen.problem else (item, seen)
+            passed_over.append(f"{bad.where} (rank {rank}) passed over: {bad.problem}")
+        else:
             raise DiscoveryError(
-                f"two dump files for rank {dump_file.rank}: {seen.path} and {dump_file.path}"
+                f"two dump files for rank {rank}: {seen.where} and {item.where}"
                 " (remove one, or choose with -p/--prefix)"
             )
-        by_rank[dump_file.rank] = dump_file
-    return Discovery(tuple(by_rank[r] for r in sorted(by_rank)), tuple(sorted(ignored)))
+    return Discovery(
+        tuple(source.dump_file(r, by_rank[r]) for r in sorted(by_rank)),
+        tuple(sorted(ignored)),
+        source,
+        tuple(notes + passed_over),
+    )
 
 
-def _choose_family(candidates: dict[str, list[DumpFile]]) -> tuple[str, list[DumpFile]]:
+_Candidates = list[tuple[int, Listed]]
+
+
+def _choose_family(candidates: dict[str, _Candidates], source: Source) -> tuple[str, _Candidates]:
     """The dump set: a known prefix first, then a family whose files start like dumps (so that
     thousands of unrelated numbered files do not win), then the largest family."""
 
-    def base(item: tuple[str, list[DumpFile]]) -> tuple[bool, int, str]:
+    def base(item: tuple[str, _Candidates]) -> tuple[bool, int, str]:
         return (item[0] in _KNOWN_PREFIXES, len(item[1]), item[0])
 
     ordered = sorted(candidates.items(), key=base, reverse=True)
     if len(ordered) == 1:
         return ordered[0]
     sniffed = {
-        family: any(_looks_like_dump(f.path) for f in files[:3]) for family, files in ordered[:20]
+        family: any(_looks_like_dump(source.head(item)) for _, item in files[:3])
+        for family, files in ordered[:20]
     }
     return max(
         ordered,

@@ -17,10 +17,10 @@ from ..model import UnreadableDump
 from . import dialects, sandbox, torchft
 from .common import DEFAULT_MAX_FILE_BYTES, printable
 from .decode import Decoded, Undecodable
-from .discovery import DumpFile
 from .normalize import build_rank
 from .reading import _Raw, _read, explain_pickle, read_unpacked
 from .records import COLUMNS, RankColumns, RankDump
+from .sources import DumpFile, StreamedFiles
 
 
 def load_rank(
@@ -36,16 +36,19 @@ def load_rank(
     process under resource limits, see `sandbox`, where the scan only explains a failure).
     `ft_group_world_size`: a torchft job's replica size, its default groups made global
     (`torchft`)."""
-    path = printable(str(dump_file.path))
+    path = printable(dump_file.where)
+    fetch = dump_file.fetch
     was_enabled = gc.isenabled()
     gc.disable()  # a dump is ~100k small containers freed by reference counting; GC passes
     try:  # over them while it is read cost more than the reading
         guarded = not sandboxed
-        raw = _read(dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded)
+        raw = _read(
+            dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
+        )
         try:
             built = _build(raw, dump_file.rank, path, raw.fallback, ft_group_world_size)
         except Undecodable as exc:
-            raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded)
+            raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
             built = _build(raw, dump_file.rank, path, f"decoder: {exc}", ft_group_world_size)
         return built
     except DumpError as exc:
@@ -111,18 +114,31 @@ def load_all(
     loaded: list[RankDump] = []
     unreadable: list[UnreadableDump] = []
     results: Iterable[RankDump | UnreadableDump]
+    streamed = files if isinstance(files, StreamedFiles) else None
     if sandbox.available():
         task = functools.partial(
             _load_packed, max_bytes=max_bytes, ft_group_world_size=ft_group_world_size
         )
         dead = functools.partial(_after_death, max_bytes=max_bytes)
         pool = sandbox.Sandbox(task, _file_size, dead, workers)
-        results = _in_order((i, members.unpack(*found)) for i, found in pool.run(files))
+
+        def arrivals() -> Iterator[tuple[int, RankDump | UnreadableDump]]:
+            for i, found in pool.run(files):
+                if streamed is not None:
+                    streamed.release(i)  # its bytes are no longer needed
+                yield i, members.unpack(*found)
+
+        results = _in_order(arrivals())
     else:  # no fork: read in this process, every pickle scanned first
-        results = (
-            members.share(load_rank(f, max_bytes, ft_group_world_size=ft_group_world_size))
-            for f in files
-        )
+
+        def in_turn() -> Iterator[RankDump | UnreadableDump]:
+            for i in range(len(files)):
+                loaded = load_rank(files[i], max_bytes, ft_group_world_size=ft_group_world_size)
+                if streamed is not None:
+                    streamed.release(i)
+                yield members.share(loaded)
+
+        results = in_turn()
     for result in results:
         if isinstance(result, RankDump):
             if sink is not None:
@@ -154,6 +170,8 @@ _T = TypeVar("_T")
 
 
 def _file_size(dump_file: DumpFile) -> int:
+    if dump_file.fetch is not None:
+        return dump_file.fetch.size
     try:
         return os.stat(dump_file.path).st_size
     except OSError:
@@ -163,10 +181,10 @@ def _file_size(dump_file: DumpFile) -> int:
 def _after_death(dump_file: DumpFile, death: sandbox.Death, max_bytes: int) -> _Loaded:
     """The record of a file whose worker died reading it: the bomb a scan finds in it, or how
     the worker died. The scan builds nothing, so it is safe in this process."""
-    path = printable(str(dump_file.path))
+    path = printable(dump_file.where)
     reason = death.reason
     try:
-        data = read_unpacked(dump_file.path, dump_file.rank, max_bytes)
+        data = read_unpacked(dump_file.path, dump_file.rank, max_bytes, dump_file.fetch)
         reason = explain_pickle(data) or reason
     except DumpError as exc:
         reason = exc.reason

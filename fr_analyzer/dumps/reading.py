@@ -32,6 +32,7 @@ from .common import (
 )
 from .decode import Decoded, decode_or_why
 from .decode_python import decode_python_or_why
+from .sources import Fetch, SourceError
 
 # ---------------------------------------------------------------------------------------------
 # Safe reading
@@ -66,16 +67,23 @@ def read_raw(path: Path, rank: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYT
 
 
 def _read(
-    path: Path, rank: int | None, max_bytes: int, *, fast: bool = False, guarded: bool = True
+    path: Path,
+    rank: int | None,
+    max_bytes: int,
+    *,
+    fast: bool = False,
+    guarded: bool = True,
+    fetch: Fetch | None = None,
 ) -> _Raw:
     """The file's dump object; with `fast`, a pickle written the way torch writes it comes
     back as a `Decoded` (see `decode`).
 
     `guarded` scans a pickle for bombs before it is unpickled: for use in a process that
     must survive any file. A worker process of the loader reads unguarded, under resource
-    limits (see `sandbox`): a bomb costs it that file, and the scan then only explains why."""
-    where = printable(str(path))
-    data = read_unpacked(path, rank, max_bytes)
+    limits (see `sandbox`): a bomb costs it that file, and the scan then only explains why.
+    `fetch` reads a file that is not a local one (an archive member, a URL; see `sources`)."""
+    where = printable(fetch.where if fetch is not None else str(path))
+    data = read_unpacked(path, rank, max_bytes, fetch)
     notes: list[str] = []
     head = data[:64].removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
     if head in (b"{", b"["):
@@ -104,11 +112,20 @@ def _decode(data: bytes) -> Decoded | str:
     return decode_or_why(data)
 
 
-def read_unpacked(path: Path, rank: int | None, max_bytes: int) -> bytes:
-    """The file's bytes, gunzipped if they are gzip data, within the limits; other compressed
-    formats are refused by name."""
-    where = printable(str(path))
-    data = _read_bytes(path, where, rank, max_bytes)
+def read_unpacked(
+    path: Path, rank: int | None, max_bytes: int, fetch: Fetch | None = None
+) -> bytes:
+    """The file's bytes (read by `fetch` if given), gunzipped if they are gzip data, within
+    the limits; other compressed formats are refused by name."""
+    if fetch is not None:
+        where = printable(fetch.where)
+        try:
+            data = fetch.read(max_bytes)
+        except SourceError as exc:
+            raise DumpError(where, rank, str(exc)) from None
+    else:
+        where = printable(str(path))
+        data = _read_bytes(path, where, rank, max_bytes)
     if not data:
         raise DumpError(where, rank, "empty file")
     if data[:2] == b"\x1f\x8b":
