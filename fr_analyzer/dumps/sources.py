@@ -364,7 +364,8 @@ class ZipArchive(Source):
 
     def listing(self, problems: list[str]) -> Iterator[Listed]:
         try:
-            infos = zipfile.ZipFile(self.opener.open()).infolist()
+            with self.opener.open() as stream, zipfile.ZipFile(stream) as archive:
+                infos = archive.infolist()
         except (OSError, zipfile.BadZipFile, EOFError, ValueError) as exc:
             raise DiscoveryError(f"{self.label}: not a readable zip archive: {exc}") from None
         for info in infos:
