@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 $(REMOTE_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,remote]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,remote,test-remote]'
 	@touch $(REMOTE_STAMP)
 
 install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
@@ -31,7 +31,7 @@ run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
 		if [ $$rc -gt 1 ]; then exit $$rc; fi; \
 	done; true
 
-test: $(REMOTE_STAMP) ## Run the whole test suite (installs the remote extra, for its tests)
+test: $(REMOTE_STAMP) ## Run the whole test suite (with the remote extra and moto's S3 server)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) ## ruff and mypy (strict)
