@@ -1064,14 +1064,17 @@ class _Context:
         if dead or frozen:
             gone = sorted(set(dead) | set(frozen))
             how = (
-                "has no usable dump"
+                agree(gone, "it has no usable dump", "they have no usable dumps")
                 if dead
-                else "stopped recording long before they started waiting"
+                else agree(gone, "it stopped", "they stopped")
+                + " recording long before they started waiting"
             )
+            hosts = agree(gone, "that host's", "those hosts'")
             sentence = (
                 f"{label(gone)} {agree(gone, 'looks', 'look')} dead: {label(waiters)} "
-                f"{agree(waiters, 'waits', 'wait')} for it in {where}{more}, and it {how}; "
-                "check that host's logs (OOM, crash, preemption, hardware)."
+                f"{agree(waiters, 'waits', 'wait')} for {agree(gone, 'it', 'them')} in "
+                f"{where}{more}, and {how}; check {hosts} logs (OOM, crash, preemption, "
+                "hardware)."
             )
             kind = RootKind.DEAD_RANK
         elif skipped and len(skipped) == len(roots):
@@ -1130,7 +1133,11 @@ class _Context:
         rows = units.unit_rows(unit)
         issuers = sorted(set(self.t.rank[rows].tolist()))
         group = ref.group
-        if 2 * len(issuers) >= group.size or not set(group.ranks) - set(issuers) <= idle:
+        others = set(group.ranks) - set(issuers)
+        # Only members with a dump show that they went past: a member with none is no
+        # evidence (half a job's dumps lost is not half a job that skipped the op).
+        seen = others - self.graph_used.unavailable
+        if not seen or len(issuers) >= len(seen) or not others <= idle:
             return None
         key = (group.uid, ref.collective_seq_id)
         if len(self._first_rows(key)) > len(issuers):
@@ -1151,7 +1158,7 @@ class _Context:
             sentence,
             (
                 f"{label(issuers)} of {group.size} members issued it; the other "
-                f"{group.size - len(issuers)} went past that point",
+                f"{len(seen)}{' with a dump' if seen != others else ''} went past that point",
             ),
             self.chain(set(issuers)),
             deviates=True,

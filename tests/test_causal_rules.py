@@ -390,3 +390,24 @@ def test_a_rank_that_issued_an_extra_collective_is_the_culprit(run: Run) -> None
     assert c.status.value == "desync"
     assert c.root is not None and c.root.kind.value == "mismatch" and c.root.ranks == (2,)
     assert "extra" in c.root.sentence
+
+
+def test_a_collective_issued_by_every_rank_with_a_dump_is_not_extra_when_most_dumps_are_lost(
+    tmp_path: Path,
+) -> None:
+    """Rank 9 stops before a world collective that every other rank issued, and the dumps of
+    ranks 0-7 and 9 are lost: the seven ranks left all wait in it. Ranks with no dump are no
+    evidence of having gone past it, so it is not "an extra op" of the seven that have a dump
+    (a minority of 16): the hang waits for the ranks with no dump."""
+    program = clean_program(9)
+    world = unit_of(program, Kind.COLL, 0, step=1)
+    spec = SimSpec(layout=THREE_D, program=PROGRAM, fault=faults.stop_host(9, world))
+    sim = simulate(spec)
+    write_dumps(sim, tmp_path, Output(fmt="torch", pattern="nccl_trace_rank_{rank}"))
+    lost = (0, 1, 2, 3, 4, 5, 6, 7, 9)
+    for rank in lost:
+        (tmp_path / f"nccl_trace_rank_{rank}").unlink()
+    c = analyze(tmp_path, Options(workers=1)).conclusion
+    assert c.status.value == "hung", c.answer
+    assert "extra" not in c.answer
+    assert c.root is not None and 9 in c.root.ranks, c.answer
