@@ -67,7 +67,6 @@ def load(
     """Load every rank; each rank's columns go into the table as soon as it arrives."""
     found = dumps_mod.discover(where, options.prefix)
     source = found.source
-    assert source is not None
     builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
     workers = options.workers
     if workers is None and isinstance(source, Remote):
@@ -117,7 +116,6 @@ def analyze(
 
 def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> DumpSummary:
     loaded, unreadable, table, found = got.dumps, got.unreadable, got.table, got.found
-    assert found.source is not None
     versions: dict[str, list[int]] = {}
     for dump in loaded:
         versions.setdefault(dump.version, []).append(dump.rank)

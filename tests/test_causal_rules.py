@@ -27,10 +27,13 @@ def sample(name: str) -> Analysis:
     return analyze(SAMPLES / name, Options(workers=1))
 
 
-def simulated(spec: SimSpec, tmp_path: Path) -> tuple[Analysis, Any]:
-    """Simulate a job, write its dumps, analyze them; also return the simulator's truth."""
+def simulated(spec: SimSpec, tmp_path: Path, lost: tuple[int, ...] = ()) -> tuple[Analysis, Any]:
+    """Simulate a job, write its dumps (but those of the `lost` ranks), analyze them; also
+    return the simulator's truth."""
     sim = simulate(spec)
     write_dumps(sim, tmp_path, Output(fmt="torch", pattern="nccl_trace_rank_{rank}"))
+    for rank in lost:
+        (tmp_path / f"nccl_trace_rank_{rank}").unlink()
     return analyze(tmp_path, Options(workers=1)), sim.truth
 
 
@@ -402,12 +405,8 @@ def test_a_collective_issued_by_every_rank_with_a_dump_is_not_extra_when_most_du
     program = clean_program(9)
     world = unit_of(program, Kind.COLL, 0, step=1)
     spec = SimSpec(layout=THREE_D, program=PROGRAM, fault=faults.stop_host(9, world))
-    sim = simulate(spec)
-    write_dumps(sim, tmp_path, Output(fmt="torch", pattern="nccl_trace_rank_{rank}"))
-    lost = (0, 1, 2, 3, 4, 5, 6, 7, 9)
-    for rank in lost:
-        (tmp_path / f"nccl_trace_rank_{rank}").unlink()
-    c = analyze(tmp_path, Options(workers=1)).conclusion
+    analysis, _ = simulated(spec, tmp_path, lost=(0, 1, 2, 3, 4, 5, 6, 7, 9))
+    c = analysis.conclusion
     assert c.status.value == "hung", c.answer
     assert "extra" not in c.answer
     assert c.root is not None and 9 in c.root.ranks, c.answer

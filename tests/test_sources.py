@@ -21,6 +21,7 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -269,36 +270,34 @@ def s3() -> Iterator[str]:
     """moto's S3 server on 127.0.0.1, with a bucket; its endpoint URL."""
     server_mod = pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
-    boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("boto3")
     port = _free_port()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket="fr-dumps")
+        _client(endpoint).create_bucket(Bucket="fr-dumps")
         yield endpoint
     finally:
         server.stop()
 
 
-def _upload(endpoint: str, folder: Path, prefix: str) -> None:
+def _client(endpoint: str) -> Any:
+    """A boto3 S3 client of the test server, with moto's dummy credentials."""
     import boto3
 
-    client = boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
         region_name="us-east-1",
     )
+
+
+def _upload(endpoint: str, folder: Path, prefix: str) -> None:
+    client = _client(endpoint)
     for path in sorted(folder.rglob("*")):
         if path.is_file():
             key = f"{prefix}/{path.relative_to(folder).as_posix()}"
@@ -405,7 +404,6 @@ def test_a_tarball_read_without_worker_processes_gives_the_same_ranks(
     monkeypatch.setattr(sandbox, "available", lambda: False)
     archive = pack(SAMPLES / "nccl_not_joined", tmp_path / "d.tar.gz")
     found = discover(open_source(str(archive)))
-    assert found.source is not None
     tasks = found.source.tasks(found.files, 1 << 30)
     loaded, unreadable = load_all(tasks)
     assert sorted(d.rank for d in loaded) == list(range(8)) and not unreadable

@@ -19,7 +19,7 @@ from .sources import Directory, DumpFile, Listed, Source
 class Discovery:
     files: tuple[DumpFile, ...]
     ignored: tuple[str, ...]  # files that look like rank dumps but are not of the chosen set
-    source: Source | None = None
+    source: Source
     warnings: tuple[str, ...] = ()  # members passed over: a link beside the real file, ...
 
 

@@ -734,8 +734,7 @@ def _filesystem(protocol: str, options: tuple[tuple[str, Any], ...]) -> Any:
 
 
 def _remote_error(exc: BaseException) -> str:
-    text = printable(f"{type(exc).__name__}: {exc}")[:300]
-    return text
+    return printable(f"{type(exc).__name__}: {exc}")[:300]
 
 
 def _credentials_missing(exc: BaseException) -> bool:
@@ -810,7 +809,6 @@ class Remote(Source):
         self.protocol = protocol
         self.root = path.rstrip("/")
         self.options = options
-        self.sizes: dict[str, int] = {}
 
     def listing(self, problems: list[str]) -> Iterator[Listed]:
         try:
