@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from . import stragglers, waits
 from .ages import DUMP_SPREAD_S, Age, DumpTime, ages, dump_time
+from .arrays import distinct
 from .dumps import EntryTable, RankDump, rank_starts
 from .groups import GroupTable
 from .matching import MatchResult
@@ -694,19 +695,16 @@ class _Context:
         first = self._first_in_program(culprit, rows) if len(rows) > 1 else 0
         return culprit, rows[first or 0]
 
-    def _cut(self, row: int, first: int) -> bool:
-        """Whether `row` belongs to a batched block that starts at the rank's first row."""
-        t = self.t
-        return int(t.unit[first]) == UnitKind.BATCH_MEMBER and int(t.marker[row]) == int(
-            t.marker[first]
-        )
+    def _p2p_rows(self, rows: range) -> npt.NDArray[np.intp]:
+        """The send/recv rows among a rank's rows, in order."""
+        return np.flatnonzero(self.t.p2p_kind[rows.start : rows.stop] != 0) + rows.start
 
     def _p2p_signature(self, row: int) -> tuple[object, ...]:
         """What a send/recv (or a batched block of them) is: kinds and group-local peers."""
         t = self.t
         marker = int(t.marker[row])
         if int(t.unit[row]) == UnitKind.BATCH_MEMBER and marker >= 0:
-            rows = [r for r in range(row, marker) if int(t.marker[r]) == marker]
+            rows = (np.flatnonzero(t.marker[row:marker] == marker) + row).tolist()
         else:
             rows = [row]
         return tuple(
@@ -719,12 +717,11 @@ class _Context:
     def _p2p_divergence_any(self, rank: int) -> int | None:
         """The first row where `rank`'s send/recv ops, in any of its groups, leave the
         schedule of the ranks in its pipeline position."""
-        t = self.t
+        rows = self._rows_of(rank)
+        p2p = self._p2p_rows(rows)
+        uids = self.groups.entry_group[p2p]
         seen: set[int] = set()
-        for r in self._rows_of(rank):
-            if int(t.p2p_kind[r]) == 0:
-                continue
-            uid = int(self.groups.entry_group[r])
+        for r, uid in zip(p2p.tolist(), uids.tolist(), strict=True):
             if uid in seen:
                 continue
             seen.add(uid)
@@ -762,14 +759,14 @@ class _Context:
             t = self.t
             found = {}
             rows = self._rows_of(rank)
-            for r in rows:
-                if int(self.groups.entry_group[r]) != uid or int(t.p2p_kind[r]) == 0:
-                    continue
-                if rank in self.wrapped and self._cut(r, rows.start):
-                    continue  # a batched block the ring buffer cut holds only its last ops
-                seq = int(t.p2p_seq[r])
-                if seq not in found:
-                    found[seq] = (r, self._p2p_signature(r))
+            p2p = self._p2p_rows(rows)
+            p2p = p2p[self.groups.entry_group[p2p] == uid]
+            if rank in self.wrapped and int(t.unit[rows.start]) == UnitKind.BATCH_MEMBER:
+                # a batched block the ring buffer cut holds only its last ops
+                p2p = p2p[t.marker[p2p] != t.marker[rows.start]]
+            seqs, first = np.unique(t.p2p_seq[p2p], return_index=True)  # each seq's first row
+            for seq, r in zip(seqs.tolist(), p2p[first].tolist(), strict=True):
+                found[seq] = (r, self._p2p_signature(r))
             self._p2p_cache[key] = found
         return found
 
@@ -896,7 +893,7 @@ class _Context:
         if found is None:
             t = self.t
             p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
-            p2p_uids = set(np.unique(self.groups.entry_group[p2p_rows]).tolist())
+            p2p_uids = set(distinct(self.groups.entry_group[p2p_rows]).tolist())
             ordered = {self.groups.groups[u].desc for u in p2p_uids}
             parts: dict[int, list[tuple[str, int, int]]] = {}
             for group in self.groups.groups:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from tabulate import tabulate
 
+from .arrays import distinct
 from .dumps import EntryTable
 from .findings import describe_group
 from .groups import GroupTable
@@ -45,7 +46,7 @@ def render_entries(
             pos = position[(rank, *base)]
             position[(rank, *base)] += 1
             cells[(*base, pos)][rank] = _cell(table, r, stack)
-        shown = sorted({int(x) for x in np.unique(table.rank[rows])})
+        shown = sorted({int(x) for x in distinct(table.rank[rows])})
         body = []
         for key in sorted(cells):
             coll, p2p, is_p2p, _ = key

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .arrays import distinct
 from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .matching import MatchResult
@@ -147,7 +148,7 @@ def _waiting_on(
         group = groups.groups[int(units.group[u])]
         if not missing & set(group.ranks):
             continue
-        ranks = np.unique(table.rank[units.entry_unit == u]).tolist()
+        ranks = distinct(table.rank[units.entry_unit == u]).tolist()
         return (
             f"{label(ranks)} are waiting in {units.op[u]} #{int(units.seq[u])} of "
             f"group {group.name!r} ({group.desc}), which the missing ranks may never have "

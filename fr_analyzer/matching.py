@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import progress
+from .arrays import distinct
 from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .model import (
@@ -948,7 +949,7 @@ def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
         sides[name] = (side_rows, side_chan[starts], ordinal, starts, run)
     # Dense channel ids (over the channels, not the rows) keep the join keys below 2**63
     # whatever the world size.
-    channels = np.unique(np.concatenate([side[1] for side in sides.values()]))
+    channels = distinct(np.concatenate([side[1] for side in sides.values()]))
 
     # Align: from the start when neither end's buffer wrapped, else by the completed ops
     # (every completed send has a completed recv; ops that fell off one buffer are not in the
@@ -1034,7 +1035,7 @@ def _later_pairs_prove_earlier(
     if len(members):
         all_done = np.ones(t.n, dtype=bool)
         np.logical_and.at(all_done, t.marker[members], ctx.done[members])
-        markers = np.unique(t.marker[members])
+        markers = distinct(t.marker[members])
         ctx.done[markers] |= all_done[markers]
 
 

@@ -3,7 +3,9 @@ conclusion), with no logic of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,10 +63,32 @@ class Loaded:
     found: Discovery
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cycle collector off while a job is analyzed. The stages build millions of
+    objects that hold no cycles and live until the end (rank headers, member lists, the
+    table's value lists); each collector pass walks all of them again, which cost a tenth of
+    the parent's time at 16,384 ranks. Reference counting frees everything else."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load(
     where: Path | Source, options: Options, progress: Callable[[int, int], None] | None = None
 ) -> Loaded:
     """Load every rank; each rank's columns go into the table as soon as it arrives."""
+    with _collector_paused():
+        return _load(where, options, progress)
+
+
+def _load(
+    where: Path | Source, options: Options, progress: Callable[[int, int], None] | None
+) -> Loaded:
     found = dumps_mod.discover(where, options.prefix)
     source = found.source
     builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
@@ -103,12 +127,13 @@ def analyze(
 ) -> Analysis:
     got = load(where, options, progress)
     loaded, unreadable, table = got.dumps, got.unreadable, got.table
-    groups = build_groups(loaded, table, unreadable)
-    matches = match(loaded, table, groups)
-    findings = collect(loaded, unreadable, table, groups, matches)
-    summary = _summary(got, groups, matches.notes)
-    diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds)
-    conclusion = conclude(summary, findings, diagnosis, matches, groups)
+    with _collector_paused():
+        groups = build_groups(loaded, table, unreadable)
+        matches = match(loaded, table, groups)
+        findings = collect(loaded, unreadable, table, groups, matches)
+        summary = _summary(got, groups, matches.notes)
+        diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds)
+        conclusion = conclude(summary, findings, diagnosis, matches, groups)
     return Analysis(
         summary, tuple(loaded), table, groups, matches, tuple(findings), diagnosis, conclusion
     )

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from .arrays import distinct
 from .dumps import EntryTable, RankDump
 from .dumps.dialects import reports_completion
 from .groups import GroupTable
@@ -65,7 +66,7 @@ def silent(t: EntryTable, dumps: Sequence[RankDump], no_state: B) -> Silent:
         if name not in NO_COMPLETION_BACKENDS and not every_retired:
             continue
         rows |= mine
-        ranks = np.unique(t.rank[mine]).tolist()
+        ranks = distinct(t.rank[mine]).tolist()
         why = (
             "every op is retired and none completed: it retires ops when they are enqueued"
             if every_retired
@@ -96,7 +97,7 @@ def judged_by_issue(t: EntryTable, groups: GroupTable, done: B, silent_rows: B, 
     coll = np.flatnonzero(silent_rows & collective)
     if len(coll):
         # Distinct (group, seq, rank) per collective row, then members per (group, seq).
-        every = np.flatnonzero(collective & np.isin(uid, np.unique(uid[coll])))
+        every = np.flatnonzero(collective & np.isin(uid, distinct(uid[coll])))
         seq = t.coll_seq[every].astype(np.int64)
         low = int(seq.min())
         span = int(seq.max()) - low + 1

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .arrays import distinct
 from .conclusion import Judged, Role
 from .findings import sentence
 from .model import INPUT_KINDS, STATE_NAMES, State, UnitKind
@@ -59,7 +60,7 @@ def clock_offsets(analysis: Analysis) -> dict[int, int]:
     rows = np.flatnonzero(heads & (unit >= 0) & done & (t.t_completed >= 0))
     rows = rows[full[unit[rows]]]
     if not len(rows):
-        return {int(r): 0 for r in np.unique(t.rank)}
+        return {int(r): 0 for r in distinct(t.rank)}
     u = unit[rows]
     rank = t.rank[rows].astype(np.int64)
     completion = t.t_completed[rows].astype(np.float64)
@@ -77,8 +78,8 @@ def clock_offsets(analysis: Analysis) -> dict[int, int]:
             offset = new
             break
         offset = new
-    present = set(np.unique(rank).tolist())
-    return {int(r): (round(offset[r]) if r in present else 0) for r in np.unique(t.rank)}
+    present = set(distinct(rank).tolist())
+    return {int(r): (round(offset[r]) if r in present else 0) for r in distinct(t.rank)}
 
 
 class _Tracks:
@@ -214,7 +215,7 @@ def _newest_ns(analysis: Analysis) -> dict[int, int]:
     stamp = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
     out = np.full(int(t.rank.max()) + 1, -1, dtype=np.int64)
     np.maximum.at(out, t.rank, stamp)
-    return {int(r): int(out[r]) for r in np.unique(t.rank)}
+    return {int(r): int(out[r]) for r in distinct(t.rank)}
 
 
 def _selected_rows(
