@@ -98,7 +98,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     unit_all = units.entry_unit[head_rows]
     source = t.marker[head_rows].astype(np.int64)
     np.copyto(source, head_rows, where=source < 0)
-    completion = t.t_completed[source].astype(np.int64)
+    completion = t.t_completed[source]
     del source
     recorded = completion >= 0
     missing = ~recorded & (unit_all >= 0)
@@ -111,7 +111,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
 
     # Collective units, and each matched send/recv pair as a unit of two (ids after them).
     n_units = len(units.seq)
-    unit = unit_all.astype(np.int64)
+    unit = unit_all.astype(np.int64, copy=False)
     del unit_all
     pair = m.p2p.entry_pair[head_rows]
     p2p = (unit < 0) & (pair >= 0)
@@ -151,7 +151,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     completion = completion[keep]
     resolution = WATCHDOG_POLL_MS if bool(recorded[keep].any()) else 0.0
     del head_rows, keep, recorded
-    created = t.t_created[rows].astype(np.int64)
+    created = t.t_created[rows]
     # A completion taken from another rank's clock can precede the last arrival by the hosts'
     # clock offset: that rank waited about nothing.
     wait = (completion - np.maximum(created, before)).astype(np.float64)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import multiprocessing
 import os
 import resource
@@ -181,6 +182,7 @@ class Sandbox(Generic[T, R]):
 def _serve(conn: Connection, work: Callable[[Any], Any], size: Callable[[Any], int]) -> None:
     """A worker: read tasks until told to stop, each under its own limits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    gc.enable()  # the parent may have paused its collector; a worker's garbage is its own
     faulthandler.disable()  # a crash is this file's reason, reported by the parent; no dump
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a killed worker leaves no core file
