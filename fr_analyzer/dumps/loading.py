@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -15,7 +14,7 @@ import numpy as np
 from ..errors import DumpError
 from ..model import UnreadableDump
 from . import dialects, sandbox, torchft
-from .common import DEFAULT_MAX_FILE_BYTES, printable
+from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
 from .normalize import build_rank
 from .reading import _Raw, _read, explain_pickle, read_unpacked
@@ -38,19 +37,18 @@ def load_rank(
     (`torchft`)."""
     path = printable(dump_file.where)
     fetch = dump_file.fetch
-    was_enabled = gc.isenabled()
-    gc.disable()  # a dump is ~100k small containers freed by reference counting; GC passes
-    try:  # over them while it is read cost more than the reading
-        guarded = not sandboxed
-        raw = _read(
-            dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
-        )
-        try:
-            built = _build(raw, dump_file.rank, path, raw.fallback, ft_group_world_size)
-        except Undecodable as exc:
-            raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
-            built = _build(raw, dump_file.rank, path, f"decoder: {exc}", ft_group_world_size)
-        return built
+    try:
+        with collector_paused():  # a dump: ~100k containers, no collector passes
+            guarded = not sandboxed
+            raw = _read(
+                dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
+            )
+            try:
+                built = _build(raw, dump_file.rank, path, raw.fallback, ft_group_world_size)
+            except Undecodable as exc:
+                raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
+                built = _build(raw, dump_file.rank, path, f"decoder: {exc}", ft_group_world_size)
+            return built
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)
     except RecursionError:
@@ -60,9 +58,6 @@ def load_rank(
     except Exception as exc:  # a malformed dump must never abort the other ranks
         reason = printable(f"malformed dump: {type(exc).__name__}: {exc}")[:300]
         return UnreadableDump(path, dump_file.rank, reason)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _build(

@@ -4,7 +4,6 @@ refuses every global builds them."""
 
 from __future__ import annotations
 
-import gc
 import gzip
 import io
 import json
@@ -28,6 +27,7 @@ from .common import (
     GZIP_RATIO_FLOOR,
     MAX_TUPLE_NODES,
     _short,
+    collector_paused,
     printable,
 )
 from .decode import Decoded, decode_or_why
@@ -263,21 +263,17 @@ def _unpickle(
     C unpickler directly; any other through `NoGlobalsUnpickler`, which refuses every global.
     With `explain` (an unguarded read), a file the unpickler fails on is scanned afterwards for
     a bomb (see `explain_pickle`), so that a bomb gets the same reason either way."""
-    was_enabled = gc.isenabled()
-    gc.disable()  # building millions of small containers is much faster without GC passes
     try:
-        if plain:
-            return pickle.loads(data)
-        # A buffered stream lets the C unpickler read unframed (protocol 2, torch-written)
-        # pickles in big chunks: several times faster than a bare BytesIO.
-        stream = io.BufferedReader(io.BytesIO(data), buffer_size=1 << 16)
-        return NoGlobalsUnpickler(stream).load()
+        with collector_paused():
+            if plain:
+                return pickle.loads(data)
+            # A buffered stream lets the C unpickler read unframed (protocol 2, torch-written)
+            # pickles in big chunks: several times faster than a bare BytesIO.
+            stream = io.BufferedReader(io.BytesIO(data), buffer_size=1 << 16)
+            return NoGlobalsUnpickler(stream).load()
     except _UNPICKLE_ERRORS as exc:
         reason = explain_pickle(data) if explain else None
         raise DumpError(where, rank, reason or _unpickle_error(exc, data)) from None
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 _UNPICKLE_ERRORS = (
