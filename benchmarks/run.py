@@ -33,6 +33,7 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -257,7 +258,11 @@ class SizeResult:
     load_floor_runs_s: list[float] = field(default_factory=list)
     fr_analyze: Measurement | None = None  # the fastest successful run
     fr_analyze_runs_s: list[float] = field(default_factory=list)
-    ratio_to_floor: float | None = None
+    ratio_to_floor: float | None = None  # fastest fr-analyze run / fastest floor run
+    paired_ratios: list[float] = field(default_factory=list)
+    """Each fr-analyze run over the floor run just before it: on a machine whose speed drifts
+    from one minute to the next, a pair is measured at one speed."""
+    paired_ratio: float | None = None  # the median of `paired_ratios`
     s_per_million_entries: float | None = None
     expected: dict[str, Any] = field(default_factory=dict)
     verdict: dict[str, Any] | None = None
@@ -423,22 +428,23 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
     directory = Path(manifest.dumps_dir)
     _log(f"{tag} warming the page cache")
     _warm(directory)
-    _log(f"{tag} load floor ({result.load_floor_kind})")
-    result.busy_cores_before = [wait_for_idle(args.idle_wait)]
-    result.load_floor_runs_s = [
-        load_floor(directory, result.load_floor_kind) for _ in range(args.repeat)
-    ]
-    result.load_floor_s = min(result.load_floor_runs_s)
+    result.busy_cores_before = []
     mem_limit = int(args.mem_limit_gib * GIB)
     with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
         scratch = Path(tmp)
         report = scratch / "report.json"
         cmd = [*fr_analyze_cmd(args.source), "-d", str(directory), "--workers", str(args.workers)]
         cmd += ["--json", str(report)]
+        _log(f"{tag} load floor ({result.load_floor_kind}), then fr-analyze, {args.repeat} time(s)")
         _log(f"{tag} fr-analyze: {' '.join(cmd)}")
         runs = []
         doc: dict[str, Any] = {}  # the report of the last run that wrote one
         for _ in range(args.repeat):
+            # The floor and fr-analyze in pairs, one after the other: the machine's speed
+            # drifts (by a third within an hour on the 2-core VM), and a pair sees one speed.
+            result.busy_cores_before.append(wait_for_idle(args.idle_wait))
+            floor = load_floor(directory, result.load_floor_kind)
+            result.load_floor_runs_s.append(floor)
             result.busy_cores_before.append(wait_for_idle(args.idle_wait))
             report.unlink(missing_ok=True)
             # in the exported tree, so that `python -m` does not find the working tree's package
@@ -452,6 +458,11 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
             runs.append(run)
             if run.status != "ok":
                 break
+            if floor:
+                result.paired_ratios.append(round(run.wall_s / floor, 3))
+        result.load_floor_s = min(result.load_floor_runs_s)
+        if result.paired_ratios:
+            result.paired_ratio = round(statistics.median(result.paired_ratios), 2)
         result.fr_analyze_runs_s = [r.wall_s for r in runs]
         m = result.fr_analyze = min(runs, key=lambda r: (r.status != "ok", r.wall_s))
         if m.status == "ok" and result.load_floor_s:
@@ -555,6 +566,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
         "load floor s",
         "fr-analyze s",
         "x floor",
+        "x floor paired",
         "s / M entries",
         "CPU s",
         "max RSS GiB",
@@ -580,6 +592,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
             r.load_floor_s,
             _tool_time(m),
             r.ratio_to_floor if r.ratio_to_floor is not None else "-",
+            r.paired_ratio if r.paired_ratio is not None else "-",
             r.s_per_million_entries if r.s_per_million_entries is not None else "-",
             f"{m.cpu_s:.1f}" if m else "-",
             _gib(m.max_rss_bytes) if m else "-",
@@ -690,7 +703,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--mem-limit-gib", type=float, default=20.0, help="kill a tool whose tree PSS passes this"
     )
     parser.add_argument(
-        "--repeat", type=int, default=1, help="runs of the floor and fr-analyze; keep the fastest"
+        "--repeat",
+        type=int,
+        default=1,
+        help="pairs of runs (the floor, then fr-analyze): the fastest of each, the median ratio",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help="results JSON")
     parser.add_argument("--data", type=Path, default=DEFAULT_OUT, help="where dump sets live")
