@@ -268,7 +268,7 @@ class SizeResult:
     verdict: dict[str, Any] | None = None
     verdict_ok: bool | None = None
     torchfrtrace: Measurement | None = None
-    busy_cores_before: list[float] = field(default_factory=list)  # others' load, per run
+    busy_cores_before: list[float] = field(default_factory=list)  # others' load before each run
     skipped: str | None = None
     writer: str = "torch"
     load_floor_kind: str = ""  # FLOORS[writer]
@@ -428,7 +428,6 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
     directory = Path(manifest.dumps_dir)
     _log(f"{tag} warming the page cache")
     _warm(directory)
-    result.busy_cores_before = []
     mem_limit = int(args.mem_limit_gib * GIB)
     with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
         scratch = Path(tmp)
