@@ -12,7 +12,7 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, count, repeat
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from .common import (
     MAX_SEQ_ID,
     NO_TIME,
 )
-from .decode import EntryColumns
+from .decode import EntryColumns, distinct_codes
 from .records import COLUMNS
 from .schema import KEPT_KEYS
 from .values import EntryError, ValueReader, as_int, duration, plain, plain_shape
@@ -245,8 +245,8 @@ def _shape_key(value: Any) -> Any:
 
 def _coded(keys: Sequence[Any]) -> tuple[npt.NDArray[np.int32], list[Any]]:
     """A code per entry (in order of first appearance) and the distinct keys."""
-    distinct = dict(zip(dict.fromkeys(keys), count()))
-    return _codes(keys, distinct), list(distinct)
+    distinct, codes = distinct_codes(keys)
+    return codes, distinct
 
 
 def _keyed(entries: Any, read: ValueReader) -> _Keyed:
@@ -358,6 +358,11 @@ def _combine(
     first appearance), and each combination's code in every column."""
     if not n:
         return np.zeros(0, dtype=np.intp), []
+    shared = columns[0][0]
+    if all(codes is shared for codes, _ in columns):
+        # One code array (the decoder's combinations: dense, in order of first appearance):
+        # each code is a combination already, if not always a distinct one.
+        return shared.astype(np.intp), [[code] * len(columns) for code in range(len(columns[0][1]))]
     combined = np.zeros(n, dtype=np.int64)
     bound = 1
     seen: set[int] = set()

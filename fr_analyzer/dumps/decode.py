@@ -481,7 +481,12 @@ _LISTS = keys_of(Kind.SHAPES, Kind.TEXTS, Kind.FRAMES)
 
 class _Columns:
     """Builds a rank's `EntryColumns` from the captures of the expression-read entries (in
-    order, with gaps where the decoder-read entries go) and the decoder-read entries."""
+    order, with gaps where the decoder-read entries go) and the decoder-read entries.
+
+    Every column the repeating runs give is a function of an entry's combination of repeating
+    captures (a few dozen distinct ones a rank), so those columns share one code array: each
+    entry's combination, and the decoder-read entries one code each. Their values are built
+    per combination, and nothing per entry but that one code array."""
 
     def __init__(
         self, reader: ExactReader, nfast: int, slow: list[_Slow], memo_before: int
@@ -509,40 +514,71 @@ class _Columns:
         repeating: list[tuple[_Run, list[bytes]]] = []
         for run, caps in runs:
             (varying if run.varying else repeating).append((run, caps))
-        if combos is not None:
-            for i, (run, _) in enumerate(repeating):
-                parts, part_of_combo = _distinct([combo[i] for combo in combos.distinct])
-                first = np.zeros(len(parts), dtype=np.int64)
-                first[part_of_combo[::-1]] = np.arange(len(part_of_combo) - 1, -1, -1)
-                decoded = [combos.values[c][i] for c in first.tolist()]
-                self.coded_run(run, parts, part_of_combo[combos.codes], decoded)
-        elif repeating:
-            # Entries are coded once by all their repeating captures together (one hash per
-            # entry, not one per run), then each run by its part of each distinct combination.
-            if len(repeating) == 1:
-                run, caps = repeating[0]
-                self.coded_run(run, *_distinct(caps))
-            else:
-                distinct, entry_codes = _combos([caps for _, caps in repeating])
-                for i, (run, _) in enumerate(repeating):
-                    parts, part_of_combo = _distinct([combo[i] for combo in distinct])
-                    self.coded_run(run, parts, part_of_combo[entry_codes])
+        nfast = self.n - len(self.slow)
+        if combos is None:
+            combos = self.decoded_combos(repeating, nfast)
+        self.combination_columns([run for run, _ in repeating], combos)
         if varying:
             read = _run_ints([(caps, run.refs) for run, caps in varying])
             for (run, _), columns in zip(varying, read, strict=True):
                 for name, values in zip(run.names, columns, strict=True):
                     self.int_column(name, values)
-        nfast = self.n - len(self.slow)
         for name in _INT_COLUMNS:
             if name not in self.ints:  # in every entry's layout: only when no entry has one
                 if nfast:
                     raise _Outside("an entry without an integer key the others have")
                 self.int_column(name, np.empty(0, dtype=np.int64))
-        for name in _CODED:
-            if name not in self.coded:  # not in the layout (duration_ms, say): None
-                none = [b"N"] if nfast else []
-                self.coded_run(_Run((name,), False, ()), none, np.zeros(nfast, dtype=np.int32))
         return EntryColumns(self.n, self.ints, self.coded, self.items)
+
+    def decoded_combos(self, repeating: list[tuple[_Run, list[bytes]]], nfast: int) -> Combos:
+        """The distinct combinations of the repeating runs' captures, each entry's, and each
+        combination's values: each distinct capture of a run is decoded once."""
+        if not nfast:
+            return Combos([], np.zeros(0, dtype=np.int32), [])
+        if not repeating:
+            return Combos([()], np.zeros(nfast, dtype=np.int32), [[]])
+        if len(repeating) == 1:
+            parts, codes = distinct_codes(repeating[0][1])
+            distinct: list[tuple[bytes, ...]] = [(part,) for part in parts]
+        else:
+            distinct, codes = _combos([caps for _, caps in repeating])
+        first = np.empty(len(distinct), dtype=np.int64)  # each combination's first entry
+        first[codes[::-1]] = np.arange(nfast - 1, -1, -1)  # the last write is the first
+        values: list[list[list[Any]]] = [[] for _ in distinct]
+        for i, (run, _) in enumerate(repeating):
+            parts, part_of = distinct_codes([combo[i] for combo in distinct])
+            decoded = []
+            late: dict[int, int] = {}  # captures referring to slots written among the entries
+            for k, raw in enumerate(parts):
+                found, top = self.reader.run(raw, len(run.names))
+                decoded.append(found)
+                if top >= self.memo_before:
+                    late[k] = top
+            of_combo = part_of.tolist()
+            if late:
+                first_use: dict[int, int] = {}
+                for combo, part in enumerate(of_combo):
+                    if part in late:
+                        at = int(first[combo])
+                        first_use[part] = min(first_use.get(part, at), at)
+                self.check_first_uses(first_use, late)
+            for combo, part in enumerate(of_combo):
+                values[combo].append(decoded[part])
+        return Combos(distinct, codes, values)
+
+    def check_first_uses(self, first_use: dict[int, int], late: dict[int, int]) -> None:
+        """Captures of expression-read entries that refer to memo slots written among the
+        entries (`late`: capture -> highest slot; `first_use`: capture -> the first
+        expression-read entry with it): that entry must come after the entry that wrote the
+        slot (memo sizes only grow, so the first use is the one to check)."""
+        before = [row - i for i, row in enumerate(self.slow_rows)]  # expression-read before each
+        sizes = [size for size, _ in self.written]  # memo size after each writing entry, growing
+        for k, top in late.items():
+            first = first_use[k]
+            row = first + bisect.bisect_right(before, first)
+            at = bisect.bisect_right(sizes, top)  # the entry that wrote slot `top`
+            if at == len(self.written) or self.written[at][1] > row:
+                raise _Outside("a capture referring to a memo slot before it is written")
 
     def int_column(self, name: str, fast: npt.NDArray[np.int64]) -> None:
         column = np.empty(self.n, dtype=np.int64)
@@ -558,42 +594,32 @@ class _Columns:
             column[s.row] = value
         self.ints[name] = column
 
-    def coded_run(
-        self,
-        run: _Run,
-        distinct: list[bytes],
-        fast_codes: npt.NDArray[np.int32],
-        decoded: list[list[Any]] | None = None,
-    ) -> None:
-        """Decode each distinct capture of a run once (unless `decoded` already); its columns
-        share one code array. (`fast_codes`: the expression-read entries' codes, indices into
-        `distinct`, numbered in order of first appearance.)"""
-        if decoded is None:
-            decoded = []
-            late: dict[int, int] = {}  # captures referring to slots written among the entries
-            for k, raw in enumerate(distinct):
-                values, top = self.reader.run(raw, len(run.names))
-                decoded.append(values)
-                if top >= self.memo_before:
-                    late[k] = top
-            if late:
-                _check_first_uses(fast_codes, late, self.written, self.slow_rows)
+    def combination_columns(self, runs: Sequence[_Run], combos: Combos) -> None:
+        """The columns of the repeating runs' keys (and None for a coded key no layout has):
+        one code per entry, shared by every such column (its combination, or a code of its
+        own for a decoder-read entry, numbered in order of first appearance), and each code's
+        value per column."""
+        ncombo, nslow = len(combos.values), len(self.slow)
         codes = np.empty(self.n, dtype=np.int32)
-        codes[self.is_fast] = fast_codes
-        ndistinct = len(distinct)
-        codes[self.slow_rows] = np.arange(ndistinct, ndistinct + len(self.slow), dtype=np.int32)
-        slow_values = [[s.entry.get(name) for s in self.slow] for name in run.names]
+        codes[self.is_fast] = combos.codes
+        codes[self.slow_rows] = np.arange(ncombo, ncombo + nslow, dtype=np.int32)
         order = None
-        if self.slow:  # codes in order of first appearance, as the entries have them
-            first = np.empty(ndistinct + len(self.slow), dtype=np.int64)
+        if nslow and ncombo:  # codes in order of first appearance, as the entries have them
+            first = np.empty(ncombo + nslow, dtype=np.int64)
             first[codes[::-1]] = np.arange(self.n - 1, -1, -1)  # the last write is the first
             order = np.argsort(first).tolist()
             renumber = np.empty(len(order), dtype=np.int32)
             renumber[order] = np.arange(len(order), dtype=np.int32)
             codes = renumber[codes]
+        columns: dict[str, list[Any]] = {}
+        for i, run in enumerate(runs):
+            for j, name in enumerate(run.names):
+                columns[name] = [combo[i][j] for combo in combos.values]
+        for name in _CODED:
+            columns.setdefault(name, [None] * ncombo)  # not in the layout (duration_ms, say)
         counts: npt.NDArray[np.int64] | None = None
-        for i, name in enumerate(run.names):
-            values = [row[i] for row in decoded] + slow_values[i]
+        for name, fast_values in columns.items():
+            values = fast_values + [s.entry.get(name) for s in self.slow]
             if order is not None:
                 values = [values[k] for k in order]
             if name in _INT_KEYS:  # pg_id, timeout_ms: repeating integers
@@ -634,36 +660,19 @@ def _combos(
     captures: Sequence[list[bytes]],
 ) -> tuple[list[tuple[bytes, ...]], npt.NDArray[np.int32]]:
     """The distinct combinations of the runs' captures (one per entry) and each entry's."""
-    return _distinct(list(zip(*captures, strict=True)))
+    return distinct_codes(list(zip(*captures, strict=True)))
 
 
-def _distinct(keys: list[Any]) -> tuple[list[Any], npt.NDArray[np.int32]]:
-    """The distinct keys in order of first appearance, and each key's index among them."""
-    code = dict(zip(dict.fromkeys(keys), itertools.count()))
-    return list(code), np.fromiter(map(code.__getitem__, keys), np.int32, len(keys))
+def distinct_codes(keys: Sequence[Any]) -> tuple[list[Any], npt.NDArray[np.int32]]:
+    """The distinct keys in order of first appearance, and each key's index among them.
 
-
-def _check_first_uses(
-    codes: npt.NDArray[np.int32],
-    late: dict[int, int],
-    written: list[tuple[int, int]],
-    slow_rows: list[int],
-) -> None:
-    """Captures of expression-read entries (`codes`: each entry's capture) that refer to memo
-    slots written among the entries (`late`: capture code -> highest slot): the first entry
-    with each must come after the entry that wrote the slot (memo sizes only grow, so the first
-    use is the one to check)."""
-    first_of = np.empty(max(late) + 1, dtype=np.int64)
-    wanted = codes <= max(late)
-    first_of[codes[wanted][::-1]] = np.flatnonzero(wanted)[::-1]  # the last write: the first
-    before = [row - i for i, row in enumerate(slow_rows)]  # expression-read entries before each
-    sizes = [size for size, _ in written]  # memo size after each writing entry, growing
-    for k, top in late.items():
-        first = int(first_of[k])
-        row = first + bisect.bisect_right(before, first)
-        at = bisect.bisect_right(sizes, top)  # the entry that wrote slot `top`
-        if at == len(written) or written[at][1] > row:
-            raise _Outside("a capture referring to a memo slot before it is written")
+    One hash of each key: each key's first position comes from `setdefault` in one C-level
+    pass, and positions become dense codes with numpy (a second pass of lookups would hash
+    every key again: tuples do not keep their hash)."""
+    first: dict[Any, int] = {}
+    at = np.fromiter(map(first.setdefault, keys, itertools.count()), np.intp, len(keys))
+    dense = np.cumsum(at == np.arange(len(keys)), dtype=np.int32) - 1
+    return list(first), dense[at]
 
 
 def _run_ints(

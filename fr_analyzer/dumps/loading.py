@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -18,7 +18,7 @@ from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
 from .normalize import build_rank
 from .reading import _Raw, _read, explain_pickle, read_unpacked
-from .records import COLUMNS, RankColumns, RankDump
+from .records import RankColumns, RankDump
 from .sources import DumpFile, StreamedFiles
 
 
@@ -92,13 +92,15 @@ def load_all(
     workers: int | None = None,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     progress: Callable[[int, int], None] | None = None,
-    sink: Callable[[RankDump], None] | None = None,
+    sink: Callable[[RankDump, Mapping[str, np.ndarray]], None] | None = None,
     ft_group_world_size: int | None = None,
 ) -> tuple[list[RankDump], list[UnreadableDump]]:
     """Load every rank in worker processes (see `sandbox`), in file order.
 
-    Each loaded rank is handed whole to `sink` (if given) as soon as it arrives, in file
-    order: the table builder takes its columns then, while the workers go on. The ranks come
+    Each loaded rank is handed to `sink` (if given) with its columns as soon as it arrives,
+    in file order: the table builder takes the columns then, while the workers go on. The
+    columns come by name, each in the narrowest integer type that holds its values (as they
+    travel from a worker), or as `RankColumns` has them. The ranks come
     back without their entries (`RankDump.header`). A file that kills its worker is reported
     unreadable, with the bomb it holds if a scan finds one. Ranks outside the job (see
     `_outside_the_job`) are set aside; the caller leaves them out of its table."""
@@ -108,7 +110,7 @@ def load_all(
     members = _Members()
     loaded: list[RankDump] = []
     unreadable: list[UnreadableDump] = []
-    results: Iterable[RankDump | UnreadableDump]
+    results: Iterable[tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]]
     streamed = files if isinstance(files, StreamedFiles) else None
     if sandbox.available():
         task = functools.partial(
@@ -117,7 +119,9 @@ def load_all(
         dead = functools.partial(_after_death, max_bytes=max_bytes)
         pool = sandbox.Sandbox(task, _file_size, dead, workers)
 
-        def arrivals() -> Iterator[tuple[int, RankDump | UnreadableDump]]:
+        def arrivals() -> Iterator[
+            tuple[int, tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]]
+        ]:
             for i, found in pool.run(files):
                 if streamed is not None:
                     streamed.release(i)  # its bytes are no longer needed
@@ -126,18 +130,23 @@ def load_all(
         results = _in_order(arrivals())
     else:  # no fork: read in this process, every pickle scanned first
 
-        def in_turn() -> Iterator[RankDump | UnreadableDump]:
+        def in_turn() -> Iterator[
+            tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]
+        ]:
             for i in range(len(files)):
                 loaded = load_rank(files[i], max_bytes, ft_group_world_size=ft_group_world_size)
                 if streamed is not None:
                     streamed.release(i)
-                yield members.share(loaded)
+                columns = None
+                if isinstance(loaded, RankDump) and loaded.columns is not None:
+                    columns = loaded.columns.arrays()
+                yield members.share(loaded), columns
 
         results = in_turn()
-    for result in results:
+    for result, columns in results:
         if isinstance(result, RankDump):
-            if sink is not None:
-                sink(result)
+            if sink is not None and columns is not None:
+                sink(result, columns)
             loaded.append(result.header())
         else:
             unreadable.append(result)
@@ -222,18 +231,18 @@ def _pack_arrays(columns: RankColumns) -> _Arrays:
     return layout, b"".join(array.data for _, array in arrays)
 
 
-def _unpack_arrays(arrays: _Arrays) -> RankColumns:
-    """The columns back in their own types (those that kept theirs: read-only views of the
-    buffer, which the table builder copies)."""
+def _unpack_arrays(arrays: _Arrays) -> dict[str, np.ndarray]:
+    """The columns by name, as they travelled (read-only views of the buffer, some in a
+    narrower type than their own): the table builder copies them into its own columns, which
+    widens them on the way, so no wide copy is made here."""
     layout, data = arrays
     offset = 0
     found: dict[str, np.ndarray] = {}
     for name, dtype, n in layout:
         column = np.frombuffer(data, dtype=dtype, count=n, offset=offset)
         offset += column.nbytes
-        own = COLUMNS[name]
-        found[name] = column if column.dtype == own else column.astype(own)
-    return RankColumns(**found)
+        found[name] = column
+    return found
 
 
 _NARROW = tuple(
@@ -301,14 +310,15 @@ class _Members:
 
     def unpack(
         self, result: RankDump | UnreadableDump, packed: _Packed, arrays: _Arrays | None
-    ) -> RankDump | UnreadableDump:
-        """A worker's rank whole again: its columns, and its packed member lists. A digest is
+    ) -> tuple[RankDump | UnreadableDump, dict[str, np.ndarray] | None]:
+        """A worker's rank whole again, with its columns by name (see `_unpack_arrays`): its
+        packed member lists unpacked. A digest is
         always known: a worker handles its files in the order they were handed out, and
         results are taken in that order, so a list sent whole is taken before any
         digest-only reference to it (a worker that dies takes its list cache with it, and
         its successor starts from an empty one)."""
         if not isinstance(result, RankDump):
-            return result
+            return result, None
         claims = dict(result.claims)
         for name, (digest, ranks) in packed.items():
             if ranks is None:
@@ -317,7 +327,9 @@ class _Members:
                 found = self._by_digest.setdefault(digest, self._by_value.setdefault(ranks, ranks))
             claims[name] = replace(claims[name], ranks=found)
         columns = _unpack_arrays(arrays) if arrays is not None else None
-        return self.share(replace(result, claims=claims, columns=columns), done=packed)
+        if packed:
+            result = replace(result, claims=claims)
+        return self.share(result, done=packed), columns
 
 
 def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:

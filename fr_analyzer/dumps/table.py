@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,23 +93,29 @@ class TableBuilder:
         self._pair_rank: list[int] = []
         self._pair_group: list[int] = []
 
-    def add(self, dump: RankDump) -> None:
-        assert dump.tables is not None and dump.columns is not None  # a rank with its entries
+    def add(self, dump: RankDump, columns: Mapping[str, np.ndarray] | None = None) -> None:
+        """Take a rank's columns: `columns` by name, each in any integer type that holds its
+        values (as they travel from a worker), or else the dump's own."""
+        assert dump.tables is not None  # a rank with its entries
+        if columns is None:
+            assert dump.columns is not None
+            columns = dump.columns.arrays()
         maps: dict[str, npt.NDArray[np.int32]] = {}
         for table, intern in self._interners.items():
             values = dump.groups if table == "groups" else getattr(dump.tables, table)
             maps[table] = np.fromiter(map(intern, values), np.int32, len(values))
-        own = dump.columns
-        start, n = self._n, own.n
+        start, n = self._n, len(columns["record_id"])
         self._reserve(start + n)
         pairs = len(self._pair_rank)
         self._pair_rank += [dump.rank] * len(dump.groups)
         self._pair_group += maps["groups"].tolist()
         for col, _ in _TABLE_COLUMNS:
+            target = self._columns[col][start : start + n]  # widens what it is given
             if col == "pair":
-                self._columns[col][start : start + n] = pairs + own.group
+                target[:] = columns["group"]
+                target += pairs
                 continue
-            values = getattr(own, col)
+            values = columns[col]
             if col in _RECODED and len(values):
                 table_map = maps[_RECODED[col]]
                 if col == "stack":
@@ -117,9 +123,9 @@ class TableBuilder:
                     values = np.where(values >= 0, safe, -1)
                 else:
                     values = table_map[values]
-            elif col == "marker":
-                values = np.where(values >= 0, values + start, -1)
-            self._columns[col][start : start + n] = values
+            target[:] = values
+            if col == "marker":
+                target[target >= 0] += start
         self._spans.append((dump.rank, start, n))
         self._n = start + n
 
