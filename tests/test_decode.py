@@ -10,6 +10,7 @@ import os
 import pickle
 import pickletools
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,23 @@ def test_benchmark_dumps_written_by_pythons_pickler_are_decoded_exactly(fault: s
         for protocol in (4, 5):
             again = pickle.dumps(pickle.loads(data), protocol=protocol)  # a re-saved dump
             same_rank(by_decoder(again, rank), by_unpickler(data, rank))
+
+
+@pytest.mark.parametrize("count", [999, 1000, 1001, 1002, 2001])
+@pytest.mark.parametrize("dumps", [pickle.dumps, pickle._dumps], ids=["C", "pure Python"])
+def test_pythons_batch_boundaries_are_read_between_expression_read_entries(
+    count: int, dumps: Callable[..., bytes]
+) -> None:
+    """Python's pickler appends a thousand entries at a time: `e(` between two batches; its
+    pure-Python version writes a last batch of one alone, `e` then the entry then `a`. The
+    entry expression does not read the boundaries; the reader of what lies between two of its
+    matches does, and the file stays decoded."""
+    rows = entries(count)
+    stacks: dict[int, Any] = {}
+    for i, row in enumerate(rows):
+        row["frames"] = stacks.setdefault(i // 400, row["frames"])  # few first definitions
+    data = dumps(make_dump(rows), protocol=4)
+    same_rank(by_decoder(data), by_unpickler(data))
 
 
 def test_pythons_pickle_of_a_stack_per_entry_is_left_to_the_unpickler(tmp_path: Path) -> None:

@@ -149,9 +149,11 @@ _PY_BODY = _BODY | {
     "shapes": rb"\]\x94(?:\(" + _PY_SHAPE + rb"++e|" + _PY_SHAPE + rb"a)?|" + _REF_BODY,
     "pair": rb"(?:h.|j....)(?:h.|j....)\x86\x94|" + _REF_BODY,
 }
-# An entry of Python's: its dict memoized; the batch boundary of the entry list before it
-# (Python's pickler appends a thousand items at a time) goes with it.
-_START = {False: rb"\}\(", True: rb"(?:e\(?)?\}\x94\("}
+# An entry of Python's: its dict memoized. The entry list's batch boundaries (Python's pickler
+# appends a thousand items at a time) are left between two matches, where the exact reader
+# takes them: an expression that began with an optional boundary would be tried at every byte,
+# where one that begins with a fixed string is only tried where that string is (10% of a split).
+_START = {False: rb"\}\(", True: rb"\}\x94\("}
 
 _LAYOUTS: dict[tuple[bool, tuple[tuple[str, int], ...]], _Layout] = {}  # compiled, per process
 _LAYOUTS_MOST = 64

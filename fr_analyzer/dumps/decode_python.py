@@ -431,13 +431,13 @@ def _replay(
         memo.extend(itertools.chain.from_iterable(map(added.__getitem__, code_list[done:k])))
         done = k
         if gaps[k]:
-            gap = machine.fragment(gaps[k] + b".")  # a byte after it: `_next_entry` looks ahead
+            gap = machine.fragment(gaps[k] + b"}")  # the next entry's first byte: a lookahead
             at = 0
             while at < len(gaps[k]):
                 start = _next_entry(gap.data, at)
                 if start is None:
                     raise _Outside("the entry list ends between entries of one layout")
-                at = _slow_entry(gap, start, slow, k)
+                at = start if start == len(gaps[k]) else _slow_entry(gap, start, slow, k)
             if at != len(gaps[k]):
                 raise _Outside("an entry read outside its layout")
         code = code_list[k]
