@@ -147,7 +147,9 @@ _PY_BODY = _BODY | {
     "scalar": _BODY["scalar"] + b"|" + _PY_TEXT,
     "refs": rb"\]\x94(?:\((?:h.|j....)++e|(?:h.|j....)a)?|" + _REF_BODY,
     "shapes": rb"\]\x94(?:\(" + _PY_SHAPE + rb"++e|" + _PY_SHAPE + rb"a)?|" + _REF_BODY,
-    "pair": rb"(?:h.|j....)(?:h.|j....)\x86\x94|" + _REF_BODY,
+    # The reference first: it is what every entry but the first holds, and tried second it
+    # would cost a failed tuple on each.
+    "pair": _REF_BODY + rb"|(?:h.|j....)(?:h.|j....)\x86\x94",
 }
 # An entry of Python's: its dict memoized. The entry list's batch boundaries (Python's pickler
 # appends a thousand items at a time) are left between two matches, where the exact reader
