@@ -25,6 +25,7 @@ marked so, and progress is judged by what every rank issued (`progress`).
 from __future__ import annotations
 
 import enum
+import operator
 from typing import Any
 
 from .common import KNOWN_BACKENDS
@@ -56,11 +57,20 @@ def detect(raw: dict[str, Any]) -> Dialect:
     ):
         return Dialect.TORCHCOMMS
     entries = raw.get("entries")
-    if isinstance(entries, list) and any(
-        isinstance(e, dict) and e.get("profiling_name") == "" for e in entries
-    ):
+    if isinstance(entries, list) and _some_name_empty(entries):
         return Dialect.HCCL
     return Dialect.PYTORCH
+
+
+_NAME = operator.methodcaller("get", "profiling_name")
+
+
+def _some_name_empty(entries: list[Any]) -> bool:
+    """Whether an entry's profiling_name is the empty string: in one C-level pass when every
+    entry is a dict (as good as always)."""
+    if set(map(type, entries)) <= {dict}:
+        return "" in map(_NAME, entries)
+    return any(isinstance(e, dict) and e.get("profiling_name") == "" for e in entries)
 
 
 DESCRIPTION = {
