@@ -25,6 +25,7 @@ from fr_analyzer.dumps import (
     load_rank,
     read_raw,
 )
+from fr_analyzer.dumps.loading import _pack_arrays, _unpack_arrays
 from fr_analyzer.dumps.reading import _scan_pickle
 from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
@@ -320,6 +321,39 @@ def test_table_builder_orders_ranks_and_leaves_out_the_ones_asked(tmp_path: Path
     assert [table.pair_rank[p] for p in table.pair.tolist()] == table.rank.tolist()
     names = [table.group_names[table.pair_group[p]][0] for p in table.pair.tolist()]
     assert names == [table.group_names[g][0] for g in table.group.tolist()]
+
+
+def test_columns_that_travel_narrow_build_the_table_their_own_types_build(
+    tmp_path: Path,
+) -> None:
+    """A worker sends each integer column in the narrowest type that holds its values (block
+    markers and group codes in int8): the table is the same as from the columns in their
+    own types, though its markers point past row 127 and its (rank, group) pairs past 127."""
+    block = [
+        make_entry("all_reduce", 0, group=("0", "default_pg")),
+        make_entry("all_reduce", 0, group=("0", "default_pg")),
+        make_entry("coalesced", 0, group=("0", "default_pg")),
+    ]
+    groups = {str(g): (f"g{g}", [0, 1]) for g in range(70)}
+    rows = [make_entry("all_reduce", 1, group=(str(g), f"g{g}")) for g in range(70)]
+    write_dumps(
+        tmp_path,
+        {r: make_dump(renumber(copy.deepcopy(block) + rows), groups) for r in range(2)},
+    )
+    dumps = [load_rank(f) for f in discover(tmp_path).files]
+    wide, narrow = TableBuilder(ranks_hint=2), TableBuilder(ranks_hint=2)
+    for dump in dumps * 2:  # four ranks' worth of rows: 292, in 140 (rank, group) pairs
+        assert isinstance(dump, RankDump) and dump.columns is not None
+        wide.add(dump)
+        layout, data = _pack_arrays(dump.columns)
+        assert dict((name, dtype) for name, dtype, _ in layout)["marker"] == "|i1"
+        narrow.add(dump, _unpack_arrays((layout, data)))
+    a, b = wide.build(), narrow.build()
+    for name, column in a.arrays().items():
+        other = getattr(b, name)
+        same = np.array_equal(column, other, equal_nan=column.dtype.kind == "f")
+        assert column.dtype == other.dtype and same, name
+    assert a.marker.max() > 127 and a.pair.max() > 127
 
 
 @pytest.mark.parametrize(

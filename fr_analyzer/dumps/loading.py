@@ -100,10 +100,10 @@ def load_all(
     Each loaded rank is handed to `sink` (if given) with its columns as soon as it arrives,
     in file order: the table builder takes the columns then, while the workers go on. The
     columns come by name, each in the narrowest integer type that holds its values (as they
-    travel from a worker), or as `RankColumns` has them. The ranks come
-    back without their entries (`RankDump.header`). A file that kills its worker is reported
-    unreadable, with the bomb it holds if a scan finds one. Ranks outside the job (see
-    `_outside_the_job`) are set aside; the caller leaves them out of its table."""
+    travel from a worker), or as `RankColumns` has them. The ranks come back without their
+    entries (`RankDump.header`). A file that kills its worker is reported unreadable, with the
+    bomb it holds if a scan finds one. Ranks outside the job (see `_outside_the_job`) are set
+    aside; the caller leaves them out of its table."""
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(files) // 4 or 1))
@@ -311,12 +311,11 @@ class _Members:
     def unpack(
         self, result: RankDump | UnreadableDump, packed: _Packed, arrays: _Arrays | None
     ) -> tuple[RankDump | UnreadableDump, dict[str, np.ndarray] | None]:
-        """A worker's rank whole again, with its columns by name (see `_unpack_arrays`): its
-        packed member lists unpacked. A digest is
-        always known: a worker handles its files in the order they were handed out, and
-        results are taken in that order, so a list sent whole is taken before any
-        digest-only reference to it (a worker that dies takes its list cache with it, and
-        its successor starts from an empty one)."""
+        """A worker's rank whole again, its packed member lists unpacked, and its columns by
+        name (see `_unpack_arrays`). A digest is always known: a worker handles its files in
+        the order they were handed out, and results are taken in that order, so a list sent
+        whole is taken before any digest-only reference to it (a worker that dies takes its
+        list cache with it, and its successor starts from an empty one)."""
         if not isinstance(result, RankDump):
             return result, None
         claims = dict(result.claims)
