@@ -355,7 +355,8 @@ def _combine(
     columns: Sequence[tuple[npt.NDArray[np.int32], Sequence[Any]]], n: int
 ) -> tuple[npt.NDArray[np.intp], list[list[int]]]:
     """Each entry's code among the distinct combinations of these coded columns (in order of
-    first appearance), and each combination's code in every column."""
+    first appearance), and each combination's code in every column. Columns that share one
+    code array (the decoder's) are taken as they are: their combinations may repeat."""
     if not n:
         return np.zeros(0, dtype=np.intp), []
     shared = columns[0][0]

@@ -66,9 +66,11 @@ class EntryColumns:
     """A rank's entries as columns, one value per entry and column.
 
     `ints` hold the integer columns (-1 where an optional one is None). `coded` holds each
-    other column as a code per entry and the distinct values the codes stand for; columns
-    decoded together share one code array. `items` counts the shapes, dimensions, dtypes and
-    frames of the entries, for the expansion check."""
+    other column as a code per entry and the value each code stands for. Every coded column
+    shares one code array, dense and in order of first appearance: an entry's combination of
+    repeating captures (or its own code, for an entry read exactly), so two codes may stand
+    for equal values. `items` counts the shapes, dimensions, dtypes and frames of the entries,
+    for the expansion check."""
 
     n: int
     ints: dict[str, npt.NDArray[np.int64]]
