@@ -11,7 +11,7 @@ from . import dumps as dumps_mod
 from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader
-from .dumps.common import collector_paused
+from .dumps.common import collector_paused, small_pages
 from .dumps.dialects import DESCRIPTION, Dialect
 from .dumps.discovery import Discovery
 from .dumps.sources import Remote, Source
@@ -66,8 +66,9 @@ def load(
     where: Path | Source, options: Options, progress: Callable[[int, int], None] | None = None
 ) -> Loaded:
     """Load every rank; each rank's columns go into the table as soon as it arrives (the
-    collector paused: its passes over the ranks kept cost 0.1 s at 1,024 ranks)."""
-    with collector_paused():
+    collector paused: its passes over the ranks kept cost 0.1 s at 1,024 ranks; numpy's large
+    arrays in small pages, see `small_pages`)."""
+    with collector_paused(), small_pages():
         return _load(where, options, progress)
 
 
@@ -112,7 +113,7 @@ def analyze(
 ) -> Analysis:
     got = load(where, options, progress)
     loaded, unreadable, table = got.dumps, got.unreadable, got.table
-    with collector_paused():
+    with collector_paused(), small_pages():
         groups = build_groups(loaded, table, unreadable)
         matches = match(loaded, table, groups)
         findings = collect(loaded, unreadable, table, groups, matches)

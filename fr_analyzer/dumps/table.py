@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..model import Stack
-from .common import _INT64_MAX, I32, I64
+from .common import _INT64_MAX, I32, I64, small_pages
 from .records import COLUMNS, RankColumns, RankDump
 from .values import Interner
 
@@ -201,25 +201,10 @@ class TableBuilder:
 
 
 def _untouched(n: int, dtype: np.dtype[Any]) -> np.ndarray:
-    """An empty column whose pages cost nothing until written. numpy asks the kernel for huge
-    pages for large arrays; a column filled a rank at a time then stalls on each first write
-    while the kernel assembles 2 MiB of contiguous memory (twice the CPU of the whole copy on
-    a machine whose memory is full of page cache, as it is after reading the dumps), so these
-    are allocated without that request."""
-    if _HUGE_PAGES is None:  # not in this numpy: plain allocation
+    """An empty column whose pages cost nothing until written, and are written without a
+    stall (see `small_pages`)."""
+    with small_pages():
         return np.empty(n, dtype=dtype)
-    before = _HUGE_PAGES(False)
-    try:
-        return np.empty(n, dtype=dtype)
-    finally:
-        _HUGE_PAGES(before)
-
-
-_HUGE_PAGES = getattr(
-    getattr(getattr(np, "_core", None) or getattr(np, "core", None), "multiarray", None),
-    "_set_madvise_hugepage",
-    None,
-)
 
 
 def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:
