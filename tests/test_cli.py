@@ -138,6 +138,42 @@ def test_database_is_written_and_read_back(healthy: Path, tmp_path: Path) -> Non
     assert all(c["traceback_id"] == tb["id"] for c in calls)
 
 
+@pytest.mark.parametrize("sample", ["nccl_stuck_started", "nccl_batched_p2p", "nccl3d_crash"])
+def test_database_calls_hold_each_entrys_values_as_builtins(sample: str) -> None:
+    from fr_analyzer import analyze, database
+    from fr_analyzer.model import STATE_NAMES, State, UnitKind
+
+    result = analyze(Path(__file__).parents[1] / "sample_dumps" / sample)
+    t, m = result.table, result.matches
+    rows = database.build(result)["tables"]["nccl_calls"]["rows"]
+    assert len(rows) == t.n
+    columns = database.COLUMNS["nccl_calls"]
+    seen_none = set()
+    for i, row in enumerate(rows):
+        call = dict(zip(columns, row, strict=True))
+        assert all(type(v) in (int, float, str, bool, list, type(None)) for v in row)
+        assert call["id"] == i and call["rank"] == int(t.rank[i])
+        assert call["record_id"] == int(t.record_id[i])
+        assert call["group_id"] == int(result.groups.entry_group[i])
+        assert call["profiling_name"] == t.profiling_names[int(t.pname[i])]
+        assert call["unit"] == UnitKind(int(t.unit[i])).name.lower()
+        assert call["state"] == STATE_NAMES[State(int(t.state[i]))]
+        assert call["retired"] is bool(t.retired[i]) and call["completed"] is bool(m.done[i])
+        assert call["input_sizes"] == [list(s) for s in t.shapes[int(t.in_shape[i])]]
+        assert call["output_dtypes"] == list(t.dtypes[int(t.out_dtype[i])])
+        for name, raw in (
+            ("time_created_ns", t.t_created[i]),
+            ("time_discovered_started_ns", t.t_started[i]),
+            ("time_discovered_completed_ns", t.t_completed[i]),
+            ("traceback_id", t.stack[i]),
+        ):
+            assert call[name] == (None if raw < 0 else int(raw))
+            seen_none |= {name} if call[name] is None else set()
+        duration = float(t.duration_ms[i])
+        assert call["duration_ms"] == (None if duration != duration else duration)
+    assert seen_none  # the sample has values that are missing: they are None, not -1
+
+
 def test_database_loads_with_plain_pickle_and_no_fr_analyzer(healthy: Path, tmp_path: Path) -> None:
     out = tmp_path / "db.pkl"
     fr("-d", str(healthy), "-o", str(out))
