@@ -427,3 +427,21 @@ def test_analysis_runs_inside_a_pool_worker_that_may_not_fork_children() -> None
     with multiprocessing.get_context("fork").Pool(1) as pool:
         ranks = pool.apply(_ranks_loaded_in_a_pool_worker, (str(samples / "nccl_healthy"),))
     assert ranks == tuple(range(8))
+
+
+def test_small_pages_turn_numpys_huge_page_request_off_while_they_last() -> None:
+    from fr_analyzer.dumps import common
+
+    toggle = common._HUGE_PAGES
+    if toggle is None:
+        pytest.skip("this numpy has no huge page request to turn off")
+    before = toggle(True)
+    try:
+        with common.small_pages():
+            assert toggle(False) is False  # off inside (the call returns the setting it finds)
+            with common.small_pages():  # nested: still off after the inner one ends
+                pass
+            assert toggle(False) is False
+        assert toggle(True) is True  # back on after
+    finally:
+        toggle(before)
