@@ -90,6 +90,14 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 
 
 def build(analysis: Analysis) -> dict[str, Any]:
+    """The database as builtins, for either writer. Built with the cycle collector paused (its
+    passes over the millions of rows, which hold no cycles, cost more than building them) and
+    numpy's large arrays in small pages (`small_pages`)."""
+    with collector_paused(), small_pages():
+        return _build(analysis)
+
+
+def _build(analysis: Analysis) -> dict[str, Any]:
     t, groups, m = analysis.table, analysis.groups, analysis.matches
     loaded = set(groups.loaded_ranks)
     tables: dict[str, list[list[Any]]] = {name: [] for name in COLUMNS}
@@ -254,11 +262,7 @@ def _gather(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def write(analysis: Analysis, path: Path) -> None:
-    """Write the database: built and pickled with the cycle collector paused (its passes over
-    the millions of rows, which hold no cycles, cost more than building them), and numpy's
-    large arrays in small pages (`small_pages`)."""
-    with collector_paused(), small_pages():
-        write_atomic(path, pickle.dumps(build(analysis), protocol=4))
+    write_atomic(path, pickle.dumps(build(analysis), protocol=4))
 
 
 @dataclass(frozen=True)

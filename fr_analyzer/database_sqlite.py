@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from .database import COLUMNS, build
-from .dumps.common import collector_paused, small_pages
 from .errors import OutputError
 from .output import atomic_path
 from .pipeline import Analysis
@@ -103,10 +102,8 @@ def schema_sql() -> list[str]:
 
 
 def write(analysis: Analysis, path: Path) -> None:
-    """Write the database to `path` as SQLite, atomically (its rows built with the cycle
-    collector paused, as `database.write` does)."""
-    with collector_paused(), small_pages():
-        flat = build(analysis)
+    """Write the database to `path` as SQLite, atomically."""
+    flat = build(analysis)
     with atomic_path(path) as tmp:
         try:
             _fill(Path(tmp), flat)
