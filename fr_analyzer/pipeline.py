@@ -170,16 +170,19 @@ def _dialects(loaded: list[RankDump]) -> list[str]:
     ]
 
 
+_TORCH_LAYOUT_BUT = ("decoder: torch's pickle layout, but", "decoder: torch's JSON layout, but")
+
+
 def _slow_readers(loaded: list[RankDump]) -> list[str]:
     """Warnings for ranks read slower than their format allows: by the careful per-entry
-    reader, or in torch's pickle layout but not by the decoder; grouped by the reason."""
+    reader, or in torch's pickle or JSON layout but not by the decoder; grouped by the reason."""
     by_reason: dict[tuple[str, str], list[int]] = {}
     for dump in loaded:
         if dump.reader is Reader.PER_ENTRY:
             by_reason.setdefault(("read entry by entry (slower)", dump.fallback), []).append(
                 dump.rank
             )
-        elif dump.fallback.startswith("decoder: torch's pickle layout, but"):
+        elif dump.fallback.startswith(_TORCH_LAYOUT_BUT):
             by_reason.setdefault(("not decoded", dump.fallback), []).append(dump.rank)
     return [
         f"{agree(ranks, 'rank', 'ranks')} {compact(ranks)} {how}: {reason}"

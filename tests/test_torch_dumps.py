@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer.dumps import DumpFile, RankDump, Reader, discover, load_rank
-from fr_analyzer.dumps.decode import decode
+from fr_analyzer.dumps import DumpFile, RankDump, Reader, build_rank, discover, load_rank
+from fr_analyzer.dumps.decode import Decoded, decode
+from fr_analyzer.dumps.decode_json import decode_json_or_why
 from fr_analyzer.model import State
 from tests.test_decode import by_decoder, by_unpickler, same_rank
 
@@ -117,13 +118,21 @@ def test_torch_written_pickles_take_the_decoder_and_give_what_the_unpickler_give
         assert pickle.loads(data)["entries"], file.path.name
 
 
-def test_torch_written_pickles_are_read_by_the_decoder() -> None:
-    for name in PICKLE_SETS:
+def test_torch_written_json_takes_the_decoder_and_gives_what_json_loads_gives() -> None:
+    for file in rank_files("healthy_json"):
+        data = file.path.read_bytes()
+        decoded = decode_json_or_why(data)
+        assert isinstance(decoded, Decoded), decoded
+        by_json = build_rank(json.loads(data), file.rank, "f", nbytes=len(data))
+        same_rank(build_rank(decoded, file.rank, "f", nbytes=len(data)), by_json)
+        assert json.loads(data)["entries"], file.path.name
+
+
+def test_torch_written_dumps_are_read_by_the_decoder() -> None:
+    for name in [*PICKLE_SETS, "healthy_json"]:
         for file in rank_files(name):
             dump = loaded(file)
             assert dump.reader is Reader.DECODER, (file.path, dump.fallback)
-    for file in rank_files("healthy_json"):
-        assert loaded(file).reader is Reader.COLUMNS, file.path
 
 
 def test_the_json_of_a_moment_gives_the_entries_of_the_pickle_of_that_moment() -> None:

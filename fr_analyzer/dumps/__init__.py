@@ -9,9 +9,11 @@ runs that over every rank; `table` merges the ranks into one `EntryTable`. `sche
 one table of an entry's keys that every reader follows.
 
 Three readers, fastest first, and each rank records which one read it (`Reader`) and why a
-faster one did not: `decode` reads a pickle laid out the way torch's pickler writes it
-straight into columns, with no unpickler and no dict per entry; `columnar` reads unpickled or
-JSON entries one key at a time, each distinct value validated once; `careful` reads anything
+faster one did not: the decoders read a dump laid out the way its writer lays it out straight
+into columns, with no unpickler or JSON parser over the entries and no dict per entry (`decode`:
+torch's pickler; `decode_python`: Python's; `decode_json`: torch's JSON, or Python's `json`);
+`columnar` reads unpickled or parsed JSON entries one key at a time, each distinct value
+validated once; `careful` reads anything
 else entry by entry and names every problem. The report's warnings name ranks that fell to the
 careful reader, and why.
 

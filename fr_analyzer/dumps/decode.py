@@ -30,7 +30,7 @@ import bisect
 import itertools
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -478,6 +478,11 @@ def _slow_entry(reader: ExactReader, pos: int, slow: list[_Slow], fast_before: i
     return pos
 
 
+# The varying runs' captures with the lengths of the key references between their integers,
+# and their integers read: per run, a column per key.
+_VaryingRuns = Sequence[tuple[Sequence[bytes], Sequence[int]]]
+_IntRuns = list[list[npt.NDArray[np.int64]]]
+
 _INT_COLUMNS = tuple(sorted(_INT_KEYS | _OPTIONAL_INT_KEYS))
 _CODED = tuple(
     key.name for key in ENTRY_KEYS if key.kind not in (Kind.INT, Kind.OPTIONAL_INT, Kind.SCALAR)
@@ -512,10 +517,14 @@ class _Columns:
         self.items = 0
 
     def build(
-        self, runs: Iterable[tuple[_Run, list[bytes]]], combos: Combos | None = None
+        self,
+        runs: Iterable[tuple[_Run, list[bytes]]],
+        combos: Combos | None = None,
+        ints: Callable[[_VaryingRuns], _IntRuns] | None = None,
     ) -> EntryColumns:
         """`combos`: the repeating runs' captures already coded together, and decoded (by
-        the caller, which needs them in order: Python's pickler memoizes inside entries)."""
+        the caller, which needs them in order: Python's pickler memoizes inside entries).
+        `ints`: what reads the varying runs' integers (pickled ones, by default)."""
         varying: list[tuple[_Run, list[bytes]]] = []
         repeating: list[tuple[_Run, list[bytes]]] = []
         for run, caps in runs:
@@ -525,7 +534,7 @@ class _Columns:
             combos = self.decoded_combos(repeating, nfast)
         self.combination_columns([run for run, _ in repeating], combos)
         if varying:
-            read = _run_ints([(caps, run.refs) for run, caps in varying])
+            read = (ints or _run_ints)([(caps, run.refs) for run, caps in varying])
             for (run, _), columns in zip(varying, read, strict=True):
                 for name, values in zip(run.names, columns, strict=True):
                     self.int_column(name, values)
@@ -681,9 +690,7 @@ def distinct_codes(keys: Sequence[Any]) -> tuple[list[Any], npt.NDArray[np.int32
     return list(first), dense[at]
 
 
-def _run_ints(
-    runs: Sequence[tuple[Sequence[bytes], Sequence[int]]],
-) -> list[list[npt.NDArray[np.int64]]]:
+def _run_ints(runs: _VaryingRuns) -> _IntRuns:
     """The integers of runs' captures (BININT1/2, BININT, LONG1 of up to 8 bytes; NONE gives
     -1): per run, a column per key. Each run is its captures and the lengths of the key
     references between its integers. The n-th integers of all runs are read at once."""

@@ -1,7 +1,7 @@
 """Normalize one loaded dump into a `RankDump`: its header (version, pg_config, pg_status)
 read here, its entries turned into columns by the fastest reader that takes them.
 
-A decoded torch-layout pickle (`decode`) or a list of entry dicts (unpickled, or JSON) goes to
+A decoded dump (`decode`, `decode_python`, `decode_json`) or a list of entry dicts goes to
 the column-wise reader (`columnar`); what it does not take goes to the careful per-entry
 reader (`careful`), and the rank records which reader read it and why a faster one did not.
 Coalesced and batched blocks are recognised last (`blocks`).

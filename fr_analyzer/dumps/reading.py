@@ -31,6 +31,7 @@ from .common import (
     printable,
 )
 from .decode import Decoded, decode_or_why
+from .decode_json import decode_json_or_why
 from .decode_python import decode_python_or_why
 from .sources import Fetch, SourceError
 
@@ -75,8 +76,8 @@ def _read(
     guarded: bool = True,
     fetch: Fetch | None = None,
 ) -> _Raw:
-    """The file's dump object; with `fast`, a pickle written the way torch writes it comes
-    back as a `Decoded` (see `decode`).
+    """The file's dump object; with `fast`, a pickle or JSON laid out the way torch (or
+    Python) writes it comes back as a `Decoded` (see `decode`, `decode_python`, `decode_json`).
 
     `guarded` scans a pickle for bombs before it is unpickled: for use in a process that
     must survive any file. A worker process of the loader reads unguarded, under resource
@@ -86,9 +87,14 @@ def _read(
     data = read_unpacked(path, rank, max_bytes, fetch)
     notes: list[str] = []
     head = data[:64].removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
-    if head in (b"{", b"["):
-        return _Raw(_load_json(data, where, rank, notes), len(data), notes)
     why = ""
+    if head in (b"{", b"["):
+        if fast:
+            decoded = decode_json_or_why(data)
+            if isinstance(decoded, Decoded):
+                return _Raw(decoded, len(data), notes)
+            why = f"decoder: {decoded}"
+        return _Raw(_load_json(data, where, rank, notes), len(data), notes, why)
     if fast:
         decoded = _decode(data)
         if isinstance(decoded, Decoded):

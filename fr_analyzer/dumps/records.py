@@ -18,8 +18,8 @@ from .common import F64, I8, I32, I64, B
 class Reader(Enum):
     """Which reader turned a rank's file into columns."""
 
-    DECODER = "decoder"  # a torch-layout pickle, decoded from its bytes straight into columns
-    COLUMNS = "columns"  # unpickled (or JSON) entries, read column-wise
+    DECODER = "decoder"  # a pickle or JSON, decoded from its bytes straight into columns
+    COLUMNS = "columns"  # unpickled (or parsed JSON) entries, read column-wise
     PER_ENTRY = "per_entry"  # the careful path: something unusual, each entry read and checked
 
 

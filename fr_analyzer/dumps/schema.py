@@ -1,9 +1,10 @@
 """The one schema of a dump entry: every key torch writes, how it is read, which column it fills.
 
-Three readers turn entries into columns: the decoder of torch-layout pickles (`decode`), the
-column-wise path over unpickled or JSON entries (`columnar`) and the careful per-entry path
-(`careful`). All three take the keys, their kinds and their columns from `ENTRY_KEYS`; the
-columns and their types are the fields of `RankColumns` (`records`), listed in `COLUMNS`.
+Three readers turn entries into columns: the decoders of dumps laid out as their writers lay
+them out (`decode`, `decode_python`, `decode_json`), the column-wise path over unpickled or
+JSON entries (`columnar`) and the careful per-entry path (`careful`). All three take the keys,
+their kinds and their columns from `ENTRY_KEYS`; the columns and their types are the fields
+of `RankColumns` (`records`), listed in `COLUMNS`.
 """
 
 from __future__ import annotations
