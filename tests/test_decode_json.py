@@ -168,3 +168,14 @@ def test_torch_json_the_decoder_leaves_is_named_in_a_warning(tmp_path: Path) -> 
     slow = [w for w in analysis.summary.warnings if "not decoded" in w]
     assert len(slow) == 1 and slow[0].startswith("rank 1 not decoded"), slow
     assert "torch's JSON layout, but the first entry laid out otherwise" in slow[0]
+
+
+def test_a_first_entry_longer_than_64_kib_gives_the_layout_all_the_same() -> None:
+    rows = entries(4)
+    rows[0]["frames"] = [
+        {"name": f"f{i}", "filename": "/src/" + "x" * 200 + ".py", "line": i} for i in range(400)
+    ]
+    text = torch_json(make_dump(rows))
+    assert text.index(b"}]", text.index(b'"frames"')) > 1 << 16
+    assert isinstance(decode_json_or_why(text), Decoded)
+    assert outcome(text) == "decoded"

@@ -166,10 +166,7 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
     fast = 0
     tail = data[pos:]
     if tail[:1] != b"]":
-        first, _ = json.JSONDecoder().raw_decode(tail[: 1 << 16].decode("utf-8", "replace"))
-        if type(first) is not dict or not first:
-            raise _Outside("an entry that is not an object")
-        layout = _layout(tuple(first), sep, colon)
+        layout = _layout(_first_keys(tail), sep, colon)
         if layout.regex.match(tail) is None:
             raise _Outside("the first entry laid out otherwise (spaces, or an odd value)")
         parts = layout.regex.split(tail)
@@ -197,6 +194,18 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         _add_slow(entry, slow, fast)
     columns = _Columns(_Runs(), fast, slow, 0).build(zip(runs, captured, strict=True), ints=_ints)
     return Decoded(header, columns)
+
+
+def _first_keys(tail: bytes) -> tuple[str, ...]:
+    """The keys of the entry `tail` starts with, in order (the layout of the entries)."""
+    decoder = json.JSONDecoder()
+    try:  # an entry is rarely longer than 64 KiB: no need to decode the whole file for it
+        first, _ = decoder.raw_decode(tail[: 1 << 16].decode("utf-8", "replace"))
+    except ValueError:
+        first, _ = decoder.raw_decode(tail.decode("utf-8", "replace"))
+    if type(first) is not dict or not first:
+        raise _Outside("an entry that is not an object")
+    return tuple(first)
 
 
 def _entries_start(data: bytes) -> tuple[int, bytes, bytes] | str:
