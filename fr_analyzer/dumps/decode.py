@@ -472,10 +472,17 @@ def _slow_entry(reader: ExactReader, pos: int, slow: list[_Slow], fast_before: i
     if len(slow) >= _MAX_SLOW_ENTRIES:
         raise _Outside("too many entries with new strings or frames (over 256)")
     entry, pos = reader.entry(pos)
+    keep_slow(entry, slow, fast_before, len(reader.memo))
+    return pos
+
+
+def keep_slow(entry: Any, slow: list[_Slow], fast_before: int, memo_size: int = 0) -> None:
+    """Keep an entry read exactly (not by the expression), in its row; at most 256 of them."""
+    if len(slow) >= _MAX_SLOW_ENTRIES:
+        raise _Outside("too many entries outside the layout (over 256)")
     if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
         raise _Outside("an entry that lacks a required key")
-    slow.append(_Slow(fast_before + len(slow), entry, len(reader.memo)))
-    return pos
+    slow.append(_Slow(fast_before + len(slow), entry, memo_size))
 
 
 # The varying runs' captures with the lengths of the key references between their integers,

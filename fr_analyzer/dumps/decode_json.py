@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from .decode import (
-    _MAX_SLOW_ENTRIES,
     Decoded,
     _Columns,
     _IntRuns,
@@ -43,8 +42,9 @@ from .decode import (
     _Run,
     _Slow,
     _VaryingRuns,
+    keep_slow,
 )
-from .schema import ENTRY_KEYS, REQUIRED_KEYS, VARYING_KEYS, Kind
+from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
 
 _INT = rb"-?(?:0|[1-9][0-9]*+)"
 _NUMBER = _INT + rb"(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?|NaN|-?Infinity"
@@ -181,7 +181,7 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         tail = gaps[-1]
         # After the last match: more entries (the match took a separator) or the array's end
         # (it did not), else a separator after the last entry, which JSON does not allow.
-        if (tail.lstrip(b" \t\n\r")[:1] == b"]") == data[pos:][:read].endswith(sep):
+        if (tail.lstrip(b" \t\n\r")[:1] == b"]") == data.endswith(sep, pos, pos + read):
             raise _Outside("a separator after the last entry, or none before the next")
     text = data[:pos] + tail  # the header, with the entries the expression left
     header = json.loads(text)
@@ -191,7 +191,7 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
     if type(rest) is not list:
         raise _Outside("not one entry list at the top level")
     for entry in rest:
-        _add_slow(entry, slow, fast)
+        keep_slow(entry, slow, fast)
     columns = _Columns(_Runs(), fast, slow, 0).build(zip(runs, captured, strict=True), ints=_ints)
     return Decoded(header, columns)
 
@@ -227,15 +227,7 @@ def _gap_entries(gap: bytes, sep: bytes, slow: list[_Slow], fast_before: int) ->
     if not found:  # a stray separator, or an entry read outside its layout
         raise _Outside("an entry read outside its layout")
     for entry in found:
-        _add_slow(entry, slow, fast_before)
-
-
-def _add_slow(entry: Any, slow: list[_Slow], fast_before: int) -> None:
-    if len(slow) >= _MAX_SLOW_ENTRIES:
-        raise _Outside("too many entries outside the layout (over 256)")
-    if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
-        raise _Outside("an entry that lacks a required key")
-    slow.append(_Slow(fast_before + len(slow), entry, 0))
+        keep_slow(entry, slow, fast_before)
 
 
 def _ints(runs: _VaryingRuns) -> _IntRuns:
