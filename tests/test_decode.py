@@ -155,19 +155,35 @@ def test_pythons_batch_boundaries_are_read_between_expression_read_entries(
     same_rank(by_decoder(data), by_unpickler(data))
 
 
-def test_pythons_pickle_of_a_stack_per_entry_is_left_to_the_unpickler(tmp_path: Path) -> None:
+def test_pythons_pickle_of_a_stack_per_entry_is_decoded_exactly(tmp_path: Path) -> None:
     """Frame dicts of their own in every entry (a dump converted from JSON, say): every entry
-    holds first definitions, and the column-wise reader reads the file instead."""
+    writes its frames anew, and the expression reads them as it reads references."""
     spec = Spec(world_size=64, steps=14, capacity=1500)
     dump = simulation(spec).dump(5)
     assert dump is not None
     data = python_pickle(dump, shared_frames=False)
-    found = decode_any(data)
-    assert isinstance(found, str) and "too many entries with new strings or frames" in found
     result = load_rank(file_of(tmp_path, data))
-    assert isinstance(result, RankDump) and result.reader is Reader.COLUMNS
-    assert result.fallback == f"decoder: {found}"
+    assert isinstance(result, RankDump) and result.reader is Reader.DECODER
+    assert result.fallback == ""
     same_rank(result, build_rank(pickle.loads(data), 0, result.file, nbytes=len(data)))
+
+
+def test_pythons_first_definitions_inside_entries_are_read_by_the_expression() -> None:
+    """Python's pickler writes each new frame, string and group pair where it is first met,
+    inside the entry. The expression reads such entries too (600 of them, past the exact
+    reader's 256), with the frame met twice in one stack, a file name defined by one frame and
+    referred to by the next, and strings of up to 255 bytes."""
+    rows = entries(2000)
+    for i in range(0, 1800, 3):
+        deep = "x" * (180 + i % 50)
+        stack = frames("step", f"new{i}", deep)
+        stack[2]["filename"] = stack[1]["filename"] = f"/src/{deep}{i}.py"
+        rows[i]["frames"] = [stack[0], stack[1], stack[1], stack[2]]  # a recursive frame
+        rows[i]["profiling_name"] = f"nccl:all_reduce{i % 7}"
+        rows[i]["process_group"] = (f"pg{i % 11}", "tp")
+        rows[i]["input_dtypes"] = [f"Float{i % 5}"]
+    data = pickle.dumps(make_dump(rows), protocol=4)
+    same_rank(by_decoder(data), by_unpickler(data))
 
 
 def test_a_string_written_again_in_every_entry_is_read_by_the_expression() -> None:
@@ -233,6 +249,37 @@ def test_entries_holding_first_definitions_anywhere_are_read_exactly() -> None:
     rows[39]["input_dtypes"] = ["Half"]  # and in the last entry
     data = torch_bytes(make_dump(rows))
     same_rank(by_decoder(data), by_unpickler(data))
+
+
+def test_torch_first_definitions_inside_entries_are_read_by_the_expression() -> None:
+    """torch writes each new string and frame where it is first met, inside the entry, with
+    the next memo slot. The expression reads such entries (600 of them, past the exact
+    reader's 256) and decodes them in file order, so every slot is written in turn."""
+    rows = entries(2000)
+    for i in range(0, 1800, 3):
+        stack = frames("step", f"new{i}", "x" * (180 + i % 50))
+        rows[i]["frames"] = [stack[0], stack[1], stack[1], stack[2]]  # a recursive frame
+        rows[i]["profiling_name"] = f"nccl:all_reduce{i % 7}"
+        rows[i]["process_group"] = (f"pg{i % 11}", "tp")
+        rows[i]["input_dtypes"] = [f"Float{i % 5}"]
+    data = torch_bytes(make_dump(rows))
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
+def test_an_entry_writing_a_memo_slot_twice_is_left_to_the_unpickler(tmp_path: Path) -> None:
+    """The same bytes twice, writing the same memo slot twice: torch never writes that, and
+    the unpickler overwrites the slot, so the decoder leaves the file to it."""
+    rows = entries(40)
+    rows[17]["profiling_name"] = "nccl:broadcast"  # written, with its slot, in entry 17
+    data = torch_bytes(make_dump(rows))
+    start = data.index(b"X\x0e\x00\x00\x00nccl:broadcast")
+    begin = data.rindex(b"}(", 0, start)
+    end = data.index(b"}(", start)
+    forged = data[:end] + data[begin:end] + data[end:]  # entry 17 twice
+    assert decode(forged) is None
+    result = load_rank(file_of(tmp_path, forged))
+    assert isinstance(result, RankDump) and result.reader is not Reader.DECODER
+    same_rank(result, build_rank(pickle.loads(forged), 0, result.file, nbytes=len(forged)))
 
 
 def test_integers_of_every_pickled_width_decode_exactly() -> None:

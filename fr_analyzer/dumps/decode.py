@@ -6,17 +6,19 @@ more regular than a pickle can be: protocol 2; each string written once and memo
 referred to by its memo slot; each shared frame dict memoized once complete; slots numbered in
 order; and every entry a dict with the same keys in the same order. So:
 
-- a small exact decoder (`_Decoder`) reads the header, and any entry holding a first definition
-  (a new string or frame);
-- the layout of such an entry (its keys' memo slots, in order) becomes one compiled regular
+- a small exact decoder (`_Decoder`) reads the header and the first entry, and any entry
+  outside the layout;
+- the layout of the first entry (its keys' memo slots, in order) becomes one compiled regular
   expression that reads each later entry of that layout in one step. It captures runs of
   adjacent keys: a run of keys whose values differ from entry to entry (record and sequence
   ids, timestamps: integers), or a run of keys whose values repeat (group, op, shapes, dtypes,
-  stack, state, flags);
+  stack, state, flags). A repeating run may hold first definitions (a new string or frame
+  dict, with its memo put);
 - integer runs are read with numpy, a run's n-th integers of every entry at once; equal bytes
   mean equal values (memo slots are written once, in order, and only before the entries that
-  refer to them), so each distinct capture of a repeating run is decoded once, and its columns
-  share one code per entry.
+  refer to them), so each distinct capture of a repeating run is decoded once, in file order
+  (`_in_order`: the memo is filled as the unpickler fills it), and its columns share one code
+  per entry.
 
 The grammar has no global, no memo put out of order, no tuple holding a container, and dict
 keys are only strings or ints: none of the bombs the opcode scan guards against can be written
@@ -26,7 +28,6 @@ pickler, odd values) gives None, and the file takes the general path.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import re
 import struct
@@ -86,14 +87,27 @@ _INT_BODY = (
     rb"K.|M..|J....|\x8a(?:\x00|\x01.|\x02..|\x03...|\x04....|\x05.{5}|\x06.{6}|\x07.{7}|\x08.{8})"
 )
 _REF_BODY = rb"h.|j...."
+# A string first written inside an entry (a new op name or frame): BINUNICODE of up to 255
+# bytes, then its memo put. And a frame dict first written inside an entry's frames: its keys
+# and values references, new strings or integers, then its memo put.
+_PUT = rb"(?:q.|r....)"
+_TEXT = (
+    b"X(?:"
+    + b"|".join(re.escape(bytes([n])) + b"\x00\x00\x00.{%d}" % n for n in range(256))
+    + b")"
+    + _PUT
+)
+_REF_OR_TEXT = _REF_BODY + b"|" + _TEXT
+_FRAME = _REF_BODY + rb"|\}\((?:" + _REF_OR_TEXT + b"|N|" + _INT_BODY + rb")*+u" + _PUT
 _BODY = {
     "int": _INT_BODY,
     "optional int": b"N|" + _INT_BODY,
     "flag": rb"[\x88\x89N]",
-    "ref": _REF_BODY,
-    "refs": rb"\]\((?:h.|j....)*+e",
+    "ref": _REF_OR_TEXT,
+    "refs": rb"\]\((?:" + _REF_OR_TEXT + rb")*+e",
+    "frames": rb"\]\((?:" + _FRAME + rb")*+e",
     "shapes": rb"\]\((?:\]\((?:K.|M..|J....)*+e)*+e",
-    "pair": rb"(?:h.|j....)(?:h.|j....)\x86",
+    "pair": rb"(?:" + _REF_OR_TEXT + rb")(?:" + _REF_OR_TEXT + rb")\x86",
     "float": rb"N|G.{8}",
     "scalar": b"N|[\\x88\\x89]|G.{8}|" + _REF_BODY + b"|" + _INT_BODY,
 }
@@ -110,7 +124,7 @@ _BODY_OF_KIND = {
     Kind.TEXT: "ref",
     Kind.SCALAR: "ref",  # thread name and id: strings, as torch writes them
     Kind.TEXTS: "refs",
-    Kind.FRAMES: "refs",
+    Kind.FRAMES: "frames",
     Kind.SHAPES: "shapes",
     Kind.PAIR: "pair",
     Kind.FLOAT: "float",
@@ -140,18 +154,29 @@ class _Layout:
 _PY_INTS = rb"(?:K.|M..|J....)"
 _PY_SHAPE = rb"(?:\]\x94(?:\(" + _PY_INTS + rb"++e|" + _PY_INTS + rb"a)?|" + _REF_BODY + rb")"
 # A string written again (another object of the same value: some writers build one per
-# entry) instead of referred to: SHORT_BINUNICODE of up to 64 bytes, then MEMOIZE.
+# entry), or first written inside an entry, instead of referred to: SHORT_BINUNICODE (up to
+# 255 bytes), then MEMOIZE.
 _PY_TEXT = (
-    b"\x8c(?:" + b"|".join(re.escape(bytes([n])) + b".{%d}" % n for n in range(65)) + b")\x94"
+    b"\x8c(?:" + b"|".join(re.escape(bytes([n])) + b".{%d}" % n for n in range(256)) + b")\x94"
 )
+_PY_REF_OR_TEXT = _REF_BODY + b"|" + _PY_TEXT
+# A frame dict first written inside an entry's frames (Python's pickler writes each distinct
+# frame once, where it is first met): its keys and values references, new strings or integers.
+_PY_FRAME = _REF_BODY + rb"|\}\x94\((?:" + _PY_REF_OR_TEXT + b"|N|" + _INT_BODY + rb")*+u"
 _PY_BODY = _BODY | {
-    "ref": _REF_BODY + b"|" + _PY_TEXT,
+    "ref": _PY_REF_OR_TEXT,
     "scalar": _BODY["scalar"] + b"|" + _PY_TEXT,
-    "refs": rb"\]\x94(?:\((?:h.|j....)++e|(?:h.|j....)a)?|" + _REF_BODY,
+    "refs": rb"\]\x94(?:\((?:"
+    + _PY_REF_OR_TEXT
+    + rb")++e|(?:"
+    + _PY_REF_OR_TEXT
+    + rb")a)?|"
+    + _REF_BODY,
+    "frames": rb"\]\x94(?:\((?:" + _PY_FRAME + rb")++e|(?:" + _PY_FRAME + rb")a)?|" + _REF_BODY,
     "shapes": rb"\]\x94(?:\(" + _PY_SHAPE + rb"++e|" + _PY_SHAPE + rb"a)?|" + _REF_BODY,
     # The reference first: it is what every entry but the first holds, and tried second it
     # would cost a failed tuple on each.
-    "pair": _REF_BODY + rb"|(?:h.|j....)(?:h.|j....)\x86\x94",
+    "pair": _REF_BODY + rb"|(?:" + _PY_REF_OR_TEXT + rb")(?:" + _PY_REF_OR_TEXT + rb")\x86\x94",
 }
 # An entry of Python's: its dict memoized. The entry list's batch boundaries (Python's pickler
 # appends a thousand items at a time) are left between two matches, where the exact reader
@@ -200,8 +225,7 @@ class _Decoder:
     def __init__(self, data: bytes, memo: list[Any], puts: bool = True) -> None:
         self.data = data
         self.memo = memo
-        self.puts = puts  # fragments captured from entries hold no memo puts
-        self.top_ref = -1  # highest memo slot referred to (fragments)
+        self.puts = puts  # whether the bytes may write memo slots
         self.slots: dict[str, int] = {}  # the memo slot of each memoized string
 
     def value(self, pos: int, depth: int = 0) -> tuple[Any, int]:
@@ -211,13 +235,9 @@ class _Decoder:
         value: Any
         if op == _BINGET:  # the most frequent opcode first
             slot, pos = data[pos], pos + 1
-            if slot > self.top_ref:
-                self.top_ref = slot
             return self.memo[slot], pos  # IndexError past the memo; never put again
         if op == _LONG_BINGET:
             slot, pos = int.from_bytes(data[pos : pos + 4], "little"), pos + 4
-            if slot > self.top_ref:
-                self.top_ref = slot
             return self.memo[slot], pos  # IndexError past the memo; never put again
         if op in (_BINUNICODE, _SHORT_BINUNICODE):
             width = 4 if op == _BINUNICODE else 1
@@ -296,16 +316,10 @@ class _Decoder:
         while True:
             op = data[pos]
             if op == _BINGET:  # as in `value`, inline: most items are memo references
-                slot = data[pos + 1]
-                if slot > self.top_ref:
-                    self.top_ref = slot
-                items.append(memo[slot])
+                items.append(memo[data[pos + 1]])
                 pos += 2
             elif op == _LONG_BINGET:
-                slot = int.from_bytes(data[pos + 1 : pos + 5], "little")
-                if slot > self.top_ref:
-                    self.top_ref = slot
-                items.append(memo[slot])
+                items.append(memo[int.from_bytes(data[pos + 1 : pos + 5], "little")])
                 pos += 5
             elif op == end:
                 return items, pos + 1
@@ -334,15 +348,16 @@ class _Decoder:
             )  # a tuple of containers could be a hash bomb
         return tuple(items)
 
-    def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
+    def run(self, data: bytes, size: int, puts: bool = False) -> list[Any]:
         """The values of a run of `size` keys captured from an entry (value, key reference,
-        value, ...), decoded with this decoder's memo, and the highest memo slot referred to
-        (-1 if none)."""
-        reader = _Decoder(data + b".", self.memo, puts=False)
+        value, ...), decoded with this decoder's memo; `puts`: the run may write memo slots
+        (the next ones, in order)."""
+        reader = _Decoder(data + b".", self.memo, puts=puts)
+        reader.slots = self.slots
         found, pos = reader.items(0, _STOP, 0)
         if len(found) != 2 * size - 1 or pos != len(data) + 1:
             raise _Outside("a run of keys that is not whole")
-        return found[::2], reader.top_ref
+        return found[::2]
 
 
 @dataclass
@@ -404,11 +419,10 @@ def _decode(data: bytes) -> Decoded | None:
 
 @dataclass
 class _Slow:
-    """An entry the decoder read: its row, and the memo size after it."""
+    """An entry the decoder read, and its row."""
 
     row: int
     entry: dict[str, Any]
-    memo_size: int
 
 
 def _entries(reader: _Decoder, pos: int) -> tuple[EntryColumns, int]:
@@ -416,8 +430,8 @@ def _entries(reader: _Decoder, pos: int) -> tuple[EntryColumns, int]:
 
     The decoder reads entries until one gives a layout; the layout's expression then splits
     the rest of the file in one call. What lies between two of its matches must be whole
-    entries (ones holding a first definition), which the decoder reads; after the last match
-    come the last such entries and the list's end."""
+    entries (of another layout), which the decoder reads; after the last match come the last
+    such entries and the list's end."""
     data = reader.data
     slow: list[_Slow] = []
     layout: _Layout | None = None
@@ -426,29 +440,76 @@ def _entries(reader: _Decoder, pos: int) -> tuple[EntryColumns, int]:
         slots = [(key, reader.slots.get(key, -1)) for key in slow[-1].entry]
         if all(slot >= 0 for _, slot in slots):
             layout = _layout(slots)
-    memo_before = len(reader.memo)  # slots written before the first expression-read entry
     captured: list[list[bytes]] = []
     fast = 0
+    combos = None
     if layout is not None and data[pos] != _APPENDS:
         parts = layout.regex.split(data[pos:])
         stride = len(layout.runs) + 1
         fast = (len(parts) - 1) // stride
         gaps = parts[::stride]
-        for k in itertools.compress(range(fast), gaps):  # entries between matches
-            gap = _Decoder(gaps[k] + b"e", reader.memo)  # the byte after it: a lookahead
+        captured = [parts[i + 1 :: stride] for i in range(len(layout.runs))]
+        if fast:
+            combos = _in_order(reader, layout.runs, gaps, captured, slow)
+        pos = len(data) - len(gaps[-1])
+    while data[pos] != _APPENDS:
+        pos = _slow_entry(reader, pos, slow, fast)
+    runs = layout.runs if layout is not None and fast else ()
+    columns = _Columns(reader, fast, slow).build(zip(runs, captured, strict=False), combos)
+    return columns, pos + 1
+
+
+def _in_order(
+    reader: _Decoder,
+    runs: Sequence[_Run],
+    gaps: list[bytes],
+    captured: list[list[bytes]],
+    slow: list[_Slow],
+) -> Combos:
+    """The repeating runs' combinations, decoded in the order of the file: the entries between
+    matches (`gaps`, read exactly), and each capture where it is first met (in the first entry
+    with its combination). Torch numbers its memo slots in order, and an entry may write some
+    (a new string or frame inside it), so the memo is filled in that order, and a slot is
+    referred to only once written. A capture that writes slots is met once: met again, it
+    would write them twice, which torch never does."""
+    fast = len(gaps) - 1
+    repeating = [i for i, run in enumerate(runs) if not run.varying]
+    distinct, codes = combination_codes([captured[i] for i in repeating], fast)
+    first = np.full(len(distinct), fast, dtype=np.int64)
+    first[codes[::-1]] = np.arange(fast - 1, -1, -1)  # the last write is the first
+    firsts = first.tolist()
+    code_list = codes.tolist()
+    entries = np.bincount(codes, minlength=len(distinct)).tolist()
+    values: list[list[list[Any]]] = [[] for _ in distinct]
+    known: dict[tuple[int, bytes], list[Any]] = {}
+    writes: set[tuple[int, bytes]] = set()  # captures that wrote memo slots
+    memo = reader.memo
+    for k in sorted({*firsts, *itertools.compress(range(fast), gaps)}):
+        if gaps[k]:  # entries between matches
+            gap = _Decoder(gaps[k] + b"e", memo)  # the byte after it: a lookahead
             gap.slots = reader.slots
             at = 0
             while at < len(gaps[k]):
                 at = _slow_entry(gap, at, slow, k)
             if at != len(gaps[k]):
                 raise _Outside("an entry read outside its layout")
-        pos = len(data) - len(gaps[-1])
-        captured = [parts[i + 1 :: stride] for i in range(len(layout.runs))]
-    while data[pos] != _APPENDS:
-        pos = _slow_entry(reader, pos, slow, fast)
-    runs = layout.runs if layout is not None and fast else ()
-    columns = _Columns(reader, fast, slow, memo_before).build(zip(runs, captured, strict=False))
-    return columns, pos + 1
+        code = code_list[k]
+        if firsts[code] != k:
+            continue
+        for i in repeating:
+            key = (i, captured[i][k])
+            hit = known.get(key)
+            if hit is None:
+                size = len(memo)
+                hit = known[key] = reader.run(key[1], len(runs[i].names), puts=True)
+                if len(memo) > size:
+                    writes.add(key)
+                    if entries[code] > 1:
+                        raise _Outside("a memo slot written twice")
+            elif key in writes:
+                raise _Outside("a memo slot written twice")
+            values[code].append(hit)
+    return Combos(distinct, codes, values)
 
 
 class ExactReader(Protocol):
@@ -461,28 +522,27 @@ class ExactReader(Protocol):
         """The entry dict that starts at `pos`, and the position after it."""
         ...
 
-    def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
-        """The values of a captured run of `size` keys, and the highest memo slot referred
-        to (-1 if none)."""
+    def run(self, data: bytes, size: int) -> list[Any]:
+        """The values of a captured run of `size` keys."""
         ...
 
 
 def _slow_entry(reader: ExactReader, pos: int, slow: list[_Slow], fast_before: int) -> int:
     """Read one entry exactly; `fast_before` entries read by the expression come before it."""
     if len(slow) >= _MAX_SLOW_ENTRIES:
-        raise _Outside("too many entries with new strings or frames (over 256)")
+        raise _Outside("too many entries outside the layout (over 256)")
     entry, pos = reader.entry(pos)
-    keep_slow(entry, slow, fast_before, len(reader.memo))
+    keep_slow(entry, slow, fast_before)
     return pos
 
 
-def keep_slow(entry: Any, slow: list[_Slow], fast_before: int, memo_size: int = 0) -> None:
+def keep_slow(entry: Any, slow: list[_Slow], fast_before: int) -> None:
     """Keep an entry read exactly (not by the expression), in its row; at most 256 of them."""
     if len(slow) >= _MAX_SLOW_ENTRIES:
         raise _Outside("too many entries outside the layout (over 256)")
     if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
         raise _Outside("an entry that lacks a required key")
-    slow.append(_Slow(fast_before + len(slow), entry, memo_size))
+    slow.append(_Slow(fast_before + len(slow), entry))
 
 
 # The varying runs' captures with the lengths of the key references between their integers,
@@ -506,19 +566,13 @@ class _Columns:
     entry's combination, and the decoder-read entries one code each. Their values are built
     per combination, and nothing per entry but that one code array."""
 
-    def __init__(
-        self, reader: ExactReader, nfast: int, slow: list[_Slow], memo_before: int
-    ) -> None:
+    def __init__(self, reader: ExactReader, nfast: int, slow: list[_Slow]) -> None:
         self.reader = reader
         self.n = nfast + len(slow)
         self.slow = slow
         self.slow_rows = [s.row for s in slow]
         self.is_fast = np.ones(self.n, dtype=bool)
         self.is_fast[self.slow_rows] = False
-        self.memo_before = memo_before
-        # An expression-read entry may refer to a slot written after `memo_before` only if it
-        # comes after the (decoder-read) entry that wrote the slot.
-        self.written = [(s.memo_size, s.row) for s in slow if s.memo_size > memo_before]
         self.ints: dict[str, npt.NDArray[np.int64]] = {}
         self.coded: dict[str, tuple[npt.NDArray[np.int32], list[Any]]] = {}
         self.items = 0
@@ -554,53 +608,17 @@ class _Columns:
 
     def decoded_combos(self, repeating: list[tuple[_Run, list[bytes]]], nfast: int) -> Combos:
         """The distinct combinations of the repeating runs' captures, each entry's, and each
-        combination's values: each distinct capture of a run is decoded once."""
-        if not nfast:
-            return Combos([], np.zeros(0, dtype=np.int32), [])
-        if not repeating:
-            return Combos([()], np.zeros(nfast, dtype=np.int32), [[]])
-        if len(repeating) == 1:
-            parts, codes = distinct_codes(repeating[0][1])
-            distinct: list[tuple[bytes, ...]] = [(part,) for part in parts]
-        else:
-            distinct, codes = _combos([caps for _, caps in repeating])
-        first = np.empty(len(distinct), dtype=np.int64)  # each combination's first entry
-        first[codes[::-1]] = np.arange(nfast - 1, -1, -1)  # the last write is the first
+        combination's values: each distinct capture of a run is decoded once. For readers
+        without a memo (JSON): the pickle decoders decode their captures in file order
+        (`_in_order`, `decode_python._replay`)."""
+        distinct, codes = combination_codes([caps for _, caps in repeating], nfast)
         values: list[list[list[Any]]] = [[] for _ in distinct]
         for i, (run, _) in enumerate(repeating):
             parts, part_of = distinct_codes([combo[i] for combo in distinct])
-            decoded = []
-            late: dict[int, int] = {}  # captures referring to slots written among the entries
-            for k, raw in enumerate(parts):
-                found, top = self.reader.run(raw, len(run.names))
-                decoded.append(found)
-                if top >= self.memo_before:
-                    late[k] = top
-            of_combo = part_of.tolist()
-            if late:
-                first_use: dict[int, int] = {}
-                for combo, part in enumerate(of_combo):
-                    if part in late:
-                        at = int(first[combo])
-                        first_use[part] = min(first_use.get(part, at), at)
-                self.check_first_uses(first_use, late)
-            for combo, part in enumerate(of_combo):
+            decoded = [self.reader.run(raw, len(run.names)) for raw in parts]
+            for combo, part in enumerate(part_of.tolist()):
                 values[combo].append(decoded[part])
         return Combos(distinct, codes, values)
-
-    def check_first_uses(self, first_use: dict[int, int], late: dict[int, int]) -> None:
-        """Captures of expression-read entries that refer to memo slots written among the
-        entries (`late`: capture -> highest slot; `first_use`: capture -> the first
-        expression-read entry with it): that entry must come after the entry that wrote the
-        slot (memo sizes only grow, so the first use is the one to check)."""
-        before = [row - i for i, row in enumerate(self.slow_rows)]  # expression-read before each
-        sizes = [size for size, _ in self.written]  # memo size after each writing entry, growing
-        for k, top in late.items():
-            first = first_use[k]
-            row = first + bisect.bisect_right(before, first)
-            at = bisect.bisect_right(sizes, top)  # the entry that wrote slot `top`
-            if at == len(self.written) or self.written[at][1] > row:
-                raise _Outside("a capture referring to a memo slot before it is written")
 
     def int_column(self, name: str, fast: npt.NDArray[np.int64]) -> None:
         column = np.empty(self.n, dtype=np.int64)
@@ -678,10 +696,18 @@ class Combos:
     values: list[list[list[Any]]]
 
 
-def _combos(
-    captures: Sequence[list[bytes]],
+def combination_codes(
+    captures: Sequence[list[bytes]], n: int
 ) -> tuple[list[tuple[bytes, ...]], npt.NDArray[np.int32]]:
-    """The distinct combinations of the runs' captures (one per entry) and each entry's."""
+    """The distinct combinations of the runs' captures (one per entry, `n` entries) in order
+    of first appearance, and each entry's."""
+    if not n:
+        return [], np.zeros(0, dtype=np.int32)
+    if not captures:
+        return [()], np.zeros(n, dtype=np.int32)
+    if len(captures) == 1:  # no tuple per entry
+        parts, codes = distinct_codes(captures[0])
+        return [(part,) for part in parts], codes
     return distinct_codes(list(zip(*captures, strict=True)))
 
 

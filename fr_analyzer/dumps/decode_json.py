@@ -128,16 +128,16 @@ def _layout(keys: tuple[str, ...], sep: bytes, colon: bytes) -> _Layout:
 
 class _Runs:
     """Decodes the distinct captures of a repeating run (`decode._Columns` asks): the run's
-    values, in order. JSON has no memo: nothing refers to a slot (-1)."""
+    values, in order. JSON has no memo."""
 
     def __init__(self) -> None:
         self.memo: list[Any] = []
 
-    def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
+    def run(self, data: bytes, size: int) -> list[Any]:
         found = json.loads(b'{"":' + data + b"}")
         if type(found) is not dict or len(found) != size:
             raise _Outside("a run of keys that is not whole")
-        return list(found.values()), -1
+        return list(found.values())
 
     def entry(self, pos: int) -> tuple[Any, int]:
         raise _Outside("no entry is read at a position")  # `_Columns` never asks
@@ -192,7 +192,7 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         raise _Outside("not one entry list at the top level")
     for entry in rest:
         keep_slow(entry, slow, fast)
-    columns = _Columns(_Runs(), fast, slow, 0).build(zip(runs, captured, strict=True), ints=_ints)
+    columns = _Columns(_Runs(), fast, slow).build(zip(runs, captured, strict=True), ints=_ints)
     return Decoded(header, columns)
 
 

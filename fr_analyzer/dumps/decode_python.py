@@ -8,15 +8,16 @@ torch's layout (`decode`) reads none of it, and the unpickler builds 100k object
 column-wise reader then walks: four times slower than `pickle.load`.
 
 This reader keeps `decode`'s design. The frames are joined; an exact stack machine (`_Machine`)
-reads the header and every entry that holds a first definition (a new string, frame dict or
-shared list); once an entry gives a layout (its keys' memo slots), `decode`'s expression, in
-Python's dialect, reads every later entry of that layout in one `re.split`. Because the slots of
-what an entry memoizes are implicit, equal values stay equal bytes, so each distinct combination
-of an entry's repeating captures is decoded once. The memo is rebuilt exactly, in order: each
-expression-read entry adds what its combination memoized (the first entry with a combination
-decodes it with the memo as it stands, and must refer only to slots written before it), so the
-entries read exactly afterwards, and the captures decoded later, see the slots the unpickler
-would.
+reads the header, the first entry and any entry outside the layout; once an entry gives a
+layout (its keys' memo slots), `decode`'s expression, in Python's dialect, reads every later
+entry of that layout in one `re.split`, first definitions (a new string or frame dict) inside
+its repeating runs included. Because the slots of what an entry memoizes are implicit, equal
+values stay equal bytes, so each distinct combination of an entry's repeating captures is
+decoded once. The memo is rebuilt exactly, in order: each expression-read entry adds what its
+combination memoized (the first entry with a combination decodes it with the memo as it
+stands; a reference is to an absolute slot, so a capture met again refers to what it referred
+to where first met, as the unpickler would), so the entries read exactly afterwards, and the
+captures decoded later, see the slots the unpickler would.
 
 The grammar is `decode`'s: plain values only (no global, no object built by a call), dict keys
 that are strings or integers, tuples of scalars, containers nested at most 64 deep, and a
@@ -61,11 +62,11 @@ from .decode import (
     Decoded,
     EntryColumns,
     _Columns,
-    _combos,
     _layout,
     _Outside,
     _Slow,
     _slow_entry,
+    combination_codes,
 )
 
 _PROTO, _MEMOIZE, _FRAME, _APPEND, _SETITEM = 0x80, 0x94, 0x95, 0x61, 0x73
@@ -152,20 +153,19 @@ class _Machine:
         self.memo = memo
         self.slots: dict[str, int] = {} if slots is None else slots  # string -> its first slot
         self.boxes: dict[int, list[Any]] = {} if boxes is None else boxes
-        self.top_ref = -1  # the highest memo slot referred to
 
     def fragment(self, data: bytes) -> _Machine:
         """A machine over other bytes (a capture, a gap) with this one's memo."""
         return _Machine(data, self.memo, self.slots, self.boxes)
 
-    def run(self, data: bytes, size: int) -> tuple[list[Any], int]:
+    def run(self, data: bytes, size: int) -> list[Any]:
         """The values of a run of `size` keys captured from an entry (value, key reference,
-        value, ...), and the highest memo slot referred to (-1 if none)."""
+        value, ...)."""
         reader = self.fragment(data)
         found, pos = reader.exec(0, len(data))
         if len(found) != 2 * size - 1 or pos != len(data):
             raise _Outside("a run of keys that is not whole")
-        return found[::2], reader.top_ref
+        return found[::2]
 
     def entry(self, pos: int) -> tuple[Any, int]:
         """The entry dict that starts at `pos`, and the position after it."""
@@ -215,11 +215,8 @@ class _Machine:
             op = data[pos]
             pos += 1
             if op == _BINGET:
-                slot = data[pos]
+                value = memo[data[pos]]
                 pos += 1
-                if slot > self.top_ref:
-                    self.top_ref = slot
-                value = memo[slot]
                 stack.append(value if type(value) is str else self._ref(value))
             elif op == _MEMOIZE:
                 value = stack[-1]
@@ -301,11 +298,8 @@ class _Machine:
                     if one and not marks and len(stack) == 1:
                         return stack, pos
             elif op == _LONG_BINGET:
-                slot = int.from_bytes(data[pos : pos + 4], "little")
+                value = memo[int.from_bytes(data[pos : pos + 4], "little")]
                 pos += 4
-                if slot > self.top_ref:
-                    self.top_ref = slot
-                value = memo[slot]
                 stack.append(value if type(value) is str else self._ref(value))
             elif op == _NONE:
                 stack.append(None)
@@ -367,7 +361,7 @@ def _next_entry(data: bytes, pos: int) -> int | None:
 
 def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
     """Read the entry list from just after its `]\\x94(` to just after its last `e` (or `a`)."""
-    data, memo = machine.data, machine.memo
+    data = machine.data
     slow: list[_Slow] = []
     layout = None
     at = _next_entry(data, pos)
@@ -377,7 +371,6 @@ def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
         if all(slot >= 0 for _, slot in slots):
             layout = _layout(slots, python=True)
         at = _next_entry(data, pos)
-    memo_before = len(memo)
     fast = 0
     runs: list[Any] = []
     captured: list[list[bytes]] = []
@@ -395,7 +388,7 @@ def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
     while at is not None:
         pos = _slow_entry(machine, at, slow, fast)
         at = _next_entry(data, pos)
-    columns = _Columns(machine, fast, slow, memo_before)
+    columns = _Columns(machine, fast, slow)
     built = columns.build(zip(runs, captured, strict=True), combos)
     return built, pos + 1
 
@@ -412,11 +405,8 @@ def _replay(
     repeating captures decodes it; every other entry adds what its combination memoized."""
     memo = machine.memo
     repeating = [i for i, run in enumerate(runs) if not run.varying]
-    if repeating:
-        distinct, codes = _combos([captured[i] for i in repeating])
-    else:
-        distinct, codes = [()], np.zeros(len(captured[0]), dtype=np.int32)
-    fast = len(codes)
+    fast = len(captured[0])
+    distinct, codes = combination_codes([captured[i] for i in repeating], fast)
     first = np.full(len(distinct), fast, dtype=np.int64)
     first[codes[::-1]] = np.arange(fast - 1, -1, -1)
     events = sorted({*first.tolist(), *(k for k in range(fast) if gaps[k])})
@@ -449,9 +439,7 @@ def _replay(
                 hit = known.get((i, capture))
                 if hit is None:
                     start = len(memo)
-                    found, top = machine.run(capture, len(runs[i].names))
-                    if top >= base:
-                        raise _Outside("an entry referring to what it memoized itself")
+                    found = machine.run(capture, len(runs[i].names))
                     hit = known[i, capture] = (found, tuple(memo[start:]))
                 else:
                     memo.extend(hit[1])
