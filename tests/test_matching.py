@@ -290,10 +290,12 @@ def test_gloo_membership_is_rebuilt_from_entries(run: Run) -> None:
 
 
 def test_rows_are_ordered_by_group_and_sequence_id_even_for_absurd_ids() -> None:
-    """One sort of a combined key when ids are sane; the same stable order when they are not."""
+    """Sorts of 16-bit keys when ids span little, one sort of a combined key when they span
+    more; the same stable order when they are absurd."""
     rng = np.random.default_rng(7)
     uid = rng.integers(0, 5, 500).astype(np.int64)
-    for seq in (rng.integers(0, 50, 500), rng.integers(0, 1 << 62, 500)):
+    spans = ((0, 50), (-1, 1 << 16), (-1, 1 << 20), (0, 1 << 62))
+    for seq in (rng.integers(low, high, 500) for low, high in spans):
         seq = seq.astype(np.int64)
         order, sorted_uid, sorted_seq = _by_group_and_seq(uid, seq)
         assert order.tolist() == np.lexsort((seq, uid)).tolist()
