@@ -266,6 +266,19 @@ def test_torch_first_definitions_inside_entries_are_read_by_the_expression() -> 
     same_rank(by_decoder(data), by_unpickler(data))
 
 
+@pytest.mark.parametrize("writer", ["torch", "python"])
+def test_dimensions_past_2_to_the_31_are_read_by_the_expression(writer: str) -> None:
+    """A dimension of 2**31 or more is pickled as LONG1 (large embeddings, flat buffers): the
+    expression reads such shapes (in every entry here, past the exact reader's 256)."""
+    rows = entries(600)
+    for i, row in enumerate(rows):
+        row["input_sizes"] = [[(1 << 31) + i % 3, 4]]
+        row["output_sizes"] = [[1 << 40]]
+    dump = make_dump(rows)
+    data = torch_bytes(dump) if writer == "torch" else pickle.dumps(dump, protocol=4)
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
 def test_an_entry_writing_a_memo_slot_twice_is_left_to_the_unpickler(tmp_path: Path) -> None:
     """The same bytes twice, writing the same memo slot twice: torch never writes that, and
     the unpickler overwrites the slot, so the decoder leaves the file to it."""

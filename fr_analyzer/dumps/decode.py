@@ -106,7 +106,7 @@ _BODY = {
     "ref": _REF_OR_TEXT,
     "refs": rb"\]\((?:" + _REF_OR_TEXT + rb")*+e",
     "frames": rb"\]\((?:" + _FRAME + rb")*+e",
-    "shapes": rb"\]\((?:\]\((?:K.|M..|J....)*+e)*+e",
+    "shapes": rb"\]\((?:\]\((?:" + _INT_BODY + rb")*+e)*+e",  # a dimension past 2**31: LONG1
     "pair": rb"(?:" + _REF_OR_TEXT + rb")(?:" + _REF_OR_TEXT + rb")\x86",
     "float": rb"N|G.{8}",
     "scalar": b"N|[\\x88\\x89]|G.{8}|" + _REF_BODY + b"|" + _INT_BODY,
@@ -151,7 +151,7 @@ class _Layout:
 # How Python's pickler (protocols 4 and 5) writes the same values: every list, dict and tuple
 # is memoized (MEMOIZE, no slot number: equal values stay equal bytes), a list of one item is
 # appended alone (APPEND), and a list, tuple or frames list met before is a memo reference.
-_PY_INTS = rb"(?:K.|M..|J....)"
+_PY_INTS = b"(?:" + _INT_BODY + b")"
 _PY_SHAPE = rb"(?:\]\x94(?:\(" + _PY_INTS + rb"++e|" + _PY_INTS + rb"a)?|" + _REF_BODY + rb")"
 # A string written again (another object of the same value: some writers build one per
 # entry), or first written inside an entry, instead of referred to: SHORT_BINUNICODE (up to
