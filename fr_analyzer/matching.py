@@ -12,8 +12,9 @@ namespaces are never mixed. A rank whose buffer no longer holds an op (ring-buff
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -324,14 +325,12 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
 
     # Same signature at the same position on every rank: compare each row with the row one
     # rank-block earlier (blocks have equal length in a uniform unit).
-    sig_cols = [t.op, t.in_shape, t.out_shape, t.in_dtype, t.out_dtype]
     block = np.where(uniform, per_rank_min, 0)[run] if len(rows) else np.zeros(0, np.int64)
     prev = np.arange(len(rows)) - block
     has_prev = (prev >= starts[run]) & (block > 0) if len(rows) else np.zeros(0, bool)
-    differs = np.zeros(len(rows), dtype=bool)
     safe_prev = np.where(has_prev, prev, 0)
-    for col in sig_cols:
-        values = col[rows]
+    differs = np.zeros(len(rows), dtype=bool)
+    for values in _signatures(t, rows):
         differs |= has_prev & (values != values[safe_prev])
     done = ctx.done[rows]
     # A collective before one that some member completed has completed on every member (each
@@ -385,6 +384,25 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
         rows,
         starts.astype(np.int64),
     )
+
+
+def _signatures(t: EntryTable, rows: I64) -> Iterator[npt.NDArray[np.integer]]:
+    """The rows' signatures (op, input and output sizes, input and output dtypes), for
+    comparing rows: one integer per row standing for all five when their codes fit one (they
+    index the table's lists, or are -1), so one gather of scattered rows instead of five, else
+    each column in turn."""
+    columns = (t.op, t.in_shape, t.out_shape, t.in_dtype, t.out_dtype)
+    spans = [len(t.ops), len(t.shapes), len(t.shapes), len(t.dtypes), len(t.dtypes)]
+    if math.prod(span + 1 for span in spans) >= 1 << 31:
+        for column in columns:
+            yield column[rows]
+        return
+    combined = np.zeros(t.n, dtype=np.int32)
+    for column, span in zip(columns, spans, strict=True):
+        combined *= span + 1
+        combined += column
+        combined += 1
+    yield combined[rows]
 
 
 def _proof(

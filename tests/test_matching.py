@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
 
-from fr_analyzer.matching import _by_group_and_seq
+from fr_analyzer.matching import _by_group_and_seq, _signatures
 from fr_analyzer.model import FindingKind
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run
@@ -301,3 +303,36 @@ def test_rows_are_ordered_by_group_and_sequence_id_even_for_absurd_ids() -> None
         assert order.tolist() == np.lexsort((seq, uid)).tolist()
         assert sorted_uid.tolist() == uid[order].tolist()
         assert sorted_seq.tolist() == seq[order].tolist()
+
+
+@pytest.mark.parametrize("shapes", [300, 1 << 20])
+def test_row_signatures_are_equal_exactly_when_all_five_codes_are(shapes: int) -> None:
+    """Op, sizes and dtypes are compared as one integer per row when their codes fit one, and
+    column by column when they do not: either way, two rows compare equal exactly when all
+    five codes do."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    table = SimpleNamespace(
+        n=n,
+        ops=["op"] * 20,
+        shapes=[()] * shapes,
+        dtypes=[()] * 7,
+        op=rng.integers(0, 3, n).astype(np.int32),
+        in_shape=rng.integers(-1, 3, n).astype(np.int32),
+        out_shape=rng.integers(shapes - 2, shapes, n).astype(np.int32),
+        in_dtype=rng.integers(-1, 2, n).astype(np.int32),
+        out_dtype=rng.integers(5, 7, n).astype(np.int32),
+    )
+    rows = rng.permutation(n)[:500]
+    other = rng.permutation(n)[:500]
+    parts = list(_signatures(table, rows))
+    parts_other = list(_signatures(table, other))
+    assert len(parts) == (1 if shapes == 300 else 5)
+    same = np.ones(len(rows), dtype=bool)
+    for mine, theirs in zip(parts, parts_other, strict=True):
+        same &= mine == theirs
+    codes = (table.op, table.in_shape, table.out_shape, table.in_dtype, table.out_dtype)
+    expected = np.ones(len(rows), dtype=bool)
+    for column in codes:
+        expected &= column[rows] == column[other]
+    assert same.tolist() == expected.tolist()
