@@ -409,7 +409,8 @@ def _replay(
     distinct, codes = combination_codes([captured[i] for i in repeating], fast)
     first = np.full(len(distinct), fast, dtype=np.int64)
     first[codes[::-1]] = np.arange(fast - 1, -1, -1)
-    events = sorted({*first.tolist(), *(k for k in range(fast) if gaps[k])})
+    firsts = first.tolist()
+    events = sorted({*firsts, *itertools.compress(range(fast), gaps)})
     code_list = codes.tolist()
     added: list[tuple[Any, ...]] = [()] * len(distinct)  # per combination: what it memoizes
     values: list[list[list[Any]]] = [[] for _ in distinct]
@@ -431,7 +432,7 @@ def _replay(
             if at != len(gaps[k]):
                 raise _Outside("an entry read outside its layout")
         code = code_list[k]
-        if first[code] == k:
+        if firsts[code] == k:
             base = len(memo)
             memo.append(_AN_ENTRY)
             for i in repeating:
