@@ -472,19 +472,14 @@ def _in_order(
     (a new string or frame inside it), so the memo is filled in that order, and a slot is
     referred to only once written. A capture that writes slots is met once: met again, it
     would write them twice, which torch never does."""
-    fast = len(gaps) - 1
-    repeating = [i for i, run in enumerate(runs) if not run.varying]
-    distinct, codes = combination_codes([captured[i] for i in repeating], fast)
-    first = np.full(len(distinct), fast, dtype=np.int64)
-    first[codes[::-1]] = np.arange(fast - 1, -1, -1)  # the last write is the first
-    firsts = first.tolist()
-    code_list = codes.tolist()
-    entries = np.bincount(codes, minlength=len(distinct)).tolist()
-    values: list[list[list[Any]]] = [[] for _ in distinct]
+    order = file_order(runs, gaps, captured)
+    repeating, firsts, code_list = order.repeating, order.firsts, order.codes.tolist()
+    entries = np.bincount(order.codes, minlength=len(firsts)).tolist()
+    values: list[list[list[Any]]] = [[] for _ in firsts]
     known: dict[tuple[int, bytes], list[Any]] = {}
     writes: set[tuple[int, bytes]] = set()  # captures that wrote memo slots
     memo = reader.memo
-    for k in sorted({*firsts, *itertools.compress(range(fast), gaps)}):
+    for k in order.visits:
         if gaps[k]:  # entries between matches
             gap = _Decoder(gaps[k] + b"e", memo)  # the byte after it: a lookahead
             gap.slots = reader.slots
@@ -509,7 +504,33 @@ def _in_order(
             elif key in writes:
                 raise _Outside("a memo slot written twice")
             values[code].append(hit)
-    return Combos(distinct, codes, values)
+    return Combos(order.distinct, order.codes, values)
+
+
+@dataclass(frozen=True)
+class FileOrder:
+    """Where the pickle decoders stop, in file order, among the expression-read entries: at
+    the first entry with each combination of repeating captures (which decodes them), and at
+    each entry with entries of another layout just before it (`gaps`)."""
+
+    repeating: list[int]  # the repeating runs, by index
+    distinct: list[tuple[bytes, ...]]  # the combinations, in order of first appearance
+    codes: npt.NDArray[np.int32]  # each entry's combination
+    firsts: list[int]  # each combination's first entry
+    visits: list[int]  # the entries to stop at, in order
+
+
+def file_order(runs: Sequence[_Run], gaps: list[bytes], captured: list[list[bytes]]) -> FileOrder:
+    """`FileOrder` for the expression's entries: their runs, the gaps before them (one more:
+    the tail), and their captures per run."""
+    fast = len(gaps) - 1
+    repeating = [i for i, run in enumerate(runs) if not run.varying]
+    distinct, codes = combination_codes([captured[i] for i in repeating], fast)
+    first = np.full(len(distinct), fast, dtype=np.int64)
+    first[codes[::-1]] = np.arange(fast - 1, -1, -1)  # the last write is the first
+    firsts = first.tolist()
+    visits = sorted({*firsts, *itertools.compress(range(fast), gaps)})
+    return FileOrder(repeating, distinct, codes, firsts, visits)
 
 
 class ExactReader(Protocol):

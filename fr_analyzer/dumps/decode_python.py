@@ -32,8 +32,6 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from .decode import (
     _APPENDS,
     _BINFLOAT,
@@ -66,7 +64,7 @@ from .decode import (
     _Outside,
     _Slow,
     _slow_entry,
-    combination_codes,
+    file_order,
 )
 
 _PROTO, _MEMOIZE, _FRAME, _APPEND, _SETITEM = 0x80, 0x94, 0x95, 0x61, 0x73
@@ -404,21 +402,15 @@ def _replay(
     order: the gaps' entries are read exactly, and the first entry with each combination of
     repeating captures decodes it; every other entry adds what its combination memoized."""
     memo = machine.memo
-    repeating = [i for i, run in enumerate(runs) if not run.varying]
-    fast = len(captured[0])
-    distinct, codes = combination_codes([captured[i] for i in repeating], fast)
-    first = np.full(len(distinct), fast, dtype=np.int64)
-    first[codes[::-1]] = np.arange(fast - 1, -1, -1)
-    firsts = first.tolist()
-    events = sorted({*firsts, *itertools.compress(range(fast), gaps)})
-    code_list = codes.tolist()
-    added: list[tuple[Any, ...]] = [()] * len(distinct)  # per combination: what it memoizes
-    values: list[list[list[Any]]] = [[] for _ in distinct]
+    order = file_order(runs, gaps, captured)
+    repeating, firsts, code_list = order.repeating, order.firsts, order.codes.tolist()
+    added: list[tuple[Any, ...]] = [()] * len(firsts)  # per combination: what it memoizes
+    values: list[list[list[Any]]] = [[] for _ in firsts]
     # Per run and capture: its values and what it memoizes. A capture met again (in another
     # combination) refers to the same slots, all written before it was first met.
     known: dict[tuple[int, bytes], tuple[list[Any], tuple[Any, ...]]] = {}
     done = 0  # entries whose memo slots are in
-    for k in events:
+    for k in order.visits:
         memo.extend(itertools.chain.from_iterable(map(added.__getitem__, code_list[done:k])))
         done = k
         if gaps[k]:
@@ -448,4 +440,4 @@ def _replay(
             added[code] = (_AN_ENTRY, *memo[base + 1 :])
             done = k + 1
     memo.extend(itertools.chain.from_iterable(map(added.__getitem__, code_list[done:])))
-    return Combos(distinct, codes, values)
+    return Combos(order.distinct, order.codes, values)
