@@ -186,6 +186,19 @@ def test_pythons_first_definitions_inside_entries_are_read_by_the_expression() -
     same_rank(by_decoder(data), by_unpickler(data))
 
 
+@pytest.mark.parametrize("protocol", [4, 5])
+@pytest.mark.parametrize("dumps", [pickle.dumps, pickle._dumps], ids=["C", "pure Python"])
+def test_pythons_pickle_of_a_world_of_16384_ranks_is_decoded(
+    protocol: int, dumps: Callable[..., bytes]
+) -> None:
+    """The world group's member list of 16,384 ranks is a string over 64 KiB: Python's
+    pickler writes it between two frames, not in one."""
+    rows = entries(300)
+    data = dumps(make_dump(rows, {"0": ("default_pg", list(range(16384)))}), protocol=protocol)
+    assert len(str(list(range(16384)))) >= 64 * 1024
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
 def test_a_string_written_again_in_every_entry_is_read_by_the_expression() -> None:
     """Some writers build the op name anew for each entry: Python's pickler then writes it
     again (another object) instead of referring to it; more such entries than the exact

@@ -97,20 +97,24 @@ def decode_python_or_why(data: bytes) -> Decoded | str:
 
 def _unframe(data: bytes) -> bytes:
     """The opcodes after PROTO with the frame headers taken out. Python's pickler cuts frames
-    between opcodes and writes nothing outside a frame but values too big for one (64 KiB
-    and over), which no dump holds."""
+    between opcodes and writes nothing outside a frame but a string too big for one (64 KiB
+    and over: the member list of a world of 10,000 ranks and more, in pg_config), opcode,
+    length and text, between two frames."""
     parts: list[bytes] = []
     pos, end = 2, len(data)
     if data[pos] != _FRAME:
         return data[pos:]  # a small pickle: not framed
     while pos < end:
-        if data[pos] != _FRAME:
+        if data[pos] == _FRAME:
+            start, size = pos + 9, int.from_bytes(data[pos + 1 : pos + 9], "little")
+        elif data[pos] == _BINUNICODE:
+            start, size = pos, 5 + int.from_bytes(data[pos + 1 : pos + 5], "little")
+        else:
             raise _Outside("data outside a frame")
-        size = int.from_bytes(data[pos + 1 : pos + 9], "little")
-        if pos + 9 + size > end:
+        if start + size > end:
             raise _Outside("a frame that runs past the end")
-        parts.append(data[pos + 9 : pos + 9 + size])
-        pos += 9 + size
+        parts.append(data[start : start + size])
+        pos = start + size
     return b"".join(parts)
 
 
