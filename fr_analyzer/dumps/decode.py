@@ -222,11 +222,16 @@ def _layout(keys: Sequence[tuple[str, int]], python: bool = False) -> _Layout:
 class _Decoder:
     """Exact reader of the grammar, recursive over values. `memo` is shared with fragments."""
 
-    def __init__(self, data: bytes, memo: list[Any], puts: bool = True) -> None:
+    def __init__(self, data: bytes, memo: list[Any]) -> None:
         self.data = data
         self.memo = memo
-        self.puts = puts  # whether the bytes may write memo slots
         self.slots: dict[str, int] = {}  # the memo slot of each memoized string
+
+    def fragment(self, data: bytes) -> _Decoder:
+        """A decoder over other bytes (a capture, a gap) with this one's memo and slots."""
+        reader = _Decoder(data, self.memo)
+        reader.slots = self.slots
+        return reader
 
     def value(self, pos: int, depth: int = 0) -> tuple[Any, int]:
         data = self.data
@@ -300,7 +305,7 @@ class _Decoder:
         data = self.data
         width = 1 if data[pos] == _BINPUT else 4
         slot = int.from_bytes(data[pos + 1 : pos + 1 + width], "little")
-        if not self.puts or slot != len(self.memo) or len(data) < pos + 1 + width:
+        if slot != len(self.memo) or len(data) < pos + 1 + width:
             raise _Outside(
                 "a memo slot written out of order (not torch's pickler)"
             )  # written out of order (or twice): not torch's pickler
@@ -348,13 +353,10 @@ class _Decoder:
             )  # a tuple of containers could be a hash bomb
         return tuple(items)
 
-    def run(self, data: bytes, size: int, puts: bool = False) -> list[Any]:
+    def run(self, data: bytes, size: int) -> list[Any]:
         """The values of a run of `size` keys captured from an entry (value, key reference,
-        value, ...), decoded with this decoder's memo; `puts`: the run may write memo slots
-        (the next ones, in order)."""
-        reader = _Decoder(data + b".", self.memo, puts=puts)
-        reader.slots = self.slots
-        found, pos = reader.items(0, _STOP, 0)
+        value, ...), decoded with this decoder's memo (it may write the next memo slots)."""
+        found, pos = self.fragment(data + b".").items(0, _STOP, 0)
         if len(found) != 2 * size - 1 or pos != len(data) + 1:
             raise _Outside("a run of keys that is not whole")
         return found[::2]
@@ -481,8 +483,7 @@ def _in_order(
     memo = reader.memo
     for k in order.visits:
         if gaps[k]:  # entries between matches
-            gap = _Decoder(gaps[k] + b"e", memo)  # the byte after it: a lookahead
-            gap.slots = reader.slots
+            gap = reader.fragment(gaps[k] + b"e")  # the byte after it: a lookahead
             at = 0
             while at < len(gaps[k]):
                 at = _slow_entry(gap, at, slow, k)
@@ -496,7 +497,7 @@ def _in_order(
             hit = known.get(key)
             if hit is None:
                 size = len(memo)
-                hit = known[key] = reader.run(key[1], len(runs[i].names), puts=True)
+                hit = known[key] = reader.run(key[1], len(runs[i].names))
                 if len(memo) > size:
                     writes.add(key)
                     if entries[code] > 1:
