@@ -146,6 +146,13 @@ def _judge(f: Finding, root: RootCause | None, diagnosis: Diagnosis) -> Judged:
         )
     if same_place:
         return Judged(f, Role.SYMPTOM, "the same op as the root cause")
+    if f.kind == FindingKind.MISSING_DUMP and root.kind == RootKind.MISMATCH:
+        return Judged(
+            f,
+            Role.SYMPTOM,
+            "lost after the disagreement: gloo aborts, with no dump, a rank that receives "
+            "more bytes than it posted",
+        )
     return Judged(f, Role.INDEPENDENT, "")
 
 

@@ -178,6 +178,8 @@ def diagnose(
     first = _first_mismatch(ctx, findings)
     if first is not None:
         root = ctx.mismatch_root(first)
+    elif matches.skipped:
+        root = ctx.skipped_root(matches.skipped[0])
     elif graph.frontier and timing.hung:
         root = ctx.hang_root()
     if root is None and not (graph.frontier and timing.hung):
@@ -486,6 +488,35 @@ class _Context:
             deviates=True,
             finding=f,
             code=self.code(mine[0] if mine else None, peers),
+        )
+
+    def skipped_root(self, f: Finding) -> RootCause:
+        """Ranks that issued an op inside sequence ids every other member leaves unrecorded
+        (a gloo monitored_barrier): they skipped that collective, and the others wait in it."""
+        roots = set(f.culprit_ranks)
+        where = f"group {f.group.name!r} ({f.group.desc})" if f.group else "the job"
+        others = sorted(set(f.group.ranks) - roots) if f.group else []
+        sentence = (
+            f"{label(roots)} skipped the {f.op} at #{f.collective_seq_id} of {where}, which "
+            f"{label(others)} {agree(others, 'is', 'are')} in (it leaves no entry, but takes "
+            f"sequence ids), and went on to a later op, where "
+            f"{agree(roots, 'it blocks', 'they block')}. A program bug on "
+            f"{agree(roots, 'that rank', 'those ranks')} (a rank-dependent branch)."
+        )
+        rows = _finding_rows(self, f)
+        return RootCause(
+            RootKind.NOT_JOINED,
+            tuple(sorted(roots)),
+            f.group,
+            f.collective_seq_id,
+            None,
+            f.op,
+            sentence,
+            (f.detail,),
+            self.chain(roots),
+            deviates=True,
+            finding=f,
+            code=self.code(rows[0] if rows else None, []),
         )
 
     # -- rules 3 to 5: hangs ------------------------------------------------------------------

@@ -45,7 +45,7 @@ from .model import (
     State,
     UnitKind,
 )
-from .ranks import label
+from .ranks import agree, label
 
 I64 = npt.NDArray[np.int64]
 
@@ -122,6 +122,9 @@ class MatchResult:
     # group uid → highest collective seq id every member issued (see `_proof`)
     proven: dict[int, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # how progress was judged where completion is not recorded
+    # not_joined findings whose culprits issued an op inside sequence ids every other member
+    # leaves unrecorded (see `_unrecorded_gap`): they skipped an unrecorded collective
+    skipped: tuple[Finding, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +178,56 @@ def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.b
     return bad
 
 
+def recorder_conventions(
+    t: EntryTable, groups: GroupTable, bad: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.bool_], tuple[str, ...]]:
+    """Size rules that the recorder itself breaks: `bad` without them, and a note for each.
+
+    A layout that every member of a collective records alike is how the recorder writes that
+    op, not a disagreement (gloo writes two `all_gather_into_tensor` of a coalescing block as
+    one all_gather whose output is `[[2] + shard]`). Learned from the evidence: an (op, input,
+    output, group size) signature that breaks the rule on every member of one collective, at
+    least two of them, is accepted wherever it appears. A member whose sizes differ from its
+    peers' is still caught by comparing the members."""
+    rows = np.flatnonzero(bad)
+    if not len(rows):
+        return bad, ()
+    uid = groups.entry_group[rows].astype(np.int64)
+    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
+    keys = np.stack(
+        [t.backend[rows], t.op[rows], t.in_shape[rows], t.out_shape[rows], sizes[uid]], axis=1
+    ).astype(np.int64)
+    units = np.stack([uid, t.coll_seq[rows]], axis=1)
+    # Per (unit, signature): how many distinct ranks hold it; per unit: how many signatures.
+    unit_key = np.concatenate([units, keys], axis=1)
+    distinct, first = np.unique(
+        np.concatenate([unit_key, t.rank[rows, None].astype(np.int64)], axis=1),
+        axis=0,
+        return_index=True,
+    )
+    del first
+    per_sig, holders = np.unique(distinct[:, :-1], axis=0, return_counts=True)
+    unit_of_sig, sig_count = np.unique(per_sig[:, :2], axis=0, return_inverse=True)
+    n_sigs = np.bincount(sig_count.reshape(-1), minlength=len(unit_of_sig))
+    members = np.array([len(set(groups.groups[int(u)].ranks)) for u in per_sig[:, 0]])
+    learned = (n_sigs[sig_count.reshape(-1)] == 1) & (holders == members) & (holders >= 2)
+    if not learned.any():
+        return bad, ()
+    accepted = {tuple(k) for k in per_sig[learned, 2:].tolist()}
+    keep = np.array([tuple(k) not in accepted for k in keys.tolist()], dtype=bool)
+    out = bad.copy()
+    out[rows[~keep]] = False
+    notes = []
+    for backend, op, in_code, out_code, size in sorted(accepted):
+        notes.append(
+            f"{t.backends[backend]} records {t.ops[op]} on {size} ranks as input "
+            f"{[list(x) for x in t.shapes[in_code]]}, output "
+            f"{[list(x) for x in t.shapes[out_code]]} on every member alike: taken as the "
+            "recorder's layout, not a size mismatch"
+        )
+    return out, tuple(notes)
+
+
 @dataclass
 class _Context:
     t: EntryTable
@@ -195,6 +248,11 @@ class _Context:
     # (group uid, seq) → (start, end) into coll_rows, built on first demand (no-majority ties)
     unit_at: dict[tuple[int, int], tuple[int, int]] | None = None
     unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
+    skipped: set[int] = field(default_factory=set)  # ids of the gap rule's findings
+    # rank → its (desc, size, local rank) in each group carrying send/recv, on first demand
+    stages: dict[int, set[tuple[str, int, int]]] | None = None
+    # (desc, size) → the groups of that description and size, built on first demand
+    alike: dict[tuple[str, int], list[Group]] | None = None
 
 
 def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
@@ -202,11 +260,12 @@ def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Match
     quiet = progress.silent(t, dumps, stateless(t))
     if quiet.rows.any():
         done = progress.judged_by_issue(t, groups, done, quiet.rows, progress.collective_rows(t))
+    size_bad, conventions = recorder_conventions(t, groups, intrinsic_size_errors(t, groups))
     ctx = _Context(
         t=t,
         groups=groups,
         done=done,
-        size_bad=intrinsic_size_errors(t, groups),
+        size_bad=size_bad,
         last_enqueued=_last_enqueued(dumps, t, groups),
         wrapped={d.rank: d.wrapped for d in dumps},
         unavailable=frozenset(
@@ -216,7 +275,9 @@ def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Match
     findings: list[Finding] = []
     units = _match_collectives(ctx, findings)
     pairs = _match_p2p(ctx, findings)
-    return MatchResult(units, pairs, done, tuple(findings), dict(ctx.proof), quiet.notes)
+    notes = quiet.notes + conventions
+    skipped = tuple(f for f in findings if id(f) in ctx.skipped)
+    return MatchResult(units, pairs, done, tuple(findings), dict(ctx.proof), notes, skipped)
 
 
 def _last_enqueued(
@@ -498,11 +559,9 @@ def _uniform_value(ctx: _Context, uid: int, seq: int, value_of: ValueOf) -> Valu
     return found.pop() if len(found) == 1 else None
 
 
-def _sibling_reference(
-    ctx: _Context, group: Group, seq: int, value_of: ValueOf, leaders: list[Value]
-) -> tuple[Value | None, str]:
-    """The value that groups like this one (same description and size) agree on at this seq
-    id, if it is one of the tied values."""
+def _sibling_votes(ctx: _Context, group: Group, seq: int, value_of: ValueOf) -> Counter[Value]:
+    """What the groups like this one (same description and size, the same ops before this
+    seq id) each hold at this seq id, when all their members agree: one vote per group."""
     votes: Counter[Value] = Counter()
     ops = _ops_value(ctx.t)
     mine = [
@@ -510,8 +569,13 @@ def _sibling_reference(
         for k in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1)
         if (v := _uniform_value(ctx, group.uid, k, ops)) is not None
     ][:_ALIKE_UNITS]
-    for other in ctx.groups.groups:
-        if other.uid == group.uid or other.desc != group.desc or other.size != group.size:
+    if ctx.alike is None:
+        ctx.alike = {}
+        for other in ctx.groups.groups:
+            ctx.alike.setdefault((other.desc, other.size), []).append(other)
+    stage = _stage_of(ctx, group)
+    for other in ctx.alike.get((group.desc, group.size), []):
+        if other.uid == group.uid or _stage_of(ctx, other) != stage:
             continue
         # Alike only if it issued the same ops before this seq id: groups of different pipeline
         # stages share a description but not a program.
@@ -520,6 +584,31 @@ def _sibling_reference(
         value = _uniform_value(ctx, other.uid, seq, value_of)
         if value is not None:
             votes[value] += 1
+    return votes
+
+
+def _stage_of(ctx: _Context, group: Group) -> frozenset[tuple[str, int, int]]:
+    """The pipeline position of a group's members: (desc, size, local rank) in each group
+    that carries send/recv. Groups of different stages share a description and often a short
+    history (the first step's), but not a program: they are not alike."""
+    if ctx.stages is None:
+        t = ctx.t
+        p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
+        p2p_uids = distinct(ctx.groups.entry_group[p2p_rows]).tolist()
+        ctx.stages = {}
+        for uid in p2p_uids:
+            pipe = ctx.groups.groups[int(uid)]
+            for local, rank in enumerate(pipe.ranks):
+                ctx.stages.setdefault(rank, set()).add((pipe.desc, pipe.size, local))
+    return frozenset(p for r in group.ranks for p in ctx.stages.get(r, ()))
+
+
+def _sibling_reference(
+    ctx: _Context, group: Group, seq: int, value_of: ValueOf, leaders: list[Value]
+) -> tuple[Value | None, str]:
+    """The value that groups like this one (same description and size) agree on at this seq
+    id, if it is one of the tied values."""
+    votes = _sibling_votes(ctx, group, seq, value_of)
     ranked = [(v, c) for v, c in votes.most_common() if v in leaders]
     if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
         return None, ""
@@ -636,6 +725,29 @@ def _check_unit(
         if _issued(ctx, member, group.uid, seq):
             continue
         not_joined.append(member)
+    gap = _unrecorded_gap(ctx, group, seq, present, not_joined)
+    if gap is not None:
+        first, after, width = gap
+        barrier = width == 2 and any(
+            ctx.t.backends[int(b)] == "gloo" for b in ctx.t.backend[unit_rows].tolist()
+        )
+        unrecorded = "monitored_barrier" if barrier else f"unrecorded collective ({width} ids)"
+        why = (
+            "gloo records no monitored_barrier, which takes two sequence ids"
+            if barrier
+            else "it leaves no entry but takes sequence ids"
+        )
+        add(
+            FindingKind.NOT_JOINED,
+            set(present),
+            f"{label(not_joined)} stopped after #{seq - 1}, where every member went from "
+            f"#{first} to #{after} before, after the same op: an unrecorded collective ({why}) "
+            f"they are in now; {label(present)} issued {op} #{seq} instead, inside that gap: "
+            f"{agree(present, 'it', 'they')} skipped the {unrecorded}",
+            unrecorded,
+        )
+        ctx.skipped.add(id(findings[-1]))
+        return False, unrecorded, ()
     if not_joined:
         last = {m: _last_seq(ctx, m, group.uid) for m in not_joined}
         lasts = ", ".join(
@@ -675,6 +787,9 @@ def _check_unit(
         what = pos_op if len(main_ops) == 1 else f"{pos_op} (member {pos + 1} of {op})"
         _check_sizes(ctx, group, seq, (pos, pos_op), what, rows_at, add)
 
+    if ok and grid is not None:
+        _check_against_alike(ctx, group, seq, present, grid, add)
+
     # Completion: the lagging ranks are the culprits, never the completed ones.
     head_rows = unit_rows[starts + lengths - 1]
     head_done = ctx.done[head_rows]
@@ -693,6 +808,115 @@ def _check_unit(
             )
             add(FindingKind.STATE_MISMATCH, lagging, detail)
     return ok, op, tuple(not_joined)
+
+
+def _signature_value(t: EntryTable) -> ValueOf:
+    """Every rank's ops with their sizes and dtypes (codes into the table's lists)."""
+
+    def value_of(rows: I64) -> dict[int, Value]:
+        return {
+            rank: tuple(
+                (
+                    int(t.op[r]),
+                    int(t.in_shape[r]),
+                    int(t.out_shape[r]),
+                    int(t.in_dtype[r]),
+                    int(t.out_dtype[r]),
+                )
+                for r in rs
+            )
+            for rank, rs in _rank_rows(t, rows).items()
+        }
+
+    return value_of
+
+
+def _check_against_alike(
+    ctx: _Context, group: Group, seq: int, present: tuple[int, ...], grid: I64, add: _Adder
+) -> None:
+    """A collective whose members with a dump agree, while a member left none, compared with
+    the groups alike at the same seq id. With no dump from the other side, agreement among
+    those left proves nothing: gloo aborts, with no dump, a rank that receives more bytes than
+    it posted, so the partner of a rank that sent another size or dtype disappears. Asked at
+    a group's newest collective only (where its members stopped), when no group alike agrees
+    with the members left and at least one disagrees."""
+    t = ctx.t
+    lost = sorted(set(group.ranks) & ctx.unavailable)
+    if not lost or _unit_span(ctx, group.uid, seq + 1) is not None:
+        return
+    value_of = _signature_value(t)
+    mine = set(value_of(grid.reshape(-1)).values())
+    if len(mine) != 1:
+        return
+    value = mine.pop()
+    votes = _sibling_votes(ctx, group, seq, value_of)
+    if not votes or value in votes:
+        return
+    reference, count = votes.most_common(1)[0]
+    if len(reference) != len(value) or any(
+        a[0] != b[0] for a, b in zip(value, reference, strict=True)
+    ):
+        kind, what = FindingKind.OP_TYPE_MISMATCH, "ops"
+    elif any(a[1:3] != b[1:3] for a, b in zip(value, reference, strict=True)):
+        kind, what = FindingKind.SIZE_MISMATCH, "sizes"
+    else:
+        kind, what = FindingKind.DTYPE_MISMATCH, "dtypes"
+
+    def text(v: Value) -> str:
+        return "; ".join(
+            f"{t.ops[op]} in {_shape_text(t, i)} out {_shape_text(t, o)} "
+            f"{','.join(d for d in t.dtypes[di] if d) or '-'}"
+            for op, i, o, di, _ in v
+        )
+
+    gloo = any(t.backends[int(b)] == "gloo" for b in t.backend[grid.reshape(-1)].tolist())
+    why = (
+        " (gloo aborts, with no dump, a rank that receives more bytes than it posted)"
+        if gloo
+        else ""
+    )
+    add(
+        kind,
+        set(present),
+        f"{label(present)} issued {text(value)} where {count} group(s) {group.desc!r} of "
+        f"{group.size} alike issued {text(reference)} at #{seq}; {label(lost)} left no dump"
+        f"{why}: the {what} differ",
+    )
+
+
+def _shape_text(t: EntryTable, code: int) -> str:
+    return str([list(s) for s in t.shapes[code]])
+
+
+def _unrecorded_gap(
+    ctx: _Context, group: Group, seq: int, present: tuple[int, ...], not_joined: list[int]
+) -> tuple[int, int, int] | None:
+    """Sequence ids that every member leaves unrecorded, again. gloo records no
+    `monitored_barrier`, yet it takes two collective sequence ids on every caller; so do ops a
+    recorder leaves out. When every member went from #a to #b (b > a + 1) before, the ranks
+    that stopped right after an op like #a's are in such an op now, and the fewer ranks
+    holding #seq, inside the gap, skipped it. Returns (a, b, width) of the earlier gap."""
+    if not not_joined or len(present) >= len(not_joined) or ctx.unit_bounds is None:
+        return None
+    if any(_last_seq(ctx, m, group.uid) != seq - 1 for m in not_joined):
+        return None
+    uids, seqs, starts, ends = ctx.unit_bounds
+    mine = np.flatnonzero(uids == group.uid)
+    members = len(set(group.ranks))
+    full = [
+        int(seqs[u])
+        for u in mine.tolist()
+        if int(seqs[u]) < seq
+        and len(set(ctx.t.rank[ctx.coll_rows[int(starts[u]) : int(ends[u])]].tolist())) == members
+    ]
+    value_of = _signature_value(ctx.t)
+    before = _uniform_value(ctx, group.uid, seq - 1, value_of)
+    if before is None:
+        return None
+    for a, b in zip(full[-2::-1], full[:0:-1], strict=True):
+        if b - a > 1 and _uniform_value(ctx, group.uid, a, value_of) == before:
+            return a, b, b - a - 1
+    return None
 
 
 def _without_cut_blocks(ctx: _Context, unit_rows: I64, starts: I64, lengths: I64) -> I64:
@@ -792,6 +1016,7 @@ def _check_sizes(
             what,
         )
     if op in ALL_TO_ALL_OPS:
+        _check_all_to_all_inputs(ctx, group, seq, (pos, op), what, rows_at, add)
         if len(present) == group.size:
             total_in = sum(int(t.shape_numel[t.in_shape[r]]) for r in rows_at.values())
             total_out = sum(int(t.shape_numel[t.out_shape[r]]) for r in rows_at.values())
@@ -841,6 +1066,75 @@ def _check_sizes(
             f"{what}: " + _contrast(comparable, culprits, lambda v: f"dtypes {_dt(v)}") + note,
             what,
         )
+
+
+def _check_all_to_all_inputs(
+    ctx: _Context,
+    group: Group,
+    seq: int,
+    at: tuple[int, str],
+    what: str,
+    rows_at: dict[int, int],
+    add: _Adder,
+) -> None:
+    """An all_to_all's input sizes, compared across its members. The recorder keeps only
+    each rank's totals, and output totals legitimately differ from rank to rank (uneven
+    splits), so only inputs are compared, and only where this exchange has uniform inputs:
+    every member of the groups alike holds one input at this seq id, or, with no group alike,
+    this group's last exchange of the same kind (outputs uneven or not alike) had one input
+    on every member. A minority that passes another input deviates."""
+    t = ctx.t
+    pos, op = at
+
+    values = {rank: (op, int(t.in_shape[r])) for rank, r in rows_at.items()}
+    counts = Counter(values.values()).most_common()
+    if len(counts) < 2 or counts[0][1] < 2 or counts[0][1] == counts[1][1]:
+        return
+    reference = counts[0][0]
+    if counts[0][1] * 2 <= len(values):
+        return
+    uneven_out = len({int(t.out_shape[r]) for r in rows_at.values()}) > 1
+    in_value = _at_position(t, pos, lambda r: (int(t.in_shape[r]),))
+    out_value = _at_position(t, pos, lambda r: (int(t.out_shape[r]),))
+    held = (op, (reference[1],))  # as `in_value` gives it
+    votes = _sibling_votes(ctx, group, seq, in_value)
+    if votes:
+        if set(votes) != {held}:
+            return
+        basis = f"every member of {sum(votes.values())} group(s) {group.desc!r} alike holds it"
+    else:
+        basis = ""
+        for earlier in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
+            span = _unit_span(ctx, group.uid, earlier)
+            if span is None:
+                continue
+            rows = ctx.coll_rows[span[0] : span[1]]
+            before = in_value(rows)
+            if not before or any(v[0] != op for v in before.values()):
+                continue
+            if (len(set(out_value(rows).values())) > 1) != uneven_out:
+                continue  # another kind of exchange (dispatch against combine)
+            if set(before.values()) == {held}:
+                basis = f"every member passed it at #{earlier}, the same exchange"
+            break
+        if not basis:
+            return
+    culprits = {rank for rank, v in values.items() if v != reference}
+
+    def shape(code: int) -> str:
+        return str([list(x) for x in t.shapes[code]])
+
+    theirs = "; ".join(
+        f"{label([r for r in sorted(culprits) if values[r] == v])}: input {shape(v[1])}"
+        for v in dict.fromkeys(values[r] for r in sorted(culprits))
+    )
+    add(
+        FindingKind.SIZE_MISMATCH,
+        culprits,
+        f"{what}: {theirs}; the others: input {shape(reference[1])} ({basis}; output totals "
+        "may differ, input totals may not)",
+        what,
+    )
 
 
 def _contrast(values: dict[int, Value], culprits: set[int], text: Callable[[Any], str]) -> str:

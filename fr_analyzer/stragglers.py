@@ -173,9 +173,12 @@ def _stall(
     if not len(candidates):
         return None
     # Late because its stream was still busy (its host had enqueued the op in time): the
-    # previous op kept it waiting. Its own delay is the gap its host left after that op.
+    # previous op kept it waiting. Its own delay is the gap its host left after that op. A
+    # rank's first op in its buffer has no previous op to measure against: ranks start (or
+    # reach a startup barrier) seconds apart, and a ring buffer may have dropped what came
+    # before, so a late first arrival is no stall of its own.
     gap = late.gap_ns[candidates]
-    explained = ~np.isnan(gap) & (gap / 1e6 < EXPLAINED_SHARE * late.late_ms[candidates])
+    explained = np.isnan(gap) | (gap / 1e6 < EXPLAINED_SHARE * late.late_ms[candidates])
     roots = candidates[~explained]
     if not len(roots):
         return None
@@ -200,7 +203,7 @@ def _stall(
         name = t.profiling_names[int(t.pname[row])]
         op, seq, p2p_seq = name.partition(":")[2] or name, None, int(t.p2p_seq[row])
         what = f"{op} (p2p #{p2p_seq} on rank {rank})"
-    n_explained = int(explained.sum())
+    n_explained = int((explained & ~np.isnan(gap)).sum())
     evidence = [
         f"rank {rank} enqueued {what} of group {group.name!r} ({group.desc}) {late_s:.1f} s "
         f"after the first of its peers; {label(waited)} waited for it",

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DumpError
+from ..model import UnitKind
 from .blocks import find_blocks
 from .careful import careful_columns
 from .columnar import Slower, fast_columns
@@ -178,6 +179,12 @@ def _in_seq_ids(
             continue
         ops, seqs = columns.op_id[rows], columns.coll_seq[rows]
         newest_seq, newest_op = int(seqs.max()), int(ops.max())
+        if int(columns.unit[np.flatnonzero(rows)[-1]]) in _P2P_UNITS:
+            # ProcessGroupNCCL stores the last work's own counter: after a send/recv (or a
+            # batch of them) that is the p2p sequence id, not a collective one. The newest
+            # collective is then the buffer's own (nothing newer can have fallen out).
+            out[code] = (newest_seq, *counts[1:])
+            continue
         if counts[0] == newest_seq or counts[0] != newest_op or newest_op == newest_seq:
             continue
         order = np.argsort(ops, kind="stable")
@@ -186,6 +193,9 @@ def _in_seq_ids(
         found = [int(seqs[i]) if i >= 0 and c >= 0 else -1 for i, c in zip(at, counts, strict=True)]
         out[code] = (found[0], found[1], found[2])
     return out
+
+
+_P2P_UNITS = frozenset({UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER})
 
 
 def _pg_status(raw: Any, pg_ids: dict[int, int]) -> dict[int, tuple[int, int, int]]:

@@ -232,15 +232,20 @@ def pg_config(settings: Settings, rank: int) -> list[tuple[str, str, str, str]]:
     return [(str(g), str(g), layout.group(g).desc, layout.ranks_text(g)) for g in groups]
 
 
-def _last_seq_per_role(program: Program, end: int, roles: list[int]) -> dict[int, int]:
-    """For each role, the collective seq counter after units [0, end): -1 when zero."""
+def _last_seq_per_role(
+    program: Program, end: int, roles: list[int], own_counter: bool = False
+) -> dict[int, int]:
+    """For each role, the collective seq counter after units [0, end): -1 when zero.
+
+    With `own_counter` (ProcessGroupNCCL), the last unit's own counter instead: the p2p
+    sequence id when that unit is a send/recv or a batch of them."""
     found: dict[int, int] = {}
     role, cseq = program.role, program.cseq
     i = end - 1
     while i >= 0 and len(found) < len(roles):
         g = role[i]
         if g not in found:
-            found[g] = cseq[i]
+            found[g] = program.seq_of(i) if own_counter else cseq[i]
         i -= 1
     return {g: (found.get(g, 0) or -1) for g in roles}
 
@@ -448,7 +453,7 @@ def record(
 
     # pg_status: enqueued, watchdog-started, retired prefixes of the program
     roles = [int(r) for r in member_roles]
-    last_enqueued = _last_seq_per_role(program, enqueued, roles)
+    last_enqueued = _last_seq_per_role(program, enqueued, roles, own_counter=not gloo)
     if gloo:
         done = times.completed(d)
         if done < enqueued and d - enq[done] >= timeout_ns:
@@ -458,11 +463,11 @@ def record(
         done = min(enqueued, times.completed(last_poll))
         if timing:
             last_started = _last_seq_per_role(
-                program, min(enqueued, times.started(last_poll)), roles
+                program, min(enqueued, times.started(last_poll)), roles, own_counter=True
             )
         else:
             last_started = dict.fromkeys(roles, -1)
-    last_completed = _last_seq_per_role(program, done, roles)
+    last_completed = _last_seq_per_role(program, done, roles, own_counter=not gloo)
     status = [(last_enqueued[g], last_started[g], last_completed[g]) for g in roles]
     return RankDump(
         rank,
