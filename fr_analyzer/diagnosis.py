@@ -41,9 +41,9 @@ from .dumps import EntryTable, RankDump, rank_starts
 from .groups import GroupTable
 from .matching import MatchResult
 from .model import (
+    MISMATCH_KINDS,
     STATE_NAMES,
     Finding,
-    FindingKind,
     Frame,
     Group,
     P2PKind,
@@ -63,15 +63,6 @@ from .positions import (
 )
 from .ranks import agree, label
 
-MISMATCH_KINDS = frozenset(
-    {
-        FindingKind.OP_TYPE_MISMATCH,
-        FindingKind.SIZE_MISMATCH,
-        FindingKind.DTYPE_MISMATCH,
-        FindingKind.P2P_SIZE_MISMATCH,
-        FindingKind.P2P_DTYPE_MISMATCH,
-    }
-)
 NO_P2P_BACKENDS = frozenset({"gloo"})
 """Backends whose recorder never records send/recv: a rank blocked in one looks idle."""
 _REFERENCE_UNITS = 64  # groups alike consulted when ordering two ops
@@ -472,6 +463,13 @@ class _Context:
             f"at {what} #{seq} {f.op}: {f.kind.value.replace('_', ' ')}. A program bug on "
             f"{agree(roots, 'that rank', 'those ranks')} (another code path, shape or dtype)."
         )
+        if any(f is skipped for skipped in self.m.skipped):
+            sentence = (
+                f"{label(roots)} skipped {f.op} #{seq} of {where} and went on: "
+                f"{agree(roots, 'its', 'their')} next op sits at #{seq}, where the rest of the "
+                f"group issued {f.op} ({f.kind.value.replace('_', ' ')}). A program bug on "
+                f"{agree(roots, 'that rank', 'those ranks')} (a rank-dependent branch)."
+            )
         rows = _finding_rows(self, f)
         mine = [r for r in rows if int(self.t.rank[r]) in roots]
         peers = [r for r in rows if int(self.t.rank[r]) not in roots]
@@ -491,15 +489,15 @@ class _Context:
         )
 
     def skipped_root(self, f: Finding) -> RootCause:
-        """Ranks that issued an op inside sequence ids every other member leaves unrecorded
-        (a gloo monitored_barrier): they skipped that collective, and the others wait in it."""
+        """Ranks that went past a collective their group is in: they issued the ops after it
+        at its sequence id (or inside sequence ids every other member leaves unrecorded, a gloo
+        monitored_barrier). They skipped it, and the others wait in it."""
         roots = set(f.culprit_ranks)
         where = f"group {f.group.name!r} ({f.group.desc})" if f.group else "the job"
-        others = sorted(set(f.group.ranks) - roots) if f.group else []
+        others = sorted(set(f.ranks) - roots)
         sentence = (
-            f"{label(roots)} skipped the {f.op} at #{f.collective_seq_id} of {where}, which "
-            f"{label(others)} {agree(others, 'is', 'are')} in (it leaves no entry, but takes "
-            f"sequence ids), and went on to a later op, where "
+            f"{label(roots)} skipped {f.op} #{f.collective_seq_id} of {where}, which "
+            f"{label(others)} issued, and went on to later ops of that group, where "
             f"{agree(roots, 'it blocks', 'they block')}. A program bug on "
             f"{agree(roots, 'that rank', 'those ranks')} (a rank-dependent branch)."
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -30,6 +30,7 @@ from .model import (
     ALL_TO_ALL_OPS,
     ANY_SOURCE,
     GATHER_OPS,
+    MISMATCH_KINDS,
     REDUCE_SCATTER_OPS,
     SAME_IN_OUT_OPS,
     SCATTER_OPS,
@@ -186,9 +187,9 @@ def recorder_conventions(
     A layout that every member of a collective records alike is how the recorder writes that
     op, not a disagreement (gloo writes two `all_gather_into_tensor` of a coalescing block as
     one all_gather whose output is `[[2] + shard]`). Learned from the evidence: an (op, input,
-    output, group size) signature that breaks the rule on every member of one collective, at
-    least two of them, is accepted wherever it appears. A member whose sizes differ from its
-    peers' is still caught by comparing the members."""
+    output, group size) signature that breaks the rule on every member with a dump of one
+    collective, at least two of them, is accepted wherever it appears. A member whose sizes
+    differ from its peers' is still caught by comparing the members."""
     rows = np.flatnonzero(bad)
     if not len(rows):
         return bad, ()
@@ -209,7 +210,11 @@ def recorder_conventions(
     per_sig, holders = np.unique(distinct[:, :-1], axis=0, return_counts=True)
     unit_of_sig, sig_count = np.unique(per_sig[:, :2], axis=0, return_inverse=True)
     n_sigs = np.bincount(sig_count.reshape(-1), minlength=len(unit_of_sig))
-    members = np.array([len(set(groups.groups[int(u)].ranks)) for u in per_sig[:, 0]])
+    # Members with no usable dump are no evidence either way (a crashed rank's groups).
+    lost = set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
+    members = np.array(
+        [len(set(groups.groups[int(u)].ranks) - lost) for u in per_sig[:, 0].tolist()]
+    )
     learned = (n_sigs[sig_count.reshape(-1)] == 1) & (holders == members) & (holders >= 2)
     if not learned.any():
         return bad, ()
@@ -573,9 +578,12 @@ def _sibling_votes(ctx: _Context, group: Group, seq: int, value_of: ValueOf) -> 
         ctx.alike = {}
         for other in ctx.groups.groups:
             ctx.alike.setdefault((other.desc, other.size), []).append(other)
+    # Groups of this pipeline stage vote; those of other stages only when none of this one
+    # does (they share the first step's short history, not the program).
     stage = _stage_of(ctx, group)
+    elsewhere: Counter[Value] = Counter()
     for other in ctx.alike.get((group.desc, group.size), []):
-        if other.uid == group.uid or _stage_of(ctx, other) != stage:
+        if other.uid == group.uid:
             continue
         # Alike only if it issued the same ops before this seq id: groups of different pipeline
         # stages share a description but not a program.
@@ -583,14 +591,14 @@ def _sibling_votes(ctx: _Context, group: Group, seq: int, value_of: ValueOf) -> 
             continue
         value = _uniform_value(ctx, other.uid, seq, value_of)
         if value is not None:
-            votes[value] += 1
-    return votes
+            (votes if _stage_of(ctx, other) == stage else elsewhere)[value] += 1
+    return votes or elsewhere
 
 
 def _stage_of(ctx: _Context, group: Group) -> frozenset[tuple[str, int, int]]:
     """The pipeline position of a group's members: (desc, size, local rank) in each group
     that carries send/recv. Groups of different stages share a description and often a short
-    history (the first step's), but not a program: they are not alike."""
+    history (the first step's), but not a program."""
     if ctx.stages is None:
         t = ctx.t
         p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
@@ -745,9 +753,12 @@ def _check_unit(
             f"they are in now; {label(present)} issued {op} #{seq} instead, inside that gap: "
             f"{agree(present, 'it', 'they')} skipped the {unrecorded}",
             unrecorded,
+            tuple(sorted(set(present) | set(not_joined))),
         )
         ctx.skipped.add(id(findings[-1]))
         return False, unrecorded, ()
+    shift = None if not_joined else _skipped_in_place(ctx, group, seq, unit_rows)
+    first_finding = len(findings)
     if not_joined:
         last = {m: _last_seq(ctx, m, group.uid) for m in not_joined}
         lasts = ", ".join(
@@ -775,6 +786,8 @@ def _check_unit(
             f"{label(culprits)} issued {theirs} where {others}{where}{note}",
             op,
         )
+        if shift is not None:
+            _explain_skip(ctx, findings, first_finding, shift, op, seq)
         return ok, op, tuple(not_joined)
 
     # Sizes and dtypes, position by position. Every rank issued the same ops here, so the
@@ -787,6 +800,8 @@ def _check_unit(
         what = pos_op if len(main_ops) == 1 else f"{pos_op} (member {pos + 1} of {op})"
         _check_sizes(ctx, group, seq, (pos, pos_op), what, rows_at, add)
 
+    if shift is not None:
+        _explain_skip(ctx, findings, first_finding, shift, op, seq)
     if ok and grid is not None:
         _check_against_alike(ctx, group, seq, present, grid, add)
 
@@ -886,6 +901,67 @@ def _check_against_alike(
 
 def _shape_text(t: EntryTable, code: int) -> str:
     return str([list(s) for s in t.shapes[code]])
+
+
+def _explain_skip(
+    ctx: _Context,
+    findings: list[Finding],
+    first: int,
+    shift: tuple[set[int], int, int],
+    op: str,
+    seq: int,
+) -> None:
+    """The first disagreement found at this unit that names exactly the ranks that skipped
+    it, told as a skip: they went on, so their next ops sit one sequence id early."""
+    culprits, before, count = shift
+    for at in range(first, len(findings)):
+        f = findings[at]
+        if f.kind in MISMATCH_KINDS and set(f.culprit_ranks) == culprits:
+            findings[at] = replace(
+                f,
+                detail=f"{f.detail}; {label(culprits)} skipped {op} #{seq} and went on: "
+                f"{agree(culprits, 'its', 'their')} ops from #{seq} on are the group's program "
+                f"one op ahead ({count} match what every member issued after the same op at "
+                f"#{before}, from #{before + 1})",
+            )
+            ctx.skipped.add(id(findings[at]))
+            return
+
+
+def _skipped_in_place(
+    ctx: _Context, group: Group, seq: int, unit_rows: I64
+) -> tuple[set[int], int, int] | None:
+    """A minority whose ops from this seq id on are the group's program one op ahead: it
+    skipped this collective (a rank-dependent branch) and went on in the same group, so its
+    next op sits at this seq id and differs from what the rest issued. Told from a size or op
+    mismatch by the group's own history: after an earlier collective like this one (#j), the
+    group issued at #j+1, #j+2, ... exactly what the minority holds at #seq, #seq+1, ...
+    Returns (the minority, j, how many of its ops match)."""
+    t = ctx.t
+    value_of = _signature_value(t)
+    values = value_of(unit_rows)
+    counts = Counter(values.values()).most_common()
+    if len(counts) < 2 or counts[0][1] * 2 <= len(values):
+        return None
+    reference = counts[0][0]
+    minority = {rank for rank, v in values.items() if v != reference}
+    for before in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
+        if _uniform_value(ctx, group.uid, before, value_of) != reference:
+            continue
+        matched = 0
+        for step in range(seq - before - 1):
+            expected = _uniform_value(ctx, group.uid, before + 1 + step, value_of)
+            span = _unit_span(ctx, group.uid, seq + step)
+            if expected is None or span is None:
+                break
+            held = value_of(ctx.coll_rows[span[0] : span[1]])
+            if any(r not in held for r in minority):
+                break
+            if any(held[r] != expected for r in minority):
+                return None
+            matched += 1
+        return (minority, before, matched) if matched else None
+    return None
 
 
 def _unrecorded_gap(
@@ -1190,10 +1266,38 @@ def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
     last = max(-1 if newest is None else newest, -1 if enqueued is None else enqueued)
     if seq <= last:
         return True  # issued; absent here only because it is outside this rank's window
-    if seq <= ctx.proof.get(uid, -1):
-        return True  # the group got past it, so every member issued it after its dump ended
+    proven = ctx.proof.get(uid, -1)
+    if seq <= proven:
+        # The group got past it, so every member issued it after its dump ended; unless the
+        # member's own buffer ends before it, unwrapped, while its peers wait for it in a
+        # later collective: then the ones in between were asynchronous (gloo's async_op
+        # returns at once) and prove nothing.
+        if newest is None or ctx.wrapped.get(rank, False) or not _stateless_group(ctx, uid):
+            return True
+        return _newest_unit_seq(ctx, uid) <= proven
     # Nothing of this group left in a wrapped buffer and no pg_status for it: cannot tell.
     return newest is None and enqueued is None and ctx.wrapped.get(rank, False)
+
+
+def _newest_unit_seq(ctx: _Context, uid: int) -> int:
+    """The highest collective seq id any member of group `uid` holds (-1: none)."""
+    if ctx.unit_bounds is None:
+        return -1
+    uids, seqs, _, _ = ctx.unit_bounds
+    mine = seqs[uids == uid]
+    return int(mine.max()) if len(mine) else -1
+
+
+def _stateless_group(ctx: _Context, uid: int) -> bool:
+    """Whether the group's collectives record no states (gloo): its proof is `went on`."""
+    span = None
+    if ctx.unit_bounds is not None:
+        uids, _, starts, _ = ctx.unit_bounds
+        at = np.flatnonzero(uids == uid)
+        span = int(starts[at[0]]) if len(at) else None
+    if span is None:
+        return False
+    return bool(stateless(ctx.t, ctx.coll_rows[span : span + 1])[0])
 
 
 def _last_seq(ctx: _Context, rank: int, uid: int) -> int | None:

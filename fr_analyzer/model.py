@@ -140,6 +140,17 @@ KIND_ORDER: tuple[FindingKind, ...] = (
     FindingKind.MALFORMED_ENTRY,
 )
 
+# Kinds that say ranks disagree on what to do: a program bug, the root before any hang.
+MISMATCH_KINDS = frozenset(
+    {
+        FindingKind.OP_TYPE_MISMATCH,
+        FindingKind.SIZE_MISMATCH,
+        FindingKind.DTYPE_MISMATCH,
+        FindingKind.P2P_SIZE_MISMATCH,
+        FindingKind.P2P_DTYPE_MISMATCH,
+    }
+)
+
 # Kinds that say something about the dumps rather than about the job's behaviour.
 INPUT_KINDS = frozenset(
     {FindingKind.MISSING_DUMP, FindingKind.UNREADABLE_DUMP, FindingKind.MALFORMED_ENTRY}
