@@ -10,9 +10,15 @@ a root cause, the same root kind, culprit ranks, group and sequence id, and ever
 explained by it (one fault was injected: no finding is independent of it). Cases the simulator
 marks ambiguous by construction are counted apart, with their reason, never dropped.
 
-Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--workers 2] [--out FILE]`
-(`make accuracy`). Prints the share right, a table per fault kind, the confusion of answers and
-every wrong case; exits 1 unless every unambiguous case is right.
+With `--shapes all` (or a comma-separated list of "3d", "fsdp", "hsdp", "moe", "ddp",
+"subgroups", "barrier") each seed draws one of those training shapes instead (frsim's
+`shapes.py`: FSDP2, HSDP, MoE all_to_all, DDP buckets, `new_subgroups`, monitored barriers, on
+NCCL or gloo); without it every seed draws the same 3D case as always.
+
+Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
+[--out FILE]` (`make accuracy`). Prints the share right, a table per fault kind, one per shape and
+backend, the confusion of answers and every wrong case; exits 1 unless every unambiguous case is
+right.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +42,7 @@ from tabulate import tabulate
 from fr_analyzer import analyze
 from fr_analyzer.conclusion import Conclusion, Role
 from fr_analyzer.pipeline import Options
-from tools.frsim.campaign import draw_case
+from tools.frsim.campaign import draw_case, parse_shapes
 from tools.frsim.truth import Truth
 
 DEFAULT_CASES = 300
@@ -55,6 +62,8 @@ class Outcome:
     ambiguous: str | None = None
     ranks: int = 0
     seconds: float = 0.0
+    shape: str = "3d"
+    backend: str = "nccl"
 
     @property
     def right(self) -> bool:
@@ -102,8 +111,8 @@ def judge(truth: Truth, got: dict[str, Any]) -> list[str]:
     return problems
 
 
-def run_case(seed: int) -> Outcome:
-    case = draw_case(seed)
+def run_case(seed: int, shapes: Sequence[str] = ()) -> Outcome:
+    case = draw_case(seed, shapes)
     truth = case.truth
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fr-accuracy-") as tmp:
@@ -122,19 +131,47 @@ def run_case(seed: int) -> Outcome:
         ambiguous=truth.ambiguous,
         ranks=len(analysis.summary.ranks_loaded),
         seconds=time.perf_counter() - started,
+        shape=case.shape,
+        backend=case.backend,
     )
 
 
-def run(seeds: Iterable[int], workers: int = 1) -> list[Outcome]:
+def run(seeds: Iterable[int], workers: int = 1, shapes: Sequence[str] = ()) -> list[Outcome]:
     seeds = list(seeds)
+    one = partial(run_case, shapes=tuple(shapes))
     if workers <= 1:
-        return [run_case(s) for s in seeds]
+        return [one(s) for s in seeds]
     with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=20) as pool:
-        return list(pool.imap(run_case, seeds, chunksize=1))
+        return list(pool.imap(one, seeds, chunksize=1))
 
 
 def _status_root(d: dict[str, Any]) -> str:
     return f"{d['status']}/{d.get('root') or '-'}"
+
+
+def _shape_table(outcomes: Sequence[Outcome]) -> str:
+    """Cases, right, wrong and ambiguous per (shape, backend); share right of the judged."""
+    rows = []
+    for shape, backend in sorted({(o.shape, o.backend) for o in outcomes}):
+        mine = [o for o in outcomes if o.shape == shape and o.backend == backend]
+        judged = [o for o in mine if o.ambiguous is None]
+        n_right = sum(o.right for o in judged)
+        rows.append(
+            [
+                shape,
+                backend,
+                len(mine),
+                n_right,
+                len(judged) - n_right,
+                len(mine) - len(judged),
+                f"{100 * n_right / max(len(judged), 1):.0f}%",
+            ]
+        )
+    return tabulate(
+        rows,
+        headers=["shape", "backend", "cases", "right", "wrong", "ambiguous", "share right"],
+        disable_numparse=True,
+    )
 
 
 def render(outcomes: Sequence[Outcome]) -> str:
@@ -169,6 +206,8 @@ def render(outcomes: Sequence[Outcome]) -> str:
             disable_numparse=True,
         )
     )
+    if any(o.shape != "3d" for o in outcomes):
+        lines += ["", "Per training shape and backend:", _shape_table(outcomes)]
     confusion: Counter[tuple[str, str, str]] = Counter()
     for o in judged:
         confusion[(o.kind, _status_root(o.truth), _status_root(o.got))] += 1
@@ -215,9 +254,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workers", type=int, default=os.cpu_count() or 1, help="processes (default: cores)"
     )
     parser.add_argument("--out", type=Path, help="also write every outcome as JSON here")
+    parser.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=(),
+        help="draw these training shapes: 'all' or a comma-separated list of 3d, fsdp, hsdp, "
+        "moe, ddp, subgroups, barrier (default: 3d only, the same cases as always)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    outcomes = run(range(args.first, args.first + args.cases), args.workers)
+    outcomes = run(range(args.first, args.first + args.cases), args.workers, args.shapes)
     print(render(outcomes))
     print(f"wall time {time.perf_counter() - started:.0f} s with {args.workers} worker(s)")
     if args.out is not None:

@@ -146,6 +146,14 @@ def _judge(f: Finding, root: RootCause | None, diagnosis: Diagnosis) -> Judged:
         )
     if same_place:
         return Judged(f, Role.SYMPTOM, "the same op as the root cause")
+    held = (set(f.ranks) - culprits) & (roots | behind)
+    if f.kind == FindingKind.STATE_MISMATCH and held:
+        return Judged(
+            f,
+            Role.SYMPTOM,
+            f"{label(held)} {agree(held, 'is', 'are')} held up by the root cause (gloo "
+            "retires an op that times out as one that completes)",
+        )
     if f.kind == FindingKind.MISSING_DUMP and root.kind == RootKind.MISMATCH:
         return Judged(
             f,

@@ -44,6 +44,7 @@ from .model import (
     MISMATCH_KINDS,
     STATE_NAMES,
     Finding,
+    FindingKind,
     Frame,
     Group,
     P2PKind,
@@ -437,6 +438,20 @@ class _Context:
                 rank = int(self.t.rank[row])
                 at = blocked.get(rank, self.last_row.get(rank))
                 if at is not None and _same_op(self, at, row):
+                    anchor.add(rank)
+        if root.kind == RootKind.MISMATCH and root.group is not None:
+            # After a disagreement its group is broken (gloo fails the op, or aborts a member
+            # that received more than it posted): members blocked in a later op of the group,
+            # and members lost with no dump, stand where they do because of it.
+            group, seq = root.group, root.collective_seq_id
+            for rank in group.ranks:
+                at = self.graph.frontier.get(rank)
+                if rank in self.graph.unavailable or (
+                    at is not None
+                    and seq is not None
+                    and int(self.groups.entry_group[at]) == group.uid
+                    and int(self.t.coll_seq[at]) >= seq
+                ):
                     anchor.add(rank)
         graph = self.graph_used
         if root.finding is not None and self._no_p2p_recorded():
@@ -1226,6 +1241,7 @@ class _Context:
     def _deviant_root(self, rank: int, waited_row: int) -> RootCause:
         if int(self.t.rank[waited_row]) == rank and int(self.t.p2p_kind[waited_row]) != 0:
             return self._p2p_deviant_root(rank, waited_row)
+        waited_row = self._first_skipped(rank, waited_row)
         ref = self.ref(waited_row)
         mine = self.graph.frontier.get(rank)
         evidence = []
@@ -1259,6 +1275,29 @@ class _Context:
             deviates=True,
             code=self.code(mine, peers),
         )
+
+    def _first_skipped(self, rank: int, waited_row: int) -> int:
+        """Of the op the cycle says `rank` went past and the collectives its group issued
+        and it alone never did, the one first in the program: skipping one op can leave the
+        rank blocked where the cycle shows only a later consequence."""
+        # The cycle's op may be of a group the rank is not in (its peers wait in it for
+        # ranks that wait for the rank): it did not skip that one.
+        waited_group = self.groups.groups[int(self.groups.entry_group[waited_row])]
+        rows = [waited_row] if rank in waited_group.ranks else []
+        for f in self.m.findings:
+            if f.kind != FindingKind.NOT_JOINED or f.culprit_ranks != (rank,):
+                continue
+            if f.group is None or f.collective_seq_id is None:
+                continue
+            unit = self.m.collectives.find(f.group.uid, f.collective_seq_id)
+            if unit is not None:
+                rows.append(int(self.m.collectives.unit_rows(unit)[0]))
+        if not rows:
+            return waited_row
+        if len(rows) == 1:
+            return rows[0]
+        first = self._first_in_program(rank, rows)
+        return rows[first] if first is not None else rows[0]
 
     def _stuck_root(self, best: _Candidate) -> RootCause:
         g = self.graph_used

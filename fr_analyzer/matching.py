@@ -29,6 +29,7 @@ from .model import (
     ALL_GATHER_OPS,
     ALL_TO_ALL_OPS,
     ANY_SOURCE,
+    EXACT_LAYOUT_BACKENDS,
     GATHER_OPS,
     MISMATCH_KINDS,
     REDUCE_SCATTER_OPS,
@@ -186,11 +187,13 @@ def recorder_conventions(
 
     A layout that every member of a collective records alike is how the recorder writes that
     op, not a disagreement (gloo writes two `all_gather_into_tensor` of a coalescing block as
-    one all_gather whose output is `[[2] + shard]`). Learned from the evidence: an (op, input,
+    one all_gather whose output is `[[2] + shard]`); never on NCCL and its kin, whose layouts
+    are exact (`EXACT_LAYOUT_BACKENDS`). Learned from the evidence: an (op, input,
     output, group size) signature that breaks the rule on every member with a dump of one
     collective, at least two of them, is accepted wherever it appears. A member whose sizes
     differ from its peers' is still caught by comparing the members."""
-    rows = np.flatnonzero(bad)
+    exact = np.array([b in EXACT_LAYOUT_BACKENDS for b in t.backends], dtype=bool)
+    rows = np.flatnonzero(bad & ~exact[t.backend]) if t.n else np.zeros(0, np.int64)
     if not len(rows):
         return bad, ()
     uid = groups.entry_group[rows].astype(np.int64)
@@ -254,6 +257,7 @@ class _Context:
     unit_at: dict[tuple[int, int], tuple[int, int]] | None = None
     unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
     skipped: set[int] = field(default_factory=set)  # ids of the gap rule's findings
+    in_flight: frozenset[int] | None = None  # ranks with an unretired op, on first demand
     # rank → its (desc, size, local rank) in each group carrying send/recv, on first demand
     stages: dict[int, set[tuple[str, int, int]]] | None = None
     # (desc, size) → the groups of that description and size, built on first demand
@@ -494,7 +498,9 @@ def _proof(
     last_of_rank = np.zeros(t.n, dtype=bool)
     rank_change = np.flatnonzero(np.diff(t.rank) != 0)
     last_of_rank[np.append(rank_change, t.n - 1)] = True
-    went_on = np.logical_or.reduceat(~last_of_rank[rows], starts)
+    # gloo's async ops return at once: a rank that went on past an op it has not retired
+    # proves nothing about it (it is in flight, or never completes).
+    went_on = np.logical_or.reduceat(~last_of_rank[rows] & t.retired[rows], starts)
     proven = np.where(
         unit_stateless,
         np.where(went_on, unit_seq, unit_seq - 1),
@@ -514,6 +520,8 @@ ValueOf = Callable[[I64], dict[int, Value]]
 """Reads one value per rank from a unit's rows."""
 
 _HISTORY_UNITS = 32  # earlier units of a group searched for a rank's own history
+_NEWEST_UNITS = 8  # a group's newest units compared with groups alike when a member is lost
+_MOST_VOTES = 16  # groups alike asked at most (at 16,384 ranks a group has thousands)
 _ALIKE_UNITS = 6  # earlier units another group must agree on to count as alike
 
 
@@ -564,9 +572,13 @@ def _uniform_value(ctx: _Context, uid: int, seq: int, value_of: ValueOf) -> Valu
     return found.pop() if len(found) == 1 else None
 
 
-def _sibling_votes(ctx: _Context, group: Group, seq: int, value_of: ValueOf) -> Counter[Value]:
+def _sibling_votes(
+    ctx: _Context, group: Group, seq: int, value_of: ValueOf, same_stage: bool = False
+) -> Counter[Value]:
     """What the groups like this one (same description and size, the same ops before this
-    seq id) each hold at this seq id, when all their members agree: one vote per group."""
+    seq id) each hold at this seq id, when all their members agree: one vote per group.
+    Groups of other pipeline stages vote only when none of this one does, and never with
+    `same_stage`."""
     votes: Counter[Value] = Counter()
     ops = _ops_value(ctx.t)
     mine = [
@@ -592,7 +604,9 @@ def _sibling_votes(ctx: _Context, group: Group, seq: int, value_of: ValueOf) -> 
         value = _uniform_value(ctx, other.uid, seq, value_of)
         if value is not None:
             (votes if _stage_of(ctx, other) == stage else elsewhere)[value] += 1
-    return votes or elsewhere
+            if votes.total() >= _MOST_VOTES:
+                break
+    return votes if same_stage else votes or elsewhere
 
 
 def _stage_of(ctx: _Context, group: Group) -> frozenset[tuple[str, int, int]]:
@@ -853,18 +867,19 @@ def _check_against_alike(
     the groups alike at the same seq id. With no dump from the other side, agreement among
     those left proves nothing: gloo aborts, with no dump, a rank that receives more bytes than
     it posted, so the partner of a rank that sent another size or dtype disappears. Asked at
-    a group's newest collective only (where its members stopped), when no group alike agrees
-    with the members left and at least one disagrees."""
+    a group's newest collectives only (where its members stopped; async ops may follow the
+    one that failed), when no group alike agrees with the members left and one disagrees."""
     t = ctx.t
     lost = sorted(set(group.ranks) & ctx.unavailable)
-    if not lost or _unit_span(ctx, group.uid, seq + 1) is not None:
+    if not lost or _newest_unit_seq(ctx, group.uid) - seq >= _NEWEST_UNITS:
         return
     value_of = _signature_value(t)
     mine = set(value_of(grid.reshape(-1)).values())
     if len(mine) != 1:
         return
     value = mine.pop()
-    votes = _sibling_votes(ctx, group, seq, value_of)
+    # Only groups of the same pipeline stage: another stage runs another program.
+    votes = _sibling_votes(ctx, group, seq, value_of, same_stage=True)
     if not votes or value in votes:
         return
     reference, count = votes.most_common(1)[0]
@@ -1092,8 +1107,8 @@ def _check_sizes(
             what,
         )
     if op in ALL_TO_ALL_OPS:
-        _check_all_to_all_inputs(ctx, group, seq, (pos, op), what, rows_at, add)
-        if len(present) == group.size:
+        flagged = _check_all_to_all_inputs(ctx, group, seq, (pos, op), what, rows_at, add)
+        if len(present) == group.size and not flagged:
             total_in = sum(int(t.shape_numel[t.in_shape[r]]) for r in rows_at.values())
             total_out = sum(int(t.shape_numel[t.out_shape[r]]) for r in rows_at.values())
             if total_in != total_out:
@@ -1152,49 +1167,58 @@ def _check_all_to_all_inputs(
     what: str,
     rows_at: dict[int, int],
     add: _Adder,
-) -> None:
+) -> bool:
     """An all_to_all's input sizes, compared across its members. The recorder keeps only
     each rank's totals, and output totals legitimately differ from rank to rank (uneven
     splits), so only inputs are compared, and only where this exchange has uniform inputs:
     every member of the groups alike holds one input at this seq id, or, with no group alike,
     this group's last exchange of the same kind (outputs uneven or not alike) had one input
-    on every member. A minority that passes another input deviates."""
+    on every member. A minority that passes another input deviates (in a pair, the one the
+    groups alike do not hold). Returns whether it named one."""
     t = ctx.t
     pos, op = at
 
     values = {rank: (op, int(t.in_shape[r])) for rank, r in rows_at.items()}
     counts = Counter(values.values()).most_common()
-    if len(counts) < 2 or counts[0][1] < 2 or counts[0][1] == counts[1][1]:
-        return
-    reference = counts[0][0]
-    if counts[0][1] * 2 <= len(values):
-        return
-    uneven_out = len({int(t.out_shape[r]) for r in rows_at.values()}) > 1
+    if len(counts) < 2:
+        return False
     in_value = _at_position(t, pos, lambda r: (int(t.in_shape[r]),))
     out_value = _at_position(t, pos, lambda r: (int(t.out_shape[r]),))
-    held = (op, (reference[1],))  # as `in_value` gives it
     votes = _sibling_votes(ctx, group, seq, in_value)
-    if votes:
-        if set(votes) != {held}:
-            return
-        basis = f"every member of {sum(votes.values())} group(s) {group.desc!r} alike holds it"
+    majority = counts[0][1] * 2 > len(values) and counts[0][1] >= 2
+    if majority:
+        reference = counts[0][0]
+    elif len(votes) == 1 and (op, next(iter(votes))[1][0]) in values.values():
+        reference = (op, next(iter(votes))[1][0])  # a tie that the groups alike settle
     else:
-        basis = ""
-        for earlier in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
-            span = _unit_span(ctx, group.uid, earlier)
-            if span is None:
-                continue
-            rows = ctx.coll_rows[span[0] : span[1]]
-            before = in_value(rows)
-            if not before or any(v[0] != op for v in before.values()):
-                continue
-            if (len(set(out_value(rows).values())) > 1) != uneven_out:
-                continue  # another kind of exchange (dispatch against combine)
-            if set(before.values()) == {held}:
-                basis = f"every member passed it at #{earlier}, the same exchange"
-            break
-        if not basis:
-            return
+        return False
+    held = (op, (reference[1],))  # as `in_value` gives it
+    uneven_out = len({int(t.out_shape[r]) for r in rows_at.values()}) > 1
+    history: bool | None = None  # this group's last exchange of the same kind agrees
+    earlier = -1
+    for earlier in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
+        span = _unit_span(ctx, group.uid, earlier)
+        if span is None:
+            continue
+        rows = ctx.coll_rows[span[0] : span[1]]
+        before = in_value(rows)
+        if not before or any(v[0] != op for v in before.values()):
+            continue
+        if (len(set(out_value(rows).values())) > 1) != uneven_out:
+            continue  # another kind of exchange (dispatch against combine)
+        history = set(before.values()) == {held}
+        break
+    alike = f"every member of {votes.total()} group(s) {group.desc!r} alike holds it"
+    if votes and set(votes) != {held}:
+        return False
+    if majority and votes:
+        basis = alike
+    elif majority and history:
+        basis = f"every member passed it at #{earlier}, the same exchange"
+    elif not majority and votes.total() >= 2 and history is not False:
+        basis = alike  # a pair: the groups alike and the pair's own history agree
+    else:
+        return False
     culprits = {rank for rank, v in values.items() if v != reference}
 
     def shape(code: int) -> str:
@@ -1211,6 +1235,7 @@ def _check_all_to_all_inputs(
         "may differ, input totals may not)",
         what,
     )
+    return True
 
 
 def _contrast(values: dict[int, Value], culprits: set[int], text: Callable[[Any], str]) -> str:
@@ -1269,12 +1294,14 @@ def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
     proven = ctx.proof.get(uid, -1)
     if seq <= proven:
         # The group got past it, so every member issued it after its dump ended; unless the
-        # member's own buffer ends before it, unwrapped, while its peers wait for it in a
-        # later collective: then the ones in between were asynchronous (gloo's async_op
-        # returns at once) and prove nothing.
-        if newest is None or ctx.wrapped.get(rank, False) or not _stateless_group(ctx, uid):
+        # member's own buffer ends before it (a wrap drops old entries, never new ones), with
+        # nothing of its own in flight
+        # (it stopped): then its peers' copies retired by timing out (gloo retires an op that
+        # fails as one that completes) after they went on with async ops (gloo's async_op
+        # returns at once), and prove nothing.
+        if newest is None or not _stateless_group(ctx, uid):
             return True
-        return _newest_unit_seq(ctx, uid) <= proven
+        return _in_flight(ctx, rank)
     # Nothing of this group left in a wrapped buffer and no pg_status for it: cannot tell.
     return newest is None and enqueued is None and ctx.wrapped.get(rank, False)
 
@@ -1286,6 +1313,14 @@ def _newest_unit_seq(ctx: _Context, uid: int) -> int:
     uids, seqs, _, _ = ctx.unit_bounds
     mine = seqs[uids == uid]
     return int(mine.max()) if len(mine) else -1
+
+
+def _in_flight(ctx: _Context, rank: int) -> bool:
+    """Whether the rank has an op it has not retired (gloo: still running at its dump)."""
+    if ctx.in_flight is None:
+        t = ctx.t
+        ctx.in_flight = frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset()
+    return rank in ctx.in_flight
 
 
 def _stateless_group(ctx: _Context, uid: int) -> bool:

@@ -140,6 +140,11 @@ KIND_ORDER: tuple[FindingKind, ...] = (
     FindingKind.MALFORMED_ENTRY,
 )
 
+# Backends whose recorder writes every op's sizes as the size rules expect (ProcessGroupNCCL
+# and the recorders built on it): a layout every member breaks alike is a disagreement with
+# the op there, never a convention to learn (gloo's coalesced all_gather is one).
+EXACT_LAYOUT_BACKENDS = frozenset({"nccl", "ncclx", "nccl2", "rccl", "rcclx", "xccl"})
+
 # Kinds that say ranks disagree on what to do: a program bug, the root before any hang.
 MISMATCH_KINDS = frozenset(
     {

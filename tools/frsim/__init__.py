@@ -7,6 +7,8 @@ See README.md in this directory. Modules:
 
 - layout: TP x PP x DP and the process groups, in creation order; the `Topology` the rest sees;
 - custom: free-form jobs (explicit groups, per-rank programs) run by the same machinery;
+- shapes: the common non-3D training shapes as free-form jobs (FSDP2, HSDP, MoE, DDP,
+  new_subgroups, monitored barriers), for NCCL and gloo;
 - sites: call-site stack frames;
 - program: the per-rank op lists (Megatron-style 1F1B step);
 - faults: fault kinds and how they edit a program or the execution;
@@ -15,7 +17,7 @@ See README.md in this directory. Modules:
 - writers: torch-layout pickle, Python pickle, JSON, gzip, file names;
 - truth: what a correct analyzer concludes;
 - sim: the spec and the simulation tying them together;
-- campaign: `draw_case(seed)` for randomized fault campaigns.
+- campaign: `draw_case(seed[, shapes])` for randomized fault campaigns.
 """
 
 from .campaign import Case, draw_case

@@ -14,8 +14,16 @@ in well under a second even at 256 ranks.
     case.truth               # what a correct analyzer concludes
     case.write(directory)    # the dump files
 
-`python -m tools.frsim.campaign --seeds 0:300 [--out DIR]` prints one line per case (and
-writes each case into DIR/<seed>/).
+`draw_case(seed, shapes=("fsdp", "moe", ...))` draws, per seed, one of the named training shapes
+(`shapes.py`; "3d" is the grid above, drawn exactly as without `shapes`): a job of 8 to 64 ranks
+on NCCL or gloo (with gloo's abort of the rank that receives more bytes than it posted), and one
+of `SHAPE_KINDS`: healthy (end, mid-run), a hang before a collective, a crash, a skipped
+collective, a size or dtype mismatch, and per shape an uneven all_to_all whose split sizes
+disagree (moe), gradient buckets in another order (ddp) or a skipped barrier (barrier). Without
+`shapes` every seed draws the same 3D case as before.
+
+`python -m tools.frsim.campaign --seeds 0:300 [--shapes all|fsdp,moe,...] [--out DIR]` prints
+one line per case (and writes each case into DIR/<seed>/).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
+from . import shapes as shape_jobs
 from .faults import ExtraOp, Fault, Field
 from .layout import Layout, Role
 from .program import (
@@ -126,6 +135,10 @@ class Case:
     site: str
     """Site category of the fault ("-" for healthy cases)."""
     variant: str
+    shape: str = "3d"
+    """The training shape: "3d" (the Megatron grid) or one of `shapes.SHAPES`."""
+    job: str = ""
+    """A shape's job in words (`ShapeSpec.describe`); "" for a 3D case."""
 
     @cached_property
     def sim(self) -> Simulation:
@@ -135,14 +148,21 @@ class Case:
     def truth(self) -> Truth:
         return self.sim.truth
 
+    @property
+    def backend(self) -> str:
+        return self.spec.backend
+
     def describe(self) -> str:
         s, lay = self.spec, self.spec.layout
-        assert isinstance(lay, Layout)  # a campaign draws grid layouts only
         fault = s.fault.describe() if s.fault is not None else "no fault"
         out = self.output
         files = f"{out.fmt}{'.gz' if out.gzip else ''} {out.name(0)}"
+        if isinstance(lay, Layout):
+            where = f"{self.family} tp{lay.tp}xpp{lay.pp}xdp{lay.dp}"
+        else:
+            where = self.job
         return (
-            f"seed {self.seed}: {self.family} tp{lay.tp}xpp{lay.pp}xdp{lay.dp} "
+            f"seed {self.seed}: {where} "
             f"({lay.world_size} ranks) {s.backend} {self.variant} cap {s.capacity} "
             f"timeout {s.timeout_ms / 1000:g}s skew {s.skew_s:.2f}s {files} | {self.kind} "
             f"{self.site}: {fault} | truth: {self.truth.describe()}"
@@ -181,8 +201,17 @@ def _pick_unit(rng: random.Random, program: Program, units: list[int]) -> int:
     return rng.choice(chosen or units)
 
 
-def draw_case(seed: int) -> Case:
-    """A deterministic case for `seed`."""
+def draw_case(seed: int, shapes: Sequence[str] = ()) -> Case:
+    """A deterministic case for `seed`: a 3D job, or with `shapes`, a job of one of those
+    shapes ("3d" among them draws the 3D case of that seed)."""
+    if shapes:
+        pick = random.Random(f"shape:{seed}").choice(sorted(set(shapes)))
+        if pick != "3d":
+            return _draw_shape_case(seed, shape_jobs.shape_of(pick))
+    return _draw_3d_case(seed)
+
+
+def _draw_3d_case(seed: int) -> Case:
     rng = random.Random(seed)
     kind = CASE_KINDS[rng.randrange(len(CASE_KINDS))]
     families = sorted(LAYOUTS)
@@ -270,6 +299,143 @@ def draw_case(seed: int) -> Case:
     return Case(seed, replace(spec, fault=fault), output, family, kind, site, variant)
 
 
+SHAPE_KINDS: dict[str, tuple[str, ...]] = {
+    shape: (
+        "healthy_end",
+        "healthy_mid",
+        "stop_host",
+        "crash",
+        "skip",
+        "mismatch",
+        *{"moe": ("split_mismatch",), "ddp": ("bucket_order",), "barrier": ("skip_barrier",)}.get(
+            shape, ()
+        ),
+    )
+    for shape in shape_jobs.SHAPES
+}
+"""Case kinds per shape: the 3D kinds that apply to every shape, and each shape's own."""
+
+
+def _draw_shape_case(seed: int, shape: shape_jobs.ShapeName) -> Case:
+    """A case of training shape `shape` (its own random stream: 3D draws stay as they were)."""
+    rng = random.Random(f"{shape}:{seed}")
+    kind = rng.choice(SHAPE_KINDS[shape])
+    backend: Backend = rng.choice(("nccl", "gloo"))
+    timing = backend == "nccl" and rng.random() < 0.5
+    sspec = shape_jobs.draw_spec(rng, shape, backend, rng.randrange(100, 301))
+    job = shape_jobs.build(sspec)
+    small = rng.random() < 0.2
+    spec = SimSpec(
+        layout=job,
+        program=ProgramSpec(backend=backend),
+        timing=timing,
+        capacity=rng.randrange(40, 160) if small else 2000,
+        timeout_ms=rng.choice((5_000, 30_000, 600_000)),
+        queue_limit=rng.choice((16, 64, 64, 256)),
+        dump="mid" if kind == "healthy_mid" else "end",
+        skew_s=round(rng.uniform(0.0005, 0.005), 4)
+        if backend == "gloo" and kind == "healthy_mid"
+        else round(rng.uniform(0.02, 2.0), 3),
+        seed=seed,
+        stack_traces=rng.random() < 0.9,
+        gloo_abort=True,
+    )
+    output = _draw_output(rng)
+    variant = "gloo" if backend == "gloo" else ("timing" if timing else "no-timing")
+    label = sspec.describe()
+    if kind in ("healthy_end", "healthy_mid"):
+        return Case(seed, spec, output, shape, kind, "-", variant, shape, label)
+
+    from .sim import Job
+
+    rank = rng.randrange(job.world_size)
+    clean = Job(spec).clean_program(rank)
+    units = _shape_candidates(clean, kind)
+    if not units:  # e.g. a rank with no dispatch to split: a plain mismatch instead
+        kind = "mismatch"
+        units = _shape_candidates(clean, kind)
+    by_site: dict[str, list[int]] = {}
+    for u in units:
+        by_site.setdefault(shape_jobs.site_category(clean.site[u]), []).append(u)
+    site = rng.choice(sorted(by_site))
+    unit = _pick_unit(rng, clean, by_site[site])
+    fault = _draw_shape_fault(rng, kind, rank, unit, clean, backend)
+    return Case(seed, replace(spec, fault=fault), output, shape, kind, site, variant, shape, label)
+
+
+def _shape_candidates(program: Program, kind: str) -> list[int]:
+    """Units of a shape's `program` where fault `kind` can sit."""
+    out = []
+    for u in range(len(program)):
+        if program.kind[u] not in COLL_KINDS:
+            continue
+        templates = program.templates_of(u)
+        recorded = all(t.recorded for t in templates)
+        barrier = program.site[u] == "sync_barrier"
+        if kind == "skip_barrier":
+            ok = barrier
+        elif kind == "bucket_order":
+            ok = (
+                program.site[u] == "ddp_bucket"
+                and u + 1 < len(program)
+                and program.site[u + 1] == "ddp_bucket"
+                and program.role[u + 1] == program.role[u]
+            )
+        elif kind == "split_mismatch":
+            ok = templates[0].op == "all_to_all" and (templates[0].match or "").endswith("dispatch")
+        elif kind == "mismatch":
+            ok = recorded and not barrier
+        else:  # stop_host, crash, skip: any collective but a barrier (skip_barrier has those)
+            ok = not barrier
+        if ok:
+            out.append(u)
+    return out
+
+
+def _draw_shape_fault(
+    rng: random.Random, kind: str, rank: int, unit: int, program: Program, backend: Backend
+) -> Fault:
+    gloo = backend == "gloo"
+    if kind in ("stop_host", "crash", "skip"):
+        return Fault(kind, rank, unit)  # type: ignore[arg-type]
+    if kind == "skip_barrier":
+        return Fault("skip", rank, unit)
+    if kind == "bucket_order":
+        return Fault("swap", rank, unit)
+    members = len(program.templates_of(unit)) - 1
+    member = rng.randrange(members) if program.kind[unit] == Kind.COALESCED else 0
+    if kind == "split_mismatch":
+        # gloo: the culprit sends more than its receiver posted (which gloo aborts); NCCL: either
+        grow = gloo or rng.random() < 0.5
+        return Fault("mismatch", rank, unit, field="split", grow=grow)
+    field: Field = rng.choice(("size", "dtype"))
+    if gloo:
+        # gloo compares byte counts only: a dtype of the same width completes with garbage; a
+        # wider one, or a larger size, aborts the rank that receives more than it posted
+        same_width = field == "dtype" and rng.random() < 0.25
+        if same_width:
+            return Fault("mismatch", rank, unit, field="dtype", member=member, completes=True)
+        return Fault("mismatch", rank, unit, field=field, member=member, grow=True)
+    return Fault(
+        "mismatch",
+        rank,
+        unit,
+        field=field,
+        member=member,
+        completes=rng.random() < 0.15,
+        grow=rng.random() < 0.5,
+    )
+
+
+def _draw_output(rng: random.Random) -> Output:
+    fmt: Format = rng.choice(_FORMATS)
+    if fmt == "json":
+        pattern = rng.choice((NAMINGS["rank_json"], NAMINGS["nccl_trace"]))
+    else:
+        pattern = NAMINGS[rng.choice(sorted(k for k in NAMINGS if k != "rank_json"))]
+    return Output(fmt=fmt, gzip=rng.random() < 0.2, pattern=pattern)
+
+
 def _draw_fault(
     rng: random.Random, kind: str, rank: int, unit: int, program: Program, spec: SimSpec
 ) -> Fault:
@@ -309,17 +475,39 @@ def _draw_fault(
     raise ValueError(f"unknown case kind {kind!r}")
 
 
+ALL_SHAPES: tuple[str, ...] = ("3d", *shape_jobs.SHAPES)
+
+
+def parse_shapes(text: str) -> tuple[str, ...]:
+    """`--shapes`: "all" (every shape, 3d among them), or a comma-separated list."""
+    if text == "all":
+        return ALL_SHAPES
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [n for n in names if n not in ALL_SHAPES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(ALL_SHAPES)} or all"
+        )
+    return names
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.frsim.campaign", description="Draw (and write) campaign cases."
     )
     parser.add_argument("--seeds", default="0:300", help="range start:stop (default 0:300)")
     parser.add_argument("--out", type=Path, help="write each case into OUT/<seed>/")
+    parser.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=(),
+        help="draw these training shapes (comma-separated, 'all': every shape and 3d)",
+    )
     args = parser.parse_args(argv)
     start, stop = (int(x) for x in args.seeds.split(":"))
     for seed in range(start, stop):
         began = time.perf_counter()
-        case = draw_case(seed)
+        case = draw_case(seed, args.shapes)
         if args.out is not None:
             case.write(args.out / str(seed))
         line = case.describe()

@@ -20,8 +20,11 @@ Groups are created in order, as `torch.distributed.new_group` requires: gid 0 is
 group (desc "default_pg", every rank), then each `group(...)` call; the name is str(gid). A
 rank's slots are the job's groups (slot = gid, -1 in its binding where it is not a member), so
 an op names its group by gid and a p2p peer by its *global* rank. `on(rank)` is where a rank's
-ops are written; the recorded call sites are keys of `sites.SITES`. Finish building before
-simulating: a simulation reads the job, it does not copy it.
+ops are written; the recorded call sites are keys of `sites.SITES`. Besides plain collectives,
+send/recv and blocks, a rank calls `fused` (a `_coalescing_manager` block of one kind of op,
+recorded as the backend records it), `monitored_barrier` (gloo: unrecorded, two seq ids), and
+`coll(..., out_shapes=, match=)` for an op whose records differ per rank (uneven all_to_all).
+Finish building before simulating: a simulation reads the job, it does not copy it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from .layout import Group
-from .program import F32, Backend, Builder, Catalog, Program, Shape, Timing
+from .program import F32, NO_ISSUE, Backend, Builder, Catalog, Issue, Program, Shape, Timing
 from .sites import SITES
 
 WORLD = 0
@@ -57,6 +60,28 @@ class _Coll(NamedTuple):
     dtype: str
     site: str
     sync: bool
+    out_shapes: tuple[Shape, ...] | None = None
+    match: str | None = None
+    issue: Issue = NO_ISSUE
+
+
+class _Fused(NamedTuple):
+    gid: int
+    op: str
+    shapes: tuple[Shape, ...]
+    dtype: str
+    site: str
+    sync: bool
+    issue: Issue
+
+
+class _Wait(NamedTuple):
+    tag: str
+
+
+class _MonitoredBarrier(NamedTuple):
+    gid: int
+    site: str
 
 
 class _P2P(NamedTuple):
@@ -78,7 +103,7 @@ class _Block:
     members: list[_Coll | _P2P] = field(default_factory=list)
 
 
-_Op = _Step | _Compute | _Coll | _P2P | _Block
+_Op = _Step | _Compute | _Coll | _P2P | _Block | _Fused | _MonitoredBarrier | _Wait
 
 
 class RankOps:
@@ -107,11 +132,56 @@ class RankOps:
         dtype: str = F32,
         site: str = "grad_sync",
         sync: bool = False,
+        out_shapes: Sequence[Shape] | None = None,
+        match: str | None = None,
+        nowait: bool = False,
+        tag: str | None = None,
     ) -> None:
         """Collective `op` (no backend prefix) on per-rank tensors `shapes` on gid `group`;
-        `sync`: the host waits for its result (`.item()`). Inside `coalesced`, a member."""
+        `sync`: the host waits for its result (`.item()`). Inside `coalesced`, a member.
+        `out_shapes`: the output where it differs from `op`'s size rule (an uneven
+        `all_to_all`: [[total_out, hidden]] against the input's [[total_in, hidden]]); `match`:
+        the logical call every member agrees on when their records differ (the split matrix).
+        `nowait`: `async_op=True`, gloo's host does not wait for it (NCCL's never waits but for
+        `sync`); `tag`: a name for a later `wait`."""
         self._check(group, site)
-        self._add(_Coll(group, op, tuple(tuple(s) for s in shapes), dtype, site, sync))
+        outs = None if out_shapes is None else tuple(tuple(s) for s in out_shapes)
+        shapes_ = tuple(tuple(s) for s in shapes)
+        issue = Issue(nowait, tag)
+        self._add(_Coll(group, op, shapes_, dtype, site, sync, outs, match, issue))
+
+    def fused(
+        self,
+        group: int,
+        op: str,
+        shapes: Sequence[Shape],
+        dtype: str = F32,
+        site: str = "grad_sync",
+        sync: bool = False,
+        nowait: bool = False,
+        tag: str | None = None,
+    ) -> None:
+        """`len(shapes)` calls of torch API `op` ("all_gather_into_tensor",
+        "reduce_scatter_tensor" or "all_reduce") in one `_coalescing_manager` block, recorded
+        as the job's backend records them (`program.Builder.fused`); the rest as for `coll`."""
+        if self._block is not None:
+            raise ValueError("blocks do not nest")
+        self._check(group, site)
+        shapes_ = tuple(tuple(s) for s in shapes)
+        issue = Issue(nowait, tag)
+        self.ops.append(_Fused(group, op, shapes_, dtype, site, sync, issue))
+
+    def wait(self, tag: str) -> None:
+        """`work.wait()` of the async op tagged `tag`: gloo's host waits for it before the
+        compute that follows (NCCL: the stream waits, which its in-order stream does anyway)."""
+        self.ops.append(_Wait(tag))
+
+    def monitored_barrier(self, group: int = WORLD, site: str = "barrier") -> None:
+        """gloo's `monitored_barrier` on `group`: unrecorded, two collective seq ids."""
+        if self._block is not None:
+            raise ValueError("blocks do not nest")
+        self._check(group, site)
+        self.ops.append(_MonitoredBarrier(group, site))
 
     def send(self, group: int, peer: int, shape: Shape, dtype: str = F32, site: str = "") -> None:
         """Send to global rank `peer` on `group` (inside `batch`: a member, `site` unused)."""
@@ -264,6 +334,12 @@ class CustomJob:
                 b.step = op.step
             elif isinstance(op, _Compute):
                 b.compute(op.dev_us, op.host_us)
+            elif isinstance(op, _Fused):
+                b.fused(op.gid, op.op, op.shapes, op.dtype, op.site, op.sync, op.issue)
+            elif isinstance(op, _Wait):
+                b.wait(op.tag)
+            elif isinstance(op, _MonitoredBarrier):
+                b.monitored_barrier(op.gid, op.site, root=self._groups[op.gid].ranks[0] == rank)
             elif isinstance(op, _Block):
                 if op.kind == "batch":
                     opened = b.batch(op.gid, op.site)
@@ -278,7 +354,10 @@ class CustomJob:
 
     def _emit(self, b: Builder, op: _Coll | _P2P, block_site: str) -> None:
         if isinstance(op, _Coll):
-            b.coll(op.gid, op.op, op.shapes, op.dtype, op.site, op.sync)
+            b.coll(
+                op.gid, op.op, op.shapes, op.dtype, op.site, op.sync,
+                op.out_shapes, op.match, op.issue,
+            )  # fmt: skip
         else:
             local = self._groups[op.gid].local_rank(op.peer)
             b.p2p(op.is_send, op.gid, local, op.shape, op.dtype, op.site or block_site)

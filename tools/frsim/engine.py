@@ -4,10 +4,11 @@ Model (times in ns of true time; a rank's recorded clock adds its host's offset 
 
 - Host. It spends each op's CPU time, then enqueues the op (`enq`). It runs ahead of the
   device, except that (a) after a `sync` op it waits until that op completes (gloo: after
-  every op, collectives and send/recv alike), and (b) it never has more than `queue_limit`
-  enqueued-but-incomplete ops: it waits for the oldest (the stream completes in order, so the
-  oldest is op i - queue_limit). If what it waits for never completes, it stops: later ops are
-  never enqueued.
+  every op, collectives and send/recv alike, unless the op is `nowait`: `async_op=True`;
+  and with gloo, before an op whose `after` names an earlier op, until that one completes), and
+  (b) it never has more than `queue_limit` enqueued-but-incomplete ops: it waits for the
+  oldest (the stream completes in order, so the oldest is op i - queue_limit). If what it waits
+  for never completes, it stops: later ops are never enqueued.
 - Device. One in-order stream per rank: `ready[i] = max(enq[i], comp[i-1] + compute before i)`.
   The op starts at `ready[i]` (it *arrives* at its collective instance or p2p pairs then).
 - A collective instance (the k-th collective unit of every member on group g; a coalesced
@@ -24,6 +25,18 @@ Model (times in ns of true time; a rank's recorded clock adds its host's offset 
   completes), `stuck_in` (arrives, its peers complete, its own op never does), `stuck_before`
   (enqueued, never starts), `hang_at` (every member arrives at the op's collective instance,
   which never completes for any of them: a communicator or network hang).
+- gloo aborts (`abort`, one instance: the fault's). When its members' records disagree and
+  their byte counts differ, gloo kills the member that receives more bytes than it posted
+  (SIGABRT: it dies once every member arrived, no dump), as real 8-rank gloo jobs show. An
+  all_reduce's ring receives from the successor: the first member whose successor posts more
+  aborts, and nobody completes (every chunk's sum passes through it). An all_gather's ring
+  receives from the predecessor: the first member whose predecessor posts more aborts; its
+  predecessor already has every chunk and completes. In an all_to_all the one member whose
+  input total differs, if larger, sends the extra to its successor, which aborts; of the
+  other members, those whose exchange finished before the abort closed the connections
+  complete it (each with even odds: real runs differ). `abort_also`: a rank that dies with it
+  (a swap's culprit, which receives more at the second op of the two while gloo runs them
+  together).
 
 Resolution is a worklist fixpoint over ranks: each rank has a host cursor and a stream cursor
 and suspends on the first unresolved completion it needs; an instance completing wakes its
@@ -39,10 +52,11 @@ from __future__ import annotations
 import random
 from array import array
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .faults import EngineFault
+from .faults import EngineFault, posted_bytes
 from .layout import Topology
 from .program import Kind, Program
 
@@ -50,6 +64,8 @@ NEVER = 1 << 62
 """Time of an event that never happens (also: not yet resolved, during the run)."""
 WAKE_NS = 4_000
 """Host latency between a completion and the host noticing it (a synchronize returning)."""
+ABORT_NS = 50_000
+"""From the last arrival at a disagreeing gloo collective to the receiver's abort."""
 _COLL = int(Kind.COLL)
 _COALESCED = int(Kind.COALESCED)
 
@@ -84,6 +100,8 @@ _Context = tuple[
     list[int],  # dev
     list[int],  # dur
     list[bool],  # sync
+    list[bool],  # nowait
+    list[int],  # after
     list[int],  # sig
     list[bool],  # tolerant
     list[int],  # cseq
@@ -132,6 +150,8 @@ class _Engine:
         queue_limit: int,
         gloo: bool,
         seed: int,
+        abort: tuple[int, int] | None = None,
+        abort_also: int = -1,
     ) -> None:
         world = layout.world_size
         if len(programs) != world:
@@ -141,6 +161,7 @@ class _Engine:
         self.queue_limit = max(1, queue_limit)
         self.gloo = gloo
         rng = random.Random(seed * 1_000_003 + 17)
+        self.seed = seed
         self.jit = [rng.randrange(256) for _ in range(1024)]
         self.rank_factor = [rng.randrange(256) for _ in range(world)]
         self.rank_offset = [rng.randrange(1024) for _ in range(world)]
@@ -160,6 +181,10 @@ class _Engine:
         # faults
         self.crash_rank = self.stuck_rank = self.before_rank = self.hang_rank = -1
         self.crash_at = self.stuck_at = self.before_at = self.hang_at = -1
+        self.abort = -1 if abort is None else (abort[0] << 32) | abort[1]
+        self.abort_also = abort_also
+        self.dead: dict[int, int] = {}
+        """Ranks gloo aborted -> when."""
         self.crash_time = NEVER
         for rank, f in faults.items():
             if f.stop_at >= 0:
@@ -190,6 +215,8 @@ class _Engine:
             p.dev,
             p.dur,
             p.sync,
+            p.nowait,
+            p.after,
             p.sig,
             p.tolerant,
             p.cseq,
@@ -216,7 +243,10 @@ class _Engine:
         crash = self.crash_rank
         return [
             RankTimes(
-                self.enq[r], self.ready[r], self.comp[r], self.crash_time if r == crash else NEVER
+                self.enq[r],
+                self.ready[r],
+                self.comp[r],
+                self.crash_time if r == crash else self.dead.get(r, NEVER),
             )
             for r in range(len(self.programs))
         ]
@@ -234,6 +264,8 @@ class _Engine:
             dev,
             dur,
             sync,
+            nowait,
+            after,
             sig,
             tol,
             cseq,
@@ -266,6 +298,13 @@ class _Engine:
                     if c > ht:
                         ht = c
                     hwait = -1
+                if gloo and after[hc] >= 0:  # work.wait() of an earlier async op
+                    c = comp[after[hc]]
+                    if c == NEVER:
+                        break
+                    c += WAKE_NS
+                    if c > ht:
+                        ht = c
                 x = cpu[hc]
                 t = ht + x + ((x * (rf + jit[(hc + ro) & 1023])) >> 13)
                 if hc >= queue_limit:
@@ -280,7 +319,7 @@ class _Engine:
                     break
                 enq[hc] = t
                 ht = t
-                if gloo or sync[hc]:
+                if sync[hc] or (gloo and not nowait[hc]):
                     hwait = hc
                 hc += 1
                 moved = True
@@ -339,6 +378,8 @@ class _Engine:
                     if not inst.left:
                         if len(members) > 2:
                             del pending[key]
+                        if key == self.abort and inst.bad and not inst.tolerant:
+                            self._abort(inst, gid)
                         self._complete(inst)
                 else:
                     self._p2p_arrive(r, sc, rd)
@@ -364,6 +405,46 @@ class _Engine:
             if not queued[rank]:
                 queued[rank] = True
                 work.append(rank)
+
+    def _abort(self, inst: _Instance, gid: int) -> None:
+        """gloo kills the member of this disagreeing instance that receives more bytes than it
+        posted; those that got all they expected complete it (see the module docstring)."""
+        ms = inst.members
+        unit = {ms[j]: ms[j + 1] for j in range(0, len(ms), 2)}
+        order = self.layout.group(gid).ranks
+        if any(not t.recorded for r in order for t in self.programs[r].templates_of(unit[r])):
+            return  # a monitored_barrier is sends to and from its root: nothing to compare
+        posted = {r: posted_bytes(self.programs[r], unit[r]) for r in order}
+        n = len(order)
+        ops = {self.programs[r].templates_of(unit[r])[0].op for r in order}
+        spared: list[int] = []
+        if ops == {"all_to_all"}:
+            usual = Counter(posted.values()).most_common(1)[0][0]
+            odd = [r for r in order if posted[r] != usual]
+            if len(odd) != 1 or posted[odd[0]] < usual:
+                return  # a smaller total: its receivers get less than they posted
+            aborted = order[(order.index(odd[0]) + 1) % n]
+            coin = random.Random(self.seed * 7_919 + 0xAB)
+            spared = [r for r in order if r not in (odd[0], aborted) and coin.random() < 0.5]
+        elif ops <= {"all_reduce"}:
+            found = [i for i in range(n) if posted[order[(i + 1) % n]] > posted[order[i]]]
+            if not found:
+                return
+            aborted = order[found[0]]
+        else:
+            found = [i for i in range(n) if posted[order[i - 1]] > posted[order[i]]]
+            if not found:
+                return
+            aborted = order[found[0]]
+            spared = [order[found[0] - 1]]
+        died = inst.ready + ABORT_NS
+        self.dead[aborted] = died
+        if self.abort_also >= 0:
+            self.dead.setdefault(self.abort_also, died)
+        t = inst.ready + inst.dur
+        for rank in spared:
+            self.comp[rank][unit[rank]] = t + ((rank * 40_503 + unit[rank] * 9_973) & 2047)
+            self._wake(rank)
 
     def _p2p_arrive(self, r: int, u: int, rd: int) -> None:
         p = self.programs[r]
@@ -409,7 +490,10 @@ def run(
     queue_limit: int = 64,
     gloo: bool = False,
     seed: int = 0,
+    abort: tuple[int, int] | None = None,
+    abort_also: int = -1,
 ) -> list[RankTimes]:
     """Execute every rank's bound program; `programs[r]` is rank r's (shared objects are
     fine: the engine never modifies a program)."""
-    return _Engine(layout, programs, faults or {}, queue_limit, gloo, seed).run()
+    engine = _Engine(layout, programs, faults or {}, queue_limit, gloo, seed, abort, abort_also)
+    return engine.run()

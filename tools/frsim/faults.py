@@ -49,7 +49,9 @@ FaultKind = Literal[
     "network_hang",
     "swap",
 ]
-Field = Literal["size", "dtype", "op"]
+Field = Literal["size", "dtype", "op", "split"]
+"""What a mismatch changes; "split": an uneven all_to_all's input total (its split sizes),
+the output kept."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,9 @@ class Fault:
     plus one)."""
     completes: bool = False
     """mismatch: the collective completes anyway (garbage) and the job goes on."""
+    grow: bool = False
+    """mismatch: the rank's side takes more bytes than its peers': a size doubles the last
+    dimension (instead of halving it), a dtype is a wider one, a split adds a row."""
     extra: ExtraOp = ExtraOp()
     """extra: the op issued after `op`."""
 
@@ -95,7 +100,7 @@ class Fault:
                 f", {self.repeat} steps)" if self.repeat > 1 else ")"
             )
         elif self.kind in ("mismatch", "p2p_mismatch"):
-            text += f" ({self.field}, member {self.member}" + (
+            text += f" ({self.field}{', grows' if self.grow else ''}, member {self.member}" + (
                 ", completes)" if self.completes else ")"
             )
         elif self.kind == "extra":
@@ -159,8 +164,18 @@ def mismatch(
     member: int = 0,
     completes: bool = False,
     shape: tuple[int, ...] | None = None,
+    grow: bool = False,
 ) -> Fault:
-    return Fault("mismatch", rank, op, field=field, member=member, completes=completes, shape=shape)
+    return Fault(
+        "mismatch",
+        rank,
+        op,
+        field=field,
+        member=member,
+        completes=completes,
+        shape=shape,
+        grow=grow,
+    )
 
 
 def p2p_mismatch(
@@ -193,6 +208,11 @@ def check(fault: Fault, program: Program) -> None:
             raise ValueError(f"{fault.describe()}: no member {fault.member}")
         if program.backend == "gloo" and fault.kind == "p2p_mismatch":
             raise ValueError("gloo records no send/recv: p2p_mismatch needs nccl")
+        if fault.field == "split" and (
+            fault.kind != "mismatch"
+            or program.templates_of(fault.op)[fault.member].op != "all_to_all"
+        ):
+            raise ValueError(f"{fault.describe()}: a split mismatch needs an all_to_all")
     if fault.kind == "extra" and program.group_sizes[fault.extra.role] == 0:
         raise ValueError(f"{fault.describe()}: the rank has no {fault.extra.role.name} group")
     if fault.kind == "stall" and fault.seconds <= 0:
@@ -225,10 +245,7 @@ def apply(fault: Fault, program: Program) -> Program:
         p.delete(i)
     elif fault.kind == "swap":
         # The two ops trade places; the host and device time between ops stay where they were.
-        for name in Program.RAW:
-            if name not in ("cpu", "dev"):
-                column = getattr(p, name)
-                column[i], column[i + 1] = column[i + 1], column[i]
+        p.swap(i)
     elif fault.kind == "extra":
         e = fault.extra
         t = template(e.op, [e.shape], p.group_sizes[e.role], e.dtype, p.backend)
@@ -277,6 +294,9 @@ def _change_record(p: Program, i: int, fault: Fault) -> None:
 
 
 _OTHER_DTYPE = {F32: BF16, BF16: F32, I64: "Int", "Half": F32}
+_WIDER_DTYPE = {F32: "Double", BF16: F32, "Half": F32, I64: "Double", "Int": I64}
+DTYPE_BYTES = {"Double": 8, F32: 4, BF16: 2, "Half": 2, I64: 8, "Int": 4, "Byte": 1, "Char": 1}
+"""Bytes per element of the dtypes the simulator records."""
 _OTHER_OP = {
     "all_reduce": "_all_gather_base",
     "_all_gather_base": "all_reduce",
@@ -292,8 +312,48 @@ _OTHER_OP = {
 }
 
 
-def _resized(dim: int) -> int:
+def _resized(dim: int, grow: bool = False) -> int:
+    if grow:
+        return 2 * dim
     return dim // 2 if dim > 1 and dim % 2 == 0 else dim + 1
+
+
+def nbytes(t: Template) -> int:
+    """Bytes of the op's input tensors (what a rank posts)."""
+    width = DTYPE_BYTES.get(t.in_dtypes[0], 4) if t.in_dtypes else 4
+    return t.numel() * width if t.in_sizes else 0
+
+
+def posted_bytes(program: Program, unit: int) -> int:
+    """Bytes the unit's ops post (a block: every member)."""
+    return sum(nbytes(t) for t in program.templates_of(unit))
+
+
+def swap_kills_culprit(fault: Fault, clean: Program) -> bool:
+    """gloo runs a swap's two ops together: at the second, r posts the first op's bytes where
+    the others post the second's; it receives more than it posted (and aborts) when the
+    second is larger (an all_to_all's receivers only get less: no abort)."""
+    if fault.kind != "swap" or fault.op + 1 >= len(clean):
+        return False
+    first, second = clean.templates_of(fault.op), clean.templates_of(fault.op + 1)
+    if any(t.op == "all_to_all" or not t.recorded for t in (*first, *second)):
+        return False
+    return posted_bytes(clean, fault.op + 1) > posted_bytes(clean, fault.op)
+
+
+def abort_site(fault: Fault, clean: Program) -> tuple[int, int] | None:
+    """(slot, collective seq id) of the collective instance where gloo may abort a rank for
+    `fault` (see `engine`): the instance at the faulted op, where r's record is the odd one
+    (a mismatch, or what a skip, a swap or an extra op puts at that seq); None for the faults
+    that change no record."""
+    if fault.kind in ("mismatch", "skip", "swap") and clean.kind[fault.op] in COLL_KINDS:
+        return clean.role[fault.op], clean.cseq[fault.op]
+    if fault.kind == "extra":
+        role = int(fault.extra.role)
+        before = [u for u in range(fault.op + 1) if clean.role[u] == role]
+        seq = max((clean.cseq[u] for u in before if clean.kind[u] in COLL_KINDS), default=0)
+        return role, seq + 1
+    return None
 
 
 def _changed(t: Template, fault: Fault, p: Program) -> Template:
@@ -301,10 +361,17 @@ def _changed(t: Template, fault: Fault, p: Program) -> Template:
     differ there by calling another op."""
     if t.op in ("all_reduce_barrier", "barrier") and fault.field != "op":
         return _changed(t, replace(fault, field="op"), p)
+    if fault.field == "split":
+        if not t.in_sizes or not t.in_sizes[0]:
+            return _changed(t, replace(fault, field="size"), p)
+        rows = t.in_sizes[0][0]
+        rows = rows + 1 if fault.grow or rows <= 1 else rows - 1
+        return replace(t, in_sizes=((rows, *t.in_sizes[0][1:]), *t.in_sizes[1:]), match=None)
     if fault.field == "dtype" or (fault.field == "size" and not t.in_sizes):
         if not t.in_dtypes:
             return _changed(t, replace(fault, field="op"), p)
-        other = _OTHER_DTYPE.get(t.in_dtypes[0], F32)
+        table = _WIDER_DTYPE if fault.grow else _OTHER_DTYPE
+        other = table.get(t.in_dtypes[0], F32)
         return Template(
             t.op,
             t.in_sizes,
@@ -321,7 +388,8 @@ def _changed(t: Template, fault: Fault, p: Program) -> Template:
         # The last dimension changes in every shape, which keeps the op's size rule (gathers
         # and scatters stack along dim 0, or as gloo records them, along a new first dim).
         def resize(sizes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-            return tuple((*s[:-1], _resized(s[-1])) if s else s for s in sizes)
+            # a 0-dim tensor (a loss) becomes a 1-D one
+            return tuple((*s[:-1], _resized(s[-1], fault.grow)) if s else (2,) for s in sizes)
 
         return Template(
             t.op, resize(t.in_sizes), resize(t.out_sizes), t.in_dtypes, t.out_dtypes, t.api

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Literal
 
@@ -103,6 +103,10 @@ def collective_sizes(op: str, shapes: Sequence[Shape], group_size: int) -> tuple
 OP_API: dict[str, str] = {
     "all_reduce": "all_reduce",
     "allreduce_coalesced": "all_reduce_coalesced",
+    "all_gather_into_tensor_coalesced": "_coalescing_manager",
+    "reduce_scatter_tensor_coalesced": "_coalescing_manager",
+    "all_to_all": "all_to_all_single",
+    "monitored_barrier": "monitored_barrier",
     "all_reduce_barrier": "barrier",
     "barrier": "barrier",
     "broadcast": "broadcast",
@@ -133,11 +137,29 @@ class Template:
     out_dtypes: tuple[str, ...]
     api: str
     """torch.distributed entry point (selects the API frames)."""
+    match: str | None = None
+    """What must agree across the participants instead of the records, for an op whose records
+    legitimately differ per rank: the logical call (an uneven `all_to_all_single`'s split
+    matrix, a `monitored_barrier`'s root and non-root sides). None: the records must agree."""
+    seq_ids: int = 1
+    """Collective sequence ids the op takes (gloo's `monitored_barrier`: 2)."""
+    op_ids: int = 1
+    """op_ids the op takes (gloo's `monitored_barrier`: its sends and receives)."""
+    recorded: bool = True
+    """Whether the op has an entry (gloo's `monitored_barrier` has none)."""
 
     @property
     def signature(self) -> tuple[str, Sizes, Sizes, tuple[str, ...], tuple[str, ...]]:
-        """What must agree across the participants of a collective (not the call site)."""
+        """What the op records apart from counters, times and state (not the call site)."""
         return (self.op, self.in_sizes, self.out_sizes, self.in_dtypes, self.out_dtypes)
+
+    @property
+    def agreement(self) -> object:
+        """What must agree across the participants of a collective: the signature, or for an
+        op whose records differ per rank, its op, dtypes and `match`."""
+        if self.match is None:
+            return self.signature
+        return ("match", self.op, self.match, self.in_dtypes, self.out_dtypes)
 
     def numel(self) -> int:
         total = 0
@@ -184,6 +206,48 @@ def template(
     )
 
 
+FUSED_OPS: dict[str, str] = {
+    "all_gather_into_tensor": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor": "reduce_scatter_tensor_coalesced",
+    "all_reduce": "allreduce_coalesced",
+}
+"""torch API called N times in a `_coalescing_manager` block -> the one entry ProcessGroupNCCL
+records for the block (before its `coalesced` end marker)."""
+
+
+def gloo_gather_block(shapes: Sequence[Shape], dtype: str) -> Template:
+    """N `all_gather_into_tensor` in a `_coalescing_manager` block as gloo records them: one
+    `all_gather` entry, input every tensor's shape, output [N, *first shape] (torch 2.13)."""
+    ins = tuple(tuple(s) for s in shapes)
+    return Template(
+        "all_gather", ins, ((len(ins), *ins[0]),), (dtype,) * len(ins), (dtype,),
+        "_coalescing_manager",
+    )  # fmt: skip
+
+
+def monitored_barrier(group_size: int, root: bool) -> Template:
+    """gloo's `monitored_barrier`: no entry; two collective seq ids on every caller; op_ids for
+    its sends and receives (the root receives from and answers every other member)."""
+    return Template(
+        "monitored_barrier", (), (), (), (), "monitored_barrier",
+        match="monitored_barrier", seq_ids=2,
+        op_ids=2 * max(1, group_size - 1) if root else 2, recorded=False,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Issue:
+    """How the host issues an op, beyond `sync` (gloo; NCCL's host never waits on these)."""
+
+    nowait: bool = False
+    """`async_op=True`: the host does not wait for it (gloo waits for every other op)."""
+    tag: str | None = None
+    """A name for the op, for a later `Builder.wait` (its `work.wait()`)."""
+
+
+NO_ISSUE = Issue()
+
+
 def marker_template(op: str, api: str) -> Template:
     """A coalescing end marker: empty sizes and dtypes."""
     return Template(op, (), (), (), (), api)
@@ -199,6 +263,9 @@ class Block:
     """Group-local peer of each member (BATCH); -1 for collective members."""
     marker: int
     """Template id of the end marker."""
+    fused: bool = False
+    """A `*_coalesced` fast path (`_coalescing_manager` of one kind of op, NCCL): one member
+    entry listing every tensor, then the marker; both share one op_id and carry the state."""
 
 
 class Catalog:
@@ -228,7 +295,7 @@ class Catalog:
         if tid is None:
             tid = self._tid[t] = len(self.templates)
             self.templates.append(t)
-            self.sigs.append(self._sig(t.signature))
+            self.sigs.append(self._sig(t.agreement))
             self.p2p_sigs.append(self._sig(("p2p", t.in_sizes, t.in_dtypes)))
         return tid
 
@@ -326,6 +393,13 @@ class Program:
     dur: list[int]
     """Communication ns once every participant arrived."""
     sync: list[bool]
+    nowait: list[bool]
+    """gloo: the host does not wait for the op (`async_op=True`); NCCL never waits unless
+    `sync`."""
+    after: list[int]
+    """gloo: the unit the host waits for before this one (before the compute preceding it):
+    the `work.wait()` of an earlier async op (FSDP waits for a layer's gathered parameters
+    after it issued the next layer's gather); -1: none."""
     tolerant: list[bool]
     """Completes even when the participants' records disagree (garbage result)."""
     step: list[int]
@@ -337,6 +411,8 @@ class Program:
     """op_id of the unit's first entry (gloo: of its first op)."""
     nent: list[int]
     """Entries the unit records."""
+    shared: list[bool]
+    """The unit's entries share one op_id and the unit's state (a fused block)."""
     ecum: list[int]
     """Entries recorded before each unit (length n + 1)."""
     sig: list[int]
@@ -355,14 +431,17 @@ class Program:
     def empty(cls, catalog: Catalog, backend: Backend, group_sizes: tuple[int, ...]) -> Program:
         return cls(
             catalog, backend, group_sizes,
-            [], [], [], [], [], [], [], [], [], [], [],
-            [], [], [], [], [], [], [], [], [], [], [],
+            [], [], [], [], [], [], [], [], [], [], [], [], [],
+            [], [], [], [], [], [], [], [], [], [], [], [],
         )  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.kind)
 
-    RAW = ("kind", "role", "item", "peer", "site", "cpu", "dev", "dur", "sync", "tolerant", "step")
+    RAW = (
+        "kind", "role", "item", "peer", "site", "cpu", "dev", "dur", "sync", "nowait", "after",
+        "tolerant", "step",
+    )  # fmt: skip
 
     def copy(self) -> Program:
         """An independent copy (faults edit the copy of one rank's program)."""
@@ -384,16 +463,34 @@ class Program:
         dur: int,
         sync: bool,
         step: int,
+        nowait: bool = False,
+        after: int = -1,
     ) -> None:
         """Insert a raw unit before `index` (call `finalize` afterwards)."""
-        values = (int(kind), int(role), item, peer, site, cpu, dev, dur, sync, False, step)
+        if index < len(self.kind):  # waits for the units it moves follow them
+            self.after = [a + 1 if a >= index else a for a in self.after]
+        values = (
+            int(kind), int(role), item, peer, site, cpu, dev, dur, sync, nowait, after, False,
+            step,
+        )  # fmt: skip
         for name, value in zip(self.RAW, values, strict=True):
             getattr(self, name).insert(index, value)
 
     def delete(self, index: int) -> None:
-        """Remove unit `index` (call `finalize` afterwards)."""
+        """Remove unit `index` (call `finalize` afterwards). A wait for it goes with it."""
         for name in self.RAW:
             del getattr(self, name)[index]
+        self.after = [-1 if a == index else a - 1 if a > index else a for a in self.after]
+
+    def swap(self, index: int) -> None:
+        """Units `index` and `index + 1` trade places; the host and device time between ops
+        stay where they were (call `finalize` afterwards)."""
+        for name in self.RAW:
+            if name not in ("cpu", "dev"):
+                column = getattr(self, name)
+                column[index], column[index + 1] = column[index + 1], column[index]
+        moved = {index: index + 1, index + 1: index}
+        self.after = [moved.get(a, a) for a in self.after]
 
     def finalize(self) -> Program:
         """Derive sequence ids, op ids, entry counts, signatures and p2p channels."""
@@ -406,6 +503,7 @@ class Program:
         ops = [0] * slots
         chans: dict[tuple[int, bool, int], int] = {}
         cseq, pseq, opid, nent, sig = [0] * n, [0] * n, [0] * n, [0] * n, [-1] * n
+        shared = [False] * n
         ecum = [0] * (n + 1)
         mstart = [0] * (n + 1)
         msend: list[bool] = []
@@ -416,13 +514,18 @@ class Program:
         for i in range(n):
             k, role, item = self.kind[i], self.role[i], self.item[i]
             mstart[i] = len(msend)
+            seq = coll[role] + 1
             if k == Kind.COLL:
-                coll[role] += 1
-                count, entries = 1, 1
+                t = cat.templates[item]
+                coll[role] += t.seq_ids
+                count, entries = t.op_ids, 1 if t.recorded else 0
                 sig[i] = cat.sigs[item]
             elif k == Kind.COALESCED:
                 coll[role] += 1
-                count = entries = len(cat.blocks[item].members) + 1
+                block = cat.blocks[item]
+                entries = len(block.members) + 1
+                count = 1 if block.fused else entries
+                shared[i] = block.fused
                 sig[i] = cat.block_sigs[item]
             else:
                 if k == Kind.BATCH:
@@ -433,6 +536,7 @@ class Program:
                     members = [(item, self.peer[i])]
                     count = 1
                 entries = 0 if gloo else len(members) + (1 if k == Kind.BATCH else 0)
+                seq = coll[role]
                 if not gloo:
                     p2p[role] += 1
                 for tid, peer in members:
@@ -443,7 +547,7 @@ class Program:
                     mpeer.append(peer)
                     mchan.append(chans[key])
                     msig.append(cat.p2p_sigs[tid])
-            cseq[i], pseq[i], opid[i], nent[i] = coll[role], p2p[role], ops[role] + 1, entries
+            cseq[i], pseq[i], opid[i], nent[i] = seq, p2p[role], ops[role] + 1, entries
             ops[role] += count
             total += entries
             ecum[i + 1] = total
@@ -456,6 +560,7 @@ class Program:
             ecum,
             sig,
         )
+        self.shared = shared
         self.mstart, self.msend, self.mpeer, self.mchan, self.msig = (
             mstart,
             msend,
@@ -540,6 +645,16 @@ class Builder:
         self.pending_cpu = 0
         self.pending_dev = 0
         self._block: tuple[Kind, int, str, list[int], list[int], str] | None = None
+        self._tags: dict[str, int] = {}
+        self._after = -1
+
+    def wait(self, tag: str) -> None:
+        """gloo: the host waits for the op tagged `tag` (`work.wait()` of an async op) before
+        the compute that follows; NCCL's `wait` makes only the stream wait, which the in-order
+        stream does anyway."""
+        if tag not in self._tags:
+            raise ValueError(f"no earlier op tagged {tag!r}")
+        self._after = max(self._after, self._tags[tag])
 
     def compute(self, dev_us: int, host_us: int = 0) -> None:
         """Kernels the host launches (host_us) that run on the stream (dev_us) before the
@@ -566,8 +681,12 @@ class Builder:
         dur: int,
         entries: int,
         sync: bool = False,
+        issue: Issue = NO_ISSUE,
     ) -> None:
         timing = self.timing
+        after, self._after = self._after, -1
+        if issue.tag is not None:
+            self._tags[issue.tag] = len(self.program.kind)
         cpu = self.pending_cpu + (timing.launch_us + timing.entry_us * entries) * 1_000
         self.program.insert(
             len(self.program.kind),
@@ -581,6 +700,8 @@ class Builder:
             dur,
             sync,
             self.step,
+            issue.nowait,
+            after,
         )
         self.pending_cpu = self.pending_dev = 0
 
@@ -592,17 +713,80 @@ class Builder:
         dtype: str,
         site: str,
         sync: bool = False,
+        out_shapes: Sequence[Shape] | None = None,
+        match: str | None = None,
+        issue: Issue = NO_ISSUE,
     ) -> None:
-        """A collective; inside `coalesced`, a member of the block."""
+        """A collective; inside `coalesced`, a member of the block. `out_shapes`: the output
+        tensors where they differ from what `op`'s size rule gives (an uneven `all_to_all`:
+        only the totals are recorded); `match`: what must agree across the members instead of
+        the records (see `Template.match`); `issue`: async, tags and waits (gloo)."""
         t = template(op, shapes, self.group_sizes[role], dtype, self.backend)
+        if out_shapes is not None or match is not None:
+            outs = t.out_sizes if out_shapes is None else tuple(tuple(s) for s in out_shapes)
+            t = replace(t, out_sizes=outs, out_dtypes=(dtype,) * len(outs), match=match)
+        self._add_coll(role, t, site, sync, issue)
+
+    def _add_coll(self, role: int, t: Template, site: str, sync: bool, issue: Issue) -> None:
         tid = self.catalog.add(t)
         if self._block is not None:
             kind, brole, _, members, _, _ = self._block
             if kind != Kind.COALESCED or brole != role:
-                raise ValueError(f"{op} inside a foreign block")
+                raise ValueError(f"{t.op} inside a foreign block")
             members.append(tid)
             return
-        self._unit(Kind.COLL, role, tid, -1, site, self._duration(role, t, Kind.COLL), 1, sync)
+        dur = self._duration(role, t, Kind.COLL)
+        self._unit(Kind.COLL, role, tid, -1, site, dur, 1, sync, issue)
+
+    def fused(
+        self,
+        role: int,
+        op: str,
+        shapes: Sequence[Shape],
+        dtype: str,
+        site: str,
+        sync: bool = False,
+        issue: Issue = NO_ISSUE,
+    ) -> None:
+        """`len(shapes)` calls of torch API `op` ("all_gather_into_tensor",
+        "reduce_scatter_tensor", "all_reduce") in one `_coalescing_manager` block, recorded as
+        the backend does. NCCL: one `*_coalesced` entry listing every tensor, then the
+        `coalesced` marker, one seq id and one op_id. gloo: N all_gather_into_tensor -> one
+        `all_gather` entry (output [N, *first shape]); N all_reduce -> one `all_reduce` entry
+        listing N sizes; N reduce_scatter_tensor -> N `all_reduce` entries, each its own seq id
+        (the block's `issue.tag` names the last).
+        `shapes`: per-rank tensors (the input of a gather, the output of a scatter)."""
+        if op not in FUSED_OPS:
+            raise ValueError(f"no coalescing fast path for {op!r}")
+        if self._block is not None:
+            raise ValueError("blocks do not nest")
+        size = self.group_sizes[role]
+        if self.backend == "nccl":
+            with self._open(Kind.COALESCED, role, "coalesced", site, sync, fused=True, issue=issue):
+                t = template(FUSED_OPS[op], shapes, size, dtype, "nccl", "_coalescing_manager")
+                self._add_coll(role, t, site, sync, issue)
+            return
+        if op == "all_gather_into_tensor":
+            self._add_coll(role, gloo_gather_block(shapes, dtype), site, sync, issue)
+        elif op == "all_reduce":
+            t = template("allreduce_coalesced", shapes, size, dtype, "gloo", "_coalescing_manager")
+            self._add_coll(role, t, site, sync, issue)
+        else:
+            for n, shape in enumerate(shapes):
+                t = template(
+                    "_reduce_scatter_base", [shape], size, dtype, "gloo", "_coalescing_manager"
+                )
+                last = n == len(shapes) - 1
+                part = issue if last else replace(issue, tag=None)
+                self._add_coll(role, t, site, sync and last, part)
+
+    def monitored_barrier(self, role: int, site: str, root: bool) -> None:
+        """gloo's `monitored_barrier` on `role` (`root`: the group's first rank); the host waits
+        for it. It records nothing (see `monitored_barrier`)."""
+        if self.backend != "gloo":
+            raise ValueError("monitored_barrier is gloo's (NCCL: barrier, all_reduce_barrier)")
+        t = monitored_barrier(self.group_sizes[role], root)
+        self._add_coll(role, t, site, True, NO_ISSUE)
 
     def p2p(self, is_send: bool, role: int, peer: int, shape: Shape, dtype: str, site: str) -> None:
         """send (is_send) or recv with group-local `peer`; inside `batch`, a member."""
@@ -633,7 +817,14 @@ class Builder:
 
     @contextmanager
     def _open(
-        self, kind: Kind, role: int, marker: str, site: str, sync: bool = False
+        self,
+        kind: Kind,
+        role: int,
+        marker: str,
+        site: str,
+        sync: bool = False,
+        fused: bool = False,
+        issue: Issue = NO_ISSUE,
     ) -> Iterator[None]:
         if self._block is not None:
             raise ValueError("blocks do not nest")
@@ -648,13 +839,13 @@ class Builder:
             return
         api = "batch_isend_irecv" if kind == Kind.BATCH else OP_API[marker]
         mtid = self.catalog.add(marker_template(marker, api))
-        block = Block(tuple(members), tuple(peers) or (-1,) * len(members), mtid)
+        block = Block(tuple(members), tuple(peers) or (-1,) * len(members), mtid, fused)
         bid = self.catalog.add_block(block)
         templates = [self.catalog.templates[m] for m in members]
         dur = max(self._duration(role, t, kind) for t in templates)
         if kind == Kind.COALESCED:
             dur = dur + dur // 4 * (len(members) - 1)
-        self._unit(kind, role, bid, -1, site, dur, len(members) + 1, sync)
+        self._unit(kind, role, bid, -1, site, dur, len(members) + 1, sync, issue)
 
 
 def build_program(spec: ProgramSpec, layout: Layout, stage: int, catalog: Catalog) -> Program:

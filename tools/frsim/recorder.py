@@ -41,8 +41,10 @@ from typing import Literal, NamedTuple
 
 from .engine import NEVER, RankTimes
 from .layout import Topology
-from .program import P2P_KINDS, Kind, Program, Sizes
+from .program import COLL_KINDS, P2P_KINDS, Kind, Program, Sizes
 from .sites import RawFrame, is_autograd, stack
+
+_COLL_KINDS = frozenset(int(k) for k in COLL_KINDS)
 
 BASE_TIME_NS = 1_760_000_000_000_000_000
 """Wall clock (ns since the epoch) at true time 0 of every simulated job."""
@@ -250,6 +252,21 @@ def _last_seq_per_role(
     return {g: (found.get(g, 0) or -1) for g in roles}
 
 
+def _last_op_per_role(program: Program, end: int, roles: list[int]) -> dict[int, int]:
+    """gloo: for each role, the op_id of its last recorded collective among units [0, end); -1
+    when none. gloo's pg_status counts op_ids, which unrecorded ops (send/recv,
+    `monitored_barrier`) advance too; on a group of plain collectives it is the seq id."""
+    found: dict[int, int] = {}
+    role, kind, opid, nent = program.role, program.kind, program.opid, program.nent
+    i = end - 1
+    while i >= 0 and len(found) < len(roles):
+        g = role[i]
+        if g not in found and kind[i] in _COLL_KINDS and nent[i]:
+            found[g] = opid[i] + nent[i] - 1
+        i -= 1
+    return {g: found.get(g, -1) for g in roles}
+
+
 def buffer_window(
     capacity: int, program: Program, times: RankTimes, dump_time: int
 ) -> tuple[int, int, int]:
@@ -369,12 +386,13 @@ def record(
     )
     statics = _statics(program, f"{s.backend}:", local, s.stack_traces)
     enq, ready, comp = times.enq, times.ready, times.comp
-    p_role, p_cseq, p_pseq, p_opid, p_nent = (
+    p_role, p_cseq, p_pseq, p_opid, p_nent, p_shared = (
         program.role,
         program.cseq,
         program.pseq,
         program.opid,
         program.nent,
+        program.shared,
     )
 
     lo, enqueued, first_entry = buffer_window(s.capacity, program, times, d)
@@ -418,11 +436,13 @@ def record(
             state, retired = "scheduled", False
         row = statics[u]
         t0 = e + offset - (n - 1) * gap
+        shared = p_shared[u]
         for j in range(max(0, first_entry - rid0), n):
             st = row[j]
             tname, tid = ("pt_autograd_0", autograd_tid) if st.autograd else (main_name, main_tid)
-            # Only a block's last entry carries its state; the others stay scheduled.
-            last = j == n - 1
+            # Only a block's last entry carries its state; the others stay scheduled. A fused
+            # block's entries are one op: they share its op_id and state.
+            last = j == n - 1 or shared
             append(
                 Entry(
                     st.frames,
@@ -433,7 +453,7 @@ def record(
                     tid,
                     cs,
                     ps,
-                    op0 + j,
+                    op0 if shared else op0 + j,
                     st.name,
                     t0 + j * gap,
                     duration if last else None,
@@ -455,6 +475,7 @@ def record(
     roles = [int(r) for r in member_roles]
     last_enqueued = _last_seq_per_role(program, enqueued, roles, own_counter=not gloo)
     if gloo:
+        last_enqueued = _last_op_per_role(program, enqueued, roles)
         done = times.completed(d)
         if done < enqueued and d - enq[done] >= timeout_ns:
             done += 1  # failed at its timeout: retired, counted as completed
@@ -467,7 +488,10 @@ def record(
             )
         else:
             last_started = dict.fromkeys(roles, -1)
-    last_completed = _last_seq_per_role(program, done, roles, own_counter=not gloo)
+    if gloo:
+        last_completed = _last_op_per_role(program, done, roles)
+    else:
+        last_completed = _last_seq_per_role(program, done, roles, own_counter=True)
     status = [(last_enqueued[g], last_started[g], last_completed[g]) for g in roles]
     return RankDump(
         rank,

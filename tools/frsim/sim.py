@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from . import engine
 from .custom import CustomJob
-from .faults import EngineFault, Fault, apply, engine_fault
+from .faults import EngineFault, Fault, abort_site, apply, engine_fault, swap_kills_culprit
 from .layout import Layout, Topology
 from .program import Backend, Catalog, Program, ProgramSpec, build_program
 from .recorder import DumpKind, RankDump, Settings, dump_times, record
@@ -54,6 +54,11 @@ class SimSpec:
     version: str = "2.10"
     comm_lib_version: str = "2.21.5"
     max_clock_offset_ms: float = 4.0
+    gloo_abort: bool = False
+    """gloo: at the faulted collective, when the members' byte counts differ, the rank that
+    receives more bytes than it posted aborts (SIGABRT, no dump), as real gloo does, and the
+    members that got all they expected complete it (`engine`). Off: none of them completes it
+    (the 3D campaign's model)."""
 
     @property
     def backend(self) -> Backend:
@@ -116,6 +121,25 @@ class Job:
         found = engine_fault(fault)
         return {} if found is None else {fault.rank: found}
 
+    def abort_instance(self) -> tuple[int, int] | None:
+        """(gid, seq) of the collective instance where gloo may abort a rank
+        (`SimSpec.gloo_abort`), or None."""
+        fault = self.spec.fault
+        if fault is None or not (self.spec.gloo_abort and self.spec.backend == "gloo"):
+            return None
+        site = abort_site(fault, self.clean_program(fault.rank))
+        if site is None:
+            return None
+        slot, seq = site
+        return self.layout.binding(fault.rank)[slot], seq
+
+    def abort_also(self) -> int:
+        """A rank gloo aborts besides the one at `abort_instance` (a swap's culprit), or -1."""
+        fault = self.spec.fault
+        if self.abort_instance() is None or fault is None:
+            return -1
+        return fault.rank if swap_kills_culprit(fault, self.clean_program(fault.rank)) else -1
+
 
 class Simulation:
     """A job executed once; dumps and truth computed on demand."""
@@ -135,6 +159,8 @@ class Simulation:
             queue_limit=spec.queue_limit,
             gloo=spec.backend == "gloo",
             seed=spec.seed,
+            abort=self.job.abort_instance(),
+            abort_also=self.job.abort_also(),
         )
         self.dump_times, self.first_dumper = dump_times(
             self.settings, self.programs, self.times, spec.dump, round(spec.skew_s * 1e9)

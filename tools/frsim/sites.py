@@ -54,6 +54,8 @@ API_FRAMES: dict[str, tuple[RawFrame, ...]] = {
     "recv": _torch_api("recv", 2525),
     "batch_isend_irecv": (("batch_isend_irecv", _C10D, 2764),),
     "_coalescing_manager": (("_coalescing_manager", _C10D, 2622), ("__exit__", _CONTEXTLIB, 144)),
+    "all_to_all_single": _torch_api("all_to_all_single", 4594),
+    "monitored_barrier": _torch_api("monitored_barrier", 4998),
 }
 """torch.distributed entry points, innermost first, keyed by the API the program called."""
 
@@ -79,6 +81,41 @@ class Site(NamedTuple):
     autograd: bool = False
     setup: bool = False
     evaluation: bool = False
+    tail: tuple[RawFrame, ...] | None = None
+    """The program's frames below the site (None: Megatron's training, setup or evaluation
+    tail); a job that is not Megatron (FSDP, DDP) has its own training script."""
+
+
+# --- sites of the non-Megatron training shapes (shapes.py): FSDP2, HSDP, DDP, a plain script --
+
+_FSDP = f"{_TORCH}/distributed/fsdp/_fully_shard"
+_FSDP_COLL = f"{_FSDP}/_fsdp_collectives.py"
+_FSDP_PG = f"{_FSDP}/_fsdp_param_group.py"
+_FSDP_STATE = f"{_FSDP}/_fsdp_state.py"
+_MODULE = f"{_TORCH}/nn/modules/module.py"
+_DDP = f"{_TORCH}/nn/parallel/distributed.py"
+_DDP_HOOKS = f"{_TORCH}/distributed/algorithms/ddp_comm_hooks/default_hooks.py"
+_CLIP_GRAD = f"{_TORCH}/nn/utils/clip_grad.py"
+_MOE = f"{_MEG}/core/transformer/moe"
+_SCRIPT = "/workspace/train.py"
+_SCRIPT_TAIL: tuple[RawFrame, ...] = (
+    ("train_step", _SCRIPT, 88),
+    ("train", _SCRIPT, 131),
+    ("main", _SCRIPT, 170),
+    ("<module>", _SCRIPT, 181),
+)
+_SCRIPT_SETUP_TAIL: tuple[RawFrame, ...] = (("main", _SCRIPT, 158), ("<module>", _SCRIPT, 181))
+
+
+def _script(*frames: RawFrame, autograd: bool = False, setup: bool = False) -> Site:
+    tail = _SCRIPT_SETUP_TAIL if setup else _SCRIPT_TAIL
+    return Site(frames, autograd=autograd, setup=setup, tail=tail)
+
+
+_FSDP_FWD: tuple[RawFrame, ...] = (
+    ("foreach_all_gather", _FSDP_COLL, 239),
+    ("unshard", _FSDP_PG, 293),
+)
 
 
 def _fwd(*frames: RawFrame) -> Site:
@@ -158,6 +195,79 @@ SITES: dict[str, Site] = {
         (("average_losses_across_data_parallel_group", _UTILS, 201), ("loss_func", _PRETRAIN, 160)),
         evaluation=True,
     ),
+    # FSDP2 / HSDP (torch.distributed.fsdp.fully_shard), a plain training script
+    "fsdp_unshard": _script(
+        *_FSDP_FWD,
+        ("pre_forward", _FSDP_PG, 406),
+        ("_pre_forward", _FSDP_STATE, 230),
+        ("_call_impl", _MODULE, 1773),
+    ),
+    "fsdp_prefetch": _script(
+        *_FSDP_FWD,
+        ("_prefetch_unshard", _FSDP_PG, 640),
+        ("pre_forward", _FSDP_PG, 409),
+        ("_pre_forward", _FSDP_STATE, 230),
+        ("_call_impl", _MODULE, 1773),
+    ),
+    "fsdp_unshard_bwd": _script(
+        *_FSDP_FWD,
+        ("pre_backward", _FSDP_PG, 470),
+        ("_pre_backward", _FSDP_STATE, 281),
+        autograd=True,
+    ),
+    "fsdp_reduce": _script(
+        ("foreach_reduce", _FSDP_COLL, 412),
+        ("post_backward", _FSDP_PG, 511),
+        ("_root_post_backward_final_callback", _FSDP_STATE, 318),
+        autograd=True,
+    ),
+    "hsdp_replicate": _script(
+        ("foreach_reduce", _FSDP_COLL, 471),
+        ("post_backward", _FSDP_PG, 511),
+        ("_root_post_backward_final_callback", _FSDP_STATE, 318),
+        autograd=True,
+    ),
+    "train_grad_norm": _script(
+        ("_get_total_norm", _CLIP_GRAD, 105), ("clip_grad_norm_", _CLIP_GRAD, 190)
+    ),
+    "train_loss": _script(
+        ("reduce_loss", _SCRIPT, 61),
+    ),
+    # DDP: buckets from the reducer's comm hook (autograd thread), module states at setup
+    "ddp_bucket": _script(
+        ("_allreduce_fut", _DDP_HOOKS, 21), ("allreduce_hook", _DDP_HOOKS, 56), autograd=True
+    ),
+    "ddp_setup": _script(
+        ("_sync_module_states", f"{_TORCH}/distributed/utils.py", 295),
+        ("__init__", _DDP, 850),
+        setup=True,
+    ),
+    # new_subgroups: each subgroup's own metrics; monitored_barrier / barrier between phases
+    "subgroup_metrics": _script(
+        ("all_reduce_metrics", _SCRIPT, 70),
+    ),
+    "sync_barrier": _script(
+        ("sync_ranks", _SCRIPT, 95),
+    ),
+    # Megatron MoE: expert-parallel token dispatch and combine (all_to_all_single)
+    "moe_dispatch": _fwd(
+        ("forward", _MAPPINGS, 413),
+        ("all_to_all", _MAPPINGS, 531),
+        ("token_permutation", f"{_MOE}/token_dispatcher.py", 612),
+        ("forward", f"{_MOE}/moe_layer.py", 141),
+    ),
+    "moe_combine": _fwd(
+        ("forward", _MAPPINGS, 413),
+        ("all_to_all", _MAPPINGS, 531),
+        ("token_unpermutation", f"{_MOE}/token_dispatcher.py", 698),
+        ("forward", f"{_MOE}/moe_layer.py", 149),
+    ),
+    "moe_dispatch_bwd": Site(
+        (("backward", _MAPPINGS, 420), ("apply", _AUTOGRAD, 307)), autograd=True
+    ),
+    "moe_combine_bwd": Site(
+        (("backward", _MAPPINGS, 420), ("apply", _AUTOGRAD, 307)), autograd=True
+    ),
     # context-parallel ring attention (TransformerEngine), for free-form jobs
     "cp_ring_fwd": Site(
         (
@@ -186,6 +296,8 @@ def stack(site: str, api: str) -> tuple[RawFrame, ...]:
     where = SITES[site]
     if where.autograd:
         tail: tuple[RawFrame, ...] = ()
+    elif where.tail is not None:
+        tail = where.tail
     elif where.evaluation:
         tail = _EVAL_TAIL
     elif where.setup:

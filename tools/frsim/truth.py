@@ -20,15 +20,27 @@ Rules (the fault's rank is r, its site the unit `op` of r's fault-free program):
   namespace) where r's recorded op (names, sizes, dtypes, peers, or presence) differs from what
   the fault-free program would have recorded there; root "mismatch" if r recorded something
   different there, "not_joined" if r recorded nothing there (for p2p: located on the waiting
-  counterpart, as for stop_host).
+  counterpart, as for stop_host). An op that leaves no entry (gloo's `monitored_barrier`, two
+  seq ids) counts as recorded by nobody: a rank that skipped it and recorded its next op at
+  the barrier's seq, where the others have a gap, did not join it ("not_joined" at that seq).
+- gloo aborts (`SimSpec.gloo_abort`): a mismatch of byte counts kills the rank that receives
+  more than it posted; the truth stays the mismatch of r. When the aborted rank is r's only
+  peer in the group (a 2-member replicate group), the sibling groups show the usual op.
 
 `ambiguous` says why the dumps cannot show the truth, by construction:
 
 - the op that shows the fault is in no ring buffer that would have to hold it (evicted, or
   never recorded by the ranks that should hold it, e.g. nobody issued the op r never issued);
 - the fault site is never reached before the dump;
+- a stall before r's first recorded op (start-up skew looks the same);
 - the job does not hang although the fault should hang it (nobody waits for r: a crash or a
   stop nobody notices);
+- gloo aborted r itself (it received more than it posted: at its mismatch when it posted
+  fewer bytes, at a swap's second op): its records are lost with it;
+- r went past an op that leaves no entry but recorded nothing after it, or no peer shows it
+  reached that op;
+- a skip whose later ops paired with the shifted ones (same records) and r ran to its end: one
+  op short, r looks like a rank that stopped;
 - a 2-member group disagrees and no sibling group (same desc) recorded that seq: no majority
   says which side deviates (the brief's "first op" case; history is not taken as evidence);
 - a p2p mismatch whose channel has no other transfer in r's buffer to show its usual shape;
@@ -195,10 +207,40 @@ class _Truths:
         ids = program.cseq if seq_kind == "collective" else program.pseq
         if self.sim.spec.backend == "gloo" and seq_kind == "p2p":
             return False
+        nent = program.nent  # an unrecorded op (monitored_barrier) has no entry
         for u in range(*window):
-            if binding[program.role[u]] == gid and program.kind[u] in kinds and ids[u] == seq:
+            here = binding[program.role[u]] == gid and program.kind[u] in kinds
+            if here and ids[u] == seq and nent[u]:
                 return True
         return False
+
+    def coll_seqs(self, rank: int, gid: int) -> set[int]:
+        """The collective seq ids of group `gid` that `rank`'s dump holds entries of."""
+        window = self.window(rank)
+        if window is None:
+            return set()
+        program = self.sim.programs[rank]
+        binding = self.layout.binding(rank)
+        return {
+            program.cseq[u]
+            for u in range(*window)
+            if binding[program.role[u]] == gid and program.kind[u] in COLL_KINDS and program.nent[u]
+        }
+
+    def peers_reached(self, site: _Site, exclude: int) -> bool:
+        """Did another member's dump show it reached the (unrecorded) op at the site's seq: an
+        entry of the seq right before it, or of a later one (a gap where it sits)?"""
+        for m in self.layout.group(site.gid).ranks:
+            if m != exclude:
+                seqs = self.coll_seqs(m, site.gid)
+                if site.seq - 1 in seqs or any(s > site.seq for s in seqs):
+                    return True
+        return False
+
+    def others_dead(self, site: _Site, exclude: int) -> bool:
+        """Did every other member of the site's group die without a dump (a gloo abort)?"""
+        members = self.layout.group(site.gid).ranks
+        return all(self.sim.dump_times[m] is None for m in members if m != exclude)
 
     def peers_hold(self, site: _Site, exclude: int) -> bool:
         """Does some other member of the site's group hold its seq (collective namespace)?"""
@@ -254,6 +296,9 @@ class _Truths:
         )
 
 
+_ABORTED = "rank r aborted (gloo: it received more bytes than it posted): its records are lost"
+
+
 def compute_truth(sim: Simulation) -> Truth:
     fault = sim.spec.fault
     if fault is None:
@@ -276,6 +321,11 @@ def compute_truth(sim: Simulation) -> Truth:
             amb = "the stalled op is never reached before the dump"
         elif not (t.holds(r, site.gid, site.seq_kind, site.seq) and t.others_hold(clean, site)):
             amb = "the stalled op fell out of the ring buffers"
+        elif not any(clean.nent[u] for u in range(i)):
+            amb = (
+                "a stall before the rank's first op: ranks start (and reach the first barrier) "
+                "seconds apart anyway, so a late first arrival is no stall of its own"
+            )
         return t.truth("slow", "straggler", r, site, amb, lateness=fault.seconds)
 
     if kind == "stop_host":
@@ -318,11 +368,15 @@ def compute_truth(sim: Simulation) -> Truth:
             amb = "the stuck op fell out of the ring buffers"
         return replace(t.truth("hung", "stuck_collective", r, site, amb), culprits=members)
     if kind == "swap":
-        return _swapped(t, sim, clean, actual, r, i)
+        truth = _swapped(t, sim, clean, actual, r, i)
+        if dumped is None:  # gloo aborted r itself (SimSpec.gloo_abort)
+            truth = replace(truth, ambiguous=_ABORTED)
+        return truth
 
     if kind == "mismatch":
         site = t.site(actual, r, i, fault.member)
-        return t.truth("desync", "mismatch", r, site, _mismatch_ambiguity(t, site, r, reached))
+        amb = _ABORTED if dumped is None else _mismatch_ambiguity(t, site, r, reached)
+        return t.truth("desync", "mismatch", r, site, amb)
 
     if kind == "p2p_mismatch":
         site = t.site(actual, r, i, fault.member)
@@ -343,18 +397,30 @@ def compute_truth(sim: Simulation) -> Truth:
     collective = clean.kind[i] in COLL_KINDS
     if kind == "extra":
         role, collective = fault.extra.role, True
-    return _divergence(t, sim, clean, actual, r, role, collective)
+    truth = _divergence(t, sim, clean, actual, r, role, collective)
+    if dumped is None:  # gloo aborted r itself (SimSpec.gloo_abort)
+        truth = replace(truth, ambiguous=_ABORTED)
+    return truth
 
 
 def _seen_by_others(sim: Simulation, r: int, units: list[int]) -> bool:
     """Whether another rank recorded an op of the group of one of r's `units` (the world
-    aside: every rank records it)."""
+    aside: every rank records it), or the very world op (seq) one of them is."""
     program = sim.programs[r]
     binding = sim.spec.layout.binding(r)
     names = {str(binding[program.role[u]]) for u in units} - {"0"}
+    world = {
+        program.cseq[u]
+        for u in units
+        if binding[program.role[u]] == 0 and program.kind[u] in COLL_KINDS and program.nent[u]
+    }
     for rank in range(sim.spec.layout.world_size):
         dump = sim.dump(rank) if rank != r else None
-        if dump is not None and names & {e.process_group[0] for e in dump.entries}:
+        if dump is None:
+            continue
+        if names & {e.process_group[0] for e in dump.entries}:
+            return True
+        if world & {e.collective_seq_id for e in dump.entries if e.process_group[0] == "0"}:
             return True
     return False
 
@@ -469,10 +535,51 @@ def _not_issued(
         amb = "nobody waits for the rank: the job does not hang"
     elif root == "not_joined" and not visible:
         amb = "no peer's dump holds the op rank r never issued (not issued, or evicted)"
+    elif root == "dead_rank" and site is not None and _async_past(sim, site, r):
+        amb = (
+            "gloo async ops: the peers went past the op rank r stopped before, and every "
+            "copy of it ended retired (timed out), so no dump shows which of them completed"
+        )
     return t.truth("hung", root, r, site, amb)
 
 
+def _async_past(sim: Simulation, site: _Site, r: int) -> bool:
+    """gloo only: every peer that recorded the site's collective issued it async, recorded a
+    later op, and holds it retired. gloo records no completion, and an op retires when it
+    times out as when it completes: with no dump of rank r's own, nothing places it at this
+    op rather than at a later one of the peers' run of async ops."""
+    if sim.spec.backend != "gloo" or site.seq_kind != "collective":
+        return False
+    seen = False
+    for m in sim.spec.layout.group(site.gid).ranks:
+        dump = sim.dump(m) if m != r else None
+        if dump is None:
+            continue
+        program, binding = sim.programs[m], sim.spec.layout.binding(m)
+        units = [
+            u
+            for u in range(len(program.kind))
+            if program.kind[u] in COLL_KINDS
+            and binding[program.role[u]] == site.gid
+            and program.cseq[u] == site.seq
+        ]
+        mine = [
+            k
+            for k, e in enumerate(dump.entries)
+            if e.process_group[0] == str(site.gid) and e.collective_seq_id == site.seq
+        ]
+        if not units or not mine:
+            continue
+        if not program.nowait[units[0]]:
+            return False
+        if mine[-1] == len(dump.entries) - 1 or not dump.entries[mine[-1]].retired:
+            return False
+        seen = True
+    return seen
+
+
 def _mismatch_ambiguity(t: _Truths, site: _Site, r: int, reached: bool) -> str | None:
+    """Why the dumps cannot show that r's record at `site` differs (None: they can)."""
     if not reached:
         return "the fault site is never reached before the dump"
     if not t.holds(r, site.gid, site.seq_kind, site.seq):
@@ -480,6 +587,8 @@ def _mismatch_ambiguity(t: _Truths, site: _Site, r: int, reached: bool) -> str |
     if site.seq_kind == "p2p":
         return None  # p2p seq ids are per rank: the record is compared with r's own channel
     if not t.peers_hold(site, r):
+        if t.others_dead(site, r) and t.sibling_holds(site):
+            return None  # the partner aborted (gloo); the sibling groups show the usual op
         return "no peer's dump holds the op to compare with"
     if t.layout.group(site.gid).size == 2 and not t.sibling_holds(site):
         return "a 2-member group disagrees and no sibling group shows which side deviates"
@@ -521,7 +630,13 @@ def _divergence(
         and actual.record_key(ours[j]) == clean.record_key(theirs[j])
     ):
         j += 1
-    if j < len(ours):
+    # An op that leaves no entry (gloo's monitored_barrier) on either side: r recorded nothing
+    # where the others are (r never joined it), or recorded its next op where the others are in
+    # one that records nothing (r went past it: not joined either).
+    if j < len(ours) and j < len(theirs) and not _recorded(clean, theirs[j]):
+        site = t.site(clean, r, theirs[j])
+        return t.truth("desync", "not_joined", r, site, _unrecorded_ambiguity(t, site, r))
+    if j < len(ours) and (j >= len(theirs) or _recorded(actual, ours[j])):
         site = t.site(actual, r, ours[j], _first_difference(actual, ours[j], clean, theirs, j))
         amb = _mismatch_ambiguity(t, site, r, True)
         return t.truth("desync", "mismatch", r, site, amb)
@@ -550,6 +665,13 @@ def _divergence(
                     "rank r went on only to ops of groups no other rank recorded (gloo keeps no "
                     "member lists): it looks like it stopped"
                 )
+            elif sim.times[r].completed() == len(actual):
+                # Its later ops paired with the shifted ones (same records) and it ran to its
+                # end: one op short, exactly what a rank that stopped before it looks like.
+                amb = (
+                    "rank r finished its program one op short (its later ops paired with the "
+                    "shifted ones): it looks like it stopped before the op it never issued"
+                )
         return t.truth("desync", "not_joined", r, site_, amb)
     return Truth(
         "desync",
@@ -557,6 +679,25 @@ def _divergence(
         (r,),
         ambiguous="rank r's records never diverge from the fault-free program before the dump",
     )
+
+
+def _unrecorded_ambiguity(t: _Truths, site: _Site, r: int) -> str | None:
+    """r went past an op that leaves no entry (at `site`, r's fault-free program) where the
+    other members are: the dumps show it when r recorded a later op of that group at the seq
+    the others leave empty, and the others show they reached it (an entry right before it or a
+    gap where it sits)."""
+    if not any(s >= site.seq for s in t.coll_seqs(r, site.gid)):
+        return "rank r recorded nothing past the unrecorded op: it looks like the others"
+    if not t.peers_reached(site, r):
+        return "no peer's dump shows it reached the unrecorded op at that seq"
+    if t.layout.group(site.gid).size == 2:
+        return "a 2-member group disagrees and no sibling group shows which side deviates"
+    return None
+
+
+def _recorded(program: Program, unit: int) -> bool:
+    """Whether every op of the unit has an entry (gloo's monitored_barrier has none)."""
+    return all(t.recorded for t in program.templates_of(unit))
 
 
 def _first_difference(actual: Program, unit: int, clean: Program, theirs: list[int], j: int) -> int:
