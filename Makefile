@@ -42,7 +42,9 @@ lint: $(STAMP) ## ruff and mypy (strict)
 bench: $(STAMP) ## Scale benchmark (see README)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
-accuracy: $(STAMP) ## Randomized fault campaign: share of right answers, confusion per fault kind
+ACCURACY_ARGS ?= --shapes all --cases 2100
+
+accuracy: $(STAMP) ## Randomized fault campaign over every job shape: share right per shape and backend
 	$(BIN)/python -m benchmarks.accuracy $(ACCURACY_ARGS)
 
 clean: ## Remove the virtualenv and caches
