@@ -49,11 +49,11 @@ import textwrap
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -439,27 +439,9 @@ def run_worker(name: str, rank: int, port: int, folder: str, timeout_s: float, l
             trainer.on_point = on_point
     if rank in plan.instant_dump_ranks:
         trainer.on_barrier = lambda work: work.get_future().then(lambda _: worker.capture())
-    idle_s = timeout_s + WATCHDOG_GRACE_S
-    threading.Thread(target=worker.watchdog, args=(idle_s, deadline), daemon=True).start()
-    worker.progress.at("start")
-    try:
-        trainer.run()
-        ended = "main thread, 0.5 s after the program ended"
-    except Exception as exc:  # the injected fault surfaces here: a timeout or a gloo error
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        say(rank, f"{type(exc).__name__} at {worker.progress.where}: {first[:150]}")
-        ended = "main thread, 0.5 s after its op raised"
-    worker.progress.finished = True
+    ended = run_watched(worker, rank, trainer.run, timeout_s, deadline)
     if plan.mid_run_dump_at is not None:
-        final = _entry_count()
-        give_up = time.monotonic() + 5
-        while not worker.dumped and time.monotonic() < give_up:
-            time.sleep(0.05)
-        worker.dump("main thread: no mid-run dump happened")
-        say(
-            rank,
-            f"mid-run dump held {worker.dumped_entries} entries, the program ended with {final}",
-        )
+        dump_mid_run_or_now(worker, rank)
     elif rank not in plan.instant_dump_ranks:
         time.sleep(SETTLE_S)
         worker.dump(ended)
@@ -468,6 +450,35 @@ def run_worker(name: str, rank: int, port: int, folder: str, timeout_s: float, l
     else:
         worker.dump("main thread, the instant the barrier returned")
     worker.finish(0, deadline)
+
+
+def run_watched(
+    worker: Worker, rank: int, program: Callable[[], None], timeout_s: float, deadline: float
+) -> str:
+    """Run a rank's program under the watchdog (it dumps a rank hung outside c10d); returns
+    how the main thread will say it dumped."""
+    idle_s = timeout_s + WATCHDOG_GRACE_S
+    threading.Thread(target=worker.watchdog, args=(idle_s, deadline), daemon=True).start()
+    worker.progress.at("start")
+    try:
+        program()
+        ended = "main thread, 0.5 s after the program ended"
+    except Exception as exc:  # the injected fault surfaces here: a timeout or a gloo error
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        say(rank, f"{type(exc).__name__} at {worker.progress.where}: {first[:150]}")
+        ended = "main thread, 0.5 s after its op raised"
+    worker.progress.finished = True
+    return ended
+
+
+def dump_mid_run_or_now(worker: Worker, rank: int) -> None:
+    """After the program of a mid-run scenario: wait for its background dump, else dump now."""
+    final = _entry_count()
+    give_up = time.monotonic() + 5
+    while not worker.dumped and time.monotonic() < give_up:
+        time.sleep(0.05)
+    worker.dump("main thread: no mid-run dump happened")
+    say(rank, f"mid-run dump held {worker.dumped_entries} entries, the program ended with {final}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1312,18 +1323,20 @@ def _set_worker_env() -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on 127.0.0.1
 
 
-def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
-    """Run one attempt of a scenario; returns the problems found."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    timeout_s = scenario.timeout_for(timeout_s)
+def run_ranks(
+    script: Path, name: str, folder: Path, timeout_s: float, world_size: int
+) -> tuple[dict[int, int | None], dict[int, list[str]], list[str], float]:
+    """Run one attempt of scenario `name` of a generator `script`: a TCPStore here, the
+    script's launcher (`--launch`) forking the ranks in a session of its own, killed with
+    them past the deadline. Returns each rank's exit code (None: unknown), its log lines, the
+    problems met and the seconds taken."""
     problems: list[str] = []
     store = dist.TCPStore(
         "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT
     )
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as logs_dir:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--launch", scenario.name]
+        argv = [sys.executable, str(script.resolve()), "--launch", name]
         argv += ["--store-port", str(store.port), "--folder", str(folder)]
         argv += ["--timeout", str(timeout_s), "--logs", logs_dir]
         # A session of its own, so that a run past its deadline can be killed with its ranks.
@@ -1335,20 +1348,33 @@ def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
             out, _ = launcher.communicate()
             problems.append("killed after the scenario deadline")
         report = out.strip().splitlines()[-1:] if out else []
-        codes: dict[int, int | None] = dict.fromkeys(range(WORLD_SIZE))
+        codes: dict[int, int | None] = dict.fromkeys(range(world_size))
         if report and report[0].startswith("{"):
             codes.update({int(k): v for k, v in json.loads(report[0]).items()})
-        logs: dict[int, list[str]] = {}
-        for rank in range(WORLD_SIZE):
+        lines_of: dict[int, list[str]] = {}
+        for rank in range(world_size):
             path = Path(logs_dir) / f"rank_{rank}.log"
-            lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-            logs[rank] = [ln for ln in lines if ln.startswith(f"rank {rank}:")]
-            want = CRASH_EXIT if rank in scenario.plan.crashed else 0
-            if codes[rank] != want:
-                problems.append(f"rank {rank}: exit status {codes[rank]}")
-                logs[rank] += lines[-10:]
+            lines_of[rank] = path.read_text(errors="replace").splitlines() if path.exists() else []
     elapsed = time.monotonic() - started
     del store
+    return codes, lines_of, problems, elapsed
+
+
+def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
+    """Run one attempt of a scenario; returns the problems found."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    timeout_s = scenario.timeout_for(timeout_s)
+    codes, lines_of, problems, elapsed = run_ranks(
+        Path(__file__), scenario.name, folder, timeout_s, WORLD_SIZE
+    )
+    logs: dict[int, list[str]] = {}
+    for rank, lines in lines_of.items():
+        logs[rank] = [ln for ln in lines if ln.startswith(f"rank {rank}:")]
+        want = CRASH_EXIT if rank in scenario.plan.crashed else 0
+        if codes[rank] != want:
+            problems.append(f"rank {rank}: exit status {codes[rank]}")
+            logs[rank] += lines[-10:]
     dumps: dict[int, Dump] = {}
     missing: set[int] = set()
     for rank in range(WORLD_SIZE):
@@ -1436,59 +1462,70 @@ def note_text(scenario: Scenario, outcome: Outcome, info: RunInfo, timeout_s: fl
     return "\n".join(lines)
 
 
-def run_scenario(scenario: Scenario, out_dir: Path, timeout_s: float) -> list[str]:
-    problems: list[str] = []
-    for attempt in range(1, scenario.attempts + 1):
-        problems = run_once(scenario, out_dir / scenario.name, timeout_s)
-        if not problems or attempt == scenario.attempts:
-            break
-        for problem in problems:
-            print(f"    retrying after: {problem}")
-    return problems
+class _Runnable(Protocol):
+    name: str
+    attempts: int
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def drive(
+    argv: list[str] | None,
+    doc: str | None,
+    scenarios: Sequence[_Runnable],
+    run_once: Callable[[Any, Path, float], list[str]],
+    launch: Callable[[str, int, str, float, str], int],
+    default_timeout_s: float,
+) -> int:
+    """The command line of a real-job sample generator (this one and make_shape_samples.py):
+    run the scenarios asked for, each retried up to its `attempts` when its checks fail, or,
+    with the internal `--launch`, be the launcher of one run's ranks."""
+    by_name = {s.name: s for s in scenarios}
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument(
         "--out", type=Path, default=Path("sample_dumps"), help="output root (default: %(default)s)"
     )
     parser.add_argument(
         "--only",
         action="append",
-        choices=sorted(SCENARIOS_BY_NAME),
+        choices=sorted(by_name),
         help="run just this scenario (repeatable); default: all",
     )
     parser.add_argument(
         "--timeout",
         type=float,
-        default=DEFAULT_TIMEOUT_S,
+        default=default_timeout_s,
         help="process-group timeout in seconds (default: %(default)s)",
     )
     # Internal: how the parent starts the launcher of one run's ranks.
-    parser.add_argument("--launch", choices=sorted(SCENARIOS_BY_NAME), help=argparse.SUPPRESS)
+    parser.add_argument("--launch", choices=sorted(by_name), help=argparse.SUPPRESS)
     parser.add_argument("--store-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--logs", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parser.parse_args(argv)
     if args.launch is not None:
         return launch(args.launch, args.store_port, args.folder, args.timeout, args.logs)
     _set_worker_env()
-    names = args.only or [s.name for s in SCENARIOS]
     failed = False
     started = time.monotonic()
-    for name in names:
+    for name in args.only or [s.name for s in scenarios]:
         print(f"{name}:", flush=True)
-        problems = run_scenario(SCENARIOS_BY_NAME[name], args.out, args.timeout)
+        scenario = by_name[name]
+        problems: list[str] = []
+        for attempt in range(1, scenario.attempts + 1):
+            problems = run_once(scenario, args.out / scenario.name, args.timeout)
+            if not problems or attempt == scenario.attempts:
+                break
+            for problem in problems:
+                print(f"    retrying after: {problem}")
         for problem in problems:
             print(f"    PROBLEM: {problem}")
         failed = failed or bool(problems)
         print(f"    {'FAILED' if problems else 'ok'}", flush=True)
     print(f"total {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return drive(argv, __doc__, SCENARIOS, run_once, launch, DEFAULT_TIMEOUT_S)
 
 
 if __name__ == "__main__":

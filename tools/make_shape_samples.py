@@ -44,16 +44,13 @@ sixteen sets take about 2.5 minutes on two cores.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
 import resource
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -72,7 +69,6 @@ from make_gloo3d_samples import (  # a sibling: the script runs by its path
     HANG_S,
     SETTLE_S,
     STORE_TIMEOUT,
-    WATCHDOG_GRACE_S,
     Dump,
     Expected,
     Fault,
@@ -81,11 +77,11 @@ from make_gloo3d_samples import (  # a sibling: the script runs by its path
     RunInfo,
     Worker,
     _dump_ways,
-    _entry_count,
-    _set_worker_env,
     _warm_up_stack_capture,
     agreement,
     by_seq,
+    drive,
+    dump_mid_run_or_now,
     entries,
     last_seq,
     load_dump,
@@ -93,6 +89,8 @@ from make_gloo3d_samples import (  # a sibling: the script runs by its path
     ranks_label,
     ranks_range,
     ranks_text,
+    run_ranks,
+    run_watched,
     say,
     unretired,
 )
@@ -586,27 +584,9 @@ def run_worker(name: str, rank: int, port: int, folder: str, timeout_s: float, l
                     worker.post("dump_at", repr(time.time() + 0.02))
 
             program.on_point = on_point
-    idle_s = timeout_s + WATCHDOG_GRACE_S
-    threading.Thread(target=worker.watchdog, args=(idle_s, deadline), daemon=True).start()
-    worker.progress.at("start")
-    try:
-        program.run()
-        ended = "main thread, 0.5 s after the program ended"
-    except Exception as exc:  # the injected fault surfaces here: a timeout or a gloo error
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        say(rank, f"{type(exc).__name__} at {worker.progress.where}: {first[:150]}")
-        ended = "main thread, 0.5 s after its op raised"
-    worker.progress.finished = True
+    ended = run_watched(worker, rank, program.run, timeout_s, deadline)
     if plan.mid_run_dump_at is not None:
-        final = _entry_count()
-        give_up = time.monotonic() + 5
-        while not worker.dumped and time.monotonic() < give_up:
-            time.sleep(0.05)
-        worker.dump("main thread: no mid-run dump happened")
-        say(
-            rank,
-            f"mid-run dump held {worker.dumped_entries} entries, the program ended with {final}",
-        )
+        dump_mid_run_or_now(worker, rank)
     else:
         time.sleep(SETTLE_S)
         worker.dump(ended)
@@ -1793,48 +1773,26 @@ def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     plan = scenario.plan
-    problems: list[str] = []
-    store = dist.TCPStore(
-        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT
+    codes, lines_of, problems, elapsed = run_ranks(
+        Path(__file__), scenario.name, folder, timeout_s, WORLD_SIZE
     )
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory() as logs_dir:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--launch", scenario.name]
-        argv += ["--store-port", str(store.port), "--folder", str(folder)]
-        argv += ["--timeout", str(timeout_s), "--logs", logs_dir]
-        # A session of its own, so that a run past its deadline can be killed with its ranks.
-        launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, _ = launcher.communicate(timeout=4 * timeout_s + 90)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            out, _ = launcher.communicate()
-            problems.append("killed after the scenario deadline")
-        report = out.strip().splitlines()[-1:] if out else []
-        codes: dict[int, int | None] = dict.fromkeys(range(WORLD_SIZE))
-        if report and report[0].startswith("{"):
-            codes.update({int(k): v for k, v in json.loads(report[0]).items()})
-        logs: dict[int, list[str]] = {}
-        tails: dict[int, list[str]] = {}
-        for rank in range(WORLD_SIZE):
-            path = Path(logs_dir) / f"rank_{rank}.log"
-            lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-            logs[rank] = [ln for ln in lines if ln.startswith(f"rank {rank}:")]
-            want = {0}
-            if rank in plan.crashed:
-                want = {CRASH_EXIT}
-            elif rank in plan.aborted:
-                want = {ABORT_EXIT}
-            elif rank in plan.maybe_aborted:
-                want = {0, ABORT_EXIT}
-            if codes[rank] != 0:
-                tails[rank] = lines[-12:]
-            if codes[rank] not in want:
-                problems.append(f"rank {rank}: exit status {codes[rank]}, expected {want}")
-                for line in lines[-6:]:
-                    print(f"      | {line[:200]}")
-    elapsed = time.monotonic() - started
-    del store
+    logs: dict[int, list[str]] = {}
+    tails: dict[int, list[str]] = {}
+    for rank, lines in lines_of.items():
+        logs[rank] = [ln for ln in lines if ln.startswith(f"rank {rank}:")]
+        want = {0}
+        if rank in plan.crashed:
+            want = {CRASH_EXIT}
+        elif rank in plan.aborted:
+            want = {ABORT_EXIT}
+        elif rank in plan.maybe_aborted:
+            want = {0, ABORT_EXIT}
+        if codes[rank] != 0:
+            tails[rank] = lines[-12:]
+        if codes[rank] not in want:
+            problems.append(f"rank {rank}: exit status {codes[rank]}, expected {want}")
+            for line in lines[-6:]:
+                print(f"      | {line[:200]}")
     dumps: dict[int, Dump] = {}
     missing: set[int] = set()
     for rank in range(WORLD_SIZE):
@@ -1911,59 +1869,8 @@ def note_text(scenario: Scenario, outcome: Outcome, info: ShapeRunInfo, timeout_
     return "\n".join(lines)
 
 
-def run_scenario(scenario: Scenario, out_dir: Path, timeout_s: float) -> list[str]:
-    problems: list[str] = []
-    for attempt in range(1, scenario.attempts + 1):
-        problems = run_once(scenario, out_dir / scenario.name, timeout_s)
-        if not problems or attempt == scenario.attempts:
-            break
-        for problem in problems:
-            print(f"    retrying after: {problem}")
-    return problems
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument(
-        "--out", type=Path, default=Path("sample_dumps"), help="output root (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--only",
-        action="append",
-        choices=sorted(SCENARIOS_BY_NAME),
-        help="run just this scenario (repeatable); default: all",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help="process-group timeout in seconds (default: %(default)s)",
-    )
-    # Internal: how the parent starts the launcher of one run's ranks.
-    parser.add_argument("--launch", choices=sorted(SCENARIOS_BY_NAME), help=argparse.SUPPRESS)
-    parser.add_argument("--store-port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
-    parser.add_argument("--logs", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.launch is not None:
-        return launch(args.launch, args.store_port, args.folder, args.timeout, args.logs)
-    _set_worker_env()
-    names = args.only or [s.name for s in SCENARIOS]
-    failed = False
-    started = time.monotonic()
-    for name in names:
-        print(f"{name}:", flush=True)
-        problems = run_scenario(SCENARIOS_BY_NAME[name], args.out, args.timeout)
-        for problem in problems:
-            print(f"    PROBLEM: {problem}")
-        failed = failed or bool(problems)
-        print(f"    {'FAILED' if problems else 'ok'}", flush=True)
-    print(f"total {time.monotonic() - started:.0f} s")
-    return 1 if failed else 0
+    return drive(argv, __doc__, SCENARIOS, run_once, launch, DEFAULT_TIMEOUT_S)
 
 
 if __name__ == "__main__":
