@@ -504,9 +504,9 @@ class _Context:
         )
 
     def skipped_root(self, f: Finding) -> RootCause:
-        """Ranks that went past a collective their group is in: they issued the ops after it
-        at its sequence id (or inside sequence ids every other member leaves unrecorded, a gloo
-        monitored_barrier). They skipped it, and the others wait in it."""
+        """Ranks that issued an op inside sequence ids every other member leaves unrecorded
+        (a gloo monitored_barrier): they skipped that collective, and the others wait in it.
+        (A skip whose next op lands on the skipped seq id is a mismatch: `mismatch_root`.)"""
         roots = set(f.culprit_ranks)
         where = f"group {f.group.name!r} ({f.group.desc})" if f.group else "the job"
         others = sorted(set(f.ranks) - roots)

@@ -124,8 +124,9 @@ class MatchResult:
     # group uid → highest collective seq id every member issued (see `_proof`)
     proven: dict[int, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # how progress was judged where completion is not recorded
-    # not_joined findings whose culprits issued an op inside sequence ids every other member
-    # leaves unrecorded (see `_unrecorded_gap`): they skipped an unrecorded collective
+    # findings of ranks that skipped a collective and went on: not_joined ones whose culprits
+    # issued an op inside sequence ids every other member leaves unrecorded (`_unrecorded_gap`),
+    # and mismatches whose culprits are their group's program one op ahead (`_explain_skip`)
     skipped: tuple[Finding, ...] = ()
 
 
