@@ -439,18 +439,26 @@ class _Context:
                 at = blocked.get(rank, self.last_row.get(rank))
                 if at is not None and _same_op(self, at, row):
                     anchor.add(rank)
-        if root.kind == RootKind.MISMATCH and root.group is not None:
+        if root.kind == RootKind.MISMATCH and root.group is not None and root.finding is not None:
             # After a disagreement its group is broken (gloo fails the op, or aborts a member
-            # that received more than it posted): members blocked in a later op of the group,
-            # and members lost with no dump, stand where they do because of it.
+            # that received more than it posted): the members that took part in it, those
+            # blocked in a later op of the group, and those lost with no dump stand where they
+            # do because of it.
             group, seq = root.group, root.collective_seq_id
+            took_part = {int(self.t.rank[r]) for r in rows}
             for rank in group.ranks:
-                at = self.graph.frontier.get(rank)
-                if rank in self.graph.unavailable or (
-                    at is not None
-                    and seq is not None
-                    and int(self.groups.entry_group[at]) == group.uid
-                    and int(self.t.coll_seq[at]) >= seq
+                # gloo: an op that failed is retired like one that completed, so a rank whose
+                # ops all failed has no frontier; its newest op says where it stopped.
+                at = self.graph.frontier.get(rank, self.last_row.get(rank))
+                if (
+                    rank in self.graph.unavailable
+                    or rank in took_part
+                    or (
+                        at is not None
+                        and seq is not None
+                        and int(self.groups.entry_group[at]) == group.uid
+                        and int(self.t.coll_seq[at]) >= seq
+                    )
                 ):
                     anchor.add(rank)
         graph = self.graph_used

@@ -190,7 +190,7 @@ def recorder_conventions(
     op, not a disagreement (gloo writes two `all_gather_into_tensor` of a coalescing block as
     one all_gather whose output is `[[2] + shard]`); never on NCCL and its kin, whose layouts
     are exact (`EXACT_LAYOUT_BACKENDS`). Learned from the evidence: an (op, input,
-    output, group size) signature that breaks the rule on every member with a dump of one
+    output, group size) signature that breaks the rule on every member that holds one
     collective, at least two of them, is accepted wherever it appears. A member whose sizes
     differ from its peers' is still caught by comparing the members."""
     exact = np.array([b in EXACT_LAYOUT_BACKENDS for b in t.backends], dtype=bool)
@@ -214,11 +214,19 @@ def recorder_conventions(
     per_sig, holders = np.unique(distinct[:, :-1], axis=0, return_counts=True)
     unit_of_sig, sig_count = np.unique(per_sig[:, :2], axis=0, return_inverse=True)
     n_sigs = np.bincount(sig_count.reshape(-1), minlength=len(unit_of_sig))
-    # Members with no usable dump are no evidence either way (a crashed rank's groups).
-    lost = set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
-    members = np.array(
-        [len(set(groups.groups[int(u)].ranks) - lost) for u in per_sig[:, 0].tolist()]
+    # Every rank that holds the collective at all must hold that layout: members with no
+    # dump, or that never issued it (a rank that stopped before it), are no evidence.
+    span = int(t.coll_seq.max()) + 1
+    wanted = unit_of_sig[:, 0] * span + unit_of_sig[:, 1]
+    all_rows = np.flatnonzero(np.isin(t.unit, COLLECTIVE_UNITS))
+    all_keys = groups.entry_group[all_rows].astype(np.int64) * span + t.coll_seq[all_rows]
+    keep = np.isin(all_keys, wanted)
+    pairs = np.unique(
+        np.stack([all_keys[keep], t.rank[all_rows[keep]].astype(np.int64)], axis=1), axis=0
     )
+    unit_keys, holding = np.unique(pairs[:, 0], return_counts=True)
+    present = dict(zip(unit_keys.tolist(), holding.tolist(), strict=True))
+    members = np.array([present.get(k, 0) for k in wanted.tolist()])[sig_count.reshape(-1)]
     learned = (n_sigs[sig_count.reshape(-1)] == 1) & (holders == members) & (holders >= 2)
     if not learned.any():
         return bad, ()
@@ -258,7 +266,12 @@ class _Context:
     unit_at: dict[tuple[int, int], tuple[int, int]] | None = None
     unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
     skipped: set[int] = field(default_factory=set)  # ids of the gap rule's findings
-    in_flight: frozenset[int] | None = None  # ranks with an unretired op, on first demand
+    unit_now: int = -1  # the unit `_check_unit` is looking at
+    # units of groups that lost a member, their members left agreeing: (unit, group, seq,
+    # members present, rows), compared with groups alike once every unit is checked
+    alike_later: list[tuple[int, Group, int, tuple[int, ...], I64]] = field(default_factory=list)
+    busy: frozenset[int] | None = None  # ranks with an unretired op, on first demand
+    in_flight: dict[int, bool] = field(default_factory=dict)  # group uid → a member is busy
     # rank → its (desc, size, local rank) in each group carrying send/recv, on first demand
     stages: dict[int, set[tuple[str, int, int]]] | None = None
     # (desc, size) → the groups of that description and size, built on first demand
@@ -434,6 +447,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     not_joined: dict[int, tuple[int, ...]] = {}
     for u in np.flatnonzero(~passed).tolist():
         unit_rows = rows[starts[u] : ends[u]]
+        ctx.unit_now = u
         ok, op, missing = _check_unit(
             ctx, groups.groups[int(unit_group[u])], int(seq[starts[u]]), unit_rows, findings
         )
@@ -441,6 +455,15 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
         unit_op[u] = op or unit_op[u]
         if missing:
             not_joined[u] = missing
+    # Groups that lost a member and whose members left agree: compared with groups alike,
+    # once every unit is checked, and only where no disagreement among them was found.
+    disagreeing = {f.group.uid for f in findings if f.group and f.kind in MISMATCH_KINDS}
+    for u, lossy, at_seq, members_left, grid in ctx.alike_later:
+        if lossy.uid not in disagreeing and _check_against_alike(
+            ctx, lossy, at_seq, members_left, grid, findings
+        ):
+            passed[u] = False
+            disagreeing.add(lossy.uid)
     entry_unit = np.full(t.n, -1, dtype=np.int64)
     entry_unit[rows] = run
     return CollectiveUnits(
@@ -817,8 +840,8 @@ def _check_unit(
 
     if shift is not None:
         _explain_skip(ctx, findings, first_finding, shift, op, seq)
-    if ok and grid is not None:
-        _check_against_alike(ctx, group, seq, present, grid, add)
+    if ok and grid is not None and set(group.ranks) & ctx.unavailable:
+        ctx.alike_later.append((ctx.unit_now, group, seq, present, grid))
 
     # Completion: the lagging ranks are the culprits, never the completed ones.
     head_rows = unit_rows[starts + lengths - 1]
@@ -840,8 +863,10 @@ def _check_unit(
     return ok, op, tuple(not_joined)
 
 
-def _signature_value(t: EntryTable) -> ValueOf:
-    """Every rank's ops with their sizes and dtypes (codes into the table's lists)."""
+def _signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
+    """Every rank's ops with their sizes and dtypes (codes into the table's lists); with
+    `free_outputs`, an all_to_all's output (its rank's own total) left out as -1."""
+    free = np.array([free_outputs and op in ALL_TO_ALL_OPS for op in t.ops], dtype=bool)
 
     def value_of(rows: I64) -> dict[int, Value]:
         return {
@@ -849,7 +874,7 @@ def _signature_value(t: EntryTable) -> ValueOf:
                 (
                     int(t.op[r]),
                     int(t.in_shape[r]),
-                    int(t.out_shape[r]),
+                    -1 if free[t.op[r]] else int(t.out_shape[r]),
                     int(t.in_dtype[r]),
                     int(t.out_dtype[r]),
                 )
@@ -862,40 +887,48 @@ def _signature_value(t: EntryTable) -> ValueOf:
 
 
 def _check_against_alike(
-    ctx: _Context, group: Group, seq: int, present: tuple[int, ...], grid: I64, add: _Adder
-) -> None:
+    ctx: _Context,
+    group: Group,
+    seq: int,
+    present: tuple[int, ...],
+    grid: I64,
+    findings: list[Finding],
+) -> bool:
     """A collective whose members with a dump agree, while a member left none, compared with
     the groups alike at the same seq id. With no dump from the other side, agreement among
     those left proves nothing: gloo aborts, with no dump, a rank that receives more bytes than
-    it posted, so the partner of a rank that sent another size or dtype disappears. Asked at
+    it posted, so the partner of a rank that sent another size or dtype disappears: the same
+    op with other sizes or dtypes than every group alike holds deviates. Asked at
     a group's newest collectives only (where its members stopped; async ops may follow the
     one that failed), when no group alike agrees with the members left and one disagrees."""
     t = ctx.t
     lost = sorted(set(group.ranks) & ctx.unavailable)
     if not lost or _newest_unit_seq(ctx, group.uid) - seq >= _NEWEST_UNITS:
-        return
-    value_of = _signature_value(t)
+        return False
+    value_of = _signature_value(t, free_outputs=True)
     mine = set(value_of(grid.reshape(-1)).values())
     if len(mine) != 1:
-        return
+        return False
     value = mine.pop()
     # Only groups of the same pipeline stage: another stage runs another program.
     votes = _sibling_votes(ctx, group, seq, value_of, same_stage=True)
     if not votes or value in votes:
-        return
+        return False
     reference, count = votes.most_common(1)[0]
     if len(reference) != len(value) or any(
         a[0] != b[0] for a, b in zip(value, reference, strict=True)
     ):
-        kind, what = FindingKind.OP_TYPE_MISMATCH, "ops"
-    elif any(a[1:3] != b[1:3] for a, b in zip(value, reference, strict=True)):
+        # Another op altogether is another program (independent subgroups drift apart), not
+        # what gloo's abort hides: that is the same op with other bytes.
+        return False
+    if any(a[1:3] != b[1:3] for a, b in zip(value, reference, strict=True)):
         kind, what = FindingKind.SIZE_MISMATCH, "sizes"
     else:
         kind, what = FindingKind.DTYPE_MISMATCH, "dtypes"
 
     def text(v: Value) -> str:
         return "; ".join(
-            f"{t.ops[op]} in {_shape_text(t, i)} out {_shape_text(t, o)} "
+            f"{t.ops[op]} in {_shape_text(t, i)} out {_shape_text(t, o) if o >= 0 else '-'} "
             f"{','.join(d for d in t.dtypes[di] if d) or '-'}"
             for op, i, o, di, _ in v
         )
@@ -906,13 +939,21 @@ def _check_against_alike(
         if gloo
         else ""
     )
-    add(
-        kind,
-        set(present),
-        f"{label(present)} issued {text(value)} where {count} group(s) {group.desc!r} of "
-        f"{group.size} alike issued {text(reference)} at #{seq}; {label(lost)} left no dump"
-        f"{why}: the {what} differ",
+    findings.append(
+        Finding(
+            kind,
+            group,
+            seq,
+            None,
+            _block_name(tuple(t.ops[v[0]] for v in value)),
+            present,
+            present,
+            f"{label(present)} issued {text(value)} where {count} group(s) {group.desc!r} of "
+            f"{group.size} alike issued {text(reference)} at #{seq}; {label(lost)} left no "
+            f"dump{why}: the {what} differ",
+        )
     )
+    return True
 
 
 def _shape_text(t: EntryTable, code: int) -> str:
@@ -1113,10 +1154,12 @@ def _check_sizes(
             total_in = sum(int(t.shape_numel[t.in_shape[r]]) for r in rows_at.values())
             total_out = sum(int(t.shape_numel[t.out_shape[r]]) for r in rows_at.values())
             if total_in != total_out:
+                odd, which = _odd_one_out(t, rows_at)
                 add(
                     FindingKind.SIZE_MISMATCH,
-                    set(present),
-                    f"{what}: the group sends {total_in} elements in all but receives {total_out}",
+                    odd or set(present),
+                    f"{what}: the group sends {total_in} elements in all but receives {total_out}"
+                    + (f" ({label(odd)}: the only {which} unlike the others')" if odd else ""),
                     what,
                 )
     else:
@@ -1158,6 +1201,17 @@ def _check_sizes(
             f"{what}: " + _contrast(comparable, culprits, lambda v: f"dtypes {_dt(v)}") + note,
             what,
         )
+
+
+def _odd_one_out(t: EntryTable, rows_at: dict[int, int]) -> tuple[set[int], str]:
+    """Of an all_to_all whose totals do not add up, the minority whose input, else output,
+    differs from the one every other member holds (at least two of them); none if no such."""
+    for which, column in (("input", t.in_shape), ("output", t.out_shape)):
+        values = {rank: int(column[r]) for rank, r in rows_at.items()}
+        counts = Counter(values.values()).most_common()
+        if len(counts) == 2 and counts[0][1] >= 2 and counts[0][1] > counts[1][1]:
+            return {r for r, v in values.items() if v != counts[0][0]}, which
+    return set(), ""
 
 
 def _check_all_to_all_inputs(
@@ -1295,14 +1349,13 @@ def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
     proven = ctx.proof.get(uid, -1)
     if seq <= proven:
         # The group got past it, so every member issued it after its dump ended; unless the
-        # member's own buffer ends before it (a wrap drops old entries, never new ones), with
-        # nothing of its own in flight
-        # (it stopped): then its peers' copies retired by timing out (gloo retires an op that
-        # fails as one that completes) after they went on with async ops (gloo's async_op
-        # returns at once), and prove nothing.
+        # member's own buffer ends before it (a wrap drops old entries, never new ones) and
+        # no member of the group has anything in flight (the group stopped): then the peers'
+        # copies retired by timing out (gloo retires an op that fails as one that completes)
+        # after they went on with async ops (gloo's async_op returns at once): no proof.
         if newest is None or not _stateless_group(ctx, uid):
             return True
-        return _in_flight(ctx, rank)
+        return _group_in_flight(ctx, uid)
     # Nothing of this group left in a wrapped buffer and no pg_status for it: cannot tell.
     return newest is None and enqueued is None and ctx.wrapped.get(rank, False)
 
@@ -1316,12 +1369,16 @@ def _newest_unit_seq(ctx: _Context, uid: int) -> int:
     return int(mine.max()) if len(mine) else -1
 
 
-def _in_flight(ctx: _Context, rank: int) -> bool:
-    """Whether the rank has an op it has not retired (gloo: still running at its dump)."""
-    if ctx.in_flight is None:
-        t = ctx.t
-        ctx.in_flight = frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset()
-    return rank in ctx.in_flight
+def _group_in_flight(ctx: _Context, uid: int) -> bool:
+    """Whether a member of the group has an op it has not retired (gloo: still running at
+    its dump), asked once per group."""
+    found = ctx.in_flight.get(uid)
+    if found is None:
+        if ctx.busy is None:
+            t = ctx.t
+            ctx.busy = frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset()
+        found = ctx.in_flight[uid] = not ctx.busy.isdisjoint(ctx.groups.groups[uid].ranks)
+    return found
 
 
 def _stateless_group(ctx: _Context, uid: int) -> bool:

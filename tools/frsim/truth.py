@@ -37,6 +37,7 @@ Rules (the fault's rank is r, its site the unit `op` of r's fault-free program):
   stop nobody notices);
 - gloo aborted r itself (it received more than it posted: at its mismatch when it posted
   fewer bytes, at a swap's second op): its records are lost with it;
+- r went past an op that leaves no entry, and no earlier gap in its peers' dumps shows one;
 - r went past an op that leaves no entry but recorded nothing after it, or no peer shows it
   reached that op;
 - a skip whose later ops paired with the shifted ones (same records) and r ran to its end: one
@@ -692,7 +693,24 @@ def _unrecorded_ambiguity(t: _Truths, site: _Site, r: int) -> str | None:
         return "no peer's dump shows it reached the unrecorded op at that seq"
     if t.layout.group(site.gid).size == 2:
         return "a 2-member group disagrees and no sibling group shows which side deviates"
+    if not _earlier_gap(t, site, r):
+        return (
+            "no earlier gap in the peers' dumps shows that they leave seq ids unrecorded "
+            "there: rank r's entry looks like one its peers never issued"
+        )
     return None
+
+
+def _earlier_gap(t: _Truths, site: _Site, r: int) -> bool:
+    """Does some peer's dump hold an earlier gap in the site's group, ids it left unrecorded
+    between two entries (the unrecorded op, seen where every member called it)?"""
+    for m in t.layout.group(site.gid).ranks:
+        if m == r:
+            continue
+        seqs = sorted(s for s in t.coll_seqs(m, site.gid) if s < site.seq)
+        if any(b - a > 1 for a, b in zip(seqs, seqs[1:], strict=False)):
+            return True
+    return False
 
 
 def _recorded(program: Program, unit: int) -> bool:
