@@ -54,6 +54,7 @@ Rules (the fault's rank is r, its site the unit `op` of r's fault-free program):
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -541,7 +542,22 @@ def _not_issued(
             "gloo async ops: the peers went past the op rank r stopped before, and every "
             "copy of it ended retired (timed out), so no dump shows which of them completed"
         )
+    elif site is not None and _async_past(sim, site, r) and _group_busy(sim, site.gid, r):
+        amb = (
+            "gloo async ops: the peers went past the op rank r never issued and are still "
+            "running later ones; without the dump times, a rank that dumped a moment before "
+            "the others and issues it next looks the same"
+        )
     return t.truth("hung", root, r, site, amb)
+
+
+def _group_busy(sim: Simulation, gid: int, r: int) -> bool:
+    """Does another member of the group hold an op it had not retired at its dump?"""
+    for m in sim.spec.layout.group(gid).ranks:
+        dump = sim.dump(m) if m != r else None
+        if dump is not None and any(not e.retired for e in dump.entries):
+            return True
+    return False
 
 
 def _async_past(sim: Simulation, site: _Site, r: int) -> bool:
@@ -708,7 +724,7 @@ def _earlier_gap(t: _Truths, site: _Site, r: int) -> bool:
         if m == r:
             continue
         seqs = sorted(s for s in t.coll_seqs(m, site.gid) if s < site.seq)
-        if any(b - a > 1 for a, b in zip(seqs, seqs[1:], strict=False)):
+        if any(b - a > 1 for a, b in itertools.pairwise(seqs)):
             return True
     return False
 
