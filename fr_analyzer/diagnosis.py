@@ -919,6 +919,10 @@ class _Context:
         }
         mirrors = sorted(self._mirrors(rank, descs), key=lambda r: (r not in peers, r))
         consulted = 0
+        # Mirrors that hold every one of the ops show their order; those that hold only some
+        # vote only when none holds them all (groups alike whose sequence ids drift apart,
+        # independent subgroups, hold another op at the same id).
+        partial: Counter[int] = Counter()
         for mirror in mirrors:
             if consulted >= _MIRRORS:
                 break
@@ -929,7 +933,9 @@ class _Context:
                     where[i] = found
             if where:
                 consulted += 1
-                votes[min(where, key=lambda i: where[i])] += 1
+                first = min(where, key=lambda i: where[i])
+                (votes if len(where) == len(rows) else partial)[first] += 1
+        votes = votes or partial
         if not votes:
             return None
         ranked = votes.most_common()
