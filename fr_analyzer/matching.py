@@ -205,13 +205,10 @@ def recorder_conventions(
     units = np.stack([uid, t.coll_seq[rows]], axis=1)
     # Per (unit, signature): how many distinct ranks hold it; per unit: how many signatures.
     unit_key = np.concatenate([units, keys], axis=1)
-    distinct, first = np.unique(
-        np.concatenate([unit_key, t.rank[rows, None].astype(np.int64)], axis=1),
-        axis=0,
-        return_index=True,
+    holding = np.unique(
+        np.concatenate([unit_key, t.rank[rows, None].astype(np.int64)], axis=1), axis=0
     )
-    del first
-    per_sig, holders = np.unique(distinct[:, :-1], axis=0, return_counts=True)
+    per_sig, holders = np.unique(holding[:, :-1], axis=0, return_counts=True)
     unit_of_sig, sig_count = np.unique(per_sig[:, :2], axis=0, return_inverse=True)
     n_sigs = np.bincount(sig_count.reshape(-1), minlength=len(unit_of_sig))
     # Every rank that holds the collective at all must hold that layout: members with no
@@ -267,6 +264,8 @@ class _Context:
     unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
     skipped: set[int] = field(default_factory=set)  # ids of the gap rule's findings
     unit_now: int = -1  # the unit `_check_unit` is looking at
+    # distinct ranks holding each unit (aligned with `unit_bounds`)
+    unit_ranks: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
     # units of groups that lost a member, their members left agreeing: (unit, group, seq,
     # members present, rows), compared with groups alike once every unit is checked
     alike_later: list[tuple[int, Group, int, tuple[int, ...], I64]] = field(default_factory=list)
@@ -442,6 +441,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     passed = uniform & ~unit_bad
 
     ctx.unit_bounds = (unit_group.astype(np.int64), unit_seq, starts, ends)
+    ctx.unit_ranks = present
     op_names = np.array(t.ops, dtype=object)
     unit_op: list[str] = op_names[t.op[rows[starts]]].tolist() if n_units else []
     not_joined: dict[int, tuple[int, ...]] = {}
@@ -1035,15 +1035,10 @@ def _unrecorded_gap(
         return None
     if any(_last_seq(ctx, m, group.uid) != seq - 1 for m in not_joined):
         return None
-    uids, seqs, starts, ends = ctx.unit_bounds
+    uids, seqs, _, _ = ctx.unit_bounds
     mine = np.flatnonzero(uids == group.uid)
-    members = len(set(group.ranks))
-    full = [
-        int(seqs[u])
-        for u in mine.tolist()
-        if int(seqs[u]) < seq
-        and len(set(ctx.t.rank[ctx.coll_rows[int(starts[u]) : int(ends[u])]].tolist())) == members
-    ]
+    whole = (ctx.unit_ranks[mine] == len(set(group.ranks))) & (seqs[mine] < seq)
+    full = seqs[mine][whole].tolist()  # units every member holds, by seq id
     value_of = _signature_value(ctx.t)
     before = _uniform_value(ctx, group.uid, seq - 1, value_of)
     if before is None:
