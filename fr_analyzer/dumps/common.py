@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..model import State
+from .limits import LIMITS
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -20,8 +21,9 @@ I8 = npt.NDArray[np.int8]
 B = npt.NDArray[np.bool_]
 F64 = npt.NDArray[np.float64]
 
-# Limits. Genuine dumps are far inside every one of them.
-DEFAULT_MAX_FILE_BYTES = 1 << 30
+# Limits. Genuine dumps are far inside every one of them. The table is `limits.Limits`; the
+# names below are its values, kept for the modules that read them.
+DEFAULT_MAX_FILE_BYTES = LIMITS.max_file_bytes
 """Largest rank file read, counted after gunzip (`--max-file-size`)."""
 MAX_SEQ_ID = 1 << 62
 """Largest sequence id: a per-group counter never gets near it."""
@@ -31,16 +33,16 @@ MAX_DURATION_MS = 1e10
 """Longest duration believed (115 days); longer, negative or NaN durations count as unknown."""
 MAX_DIMS = 64
 """Most dimensions in one tensor shape."""
-GZIP_MAX_RATIO = 500
+GZIP_MAX_RATIO = LIMITS.gzip_max_ratio
 """Refuse gzip data that inflates more than this many times (dumps compress about 5-30x)..."""
-GZIP_RATIO_FLOOR = 32 << 20
+GZIP_RATIO_FLOOR = LIMITS.gzip_ratio_floor
 """...once it has produced this many bytes."""
 FAST_SCAN_TUPLES = 20_000
 """Pickles with more tuples than this (a genuine one has one per entry) get the exact check."""
 MAX_TUPLE_NODES = 10_000
 """Most tuples one tuple may hold, counted through nesting and repeats (hashing visits each)."""
-EXPANSION_FACTOR = 4
-EXPANSION_FLOOR = 1 << 20
+EXPANSION_FACTOR = LIMITS.expansion_factor
+EXPANSION_FLOOR = LIMITS.expansion_floor
 """A file's entries may expand to at most FACTOR x its bytes + FLOOR items (entries, shapes,
 dimensions, dtypes, frames). Every item costs at least one byte unless the pickle refers to one
 list many times, so only such repetition (a memo bomb) gets near the limit."""

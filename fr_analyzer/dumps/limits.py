@@ -1,0 +1,94 @@
+"""Every limit fr-analyze puts on what it reads, in one table: genuine dumps are far inside
+each of them, and each one bounds what a hostile or broken input can cost.
+
+The README's "Limits" section is this table; `tests/test_readme.py` checks that it lists every
+field. A limit that scales with a file's size also has an absolute ceiling, and a file's size
+counts by its content (a sparse file of 200 MB holding 8 bytes is 8 bytes, see
+`content_bytes`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits on reading dumps. Each field's docstring is the README's description."""
+
+    # --- one rank file ------------------------------------------------------------------
+    max_file_bytes: int = GIB
+    """Largest rank file read, counted after decompression (`--max-file-size`)."""
+    gzip_max_ratio: int = 500
+    """Compressed data may inflate at most this many times (dumps compress about 5-30x)..."""
+    gzip_ratio_floor: int = 32 * MIB
+    """...once it has produced this many bytes."""
+
+    # --- a worker reading one file ------------------------------------------------------
+    cpu_base_s: float = 3.0
+    """CPU seconds one file may take: this much..."""
+    cpu_per_mib_s: float = 0.25
+    """...plus this much per MiB of content (a genuine dump needs under 0.1 s per MiB)..."""
+    cpu_ceiling_s: float = 30.0
+    """...and never more than this, whatever its size."""
+    memory_base: int = 2 * GIB
+    """Memory one file may add to its worker: this much..."""
+    memory_per_byte: int = 40
+    """...plus this many times its content..."""
+    memory_ceiling: int = 8 * GIB
+    """...and never more than this (or half the machine's memory, when that is less)."""
+    retries: int = 1
+    """A file whose worker dies (a limit, a crash) is read again this many times, each in a
+    fresh worker, before it is called unreadable (its first attempt may have shared a worker
+    with a file that left it short)."""
+
+    # --- what one file may expand to ----------------------------------------------------
+    expansion_factor: int = 4
+    expansion_floor: int = MIB
+    """A file's entries may expand to at most factor x its bytes + floor items (entries,
+    shapes, dimensions, dtypes, frames): only a memo bomb gets near it."""
+    text_expansion_factor: int = 8
+    text_expansion_floor: int = 64 * MIB
+    """The text a file's entries hold (names, frames, dtypes), counted in characters with
+    repeats, may be at most factor x its bytes + floor: one long string shared by every
+    entry through memo references would otherwise multiply in every output."""
+
+    # --- URLs ---------------------------------------------------------------------------
+    url_connect_timeout_s: float = 10.0
+    """Seconds to connect to a URL source's server."""
+    url_read_timeout_s: float = 30.0
+    """Seconds a URL source's server may stay silent while sending one response."""
+    listing_max_bytes: int = 16 * MIB
+    """Largest directory listing (an HTML index, an object store's page) read from a URL."""
+
+
+LIMITS = Limits()
+"""The limits in force."""
+
+
+def limit_names() -> tuple[str, ...]:
+    """The fields of `Limits`, in order (the README's table lists each)."""
+    return tuple(field.name for field in fields(Limits))
+
+
+def content_bytes(info: os.stat_result) -> int:
+    """A file's size counted by its content: a sparse file's holes hold nothing, so a file
+    counts as the smaller of its length and the blocks it occupies."""
+    blocks = getattr(info, "st_blocks", None)
+    if blocks is None:
+        return info.st_size
+    return min(info.st_size, blocks * 512)
+
+
+def memory_ceiling(limits: Limits = LIMITS) -> int:
+    """The absolute memory ceiling of one worker: the table's, or half this machine's
+    memory when that is less."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return limits.memory_ceiling
+    return min(limits.memory_ceiling, max(physical // 2, limits.memory_base))
