@@ -33,7 +33,7 @@ from .dumps import DEFAULT_MAX_FILE_BYTES, parse_size
 from .dumps.sources import Source, open_source
 from .errors import FrAnalyzerError, UsageError
 from .model import Status
-from .output import check_output_path, write_atomic
+from .output import check_output_path, is_stdout, write_atomic
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -100,7 +100,10 @@ def analyze(
     ] = None,
     json_out: Annotated[
         Path | None,
-        typer.Option("--json", help="Write the report as JSON (schema fr-analyze.report/1) here."),
+        typer.Option(
+            "--json",
+            help="Write the report as JSON (schema fr-analyze.report/1) here (- for stdout).",
+        ),
     ] = None,
     just_print_entries: Annotated[
         bool,
@@ -302,7 +305,8 @@ def analyze(
             f"{result.conclusion.answer}\n(the report could not be rendered: "
             f"{type(exc).__name__}: {exc})\n"
         )
-    typer.echo(text, nl=False)
+    # an output on standard output (`--json -`) keeps it for itself: the text goes to stderr
+    typer.echo(text, nl=False, err=is_stdout(json_out) or is_stdout(output))
     if json_out is not None:
         write_atomic(json_out, report_json.render_json(result, cap=mismatch_cap).encode())
     if output is not None:
@@ -403,7 +407,9 @@ def timeline_cmd(
     trace = timeline.build(_analysis(source, prefix, workers), options)
     write_atomic(output, json.dumps(trace).encode())
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
-    typer.echo(f"wrote {output}: {n} op slices, {len(trace['traceEvents'])} events")
+    typer.echo(
+        f"wrote {output}: {n} op slices, {len(trace['traceEvents'])} events", err=is_stdout(output)
+    )
 
 
 def _seq_range(text: str | None) -> tuple[int, int] | None:
