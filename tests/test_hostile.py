@@ -924,7 +924,8 @@ def test_a_loader_process_that_dies_costs_only_its_file(
         {
             "file": str(directory / "nccl_trace_rank_5"),
             "rank": 5,
-            "reason": "the process reading it was killed (out of memory?)",
+            "reason": "the process reading it was killed (out of memory?)"
+            " (read 2 times, each in a fresh process)",
         }
     ]
 

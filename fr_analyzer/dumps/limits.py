@@ -27,6 +27,10 @@ class Limits:
     """Compressed data may inflate at most this many times (dumps compress about 5-30x)..."""
     gzip_ratio_floor: int = 32 * MIB
     """...once it has produced this many bytes."""
+    tar_bomb_max_bytes: int = 2 * GIB
+    """A compressed tar is read in order, so a member that inflates past that ratio (a bomb)
+    is skipped only by inflating it: at most this many bytes of such members in all, then
+    the archive is read no further."""
 
     # --- a worker reading one file ------------------------------------------------------
     cpu_base_s: float = 3.0
@@ -64,6 +68,12 @@ class Limits:
     """Seconds a URL source's server may stay silent while sending one response."""
     listing_max_bytes: int = 16 * MIB
     """Largest directory listing (an HTML index, an object store's page) read from a URL."""
+    url_min_rate: int = 32 * 1024
+    """Bytes per second a URL response must average once connect and read timeouts have
+    passed: a response may take those two plus its size at this rate (a 100 MB dump 50
+    minutes, a 1 GiB one 9 hours), so a server dripping bytes is cut after about them."""
+    listing_max_pages: int = 1000
+    """Most index pages (its directory and each subdirectory) read to list an http(s) URL."""
 
 
 LIMITS = Limits()
@@ -75,13 +85,37 @@ def limit_names() -> tuple[str, ...]:
     return tuple(field.name for field in fields(Limits))
 
 
-def content_bytes(info: os.stat_result) -> int:
+def content_bytes(path: str | os.PathLike[str]) -> int:
     """A file's size counted by its content: a sparse file's holes hold nothing, so a file
-    counts as the smaller of its length and the blocks it occupies."""
-    blocks = getattr(info, "st_blocks", None)
-    if blocks is None:
-        return info.st_size
-    return min(info.st_size, blocks * 512)
+    whose blocks cover less than its length counts only the extents that hold data (found
+    with SEEK_DATA/SEEK_HOLE; a filesystem that compresses also reports fewer blocks, and its
+    extents still count whole). 0 for a file that cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return 0
+    try:
+        info = os.fstat(fd)
+        blocks: int | None = getattr(info, "st_blocks", None)
+        seek_data = getattr(os, "SEEK_DATA", None)
+        if blocks is None or blocks * 512 >= info.st_size or seek_data is None:
+            return info.st_size
+        total, offset = 0, 0
+        for _ in range(_MOST_EXTENTS):
+            try:
+                start = os.lseek(fd, offset, seek_data)
+            except OSError:  # ENXIO: no data after offset
+                return total
+            offset = os.lseek(fd, start, os.SEEK_HOLE)
+            total += offset - start
+        return total + info.st_size - offset  # past that many extents, the rest counts
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+_MOST_EXTENTS = 4096
 
 
 def memory_ceiling(limits: Limits = LIMITS) -> int:

@@ -16,6 +16,7 @@ from ..model import UnreadableDump
 from . import dialects, sandbox, torchft
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
+from .limits import content_bytes
 from .normalize import build_rank
 from .reading import _Raw, _read, explain_pickle, read_unpacked
 from .records import RankColumns, RankDump
@@ -116,8 +117,10 @@ def load_all(
         task = functools.partial(
             _load_packed, max_bytes=max_bytes, ft_group_world_size=ft_group_world_size
         )
-        dead = functools.partial(_after_death, max_bytes=max_bytes)
-        pool = sandbox.Sandbox(task, _file_size, dead, workers)
+        retry = functools.partial(
+            _load_packed, max_bytes=max_bytes, ft_group_world_size=ft_group_world_size, scan=True
+        )
+        pool = sandbox.Sandbox(task, _file_size, _after_death, workers, retry=retry)
 
         def arrivals() -> Iterator[
             tuple[int, tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]]
@@ -174,27 +177,33 @@ _T = TypeVar("_T")
 
 
 def _file_size(dump_file: DumpFile) -> int:
+    """The bytes of content a file holds, which set its worker's limits (a sparse file counts
+    by the blocks it occupies, not its length)."""
     if dump_file.fetch is not None:
         return dump_file.fetch.size
-    try:
-        return os.stat(dump_file.path).st_size
-    except OSError:
-        return 0
+    return content_bytes(dump_file.path)
 
 
-def _after_death(dump_file: DumpFile, death: sandbox.Death, max_bytes: int) -> _Loaded:
-    """The record of a file whose worker died reading it: the bomb a scan finds in it, or how
-    the worker died. The scan builds nothing, so it is safe in this process."""
-    path = printable(dump_file.where)
-    reason = death.reason
+def _after_death(dump_file: DumpFile, death: sandbox.Death) -> _Loaded:
+    """The record of a file whose workers died reading it (the last attempt scanned it
+    first, in its worker, and found no bomb to name): how they died."""
+    return UnreadableDump(printable(dump_file.where), dump_file.rank, death.reason), {}, None
+
+
+def _scanned(dump_file: DumpFile, max_bytes: int) -> UnreadableDump | None:
+    """A file that killed a worker, scanned before it is read again: the record naming the
+    bomb it holds, if the scan finds one (the scan builds nothing; it runs in a worker, under
+    that file's limits)."""
     try:
         data = read_unpacked(dump_file.path, dump_file.rank, max_bytes, dump_file.fetch)
-        reason = explain_pickle(data) or reason
+        reason = explain_pickle(data)
     except DumpError as exc:
         reason = exc.reason
-    except Exception:  # the death's own reason stands
-        pass
-    return UnreadableDump(path, dump_file.rank, reason), {}, None
+    except (RecursionError, MemoryError):
+        return None  # the reading again finds what it finds
+    if reason is None:
+        return None
+    return UnreadableDump(printable(dump_file.where), dump_file.rank, reason)
 
 
 # Member lists between processes. Every rank's pg_config lists the world group, so sending
@@ -251,10 +260,14 @@ _NARROW = tuple(
 
 
 def _load_packed(
-    dump_file: DumpFile, max_bytes: int, ft_group_world_size: int | None = None
+    dump_file: DumpFile, max_bytes: int, ft_group_world_size: int | None = None, scan: bool = False
 ) -> _Loaded:
     """`load_rank` in a worker process, with its columns in one buffer and the long member
-    lists of its claims packed."""
+    lists of its claims packed. `scan`: the file killed a worker before; look for a bomb
+    first (see `_scanned`)."""
+    bomb = _scanned(dump_file, max_bytes) if scan else None
+    if bomb is not None:
+        return bomb, {}, None
     result = load_rank(
         dump_file, max_bytes, sandboxed=True, ft_group_world_size=ft_group_world_size
     )

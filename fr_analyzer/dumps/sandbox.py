@@ -8,6 +8,15 @@ memo index that allocates gigabytes) ends in an exception, or in the worker's de
 one file. The parent knows which file each worker holds (at most `DEPTH` are queued to it, in
 order, and it reads them in that order), so a death is charged to exactly one file; the
 others queued to that worker go back to the queue, and a fresh worker takes over.
+
+Each file's limits are its own (`limits.Limits`): its CPU time is counted from zero when its
+reading starts (a virtual timer, so the files a worker read before cannot use it up; user
+time, since the system time of a busy machine's page reclaim is charged to whichever process
+allocates; the process's CPU limit, user and system time, is a looser backstop), and its
+memory is what it may add to what the worker already maps; both grow with the file's content
+up to absolute ceilings. A file whose worker dies is read again, `retries` times, in a
+fresh worker, by `retry` (which may first look for the reason, see `loading`), before it is
+called unreadable: a genuine dump is never refused for what another file left behind.
 """
 
 from __future__ import annotations
@@ -25,17 +34,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
 
+from .limits import LIMITS, Limits, memory_ceiling
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 DEPTH = 2
 """Tasks queued to one worker: the next file is there when it finishes one."""
-CPU_SECONDS_BASE = 3
-CPU_NS_PER_BYTE = 1000
-"""CPU time one file may take: 3 s plus 1 s per MB (a genuine dump needs under 0.1 s per MB)."""
-MEMORY_BASE = 2 << 30
-MEMORY_PER_BYTE = 40
-"""Address space one file may add: 2 GiB plus 40 times its size."""
 
 
 @dataclass(frozen=True)
@@ -43,16 +48,21 @@ class Death:
     """How a worker died while reading one task."""
 
     exitcode: int
-    cpu_seconds: int  # the CPU budget it had for that task
+    cpu_seconds: float  # the CPU budget it had for that task
     error: str = ""  # what `work` raised, when it raised instead of dying
+    attempts: int = 1  # how many workers it killed
 
     @property
     def reason(self) -> str:
         if self.error:
             return f"reading it failed: {self.error}"
+        again = f" (read {self.attempts} times, each in a fresh process)"
+        return self._what() + (again if self.attempts > 1 else "")
+
+    def _what(self) -> str:
         code = -self.exitcode
-        if code == signal.SIGXCPU:
-            return f"reading it took over {self.cpu_seconds} s of CPU (its limit): refused"
+        if code in (signal.SIGVTALRM, signal.SIGXCPU):
+            return f"reading it took over {self.cpu_seconds:g} s of CPU (its limit): refused"
         if code == signal.SIGKILL:
             return "the process reading it was killed (out of memory?)"
         if code in (signal.SIGSEGV, signal.SIGBUS):
@@ -73,9 +83,14 @@ def available() -> bool:
     )
 
 
-def budget(size: int) -> int:
-    """CPU seconds allowed for a file of `size` bytes."""
-    return CPU_SECONDS_BASE + size * CPU_NS_PER_BYTE // 1_000_000_000
+def budget(size: int, limits: Limits = LIMITS) -> float:
+    """CPU seconds allowed for a file of `size` bytes of content."""
+    return min(limits.cpu_base_s + limits.cpu_per_mib_s * size / (1 << 20), limits.cpu_ceiling_s)
+
+
+def memory(size: int, limits: Limits = LIMITS) -> int:
+    """Bytes of address space a file of `size` bytes of content may add to its worker."""
+    return min(limits.memory_base + limits.memory_per_byte * size, memory_ceiling(limits))
 
 
 @dataclass
@@ -86,8 +101,10 @@ class _Worker:
 
 
 class Sandbox(Generic[T, R]):
-    """Runs `work` over tasks in forked workers; `size(task)` sets each task's limits and
-    `dead(task, death)` gives the result of a task whose worker died reading it."""
+    """Runs `work` over tasks in forked workers; `size(task)` sets each task's limits (the
+    bytes of content it reads), a task whose worker died is run again by `retry` (default
+    `work`) in a fresh worker, up to `limits.retries` times, and `dead(task, death)` gives
+    the result of a task whose last worker died too."""
 
     def __init__(
         self,
@@ -95,9 +112,13 @@ class Sandbox(Generic[T, R]):
         size: Callable[[T], int],
         dead: Callable[[T, Death], R],
         workers: int,
+        retry: Callable[[T], R] | None = None,
+        limits: Limits = LIMITS,
     ) -> None:
         self._work, self._size, self._dead = work, size, dead
+        self._retry = work if retry is None else retry
         self._workers = max(1, workers)
+        self._limits = limits
 
     def run(self, tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         """(task index, result) as each result arrives. One worker's results arrive in the
@@ -108,11 +129,15 @@ class Sandbox(Generic[T, R]):
         done: dict[int, R] = {}
         live: list[_Worker] = []
         remaining = len(tasks)
+        deaths: dict[int, int] = {}  # task index: workers it killed
+        limits = self._limits
 
         def start() -> None:
             parent, child = context.Pipe()
             process = context.Process(
-                target=_serve, args=(child, self._work, self._size), daemon=True
+                target=_serve,
+                args=(child, self._work, self._retry, self._size, limits),
+                daemon=True,
             )
             process.start()
             child.close()
@@ -122,7 +147,9 @@ class Sandbox(Generic[T, R]):
             while pending and len(worker.queue) < DEPTH:
                 index = pending.popleft()
                 worker.queue.append(index)
-                worker.conn.send((index, tasks[index]))
+                worker.conn.send((index, tasks[index], deaths.get(index, 0)))
+                if deaths.get(index):
+                    break  # a task read again is its worker's only one
 
         def bury(worker: _Worker) -> None:
             worker.process.join()
@@ -130,9 +157,16 @@ class Sandbox(Generic[T, R]):
             worker.conn.close()
             if worker.queue:  # the oldest task was being read; the others go back
                 index = worker.queue.popleft()
-                death = Death(worker.process.exitcode or 0, budget(self._size(tasks[index])))
-                done[index] = self._dead(tasks[index], death)
                 pending.extendleft(reversed(worker.queue))
+                deaths[index] = deaths.get(index, 0) + 1
+                if deaths[index] <= limits.retries:
+                    pending.appendleft(index)  # again, first, in a fresh worker
+                else:
+                    size = self._size(tasks[index])
+                    death = Death(
+                        worker.process.exitcode or 0, budget(size, limits), "", deaths[index]
+                    )
+                    done[index] = self._dead(tasks[index], death)
             if pending:
                 start()
                 feed(live[-1])
@@ -179,9 +213,17 @@ class Sandbox(Generic[T, R]):
         return bool(worker.process.is_alive())
 
 
-def _serve(conn: Connection, work: Callable[[Any], Any], size: Callable[[Any], int]) -> None:
-    """A worker: read tasks until told to stop, each under its own limits."""
+def _serve(
+    conn: Connection,
+    work: Callable[[Any], Any],
+    retry: Callable[[Any], Any],
+    size: Callable[[Any], int],
+    limits: Limits,
+) -> None:
+    """A worker: read tasks until told to stop, each under its own limits (`retry` reads a
+    task that killed an earlier worker)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # the CPU limit: the timer's signal kills
     gc.enable()  # the parent may have paused its collector; a worker's garbage is its own
     faulthandler.disable()  # a crash is this file's reason, reported by the parent; no dump
     with contextlib.suppress(ValueError, OSError):
@@ -193,12 +235,14 @@ def _serve(conn: Connection, work: Callable[[Any], Any], size: Callable[[Any], i
             return
         if message is None:
             return
-        index, task = message
-        _limit(size(task))
+        index, task, attempt = message
+        _limit(size(task), limits)
         try:
-            result = work(task)
+            result = (retry if attempt else work)(task)
         except Exception as exc:  # `work` should not raise; if it does, only this task fails
             result = _Raised(f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         conn.send((index, result))
 
 
@@ -207,18 +251,21 @@ class _Raised:
     text: str
 
 
-def _limit(size: int) -> None:
-    """Limits for reading a file of `size` bytes: CPU time from now, and address space beyond
-    what the process already maps (it inherits the parent's)."""
+def _limit(size: int, limits: Limits) -> None:
+    """Limits for reading a file of `size` bytes of content: user CPU time counted from now
+    by a virtual timer (its signal kills), with the process's CPU limit (user and system
+    time) a looser backstop, and address space beyond what the process already maps (it
+    inherits the parent's)."""
+    seconds = budget(size, limits)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
     used = resource.getrusage(resource.RUSAGE_SELF)
-    seconds = int(used.ru_utime + used.ru_stime) + 1 + budget(size)
-    _set(resource.RLIMIT_CPU, seconds)
+    _set(resource.RLIMIT_CPU, int(used.ru_utime + used.ru_stime + 2 * seconds) + 5)
     try:
         with open("/proc/self/statm", "rb") as statm:
             mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return  # no /proc: CPU time is still limited
-    _set(resource.RLIMIT_AS, mapped + MEMORY_BASE + MEMORY_PER_BYTE * size)
+    _set(resource.RLIMIT_AS, mapped + memory(size, limits))
 
 
 def _set(which: int, soft: int) -> None:

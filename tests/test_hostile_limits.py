@@ -1,0 +1,137 @@
+"""Each file's limits are its own: a worker's CPU and memory budgets are measured for the file
+it reads, scale with the file's content up to absolute ceilings, and a file whose worker
+dies is read again in a fresh worker before it is called unreadable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from fr_analyzer.dumps import sandbox
+from fr_analyzer.dumps.limits import GIB, LIMITS, Limits, content_bytes, limit_names
+
+pytestmark = pytest.mark.skipif(
+    not sandbox.available(), reason="worker processes need fork (Linux, macOS)"
+)
+
+TIGHT = Limits(cpu_base_s=0.5, cpu_per_mib_s=0.0, cpu_ceiling_s=0.5)
+
+
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _burn(task: float) -> str:
+    """A task that uses `task` seconds of CPU (forever, when negative)."""
+    _spin(task if task >= 0 else 3600.0)
+    return "done"
+
+
+def _dead(task: float, death: sandbox.Death) -> str:
+    return death.reason
+
+
+def test_each_file_has_its_whole_cpu_budget_however_much_its_worker_used_before() -> None:
+    """Six files of 0.3 s each in one worker: 1.8 s in all, each far inside its 0.5 s."""
+    pool = sandbox.Sandbox(_burn, lambda _: 0, _dead, workers=1, limits=TIGHT)
+    assert dict(pool.run([0.3] * 6)) == {i: "done" for i in range(6)}
+
+
+def test_a_file_over_its_cpu_budget_is_refused_after_one_more_try() -> None:
+    pool = sandbox.Sandbox(_burn, lambda _: 0, _dead, workers=1, limits=TIGHT)
+    started = time.monotonic()
+    results = dict(pool.run([0.0, -1.0, 0.0]))
+    assert results[0] == results[2] == "done"
+    assert results[1] == (
+        "reading it took over 0.5 s of CPU (its limit): refused"
+        " (read 2 times, each in a fresh process)"
+    )
+    assert time.monotonic() - started < 10
+
+
+def _die_first_time(marker: str) -> str:
+    """Kills its worker the first time it runs (a worker left short by an earlier file)."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "read"
+
+
+def _again(marker: str) -> str:
+    return "read again"
+
+
+def test_a_file_whose_worker_died_is_read_again_in_a_fresh_worker(tmp_path: Path) -> None:
+    markers = [str(tmp_path / f"m{i}") for i in range(4)]
+    Path(markers[0]).touch()  # task 0 reads at once; the others kill one worker each
+    pool = sandbox.Sandbox(_die_first_time, lambda _: 0, _dead, workers=2, retry=_again)
+    assert dict(pool.run(markers)) == {0: "read", 1: "read again", 2: "read again", 3: "read again"}
+
+
+def test_with_no_retries_a_death_is_final(tmp_path: Path) -> None:
+    pool = sandbox.Sandbox(
+        _die_first_time, lambda _: 0, _dead, workers=1, limits=Limits(retries=0)
+    )
+    assert dict(pool.run([str(tmp_path / "m")])) == {
+        0: "the process reading it was killed (out of memory?)"
+    }
+
+
+def test_budgets_grow_with_content_up_to_ceilings() -> None:
+    assert sandbox.budget(0) == LIMITS.cpu_base_s
+    assert sandbox.budget(4 << 20) == LIMITS.cpu_base_s + 4 * LIMITS.cpu_per_mib_s
+    assert sandbox.budget(1 << 40) == LIMITS.cpu_ceiling_s
+    assert sandbox.memory(0) == LIMITS.memory_base
+    assert sandbox.memory(1 << 40) <= LIMITS.memory_ceiling
+    assert sandbox.memory(1 << 40) <= max(
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2, LIMITS.memory_base
+    )
+
+
+def test_a_sparse_file_counts_by_its_content(tmp_path: Path) -> None:
+    """200 MB long, 8 bytes written: its worker's limits are those of a tiny file."""
+    sparse = tmp_path / "rank_1.pkl"
+    with open(sparse, "wb") as stream:
+        stream.truncate(200 << 20)
+        stream.write(b"\x80\x02r\xff\xff\xff\x7f.")
+    assert sparse.stat().st_size == 200 << 20
+    assert content_bytes(sparse) < 1 << 20
+    assert sandbox.memory(content_bytes(sparse)) < LIMITS.memory_base + GIB
+
+
+def test_a_dense_file_counts_whole(tmp_path: Path) -> None:
+    dense = tmp_path / "rank_1.pkl"
+    dense.write_bytes(b"x" * 100_000)
+    assert content_bytes(dense) == 100_000
+
+
+def _allocate(gib: float) -> str:
+    try:
+        block = bytearray(int(gib * GIB))
+    except MemoryError:
+        return "refused"
+    return f"allocated {len(block)}"
+
+
+def test_memory_beyond_a_files_allowance_is_refused() -> None:
+    small = Limits(memory_base=256 << 20, memory_per_byte=0, memory_ceiling=256 << 20)
+    pool = sandbox.Sandbox(_allocate, lambda _: 0, _dead, workers=1, limits=small)
+    assert dict(pool.run([0.01, 1.0])) == {0: f"allocated {int(0.01 * GIB)}", 1: "refused"}
+
+
+def test_the_readme_lists_every_limit() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    missing = [name for name in limit_names() if f"`{name}`" not in readme]
+    assert not missing
+
+
+def test_limits_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        LIMITS.retries = 5  # type: ignore[misc]
+
