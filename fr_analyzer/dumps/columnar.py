@@ -27,6 +27,7 @@ from .common import (
     MARKER_OPS,
     MAX_SEQ_ID,
     NO_TIME,
+    printable,
 )
 from .decode import EntryColumns, distinct_codes
 from .records import COLUMNS
@@ -211,14 +212,32 @@ def fast_columns(entries: Any, read: ValueReader, limit: int) -> _Fast:
     """Columns of a rank whose entries are all well formed, one pass per key in C-level loops,
     each distinct value validated once. Anything unusual raises `Slower`: the careful
     per-entry path reads the rank then, and names every problem."""
-    keyed = _keyed_columns(entries) if isinstance(entries, EntryColumns) else _keyed(entries, read)
-    if keyed.items > limit:
-        raise read.bomb()
-    return _coded_columns(keyed, read)
+    if not isinstance(entries, EntryColumns):
+        keyed = _keyed(entries, read)
+        if keyed.items > limit:
+            raise read.bomb()
+        return _coded_columns(keyed, read)
+    try:
+        keyed = _keyed_columns(entries)
+        if keyed.items > limit:
+            raise read.bomb()
+        return _coded_columns(keyed, read)
+    except (TypeError, ValueError) as exc:
+        # `_keyed_columns` hands on only the plain values `_keyed` checks for, so this is a
+        # decoded value nobody foresaw, or a bug of ours. Either way the rank is read again
+        # from dicts (Undecodable), and the reason stays in its `fallback`: an odd value is
+        # then named per entry, a bug in the code both paths share fails there as before
+        # (not hidden), and one in the decoded path alone costs speed, not the rank.
+        reason = printable(f"{type(exc).__name__}: {exc}")[:200]
+        raise Slower(f"a decoded value the column-wise reader does not take ({reason})") from exc
 
 
 def _keyed_columns(entries: EntryColumns) -> _Keyed:
-    """`_Keyed` from columns decoded straight from a pickle's bytes (`decode`)."""
+    """`_Keyed` from columns decoded straight from a pickle's bytes (`decode`). The decoders
+    take what the grammar holds, so a value may be anything a memo reference reaches (a dict
+    for a profiling_name, a list among dtypes): each distinct one is checked here for the
+    plain types that `_keyed` checks in entry dicts, and one of another type is `_ODD` (the
+    rank is then read again from dicts), before anything hashes it."""
     scalars: dict[str, Any] = dict(entries.ints)
     for name in ("state", "is_p2p", "retired", "duration_ms"):
         scalars[name] = _CodedColumn(*entries.coded[name])
@@ -229,7 +248,9 @@ def _keyed_columns(entries: EntryColumns) -> _Keyed:
         if name in ("input_sizes", "output_sizes"):
             values = list(map(_shape_key, values))
         elif name in ("input_dtypes", "output_dtypes", "process_group"):
-            values = [tuple(v) if isinstance(v, list | tuple) else _ODD for v in values]
+            values = list(map(_texts_key, values))
+        elif name == "profiling_name":
+            values = [v if type(v) is str else _ODD for v in values]
         signature[name] = (codes, values)
     return _Keyed(entries.n, signature, scalars, 5 * entries.n + entries.items)
 
@@ -238,9 +259,19 @@ _ODD = object()  # a value the fast path does not take: the careful path reads t
 
 
 def _shape_key(value: Any) -> Any:
+    """Shapes as a tuple of tuples of ints, or `_ODD`."""
     if type(value) is not list or not all(type(v) is list for v in value):
         return _ODD
+    if not all(type(d) is int for shape in value for d in shape):
+        return _ODD
     return tuple(map(tuple, value))
+
+
+def _texts_key(value: Any) -> Any:
+    """Dtypes or a (name, desc) pair as a tuple of strings, or `_ODD`."""
+    if type(value) is not list and type(value) is not tuple:
+        return _ODD
+    return tuple(value) if all(type(v) is str for v in value) else _ODD
 
 
 def _coded(keys: Sequence[Any]) -> tuple[npt.NDArray[np.int32], list[Any]]:
@@ -404,8 +435,8 @@ def _coded_columns(keyed: _Keyed, read: ValueReader) -> _Fast:
             values[code] for code, (_, values) in zip(signature, coded[:-1], strict=False)
         )
         stack = signature[-1]
-        if _ODD in (pg, in_key, out_key, in_dt, out_dt):
-            raise Slower("a shape, dtype or process_group of an odd type")
+        if _ODD in (pname, pg, in_key, out_key, in_dt, out_dt):
+            raise Slower("a profiling_name, shape, dtype or process_group of an odd type")
         for key in (in_key, out_key):
             if key not in shape_code:
                 if not all(plain_shape(shape) for shape in key):

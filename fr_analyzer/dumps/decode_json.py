@@ -19,9 +19,9 @@ Exactness. The expression tokenizes JSON strictly (strings with their escapes, n
 literals, arrays and objects of those), and ends an entry at its separator, so the file is cut
 only between elements of the entry array. Everything between two matches, and after the last,
 is read by `json.loads`: the header with the entries the expression did not read, and the
-entries between matches. Any doubt (a second `"entries"`, a separator out of place, an integer
-past int64, a capture `json.loads` refuses) sends the file to the general path, which gives
-the reason.
+entries between matches. Any doubt (a second key `entries` anywhere, however its escapes spell
+it, a separator out of place, an integer past int64, a capture `json.loads` refuses) sends the
+file to the general path, which gives the reason.
 """
 
 from __future__ import annotations
@@ -184,9 +184,7 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         if (tail.lstrip(b" \t\n\r")[:1] == b"]") == data.endswith(sep, pos, pos + read):
             raise _Outside("a separator after the last entry, or none before the next")
     text = data[:pos] + tail  # the header, with the entries the expression left
-    header = json.loads(text)
-    if type(header) is not dict or text.count(_ENTRIES) != 1:
-        raise _Outside("not one entry list at the top level")
+    header = _header(text)
     rest = header.pop("entries", None)
     if type(rest) is not list:
         raise _Outside("not one entry list at the top level")
@@ -194,6 +192,30 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         keep_slow(entry, slow, fast)
     columns = _Columns(_Runs(), fast, slow).build(zip(runs, captured, strict=True), ints=_ints)
     return Decoded(header, columns)
+
+
+def _header(text: bytes) -> dict[str, Any]:
+    """The top-level object of `text` (the file less the entries the expression read), as
+    `json.loads` gives it; refused unless exactly one key in `text`, compared once unescaped,
+    is `entries`. That key is then the one the entry array was found after (a key, as the
+    bytes `"entries":[` outside a string can only be), and the top-level object's if it has
+    one: the array read is the one `json.loads` takes for the entries. A key spelled with
+    escapes (`"\\u0065ntries"`, the same key to `json.loads`) is counted too."""
+    if b"\\" not in text:  # no escape anywhere: each key is spelled as its bytes are
+        found = json.loads(text)
+        named = text.count(_ENTRIES)
+    else:
+        named = 0
+
+        def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+            nonlocal named
+            named += sum(key == "entries" for key, _ in items)
+            return dict(items)  # as `json.loads` builds it: the last of equal keys wins
+
+        found = json.loads(text, object_pairs_hook=pairs)
+    if type(found) is not dict or named != 1:
+        raise _Outside("not one entry list at the top level")
+    return found
 
 
 def _first_keys(tail: bytes) -> tuple[str, ...]:

@@ -78,6 +78,10 @@ class _Entry:
 
 
 _AN_ENTRY = _Entry()
+_THE_ENTRIES = _Entry()
+"""What the entry list read by `_entries` stands for on the stack. Where it ends up is where
+the unpickler puts the list: a file where that is not the top-level dict's `entries` value (a
+nested `{"entries": [...]}` read first, a second `entries` key) is read the general way."""
 
 
 def decode_python_or_why(data: bytes) -> Decoded | str:
@@ -133,6 +137,8 @@ def _decode(body: bytes) -> Decoded:
     if pos != len(body) or len(stack) != 1 or type(stack[0]) is not dict or not found:
         raise _Outside("not ending where it should")
     header = stack[0]
+    if header.get("entries") is not _THE_ENTRIES:  # the list read is not the unpickler's
+        raise _Outside("an entry list that is not the top-level dict's entries")
     del header["entries"]
     return Decoded(header, found[0])
 
@@ -180,8 +186,8 @@ class _Machine:
         if type(value) is list or type(value) is dict:
             box = self.boxes[id(value)]
             box[2] = True
-        elif value is _AN_ENTRY:
-            raise _Outside("a reference to an entry")
+        elif type(value) is _Entry:
+            raise _Outside("a reference to an entry or to the entry list")
         return value
 
     def _place(self, parent: Any, children: Any) -> None:
@@ -210,7 +216,9 @@ class _Machine:
         """Run the opcodes from `pos` to `end` (or a STOP); the complete values left on the
         stack, and where it stopped. `one`: stop when one dict is complete. `entries`: the
         reader of the top-level dict's entry list, given the position after its `]\\x94(`
-        and returning the position after the list."""
+        and returning the position after the list. It is called for the first list that
+        follows an `entries` key with the top-level mark open, which a nested dict of one key
+        may hold: the caller checks where the list ended up (`_THE_ENTRIES`)."""
         data, memo, stack = self.data, self.memo, []
         marks: list[int] = []
         while pos < end:
@@ -251,7 +259,7 @@ class _Machine:
                 ):
                     memo.append(_AN_ENTRY)  # the list: nothing refers to it
                     pos = entries(pos + 1 + (data[pos + 1] == _MARK))
-                    stack.append(None)
+                    stack.append(_THE_ENTRIES)
                     continue
                 container: Any = [] if op == _EMPTY_LIST else {}
                 self.boxes[id(container)] = [container, 1, False]
