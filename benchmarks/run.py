@@ -276,6 +276,9 @@ class SizeResult:
     load_floor_kind: str = ""  # FLOORS[writer]
     readers: dict[str, int] | None = None
     """Ranks each fr-analyze reader read (from the report's `dumps.readers`; None: no such key)."""
+    unreadable: int | None = None
+    """Rank files fr-analyze could not read (the report's `dumps.unreadable`): every generated
+    file is genuine, so any is a wrong answer (a limit refused a genuine dump)."""
 
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -482,9 +485,12 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
         verdict = doc.get("verdict") if isinstance(doc, dict) else None
         result.verdict = verdict if isinstance(verdict, dict) else None
         result.readers = readers_of(doc) if isinstance(doc, dict) else None
+        result.unreadable = unreadable_of(doc) if isinstance(doc, dict) else None
         code = m.exit_code if m.exit_code is not None else -1
         if m.status == "ok":
-            result.verdict_ok = verdict_matches(manifest.expected, result.verdict, code)
+            result.verdict_ok = (
+                verdict_matches(manifest.expected, result.verdict, code) and not result.unreadable
+            )
         if args.compare:
             result.busy_cores_before.append(wait_for_idle(args.idle_wait))
             result.torchfrtrace = _torchfrtrace(directory, scratch, args)
@@ -552,6 +558,13 @@ def _verdict_text(r: SizeResult) -> str:
     return text if r.fault == "none" else f"{text} ({r.fault})"
 
 
+def unreadable_of(doc: dict[str, Any]) -> int | None:
+    """How many rank files the report lists as unreadable (None: no such key)."""
+    dumps = doc.get("dumps")
+    found = dumps.get("unreadable") if isinstance(dumps, dict) else None
+    return len(found) if isinstance(found, list) else None
+
+
 def readers_text(readers: dict[str, int] | None) -> str:
     """`decoder 100%`, `columns 98%, per_entry 2%`: each reader's share of the ranks read."""
     total = sum(readers.values()) if readers else 0
@@ -583,6 +596,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
         "max RSS GiB",
         "peak PSS GiB",
         "verdict",
+        "unreadable",
         "readers",
         "others' load",
     ]
@@ -609,6 +623,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
             _gib(m.max_rss_bytes) if m else "-",
             _gib(m.peak_tree_pss_bytes) if m else "-",
             _verdict_text(r),
+            "-" if r.unreadable is None else r.unreadable,
             readers_text(r.readers),
             f"{m.others_cores:.1f}" if m else "-",
         ]
