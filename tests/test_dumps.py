@@ -71,12 +71,18 @@ def test_discovery_is_recursive(tmp_path: Path) -> None:
     assert [f.rank for f in discover(tmp_path).files] == [0, 1]
 
 
-def test_two_files_for_one_rank_is_an_error_naming_both(tmp_path: Path) -> None:
+def test_two_files_for_one_rank_at_one_depth_read_the_newest_naming_the_other(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "rank_3.pkl").write_bytes(dump_bytes())
     (tmp_path / "rank_3.json").write_text("{}")
-    with pytest.raises(DiscoveryError) as err:
-        discover(tmp_path)
-    assert "rank_3.pkl" in str(err.value) and "rank_3.json" in str(err.value)
+    os.utime(tmp_path / "rank_3.json", (1_000_000_000, 1_000_000_000))
+    found = discover(tmp_path)
+    assert [f.path.name for f in found.files] == ["rank_3.pkl"]
+    assert any(
+        "rank_3.json (rank 3) passed over: rank 3 is read from" in warning
+        for warning in found.warnings
+    ), found.warnings
 
 
 def test_prefix_option_chooses_the_files(tmp_path: Path) -> None:

@@ -672,7 +672,7 @@ NASTY: dict[str, tuple[str, str, int]] = {
     "truncated_87_bytes.pkl": (UNREADABLE, "pickle data was truncated", 1),
     "text_named_like_dump.pkl": (
         UNREADABLE,
-        "malformed JSON: looks like text ('[rank1]: Watchdog caught collective oper'...)",
+        "malformed JSON: looks like text, not JSON",
         1,
     ),
     "json_array.json": (UNREADABLE, "not a Flight Recorder dump (top level is list)", 1),
@@ -1011,20 +1011,24 @@ def test_nested_folders_are_searched(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert outcome.report["dumps"]["ranks_loaded"] == [0, 1, 2, 3]
 
 
-def test_two_files_for_one_rank_stop_the_run_naming_both(
+def test_two_files_for_one_rank_read_the_one_nearest_the_top_naming_both(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A rank_2.pkl left in old/ by an earlier run: the top folder's is read, the other is
+    named in a warning, and the run goes on (README: "Two files for one rank")."""
     directory = tmp_path / "dumps"
     shutil.copytree(SAMPLES / "gloo_healthy", directory)
     (directory / "old").mkdir()
-    shutil.copyfile(directory / "rank_2.pkl", directory / "old" / "rank_2.pkl")
-    outcome = run_cli(capsys, ["-d", str(directory)])
+    shutil.copyfile(directory / "rank_3.pkl", directory / "old" / "rank_2.pkl")  # not rank 2's
+    outcome = run_cli(capsys, ["-d", str(directory)], tmp_path / "r.json")
     assert_sane(outcome)
-    assert outcome.code == 2
-    assert outcome.err == (
-        f"fr-analyze: error: two dump files for rank 2: {directory}/rank_2.pkl and"
-        f" {directory}/old/rank_2.pkl (remove one, or choose with -p/--prefix)\n"
-    )
+    assert outcome.code == 0 and outcome.err == ""
+    assert outcome.report is not None
+    assert outcome.report["dumps"]["ranks_loaded"] == [0, 1, 2, 3]
+    assert (
+        f"warning: {directory}/old/rank_2.pkl (rank 2) passed over: rank 2 is read from"
+        f" {directory}/rank_2.pkl (nearer the top)\n"
+    ) in outcome.out
 
 
 def test_a_rank_beyond_the_world_is_set_aside_not_counted(

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fr_analyzer.dumps import sandbox
+from fr_analyzer.dumps import reading, sandbox
 from fr_analyzer.dumps.limits import GIB, LIMITS, Limits, content_bytes, limit_names
+from fr_analyzer.errors import DumpError
 
 pytestmark = pytest.mark.skipif(
     not sandbox.available(), reason="worker processes need fork (Linux, macOS)"
@@ -75,9 +76,7 @@ def test_a_file_whose_worker_died_is_read_again_in_a_fresh_worker(tmp_path: Path
 
 
 def test_with_no_retries_a_death_is_final(tmp_path: Path) -> None:
-    pool = sandbox.Sandbox(
-        _die_first_time, lambda _: 0, _dead, workers=1, limits=Limits(retries=0)
-    )
+    pool = sandbox.Sandbox(_die_first_time, lambda _: 0, _dead, workers=1, limits=Limits(retries=0))
     assert dict(pool.run([str(tmp_path / "m")])) == {
         0: "the process reading it was killed (out of memory?)"
     }
@@ -135,3 +134,15 @@ def test_limits_are_frozen() -> None:
     with pytest.raises(AttributeError):
         LIMITS.retries = 5  # type: ignore[misc]
 
+
+def test_without_workers_a_pickle_that_could_outgrow_the_memory_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the calling process (no fork) nothing limits the unpickler: a file whose worst case
+    (16x its size) exceeds half the memory available is refused, not read."""
+    rank_1 = Path(__file__).resolve().parent.parent / "sample_dumps" / "gloo_healthy" / "rank_1.pkl"
+    assert isinstance(reading.read_raw(rank_1, 1), dict)
+    monkeypatch.setattr(reading, "memory_available", lambda: 2 * rank_1.stat().st_size)
+    with pytest.raises(DumpError) as refused:
+        reading.read_raw(rank_1, 1)
+    assert "no worker process to read it under limits): refused" in refused.value.reason

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import DiscoveryError
 from ..ranks import MAX_RANK
-from .sources import Directory, DumpFile, Listed, Source
+from .common import printable
+from .reading import wide_json
+from .sources import Directory, DumpFile, Listed, Source, TarArchive, ZipArchive
 
 # ---------------------------------------------------------------------------------------------
 # Discovery
@@ -63,15 +65,18 @@ def _rank_of(digits: str) -> int | None:
 
 
 def _looks_like_dump(head: bytes) -> bool:
-    """Whether a file starts like a pickle (protocol 2+), a JSON object or gzip data."""
-    head = head.removeprefix(b"\xef\xbb\xbf").lstrip()
-    return head[:1] in (b"\x80", b"{") or head[:2] == b"\x1f\x8b"
+    """Whether a file starts like a pickle (protocol 2+), a JSON object (in UTF-16 or UTF-32
+    too, or after whitespace that fills the head) or gzip data."""
+    body = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if head and not body:
+        return True  # only whitespace so far: JSON's, as no pickle starts so
+    return body[:1] in (b"\x80", b"{") or body[:2] == b"\x1f\x8b" or wide_json(head) is not None
 
 
 def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
-    """One file per rank in a source (a directory, recursively; an archive; a URL); a second
-    file for a rank is an error, unless one of the two can never be read (a link in an
-    archive, say), which is then passed over with a warning."""
+    """One file per rank in a source (a directory, recursively; an archive; a URL). A rank
+    with several files reads one (see `_preference`) and names the others in a warning; a
+    file that can never be read (no regular file, a link out of the source) reads nothing."""
     source = Directory(where) if isinstance(where, Path) else where
     if isinstance(source, Directory) and not source.path.is_dir():
         raise DiscoveryError(f"{source.label}: not a directory")
@@ -114,31 +119,55 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
         hint = f" starting with {prefix!r}" if prefix else ""
         also = "".join(f" ({note})" for note in source.notes())
         raise DiscoveryError(f"{label}: no rank dump files{hint} found{also}")
-    notes = source.notes()
     family, files = _choose_family(candidates, source)
     for other, rest in candidates.items():
         if other != family:
             ignored.extend(item.where for _, item in rest)
-    by_rank: dict[int, Listed] = {}
+    by_rank: dict[int, list[tuple[int, Listed]]] = {}
+    for position, (rank, item) in enumerate(files):
+        by_rank.setdefault(rank, []).append((position, item))
+    chosen: dict[int, Listed] = {}
     passed_over: list[str] = []
-    for rank, item in files:
-        seen = by_rank.get(rank)
-        if seen is None:
-            by_rank[rank] = item
-        elif bool(seen.problem) != bool(item.problem):  # keep the one that can be read
-            bad, by_rank[rank] = (seen, item) if seen.problem else (item, seen)
-            passed_over.append(f"{bad.where} (rank {rank}) passed over: {bad.problem}")
-        else:
-            raise DiscoveryError(
-                f"two dump files for rank {rank}: {seen.where} and {item.where}"
-                " (remove one, or choose with -p/--prefix)"
-            )
+    for rank, found in by_rank.items():
+        ranked = sorted(found, key=lambda pair: _preference(source, *pair), reverse=True)
+        chosen[rank] = keep = ranked[0][1]
+        passed_over += [_passed_over(source, rank, item, keep) for _, item in ranked[1:]]
+    dump_files = tuple(source.dump_file(r, chosen[r]) for r in sorted(chosen))
     return Discovery(
-        tuple(source.dump_file(r, by_rank[r]) for r in sorted(by_rank)),
+        dump_files,
         tuple(sorted(ignored)),
         source,
-        tuple(notes + passed_over),
+        tuple(printable(note) for note in source.notes() + passed_over),
     )
+
+
+def _depth(item: Listed) -> int:
+    """How deep in the source a file lies: 0 at its top."""
+    return len(PurePosixPath(item.name).parts) - 1
+
+
+def _preference(source: Source, position: int, item: Listed) -> tuple[bool, int, float, int]:
+    """Which of a rank's files is read (the largest): one that can be read, then the one
+    nearest the top of the tree, then the newest (a directory's modification time), then the
+    last listed (an archive's last member, as extracting it would leave it; in a directory,
+    the path sorting last)."""
+    recency = source.recency(item) if isinstance(source, Directory) else 0.0
+    return (not item.problem, -_depth(item), recency, position)
+
+
+def _passed_over(source: Source, rank: int, item: Listed, keep: Listed) -> str:
+    """The warning for a file of `rank` that is not read because `keep` is."""
+    if item.problem:
+        return f"{item.where} (rank {rank}) passed over: {item.problem}"
+    if _depth(keep) != _depth(item):
+        why = "nearer the top"
+    elif isinstance(source, Directory) and source.recency(keep) != source.recency(item):
+        why = "modified more recently"
+    elif isinstance(source, TarArchive | ZipArchive):
+        why = "later in the archive, as extracting it would leave it"
+    else:
+        why = "its path sorts later"
+    return f"{item.where} (rank {rank}) passed over: rank {rank} is read from {keep.where} ({why})"
 
 
 _Candidates = list[tuple[int, Listed]]

@@ -45,6 +45,10 @@ class Limits:
     """...plus this many times its content..."""
     memory_ceiling: int = 8 * GIB
     """...and never more than this (or half the machine's memory, when that is less)."""
+    unforked_expansion: int = 16
+    """Where no worker can be forked (the library's `read_raw`, a daemonic process), a file
+    is read in the calling process: a pickle may grow to this many times its size when
+    unpickled, and one whose worst case exceeds half the memory available is refused."""
     retries: int = 1
     """A file whose worker dies (a limit, a crash) is read again this many times, each in a
     fresh worker, before it is called unreadable (its first attempt may have shared a worker
@@ -116,6 +120,18 @@ def content_bytes(path: str | os.PathLike[str]) -> int:
 
 
 _MOST_EXTENTS = 4096
+
+
+def memory_available() -> int | None:
+    """Bytes of memory this machine has available now (Linux's MemAvailable), if known."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def memory_ceiling(limits: Limits = LIMITS) -> int:

@@ -33,6 +33,7 @@ from .common import (
 from .decode import Decoded, decode_or_why
 from .decode_json import decode_json_or_why
 from .decode_python import decode_python_or_why
+from .limits import LIMITS, memory_available
 from .sources import Fetch, SourceError
 
 # ---------------------------------------------------------------------------------------------
@@ -84,11 +85,10 @@ def _read(
     limits (see `sandbox`): a bomb costs it that file, and the scan then only explains why.
     `fetch` reads a file that is not a local one (an archive member, a URL; see `sources`)."""
     where = printable(fetch.where if fetch is not None else str(path))
-    data = read_unpacked(path, rank, max_bytes, fetch)
+    data = _utf8_json(read_unpacked(path, rank, max_bytes, fetch), where, rank)
     notes: list[str] = []
-    head = data[:64].removeprefix(b"\xef\xbb\xbf").lstrip()[:1]
     why = ""
-    if head in (b"{", b"["):
+    if starts_like_json(data):
         if fast:
             decoded = decode_json_or_why(data)
             if isinstance(decoded, Decoded):
@@ -103,11 +103,78 @@ def _read(
     plain = False
     if guarded:
         scan = _scan_pickle(data)
-        reason = _explain(data, scan)
+        reason = _explain(data, scan) or _too_big_here(len(data))
         if reason is not None:
             raise DumpError(where, rank, reason)
         plain = scan.plain
     return _Raw(_unpickle(data, where, rank, plain, explain=not guarded), len(data), notes, why)
+
+
+def _too_big_here(size: int) -> str | None:
+    """Why a pickle of `size` bytes is not unpickled in this process, which has no worker to
+    read it under limits: its worst case (`Limits.unforked_expansion`) exceeds half the memory
+    available."""
+    room = memory_available()
+    worst = LIMITS.unforked_expansion * size
+    if room is None or worst <= room // 2:
+        return None
+    return (
+        f"reading its {size} bytes here could take up to {worst >> 20} MiB, more than half the"
+        f" {room >> 20} MiB available (no worker process to read it under limits): refused"
+    )
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+_JSON_SPACE = re.compile(rb"[ \t\n\r]*")
+_JSON_FIRST = frozenset(b"{[ \t\n\r")
+_WIDE_BOMS = (
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"\xfe\xff", "utf-16"),
+    (b"\xff\xfe", "utf-16"),
+)
+
+
+def starts_like_json(data: bytes) -> bool:
+    """Whether UTF-8 data is JSON rather than a pickle: it starts (after a byte order mark)
+    with `{` or `[`, or with whitespace, however long, which no pickle starts with."""
+    body = data.removeprefix(_UTF8_BOM)
+    match = _JSON_SPACE.match(body)
+    start = match.end() if match is not None else 0
+    return start > 0 or body[:1] in (b"{", b"[")
+
+
+def wide_json(data: bytes) -> str | None:
+    """The codec of text in UTF-16 or UTF-32 (a byte order mark, or JSON's first character
+    beside NUL bytes, as `json.detect_encoding` tells them), or None: no pickle starts so."""
+    for bom, codec in _WIDE_BOMS:
+        if data.startswith(bom):
+            return codec
+    if len(data) < 4:
+        return None
+    a, b, c, d = data[:4]
+    if a == b == c == 0 and d in _JSON_FIRST:
+        return "utf-32-be"
+    if a == c == 0 and b in _JSON_FIRST:
+        return "utf-16-be"
+    if b == c == d == 0 and a in _JSON_FIRST:
+        return "utf-32-le"
+    if b == d == 0 and a in _JSON_FIRST:
+        return "utf-16-le"
+    return None
+
+
+def _utf8_json(data: bytes, where: str, rank: int | None) -> bytes:
+    """UTF-16 or UTF-32 JSON re-encoded as UTF-8 (what every reader takes); other data as is."""
+    codec = wide_json(data)
+    if codec is None:
+        return data
+    try:
+        return data.decode(codec, "surrogatepass").encode("utf-8", "surrogatepass")
+    except UnicodeError as exc:
+        name = codec[:6].upper()
+        at = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
+        raise DumpError(where, rank, f"malformed {name} JSON: does not decode{at}") from None
 
 
 def _decode(data: bytes) -> Decoded | str:
@@ -255,8 +322,8 @@ def _load_json(data: bytes, where: str, rank: int | None, notes: list[str]) -> A
     except RecursionError:
         raise DumpError(where, rank, "malformed JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
-        what = _text_head(data) if exc.pos < 8 else None
-        reason = f"looks like text ({what})" if what else printable(str(exc))[:200]
+        what = _looks_like(data) if exc.pos < 8 else None
+        reason = f"looks like {what}, not JSON" if what else printable(str(exc))[:200]
         raise DumpError(where, rank, f"malformed JSON: {reason}") from None
     except ValueError as exc:
         raise DumpError(where, rank, f"malformed JSON: {printable(str(exc))[:200]}") from None
@@ -307,26 +374,40 @@ def _unpickle_error(exc: BaseException, data: bytes) -> str:
 
 
 def _pickle_error(exc: BaseException, data: bytes) -> str:
-    """The unpickler's complaint, or what the file looks like when it is plainly text."""
+    """The unpickler's complaint, or what the file looks like when it is plainly something
+    else (text, a program): never its content, which may be anything (a key, a password)."""
     text = printable(str(exc))[:200]
     if data[:1] != b"\x80" and not text.startswith("refused"):
-        head = _text_head(data)
-        if head:
-            return f"looks like text, not a pickle ({head})"
+        kind = _looks_like(data)
+        if kind:
+            return f"looks like {kind}, not a pickle"
     return text
 
 
-def _text_head(data: bytes) -> str | None:
-    """The first line, quoted and cut short, when a file starts as plain text."""
+_MAGIC = (
+    (b"\x7fELF", "an ELF binary"),
+    (b"%PDF", "a PDF document"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"SQLite format 3\x00", "an SQLite database"),
+    (b"#!", "a script"),
+)
+
+
+def _looks_like(data: bytes) -> str | None:
+    """What a file that is no dump looks like ("text", "an ELF binary"), from its first bytes,
+    or None; never a word of its content."""
+    for magic, kind in _MAGIC:
+        if data.startswith(magic):
+            return kind
     try:
         head = data[:200].decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < 196:  # not just a character cut at the end
             return None
         head = data[: exc.start].decode("utf-8")
-    lines = head.strip().splitlines()
-    if lines and all(ch.isprintable() or ch in "\t\r\n" for ch in head):
-        return _short(lines[0])
+    if head.strip() and all(ch.isprintable() or ch in "\t\r\n" for ch in head):
+        return "text"
     return None
 
 
