@@ -90,8 +90,10 @@ def test_a_fifo_no_one_reads_is_refused_not_waited_on(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     done = fr("-d", str(HEALTHY), "--json", str(fifo))
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].endswith(
-        "nobody.fifo: a FIFO that no process is reading: nothing written"
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith("nobody.fifo: a FIFO that no process is reading: nothing written")
     )
     assert "Traceback" not in done.stderr
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
