@@ -30,7 +30,8 @@ from . import (
 )
 from .diagnosis import Thresholds
 from .dumps import DEFAULT_MAX_FILE_BYTES, parse_size
-from .dumps.sources import Source, open_source
+from .dumps.opening import open_source
+from .dumps.sources import Source
 from .errors import FrAnalyzerError, UsageError
 from .model import Status
 from .output import check_output_path, is_stdout, write_atomic

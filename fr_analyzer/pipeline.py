@@ -14,7 +14,8 @@ from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader
 from .dumps.common import collector_paused, small_pages
 from .dumps.dialects import DESCRIPTION, Dialect
 from .dumps.discovery import Discovery
-from .dumps.sources import Remote, Source
+from .dumps.remote import Remote
+from .dumps.sources import Source
 from .errors import DiscoveryError
 from .findings import collect
 from .groups import GroupTable, build_groups

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from fr_analyzer import cli
-from fr_analyzer.dumps import sources
+from fr_analyzer.dumps import limits
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 SECRET = "AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -282,8 +282,8 @@ def test_bombs_past_their_limit_stop_the_reading_and_say_so(
 ) -> None:
     """Skipping a bomb costs inflating it: past `tar_bomb_max_bytes` of bombs (here lowered to
     64 MiB) the archive is read no further; what was read before is analyzed."""
-    lowered = dataclasses.replace(sources.LIMITS, tar_bomb_max_bytes=64 * MIB)
-    monkeypatch.setattr(sources, "LIMITS", lowered)
+    lowered = dataclasses.replace(limits.LIMITS, tar_bomb_max_bytes=64 * MIB)
+    monkeypatch.setattr(limits, "LIMITS", lowered)
     ranks = [(f"d/rank_{r}.pkl", _sample(r)) for r in range(4)]
     archive = bomb_tarball(tmp_path / "dumps.tar.gz", "d/core.bin", 128, ranks[:2], ranks[2:])
     got = run(capsys, archive, tmp_path)

@@ -1,7 +1,8 @@
 """Find per-rank dump files, load them safely, and turn each into compact columns.
 
-The package, stage by stage: `sources` lists where the dumps are (a directory, a tar or zip
-archive, an fsspec URL) and says how each file is read; `discovery` finds the rank files in
+The package, stage by stage: `opening` picks the source a path or URL names, and `sources` (a
+directory), `archives` (a tar or zip archive) or `remote` (an fsspec URL) lists it and says
+how each file is read, within `limits` (the table of every limit); `discovery` finds the rank files in
 it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
 `reading` loads one file (gzip, JSON, pickle); `normalize` turns its header and entries into
 a `RankDump` (`records`), its entries read by the fastest reader that takes them; `loading`
@@ -38,9 +39,10 @@ from .common import DEFAULT_MAX_FILE_BYTES, MARKER_OPS, NO_TIME, parse_size, pri
 from .discovery import Discovery, discover
 from .loading import load_all, load_rank
 from .normalize import build_rank
+from .opening import open_source
 from .reading import NoGlobalsUnpickler, read_raw
 from .records import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
-from .sources import DumpFile, Source, open_source
+from .sources import DumpFile, Source
 from .table import EntryTable, TableBuilder, rank_starts
 
 __all__ = [

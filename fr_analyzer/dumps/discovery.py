@@ -9,9 +9,10 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import DiscoveryError
 from ..ranks import MAX_RANK
+from .archives import TarArchive, ZipArchive
 from .common import printable
 from .reading import wide_json
-from .sources import Directory, DumpFile, Listed, Source, TarArchive, ZipArchive
+from .sources import Directory, DumpFile, Listed, Source
 
 # ---------------------------------------------------------------------------------------------
 # Discovery

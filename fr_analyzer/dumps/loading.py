@@ -20,7 +20,8 @@ from .limits import content_bytes
 from .normalize import build_rank
 from .reading import _Raw, _read, explain_pickle, read_unpacked
 from .records import RankColumns, RankDump
-from .sources import DumpFile, StreamedFiles
+from .archives import StreamedFiles
+from .sources import DumpFile
 
 
 def load_rank(
