@@ -56,9 +56,10 @@ class Limits:
 
     # --- what one file may expand to ----------------------------------------------------
     expansion_factor: int = 4
+    """A file's entries may expand to at most this many items (entries, shapes, dimensions,
+    dtypes, frames) per byte of the file..."""
     expansion_floor: int = MIB
-    """A file's entries may expand to at most factor x its bytes + floor items (entries,
-    shapes, dimensions, dtypes, frames): only a memo bomb gets near it."""
+    """...plus this many: only a memo bomb (one list referred to many times) gets near it."""
     text_expansion_factor: int = 8
     text_expansion_floor: int = 64 * MIB
     """The text a file's entries hold (names, frames, dtypes), counted in characters with
