@@ -4,14 +4,22 @@ dies is read again in a fresh worker before it is called unreadable."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fr_analyzer.dumps import reading, sandbox
+from fr_analyzer import cli
+from fr_analyzer.dumps import limits, reading, sandbox
 from fr_analyzer.dumps.limits import GIB, LIMITS, Limits, content_bytes
 from fr_analyzer.errors import DumpError
 
@@ -140,3 +148,76 @@ def test_without_workers_a_pickle_that_could_outgrow_the_memory_is_refused(
     with pytest.raises(DumpError) as refused:
         reading.read_raw(rank_1, 1)
     assert "no worker process to read it under limits): refused" in refused.value.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The attacks, end to end: the bomb costs only its rank, bounded
+
+NASTY = Path(__file__).resolve().parent / "nasty"
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
+
+
+def _with_rank_1(tmp_path: Path, write: Callable[[Path], None]) -> Path:
+    directory = tmp_path / "dumps"
+    shutil.copytree(SAMPLES / "gloo_healthy", directory)
+    (directory / "rank_1.pkl").unlink()
+    write(directory / "rank_1.pkl")
+    return directory
+
+
+def _analyze(directory: Path, tmp_path: Path) -> dict[str, Any]:
+    report = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "fr_analyzer", "-d", str(directory), "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr
+    data: dict[str, Any] = json.loads(report.read_text())
+    return data
+
+
+def test_a_sparse_memo_bomb_costs_only_its_rank(tmp_path: Path) -> None:
+    """200 MB long, 8 bytes of content (a memo index of 2**31-1): its worker's memory is that
+    of an 8-byte file, and the rank is refused with the scan's reason; the others are read."""
+
+    def sparse(path: Path) -> None:
+        with open(path, "wb") as stream:
+            stream.write((NASTY / "memo_index_bomb.pkl").read_bytes())
+            stream.truncate(200 << 20)
+
+    directory = _with_rank_1(tmp_path, sparse)
+    data = _analyze(directory, tmp_path)
+    assert data["dumps"]["ranks_loaded"] == [0, 2, 3]
+    [unreadable] = data["dumps"]["unreadable"]
+    assert unreadable["rank"] == 1 and "memo index 2147483647" in unreadable["reason"]
+
+
+def test_a_hash_bomb_padded_to_100_mb_costs_at_most_the_cpu_ceiling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The padding is content, so the budget grows with it, but never past `cpu_ceiling_s`
+    (lowered here to 1 s); the read again scans first and names the bomb."""
+
+    def padded(path: Path) -> None:
+        path.write_bytes((NASTY / "tuple_hash_bomb.pkl").read_bytes() + b"\0" * (100 << 20))
+
+    directory = _with_rank_1(tmp_path, padded)
+    monkeypatch.setattr(limits, "LIMITS", dataclasses.replace(LIMITS, cpu_ceiling_s=1.0))
+    started = time.monotonic()
+    report = tmp_path / "r.json"
+    saved, sys.argv = sys.argv, ["fr-analyze", "-d", str(directory), "--json", str(report)]
+    try:
+        with pytest.raises(SystemExit):
+            cli.main()
+    finally:
+        sys.argv = saved
+    assert time.monotonic() - started < 20
+    data = json.loads(report.read_text())
+    assert data["dumps"]["ranks_loaded"] == [0, 2, 3]
+    [unreadable] = data["dumps"]["unreadable"]
+    assert unreadable["reason"].startswith(
+        "refused: pickle builds a tuple of over 10000 nested or repeated tuples"
+    )

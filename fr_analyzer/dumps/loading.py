@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DumpError
 from ..model import UnreadableDump
-from . import dialects, sandbox, torchft
+from . import dialects, limits, sandbox, torchft
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
 from .limits import content_bytes
@@ -121,7 +121,9 @@ def load_all(
         retry = functools.partial(
             _load_packed, max_bytes=max_bytes, ft_group_world_size=ft_group_world_size, scan=True
         )
-        pool = sandbox.Sandbox(task, _file_size, _after_death, workers, retry=retry)
+        pool = sandbox.Sandbox(
+            task, _file_size, _after_death, workers, retry=retry, limits=limits.LIMITS
+        )
 
         def arrivals() -> Iterator[
             tuple[int, tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]]
