@@ -67,6 +67,20 @@ def render_entries(
     return "\n".join(out)
 
 
+SHOWN_FRAMES = 6
+"""Frames of each entry's stack shown (innermost first)."""
+SHOWN_FRAME_TEXT = 240
+"""Characters of a frame's name or file name shown; longer ones are cut short. A stack is
+counted once however many entries share it (`dumps.normalize.text_held`), but this view shows
+it in every entry's cell."""
+
+
+def _cut(text: str) -> str:
+    if len(text) <= SHOWN_FRAME_TEXT:
+        return text
+    return f"{text[: SHOWN_FRAME_TEXT - 20]}... ({len(text):,} chars)"
+
+
 def _cell(table: EntryTable, row: int, stack: bool) -> str:
     name = table.profiling_names[int(table.pname[row])]
     op = name.partition(":")[2] or name
@@ -79,8 +93,8 @@ def _cell(table: EntryTable, row: int, stack: bool) -> str:
     if stack:
         code = int(table.stack[row])
         if code >= 0:
-            for frame in table.stacks[code][:6]:
-                text += f"\n  {frame.name} {frame.filename}:{frame.line}"
+            for frame in table.stacks[code][:SHOWN_FRAMES]:
+                text += f"\n  {_cut(frame.name)} {_cut(frame.filename)}:{frame.line}"
         else:
             text += "\n  (no stack in dump)"
     return text

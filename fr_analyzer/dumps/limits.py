@@ -61,10 +61,12 @@ class Limits:
     expansion_floor: int = MIB
     """...plus this many: only a memo bomb (one list referred to many times) gets near it."""
     text_expansion_factor: int = 8
+    """The text a file's entries hold as the outputs write it (names, dtypes and groups once
+    per entry, each distinct stack once), in characters, may be at most this many per byte
+    of the file..."""
     text_expansion_floor: int = 64 * MIB
-    """The text a file's entries hold (names, frames, dtypes), counted in characters with
-    repeats, may be at most factor x its bytes + floor: one long string shared by every
-    entry through memo references would otherwise multiply in every output."""
+    """...plus this many: one long string shared by every entry through memo references would
+    otherwise multiply in every output (the rank is refused, with its reason)."""
 
     # --- URLs ---------------------------------------------------------------------------
     url_connect_timeout_s: float = 10.0

@@ -14,13 +14,13 @@ import numpy as np
 from ..errors import DumpError
 from ..model import UnreadableDump
 from . import dialects, limits, sandbox, torchft
+from .archives import StreamedFiles
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
 from .limits import content_bytes
 from .normalize import build_rank
 from .reading import _Raw, _read, explain_pickle, read_unpacked
 from .records import RankColumns, RankDump
-from .archives import StreamedFiles
 from .sources import DumpFile
 
 
@@ -158,6 +158,7 @@ def load_all(
             unreadable.append(result)
         if progress is not None:
             progress(len(loaded) + len(unreadable), len(files))
+    loaded = _claims_within_the_job(loaded, unreadable, ft_group_world_size)
     outside = _outside_the_job(loaded)
     for dump, reason in outside:
         loaded.remove(dump)
@@ -365,3 +366,45 @@ def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
             )
             out.append((dump, reason))
     return out if len(out) < len(loaded) else []
+
+
+def _claims_within_the_job(
+    loaded: Sequence[RankDump],
+    unreadable: Sequence[UnreadableDump],
+    ft_group_world_size: int | None = None,
+) -> list[RankDump]:
+    """The ranks, each without the groups of its pg_config that reach past every rank the
+    job shows otherwise: the rank's own number, the other files' ranks and the members of the
+    other ranks' groups. One rank's claim must not grow the job (a default group of a million
+    members where eight files exist) nor turn a healthy job's verdict: such a claim is set
+    aside with a warning, and the group is rebuilt as for a rank that lists none (from the
+    other ranks' pg_config or the entries). With one rank loaded nothing compares, and
+    nothing is set aside. In a torchft job (`ft_group_world_size`) a rank's own replica
+    group is the job as it shows too."""
+    if len(loaded) < 2:
+        return list(loaded)
+    tops = [max([d.rank, *(c.ranks[-1] for c in d.claims.values())]) for d in loaded]
+    files = max((u.rank for u in unreadable if u.rank is not None), default=-1)
+    ordered = sorted(tops, reverse=True)[:2]
+    replica = ft_group_world_size or 1
+    out = []
+    for dump, top in zip(loaded, tops, strict=True):
+        others = ordered[1] if top == ordered[0] else ordered[0]
+        bound = max(others, files, (dump.rank // replica + 1) * replica - 1)
+        if top <= bound:
+            out.append(dump)
+            continue
+        kept = {name: c for name, c in dump.claims.items() if c.ranks[-1] <= bound}
+        beyond = sorted(set(dump.claims) - set(kept))
+        shown = ", ".join(repr(name[:40]) for name in beyond[:3])
+        more = f" and {len(beyond) - 3:,} more" if len(beyond) > 3 else ""
+        note = (
+            f"rank {dump.rank}: pg_config group(s) {shown}{more} list members up to rank"
+            f" {top:,}, beyond every rank the other files and their groups show (up to"
+            f" {bound:,}): set aside, those groups rebuilt as if unlisted"
+        )
+        warnings = (*dump.warnings, printable(note))
+        out.append(
+            replace(dump, claims=kept, warnings=warnings, claims_set_aside=frozenset(beyond))
+        )
+    return out

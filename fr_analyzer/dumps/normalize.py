@@ -9,8 +9,10 @@ Coalesced and batched blocks are recognised last (`blocks`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -132,6 +134,18 @@ def _build_rank(
     columns = RankColumns(unit=unit, marker=marker, **arrays)
     for name, dtype in COLUMNS.items():  # every reader gives every column in its own type
         assert getattr(columns, name).dtype == dtype, name
+    tables = RankTables(
+        ops=read.ops.values,
+        backends=read.backends.values,
+        profiling_names=read.pnames.values,
+        shapes=read.shapes.values,
+        dtypes=[tuple(read.text(name) or "" for name in found) for found in read.dtypes.values],
+        stacks=read.stacks.values,
+    )
+    if read.text_limit is not None:
+        held = text_held(columns, tables, read.groups.values, claims.values())
+        if held > read.text_limit:
+            raise read.text_bomb(held)
     return RankDump(
         rank=rank,
         file=file,
@@ -147,16 +161,42 @@ def _build_rank(
         reader=reader,
         fallback=fallback,
         entries=columns.n,
-        tables=RankTables(
-            ops=read.ops.values,
-            backends=read.backends.values,
-            profiling_names=read.pnames.values,
-            shapes=read.shapes.values,
-            dtypes=[tuple(read.text(name) or "" for name in found) for found in read.dtypes.values],
-            stacks=read.stacks.values,
-        ),
+        tables=tables,
         columns=columns,
     )
+
+
+def text_held(
+    columns: RankColumns,
+    tables: RankTables,
+    groups: Sequence[tuple[str, str]],
+    claims: Iterable[GroupClaim],
+) -> int:
+    """Characters of text a rank's entries hold, counted as the outputs write them: each
+    entry's profiling name, op, backend, group name and description and dtypes once per
+    entry (the tables code each distinct value once, but the database, `-j` and the timeline
+    write it in every row), each distinct stack's frames once (the outputs keep stacks apart,
+    `-j` shows a few frames of each, cut short), and the claimed groups' names and
+    descriptions. Genuine dumps hold far less text than their size: only repeated references
+    to long strings (a memo bomb) get near `Limits.text_expansion_factor`."""
+
+    def lengths(texts: Iterable[str]) -> np.ndarray:
+        found = np.fromiter(map(len, texts), dtype=np.int64)
+        return found if len(found) else np.zeros(1, dtype=np.int64)
+
+    dtypes = lengths(map("".join, tables.dtypes))
+    per_entry = (
+        (columns.pname, lengths(tables.profiling_names)),
+        (columns.op, lengths(tables.ops)),
+        (columns.backend, lengths(tables.backends)),
+        (columns.group, lengths(name + desc for name, desc in groups)),
+        (columns.in_dtype, dtypes),
+        (columns.out_dtype, dtypes),
+    )
+    held = sum(int(table[codes].sum()) for codes, table in per_entry if len(codes))
+    frames = Counter(chain.from_iterable(tables.stacks))
+    held += sum((len(f.name) + len(f.filename)) * count for f, count in frames.items())
+    return held + sum(len(c.name) + len(c.desc) for c in claims)
 
 
 def _listed(names: Iterable[str], most: int = 8) -> str:

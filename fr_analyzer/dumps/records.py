@@ -112,6 +112,9 @@ class RankDump:
     tables: RankTables | None
     columns: RankColumns | None
     dialect: str = "pytorch"  # the recorder that wrote it (`dialects.Dialect`)
+    # Groups its pg_config listed with members beyond every rank the job shows otherwise,
+    # set aside (`loading`): no view of those groups to compare with the other ranks'.
+    claims_set_aside: frozenset[str] = frozenset()
 
     def header(self) -> RankDump:
         """The same dump without its entries' tables and columns."""

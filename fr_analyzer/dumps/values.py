@@ -27,6 +27,7 @@ from .common import (
     _short,
     printable,
 )
+from .limits import LIMITS, MIB
 
 
 class EntryError(Exception):
@@ -201,6 +202,11 @@ class ValueReader:
 
     def __init__(self, nbytes: int | None) -> None:
         self.limit = None if nbytes is None else EXPANSION_FACTOR * nbytes + EXPANSION_FLOOR
+        self.text_limit = (
+            None
+            if nbytes is None
+            else LIMITS.text_expansion_factor * nbytes + LIMITS.text_expansion_floor
+        )
         self.nbytes = nbytes
         self.items = 0
         self.texts: dict[Any, str] = {}
@@ -223,6 +229,17 @@ class ValueReader:
             f"refused: its entries expand to over {self.limit} items (shape dimensions, dtypes,"
             f" frames) from {self.nbytes} bytes: a pickle that repeats references to big lists"
             " (a memo bomb)"
+        )
+
+    def text_bomb(self, held: int) -> Bomb:
+        """The refusal of a rank whose entries hold `held` characters of text (counted as
+        the outputs write it: once per entry, stacks once each), over `text_limit`."""
+        nbytes = self.nbytes or 0
+        return Bomb(
+            f"refused: its entries expand to {held / MIB:,.0f} MB of text (names, dtypes,"
+            f" stacks) from a {nbytes / MIB:,.1f} MB file, over the limit of"
+            f" {(self.text_limit or 0) / MIB:,.0f} MB: a pickle that repeats references to"
+            " long strings (a memo bomb?)"
         )
 
     def text(self, value: Any) -> str | None:
