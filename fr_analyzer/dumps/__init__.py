@@ -2,8 +2,8 @@
 
 The package, stage by stage: `opening` picks the source a path or URL names, and `sources` (a
 directory), `archives` (a tar or zip archive) or `remote` (an fsspec URL) lists it and says
-how each file is read, within `limits` (the table of every limit); `discovery` finds the rank files in
-it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
+how each file is read, within `limits` (the table of every limit); `discovery` finds the rank
+files in it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
 `reading` loads one file (gzip, JSON, pickle); `normalize` turns its header and entries into
 a `RankDump` (`records`), its entries read by the fastest reader that takes them; `loading`
 runs that over every rank; `table` merges the ranks into one `EntryTable`. `schema` is the

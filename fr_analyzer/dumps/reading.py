@@ -83,7 +83,8 @@ def _read(
     `guarded` scans a pickle for bombs before it is unpickled: for use in a process that
     must survive any file. A worker process of the loader reads unguarded, under resource
     limits (see `sandbox`): a bomb costs it that file, and the scan then only explains why.
-    `fetch` reads a file that is not a local one (an archive member, a URL; see `archives`, `remote`)."""
+    `fetch` reads a file that is not a local one (an archive member, a URL; see `archives`,
+    `remote`)."""
     where = printable(fetch.where if fetch is not None else str(path))
     data = _utf8_json(read_unpacked(path, rank, max_bytes, fetch), where, rank)
     notes: list[str] = []
