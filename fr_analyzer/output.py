@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from .dumps.common import printable
+from .dumps.common import file_kind, printable
 from .dumps.sources import Directory, Source
 from .errors import OutputError
 
@@ -95,16 +95,7 @@ def destination(path: Path) -> Destination:
         return Destination(Path(os.path.realpath(path)) if linked else path, How.REPLACE)
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return Destination(path, How.IN_PLACE)
-    what = (
-        "a directory"
-        if stat.S_ISDIR(mode)
-        else "a block device"
-        if stat.S_ISBLK(mode)
-        else "a socket"
-        if stat.S_ISSOCK(mode)
-        else "not a regular file"
-    )
-    raise OutputError(f"{_shown(path)}: is {what}: refusing to write there")
+    raise OutputError(f"{_shown(path)}: is {file_kind(mode)}: refusing to write there")
 
 
 def _shown(path: Path) -> str:

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 import re
+import stat
 from collections.abc import Iterator
 from typing import Any
 
@@ -229,3 +230,17 @@ _HUGE_PAGES = getattr(
     "_set_madvise_hugepage",
     None,
 )
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, from its `st_mode`: "a FIFO", ..."""
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"

@@ -28,6 +28,7 @@ from .common import (
     MAX_TUPLE_NODES,
     _short,
     collector_paused,
+    file_kind,
     printable,
 )
 from .decode import Decoded, decode_or_why
@@ -235,25 +236,12 @@ _OTHER_FORMATS = (
 )
 
 
-def _file_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return kind
-    return "not a regular file"
-
-
 def _read_bytes(path: Path, where: str, rank: int | None, max_bytes: int) -> bytes:
     """At most `max_bytes` of a regular file; FIFOs, devices and sockets are never opened."""
     try:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):
-            raise DumpError(where, rank, f"not a regular file ({_file_kind(info.st_mode)})")
+            raise DumpError(where, rank, f"not a regular file ({file_kind(info.st_mode)})")
         if info.st_size > max_bytes:
             raise DumpError(
                 where,
@@ -264,7 +252,7 @@ def _read_bytes(path: Path, where: str, rank: int | None, max_bytes: int) -> byt
         with open(os.open(path, _O_FLAGS), "rb", buffering=0) as stream:
             info = os.fstat(stream.fileno())
             if not stat.S_ISREG(info.st_mode):  # replaced between stat and open
-                raise DumpError(where, rank, f"not a regular file ({_file_kind(info.st_mode)})")
+                raise DumpError(where, rank, f"not a regular file ({file_kind(info.st_mode)})")
             parts: list[bytes] = []
             total, want = 0, min(info.st_size, max_bytes) + 1
             while total <= max_bytes:

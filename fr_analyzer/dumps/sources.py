@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .common import _O_FLAGS, printable
+from .common import _O_FLAGS, file_kind, printable
 
 
 class SourceError(Exception):
@@ -179,7 +179,7 @@ def _local_problem(path: Path, root: Path) -> tuple[str, float]:
             target = Path(os.path.realpath(path, strict=True))
             info = os.stat(target)
         if not stat.S_ISREG(info.st_mode):  # the words the reader would give
-            return f"not a regular file ({_local_kind(info.st_mode)})", mtime
+            return f"not a regular file ({file_kind(info.st_mode)})", mtime
         if target is not None and not (target == root or target.is_relative_to(root)):
             return "a link to outside the dump directory: not read", mtime
         if not os.access(path, os.R_OK):
@@ -190,19 +190,6 @@ def _local_problem(path: Path, root: Path) -> tuple[str, float]:
         return f"cannot read: {printable(reason)[:200]}", 0.0
     except RuntimeError:  # a loop of links, as older Pythons report it
         return "cannot read: a loop of symbolic links", 0.0
-
-
-def _local_kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return kind
-    return "a special file"
 
 
 def _inside(path: Path, root: Path) -> bool:
