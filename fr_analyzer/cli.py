@@ -240,6 +240,14 @@ def analyze(
         int | None,
         typer.Option("--group-world-size", min=1, help="Ranks in one torchft replica group."),
     ] = None,
+    ignore_file_times: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-file-times",
+            help="The dump files were copied without their modification times: do not date "
+            "the dumps by them (stuck or in flight is then judged from the entries alone).",
+        ),
+    ] = False,
     allow_incomplete_ranks: Annotated[
         bool,
         typer.Option(
@@ -279,6 +287,7 @@ def analyze(
         thresholds=thresholds,
         max_file_bytes=max_file_size,
         ft_group_world_size=group_world_size,
+        file_times=not ignore_file_times,
     )
     progress = _progress if sys.stderr.isatty() else None
     source = open_source(dump_dir, _storage_options(storage_option))

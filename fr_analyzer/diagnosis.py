@@ -62,7 +62,7 @@ from .positions import (
     positions,
     stacks,
 )
-from .ranks import agree, label
+from .ranks import agree, compact, label
 
 NO_P2P_BACKENDS = frozenset({"gloo"})
 """Backends whose recorder never records send/recv: a rank blocked in one looks idle."""
@@ -163,7 +163,7 @@ def diagnose(
         rank: RankState(rank, blocked.get(rank), newest.get(rank), graph.waits_for(rank))
         for rank in groups.loaded_ranks
     }
-    timing = _timing(t, graph)
+    timing = _timing(t, graph, dumps)
     ctx = _Context(t, groups, matches, graph, newest_ns, last_row, refs, thresholds)
     ctx.wrapped = frozenset(d.rank for d in dumps if d.wrapped)
     root: RootCause | None = None
@@ -194,8 +194,8 @@ def diagnose(
 # In flight or stuck
 
 
-def _timing(t: EntryTable, graph: waits.WaitGraph) -> Timing:
-    when = dump_time(t)
+def _timing(t: EntryTable, graph: waits.WaitGraph, dumps: Sequence[RankDump] = ()) -> Timing:
+    when = dump_time(t, dumps)
     rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
     if not len(rows):
         return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")
@@ -204,28 +204,59 @@ def _timing(t: EntryTable, graph: waits.WaitGraph) -> Timing:
     oldest = float(known.max()) if len(known) else None
     timeout = float(t.timeout_ms[rows].max()) / 1e3
     n = len(rows)
+    dated_by = _dated_by(when, {int(r) for r in t.rank[rows]})
     if Age.OLD in verdicts:
         failed = int((t.retired[rows] & (t.state[rows] != State.COMPLETED)).sum())
         if oldest is not None and oldest >= timeout - DUMP_SPREAD_S:
-            why = f"the oldest had waited {oldest:.0f} s (timeout {timeout:.0f} s)"
+            why = f"the oldest had waited {oldest:.0f} s (timeout {timeout:.0f} s{dated_by})"
         else:
             why = f"{failed} of them ended without completing (timed out or failed)"
         note = f"{n} rank(s) have unfinished ops; {why}: the job is hung"
         return Timing(when, n, oldest, Age.OLD, True, note)
     if all(v == Age.YOUNG for v in verdicts):
-        age_text = f"at most {oldest:.1f} s old" if oldest is not None else "still running"
+        if oldest is None:
+            age_text = "still running"
+        elif when.exact or when.file_times:
+            age_text = f"at most {oldest:.1f} s old"
+        else:  # PyTorch's gloo recorder left them unretired: below their timeout
+            at_least = f"at least {oldest:.0f} s old and " if oldest >= 1 else ""
+            age_text = f"{at_least}below their timeout (gloo retires an op that times out)"
         note = (
             f"{n} rank(s) have unfinished ops, {age_text} when the dumps were taken (timeout "
-            f"{timeout:.0f} s): they were in flight, not stuck"
+            f"{timeout:.0f} s{dated_by}): they were in flight, not stuck"
         )
         return Timing(when, n, oldest, Age.YOUNG, False, note)
+    why = (
+        "NCCL timing was on, but nothing was running at the dump"
+        if when.timing_on
+        else "no op was looked at during the dump: NCCL timing off"
+    )
     note = (
         f"{n} rank(s) have unfinished ops, but the dumps do not tell how old they were "
-        "(no op was looked at during the dump: NCCL timing off). A watchdog dumps when an op "
+        f"({why}, and no file's time dates it). A watchdog dumps when an op "
         "times out, so they are taken as stuck; if the job was still running when it was "
         "dumped, they may simply have been in flight"
     )
     return Timing(when, n, oldest, Age.UNKNOWN, True, note)
+
+
+def _timing_on(t: EntryTable, ranks: Sequence[int]) -> bool:
+    """Whether NCCL timing was on for every one of `ranks`: some op of each has a start time
+    or a duration (with timing off, no op is ever seen started)."""
+    seen = (t.t_started >= 0) | ~np.isnan(t.duration_ms)
+    timed = {int(r) for r in np.unique(t.rank[seen])}
+    return bool(ranks) and all(r in timed for r in ranks)
+
+
+def _dated_by(when: DumpTime, ranks: set[int]) -> str:
+    """ ", dated by ..." for a note: what dated the dumps of `ranks` (none when only the
+    entries' newest timestamp bounds it)."""
+    if when.exact:
+        return ", dated by an op looked at during the dump"
+    files = sorted(r for r in ranks if r in when.file_times)
+    if not files:
+        return ""
+    return f", dated by the file's modification time of rank(s) {compact(files)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1353,6 +1384,14 @@ class _Context:
                 + f"; {behind} rank(s) wait behind {agree(stuck, 'it', 'them')}. Its GPU or "
                 "NCCL stopped there (a device hang, a kernel that never finished, a network "
                 "fault on that host), not a program bug."
+            )
+        elif states and set(states) == {"scheduled"} and _timing_on(t, stuck):
+            sentence = (
+                f"{label(stuck)} {agree(stuck, 'is', 'are')} stuck in {self.where(ref)} although "
+                "every member issued it and none completed it. NCCL timing was on and it stayed "
+                "scheduled: the GPU never started it, so something before it on that GPU did "
+                "not finish (a kernel, or a wait on another stream), not the network nor a "
+                "program bug."
             )
         else:
             sentence = (

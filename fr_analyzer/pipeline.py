@@ -4,7 +4,7 @@ conclusion), with no logic of its own."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import dumps as dumps_mod
@@ -37,6 +37,7 @@ class Options:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     thresholds: Thresholds = field(default_factory=Thresholds)
     ft_group_world_size: int | None = None  # a torchft job: default groups made global
+    file_times: bool = True  # date each dump by its file's modification time (`ages`)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ def _load(
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
         raise DiscoveryError(f"{source.label}: no readable rank dump ({reasons})")
     loaded.sort(key=lambda d: d.rank)
+    if not options.file_times:
+        loaded = [replace(d, file_time_ns=None) for d in loaded]
     unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
     table = builder.build([d.rank for d in loaded])
     return Loaded(loaded, unreadable, table, found)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import __version__
+from . import __version__, ranks
+from .ages import DumpTime
 from .conclusion import Conclusion, Judged
 from .diagnosis import RootCause
 from .model import Finding, Group
@@ -94,6 +95,13 @@ def verdict_json(c: Conclusion) -> dict[str, Any]:
             "timing": {
                 "dump_time_ns": t.dump.at_ns,
                 "dump_time_exact": t.dump.exact,
+                "dump_time_basis": t.dump.basis,
+                "dump_time_evidence": _evidence(t.dump),
+                "file_times_ns": (
+                    [min(t.dump.file_times.values()), max(t.dump.file_times.values())]
+                    if t.dump.file_times
+                    else None
+                ),
                 "blocked_ranks": t.blocked_ranks,
                 "oldest_unfinished_age_s": t.oldest_age_s,
                 "age": t.age.value,
@@ -103,6 +111,15 @@ def verdict_json(c: Conclusion) -> dict[str, Any]:
         }
     )
     return out
+
+
+def _evidence(dump: DumpTime) -> dict[str, str]:
+    """What dated each rank's dump, as rank ranges by kind of evidence ("looked_at",
+    "file_time", "lower_bound")."""
+    by_kind: dict[str, list[int]] = {}
+    for rank, evidence in sorted(dump.evidence.items()):
+        by_kind.setdefault(evidence.name.lower(), []).append(rank)
+    return {kind: ranks.compact(found) for kind, found in by_kind.items()}
 
 
 def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]:

@@ -60,8 +60,9 @@ def pack(folder: Path, archive: Path) -> Path:
 
 def report(where: str, *, relative_to: str) -> str:
     """The text report without its first line (which names the source), with file names made
-    relative to the set, so that a directory and an archive of it compare equal."""
-    text = render_text(analyze(open_source(where), Options(workers=2)))
+    relative to the set, so that a directory and an archive of it compare equal (without the
+    files' times, which a zip does not keep and a checkout sets at will)."""
+    text = render_text(analyze(open_source(where), Options(workers=2, file_times=False)))
     return text.split("\n", 1)[1].replace(relative_to, "")
 
 

@@ -388,6 +388,7 @@ class _TarItem:
     offset: int  # where its data starts in the (uncompressed) archive
     size: int
     head: bytes
+    mtime_ns: int | None = None  # the member's modification time
 
 
 @dataclass(frozen=True)
@@ -398,6 +399,7 @@ class TarMember:
     offset: int
     where: str
     size: int
+    mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
         if problem := over_limit(self.size, max_bytes):
@@ -423,6 +425,7 @@ class Streamed:
     size: int
     data: bytes | None = None
     problem: str = ""
+    mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
         if self.problem:
@@ -469,7 +472,7 @@ class TarArchive(Source):
                 if not problem:
                     stream = archive.extractfile(info)
                     head = stream.read(16) if stream is not None else b""
-                item = _TarItem(index, info.offset_data, info.size, head)
+                item = _TarItem(index, info.offset_data, info.size, head, _mtime_ns(info))
                 where = f"{self.label}:{printable(info.name)}"
                 held = (index, Listed(info.name, where, problem, item))
         except _Bomb as exc:
@@ -510,9 +513,11 @@ class TarArchive(Source):
         if item.problem:
             fetch = Refused(item.where, item.problem)
         elif self.compression:
-            fetch = Streamed(item.where, tar_item.index, tar_item.size)
+            fetch = Streamed(item.where, tar_item.index, tar_item.size, mtime_ns=tar_item.mtime_ns)
         else:
-            fetch = TarMember(self.opener, tar_item.offset, item.where, tar_item.size)
+            fetch = TarMember(
+                self.opener, tar_item.offset, item.where, tar_item.size, tar_item.mtime_ns
+            )
         return DumpFile(rank, Path(item.name), fetch)
 
     def tasks(self, files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
@@ -522,6 +527,16 @@ class TarArchive(Source):
 
     def owns(self, path: Path) -> bool:
         return isinstance(self.opener, LocalFile) and _same_file(path, Path(self.opener.name))
+
+
+def _mtime_ns(info: tarfile.TarInfo) -> int | None:
+    """A member's modification time in ns (tar keeps seconds; pax headers, fractions), or
+    None when the archive kept none (0: the epoch, as `tar --mtime=@0` or gzip'd sets write)."""
+    try:
+        seconds = float(info.mtime)
+    except (TypeError, ValueError):
+        return None
+    return int(seconds * 1e9) if seconds > 0 else None
 
 
 def _tar_kind(info: tarfile.TarInfo) -> str:
@@ -613,5 +628,5 @@ def _with(
     return DumpFile(
         dump_file.rank,
         dump_file.path,
-        Streamed(fetch.where, fetch.index, fetch.size, data, problem),
+        Streamed(fetch.where, fetch.index, fetch.size, data, problem, fetch.mtime_ns),
     )

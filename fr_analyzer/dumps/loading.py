@@ -62,6 +62,18 @@ def load_rank(
         return UnreadableDump(path, dump_file.rank, reason)
 
 
+def _file_time_ns(dump_file: DumpFile) -> int | None:
+    """When the rank's file was last modified: a local file's mtime, an archive member's, or
+    None where the source keeps none."""
+    if dump_file.fetch is not None:
+        found = getattr(dump_file.fetch, "mtime_ns", None)
+        return found if isinstance(found, int) else None
+    try:
+        return os.stat(dump_file.path).st_mtime_ns
+    except OSError:
+        return None
+
+
 def _build(
     raw: _Raw, rank: int, path: str, fallback: str, ft_group_world_size: int | None
 ) -> RankDump:
@@ -103,9 +115,10 @@ def load_all(
     in file order: the table builder takes the columns then, while the workers go on. The
     columns come by name, each in the narrowest integer type that holds its values (as they
     travel from a worker), or as `RankColumns` has them. The ranks come back without their
-    entries (`RankDump.header`). A file that kills its worker is reported unreadable, with the
-    bomb it holds if a scan finds one. Ranks outside the job (see `_outside_the_job`) are set
-    aside; the caller leaves them out of its table."""
+    entries (`RankDump.header`), each with its file's modification time (`file_time_ns`). A
+    file that kills its worker is reported unreadable, with the bomb it holds if a scan finds
+    one. Ranks outside the job (see `_outside_the_job`) are set aside; the caller leaves them
+    out of its table."""
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(files) // 4 or 1))
@@ -149,11 +162,11 @@ def load_all(
                 yield members.share(loaded), columns
 
         results = in_turn()
-    for result, columns in results:
+    for index, (result, columns) in enumerate(results):  # in file order
         if isinstance(result, RankDump):
             if sink is not None and columns is not None:
                 sink(result, columns)
-            loaded.append(result.header())
+            loaded.append(replace(result.header(), file_time_ns=_file_time_ns(files[index])))
         else:
             unreadable.append(result)
         if progress is not None:

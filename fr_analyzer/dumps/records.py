@@ -115,6 +115,9 @@ class RankDump:
     # Groups its pg_config listed with members beyond every rank the job shows otherwise,
     # set aside (`loading`): no view of those groups to compare with the other ranks'.
     claims_set_aside: frozenset[str] = frozenset()
+    # When its file was last modified (ns since the epoch; None: unknown): the recorder writes
+    # the file at the dump, so this is the dump time or later (a copy that kept no times).
+    file_time_ns: int | None = None
 
     def header(self) -> RankDump:
         """The same dump without its entries' tables and columns."""

@@ -1,0 +1,164 @@
+"""When was each dump taken? The files' modification times date the real NCCL dumps that the
+entries alone cannot tell apart (a healthy step in flight against a watchdog's dump at a
+timeout), every recorder's own rules for its `retired` flag hold, and the report says what
+dated each dump.
+
+The real dumps are `../shared/real_nccl/` (PyTorch 2.11, NCCL 2.28.9, one GPU; its README gives
+the files' modification times, which git does not keep: the tests restore them on a copy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT.parent / "shared" / "real_nccl"
+SAMPLES = ROOT / "sample_dumps"
+
+MTIMES_NS = {  # ../shared/real_nccl/README.md
+    "healthy_timing": 1795652353870238300,
+    "healthy_no_timing": 1795652362916532800,
+    "inflight": 1795652371898341400,
+    "stuck_timeout": 1795652388308192300,
+    "stuck_timeout_no_timing": 1795652461524196600,
+}
+
+needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_nccl is not here")
+
+
+def fr(*args: str) -> tuple[int, str, dict[str, Any]]:
+    """`fr-analyze *args --json`: exit code, text report, JSON report."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "fr_analyzer", *args, "--json", str(report)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Traceback" not in done.stderr, done.stderr
+        return done.returncode, done.stdout, json.loads(report.read_text())
+
+
+def real_set(tmp_path: Path, name: str, mtime_ns: int | None) -> Path:
+    """A copy of a real NCCL set, its file's modification time restored (or left as the copy
+    made it, when None)."""
+    folder = tmp_path / name / "dumps"
+    shutil.copytree(REAL / name, folder)
+    if mtime_ns is not None:
+        for path in folder.iterdir():
+            os.utime(path, ns=(mtime_ns, mtime_ns))
+    return folder
+
+
+@needs_real
+@pytest.mark.parametrize("name", ["healthy_timing", "healthy_no_timing"])
+def test_real_healthy_nccl_dumps_are_ok(tmp_path: Path, name: str) -> None:
+    code, text, _ = fr("-d", str(real_set(tmp_path, name, MTIMES_NS[name])))
+    assert code == 0 and "\nOK. " in text
+
+
+@needs_real
+def test_a_real_dump_taken_in_flight_is_dated_by_its_file_and_ok(tmp_path: Path) -> None:
+    """Three ops queued behind a 2 s kernel, dumped 3.5 s after the newest (timeout 120 s)."""
+    code, text, report = fr("-d", str(real_set(tmp_path, "inflight", MTIMES_NS["inflight"])))
+    assert code == 0, text
+    assert "at most 3.5 s old" in text
+    assert "dated by the file's modification time of rank(s) 0" in text
+    timing = report["verdict"]["timing"]
+    assert timing["age"] == "young" and timing["stuck"] is False
+    assert timing["dump_time_evidence"] == {"file_time": "0"}
+    assert timing["file_times_ns"] == [MTIMES_NS["inflight"]] * 2
+
+
+@needs_real
+@pytest.mark.parametrize("name", ["stuck_timeout", "stuck_timeout_no_timing"])
+def test_a_real_watchdog_dump_is_hung_at_all_reduce_10_of_mesh_tp(
+    tmp_path: Path, name: str
+) -> None:
+    code, text, report = fr("-d", str(real_set(tmp_path, name, MTIMES_NS[name])))
+    assert code == 1, text
+    verdict = report["verdict"]
+    assert verdict["status"] == "hung"
+    assert verdict["culprit_ranks"] == [0]
+    assert (verdict["group"], verdict["group_desc"]) == ("1", "mesh_tp")
+    assert (verdict["op"], verdict["collective_seq_id"]) == ("all_reduce", 10)
+    assert verdict["timing"]["age"] == "old"
+    assert "the oldest had waited 10 s (timeout 6 s, dated by the file's modification" in text
+    if name == "stuck_timeout":  # timing on, and it stayed scheduled
+        assert "the GPU never started it" in verdict["summary"]
+    else:  # timing off: scheduled is all NCCL ever says
+        assert "the GPU never started it" not in verdict["summary"]
+
+
+@needs_real
+def test_the_in_flight_dump_copied_without_its_time_is_unknown_and_taken_as_stuck(
+    tmp_path: Path,
+) -> None:
+    """A copy made long after (its time set far past the entries) dates nothing: the age is
+    unknown, never young."""
+    late = MTIMES_NS["inflight"] + 86_400 * 10**9
+    code, text, report = fr("-d", str(real_set(tmp_path, "inflight", late)))
+    assert code == 1
+    timing = report["verdict"]["timing"]
+    assert timing["age"] == "unknown" and timing["dump_time_evidence"] == {"lower_bound": "0"}
+    assert "NCCL timing was on, but nothing was running at the dump" in text
+
+
+@needs_real
+def test_ignore_file_times_judges_from_the_entries_alone(tmp_path: Path) -> None:
+    folder = real_set(tmp_path, "inflight", MTIMES_NS["inflight"])
+    code, _, report = fr("-d", str(folder), "--ignore-file-times")
+    assert code == 1 and report["verdict"]["timing"]["age"] == "unknown"
+
+
+@needs_real
+def test_a_tar_keeps_the_member_times_that_date_the_dumps(tmp_path: Path) -> None:
+    folder = real_set(tmp_path, "stuck_timeout", MTIMES_NS["stuck_timeout"])
+    archive = tmp_path / "stuck.tar.gz"
+    subprocess.run(["tar", "czf", str(archive), "-C", str(folder.parent), "dumps"], check=True)
+    code, _, report = fr("-d", str(archive))
+    assert code == 1 and report["verdict"]["timing"]["age"] == "old"
+    assert report["verdict"]["timing"]["dump_time_evidence"] == {"file_time": "0"}
+
+
+def _as_gloo(source: Path, target: Path) -> None:
+    """The torchcomms sample rewritten as torchcomms on gloo: the same entries, backend gloo."""
+    target.mkdir(parents=True)
+    for path in sorted(source.iterdir()):
+        dump = pickle.loads(path.read_bytes())
+        for config in dump["pg_config"].values():
+            config["desc"] = "gloo"
+        for entry in dump["entries"]:
+            entry["profiling_name"] = entry["profiling_name"].replace("nccl:", "gloo:")
+            entry["process_group"] = (entry["process_group"][0], "gloo")
+        (target / path.name).write_bytes(pickle.dumps(dump, protocol=2))
+
+
+def test_torchcomms_on_gloo_is_not_taken_for_pytorchs_gloo_recorder(tmp_path: Path) -> None:
+    """Rank 5 never issued all_reduce #5. PyTorch's gloo recorder retires an op that times
+    out, so an unretired gloo op is young there; torchcomms never does (and its `retired` is
+    cleared when read), so nothing says its ops are young: the rank is named."""
+    folder = tmp_path / "dumps" / "per_rank"
+    _as_gloo(SAMPLES / "torchcomms_not_joined" / "per_rank", folder)
+    code, text, report = fr("-d", str(folder.parent))
+    assert code == 1, text
+    verdict = report["verdict"]
+    assert verdict["status"] == "hung" and verdict["culprit_ranks"] == [5]
+    assert "gloo retires" not in text
+
+
+def test_pytorchs_gloo_recorder_still_tells_unretired_ops_are_young() -> None:
+    code, text, report = fr("-d", str(SAMPLES / "gloo3d_mid_step"), "--ignore-file-times")
+    assert code == 0, text
+    assert "below their timeout (gloo retires an op that times out)" in text
+    assert report["verdict"]["timing"]["dump_time_evidence"] == {"lower_bound": "0-15"}
