@@ -3,8 +3,9 @@ entries alone cannot tell apart (a healthy step in flight against a watchdog's d
 timeout), every recorder's own rules for its `retired` flag hold, and the report says what
 dated each dump.
 
-The real dumps are `../shared/real_nccl/` (PyTorch 2.11, NCCL 2.28.9, one GPU; its README gives
-the files' modification times, which git does not keep: the tests restore them on a copy)."""
+The real dumps are `tests/data/real_nccl/`, copied from `../shared/real_nccl/` (PyTorch 2.11,
+NCCL 2.28.9, one GPU; its README gives the files' modification times, which git does not keep:
+the tests restore them on a copy)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,16 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL = ROOT.parent / "shared" / "real_nccl"
+REAL = ROOT / "tests" / "data" / "real_nccl"
 SAMPLES = ROOT / "sample_dumps"
 
-MTIMES_NS = {  # ../shared/real_nccl/README.md
+MTIMES_NS = {  # ../shared/real_nccl/README.md (and tests/data/real_nccl/README.md)
     "healthy_timing": 1795652353870238300,
     "healthy_no_timing": 1795652362916532800,
     "inflight": 1795652371898341400,
     "stuck_timeout": 1795652388308192300,
     "stuck_timeout_no_timing": 1795652461524196600,
 }
-
-needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/real_nccl is not here")
 
 
 def fr(*args: str) -> tuple[int, str, dict[str, Any]]:
@@ -60,14 +59,12 @@ def real_set(tmp_path: Path, name: str, mtime_ns: int | None) -> Path:
     return folder
 
 
-@needs_real
 @pytest.mark.parametrize("name", ["healthy_timing", "healthy_no_timing"])
 def test_real_healthy_nccl_dumps_are_ok(tmp_path: Path, name: str) -> None:
     code, text, _ = fr("-d", str(real_set(tmp_path, name, MTIMES_NS[name])))
     assert code == 0 and "\nOK. " in text
 
 
-@needs_real
 def test_a_real_dump_taken_in_flight_is_dated_by_its_file_and_ok(tmp_path: Path) -> None:
     """Three ops queued behind a 2 s kernel, dumped 3.5 s after the newest (timeout 120 s)."""
     code, text, report = fr("-d", str(real_set(tmp_path, "inflight", MTIMES_NS["inflight"])))
@@ -80,7 +77,6 @@ def test_a_real_dump_taken_in_flight_is_dated_by_its_file_and_ok(tmp_path: Path)
     assert timing["file_times_ns"] == [MTIMES_NS["inflight"]] * 2
 
 
-@needs_real
 @pytest.mark.parametrize("name", ["stuck_timeout", "stuck_timeout_no_timing"])
 def test_a_real_watchdog_dump_is_hung_at_all_reduce_10_of_mesh_tp(
     tmp_path: Path, name: str
@@ -100,7 +96,6 @@ def test_a_real_watchdog_dump_is_hung_at_all_reduce_10_of_mesh_tp(
         assert "the GPU never started it" not in verdict["summary"]
 
 
-@needs_real
 def test_the_in_flight_dump_copied_without_its_time_is_unknown_and_taken_as_stuck(
     tmp_path: Path,
 ) -> None:
@@ -114,14 +109,12 @@ def test_the_in_flight_dump_copied_without_its_time_is_unknown_and_taken_as_stuc
     assert "NCCL timing was on, but nothing was running at the dump" in text
 
 
-@needs_real
 def test_ignore_file_times_judges_from_the_entries_alone(tmp_path: Path) -> None:
     folder = real_set(tmp_path, "inflight", MTIMES_NS["inflight"])
     code, _, report = fr("-d", str(folder), "--ignore-file-times")
     assert code == 1 and report["verdict"]["timing"]["age"] == "unknown"
 
 
-@needs_real
 def test_a_tar_keeps_the_member_times_that_date_the_dumps(tmp_path: Path) -> None:
     folder = real_set(tmp_path, "stuck_timeout", MTIMES_NS["stuck_timeout"])
     archive = tmp_path / "stuck.tar.gz"
