@@ -54,6 +54,26 @@ class Outcome:
     report: dict[str, Any] | None
     seconds: float
 
+    @property
+    def everything(self) -> str:
+        """Every byte the run showed: stdout, stderr and the JSON report's text."""
+        return self.out + self.err + json.dumps(self.report, ensure_ascii=False)
+
+    @property
+    def warnings(self) -> list[str]:
+        assert self.report is not None, self
+        return list(self.report["dumps"]["warnings"])
+
+    @property
+    def unreadable(self) -> dict[int, str]:
+        assert self.report is not None, self
+        return {u["rank"]: u["reason"] for u in self.report["dumps"]["unreadable"]}
+
+    @property
+    def loaded(self) -> list[int]:
+        assert self.report is not None, self
+        return list(self.report["dumps"]["ranks_loaded"])
+
 
 def run_cli(
     capsys: pytest.CaptureFixture[str], args: list[str], report: Path | None = None

@@ -456,18 +456,7 @@ ODD_VALUES: list[Callable[[dict[str, Any]], Any]] = [
     lambda shared: [],
     lambda shared: [None],
 ]
-SIGNATURE_KEYS = [
-    "profiling_name",
-    "process_group",
-    "input_sizes",
-    "output_sizes",
-    "input_dtypes",
-    "output_dtypes",
-    "frames",
-    "state",
-    "is_p2p",
-    "retired",
-]
+SIGNATURE_KEYS = [*columnar._SIGNATURE_KEYS, "state", "is_p2p", "retired"]
 
 
 @HOSTILE_DECODERS

@@ -14,78 +14,28 @@ import bz2
 import dataclasses
 import gzip
 import io
-import json
 import lzma
 import os
 import shutil
-import sys
 import tarfile
-import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fr_analyzer import cli
 from fr_analyzer.dumps import limits
+from tests.test_hostile import Outcome, run_cli
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 SECRET = "AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 MIB = 1 << 20
 
 
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-    report: dict[str, Any] | None
-    seconds: float
-
-    @property
-    def everything(self) -> str:
-        """Every byte the run showed: stdout, stderr and the JSON report's text."""
-        return self.out + self.err + json.dumps(self.report, ensure_ascii=False)
-
-    @property
-    def warnings(self) -> list[str]:
-        assert self.report is not None, self
-        return list(self.report["dumps"]["warnings"])
-
-    @property
-    def unreadable(self) -> dict[int, str]:
-        assert self.report is not None, self
-        return {u["rank"]: u["reason"] for u in self.report["dumps"]["unreadable"]}
-
-    @property
-    def loaded(self) -> list[int]:
-        assert self.report is not None, self
-        return list(self.report["dumps"]["ranks_loaded"])
-
-
 def run(capsys: pytest.CaptureFixture[str], where: Path, tmp_path: Path) -> Outcome:
     """`fr-analyze -d where --json report` through `cli.main` in this process."""
-    report = tmp_path / "report.json"
-    report.unlink(missing_ok=True)
-    capsys.readouterr()
-    saved = sys.argv
-    sys.argv = ["fr-analyze", "-d", str(where), "--workers", "1", "--json", str(report)]
-    start = time.perf_counter()
-    code: Any = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.argv = saved
-    seconds = time.perf_counter() - start
-    captured = capsys.readouterr()
-    data = json.loads(report.read_text()) if report.exists() else None
-    outcome = Outcome(code, captured.out, captured.err, data, seconds)
-    assert code in (0, 1), outcome  # the verdict's code: never 2, nothing lost
+    outcome = run_cli(capsys, ["-d", str(where), "--workers", "1"], tmp_path / "report.json")
+    assert outcome.code in (0, 1), outcome  # the verdict's code: never 2, nothing lost
     for text in (outcome.out, outcome.err):
         assert "Traceback" not in text and "internal error" not in text, text[-2000:]
     return outcome
