@@ -4,22 +4,28 @@ simulated jobs of 8 to 256 ranks with every kind of fault, each answered right."
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
-from benchmarks.accuracy import run
+from benchmarks.accuracy import Outcome, run
 from tools.frsim.campaign import CASE_KINDS
 
 SEEDS = range(0, 66)
+
+
+def _wrong(outcomes: Sequence[Outcome]) -> list[str]:
+    """Each judged case answered wrong: its seed, case, answer and what differs."""
+    return [
+        f"seed {o.seed}: {o.case}\n  got: {o.got['answer'][:200]}\n  differs: {o.problems}"
+        for o in outcomes
+        if o.ambiguous is None and not o.right
+    ]
 
 
 def test_every_fault_kind_of_the_slice_is_answered_right() -> None:
     outcomes = run(SEEDS, workers=1)
     kinds = Counter(o.kind for o in outcomes if o.ambiguous is None)
     assert set(kinds) == set(CASE_KINDS), kinds  # the slice judges every kind
-    wrong = [
-        f"seed {o.seed}: {o.case}\n  got: {o.got['answer'][:200]}\n  differs: {o.problems}"
-        for o in outcomes
-        if o.ambiguous is None and not o.right
-    ]
+    wrong = _wrong(outcomes)
     assert not wrong, "\n".join(wrong)
     assert sum(o.ambiguous is None for o in outcomes) >= 0.8 * len(outcomes)
 
@@ -35,10 +41,6 @@ skipped first barriers, healthy mid-run dumps."""
 
 def test_the_drawn_cases_of_every_job_shape_that_once_went_wrong_are_answered_right() -> None:
     outcomes = run(SHAPE_SEEDS, workers=1, shapes=("3d", *SHAPES))
-    wrong = [
-        f"seed {o.seed}: {o.case}\n  got: {o.got['answer'][:200]}\n  differs: {o.problems}"
-        for o in outcomes
-        if o.ambiguous is None and not o.right
-    ]
+    wrong = _wrong(outcomes)
     assert not wrong, "\n".join(wrong)
     assert sum(o.ambiguous is None for o in outcomes) >= 0.6 * len(outcomes)

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from . import shapes as shape_jobs
 from .faults import ExtraOp, Fault, Field
@@ -211,6 +212,28 @@ def draw_case(seed: int, shapes: Sequence[str] = ()) -> Case:
     return _draw_3d_case(seed)
 
 
+def _draw_recording(
+    rng: random.Random, small_share: float, kind: str, backend: str
+) -> dict[str, Any]:
+    """How the recorder and the dump are drawn (the `SimSpec` fields every shape shares), in
+    one order, so each seed keeps drawing the case it always drew."""
+    small = rng.random() < small_share
+    return {
+        "capacity": rng.randrange(40, 160) if small else 2000,
+        "timeout_ms": rng.choice((5_000, 30_000, 600_000)),
+        "queue_limit": rng.choice((16, 64, 64, 256)),
+        "dump": "mid" if kind == "healthy_mid" else "end",
+        # A watchdog makes the other ranks dump within a second or so of the first; a dump
+        # of a running gloo job is coordinated by the program and lands within milliseconds
+        # (gloo retires a failed op as it retires a completed one, so a rank dumped before
+        # it issued a collective its peers then finished looks exactly like a hang).
+        "skew_s": round(rng.uniform(0.0005, 0.005), 4)
+        if backend == "gloo" and kind == "healthy_mid"
+        else round(rng.uniform(0.02, 2.0), 3),
+        "stack_traces": rng.random() < 0.9,
+    }
+
+
 def _draw_3d_case(seed: int) -> Case:
     rng = random.Random(seed)
     kind = CASE_KINDS[rng.randrange(len(CASE_KINDS))]
@@ -235,24 +258,12 @@ def _draw_3d_case(seed: int) -> Case:
         barrier_every=rng.choice((0, 0, 1, 2)),
     )
     program = replace(program, steps=_steps_for(program, layout, rng.randrange(100, 301)))
-    small = rng.random() < 0.25
     spec = SimSpec(
         layout=layout,
         program=program,
         timing=timing,
-        capacity=rng.randrange(40, 160) if small else 2000,
-        timeout_ms=rng.choice((5_000, 30_000, 600_000)),
-        queue_limit=rng.choice((16, 64, 64, 256)),
-        dump="mid" if kind == "healthy_mid" else "end",
-        # A watchdog makes the other ranks dump within a second or so of the first; a dump
-        # of a running gloo job is coordinated by the program and lands within milliseconds
-        # (gloo retires a failed op as it retires a completed one, so a rank dumped before
-        # it issued a collective its peers then finished looks exactly like a hang).
-        skew_s=round(rng.uniform(0.0005, 0.005), 4)
-        if backend == "gloo" and kind == "healthy_mid"
-        else round(rng.uniform(0.02, 2.0), 3),
         seed=seed,
-        stack_traces=rng.random() < 0.9,
+        **_draw_recording(rng, 0.25, kind, backend),
     )
     fmt: Format = rng.choice(_FORMATS)
     if fmt == "json":
@@ -324,21 +335,13 @@ def _draw_shape_case(seed: int, shape: shape_jobs.ShapeName) -> Case:
     timing = backend == "nccl" and rng.random() < 0.5
     sspec = shape_jobs.draw_spec(rng, shape, backend, rng.randrange(100, 301))
     job = shape_jobs.build(sspec)
-    small = rng.random() < 0.2
     spec = SimSpec(
         layout=job,
         program=ProgramSpec(backend=backend),
         timing=timing,
-        capacity=rng.randrange(40, 160) if small else 2000,
-        timeout_ms=rng.choice((5_000, 30_000, 600_000)),
-        queue_limit=rng.choice((16, 64, 64, 256)),
-        dump="mid" if kind == "healthy_mid" else "end",
-        skew_s=round(rng.uniform(0.0005, 0.005), 4)
-        if backend == "gloo" and kind == "healthy_mid"
-        else round(rng.uniform(0.02, 2.0), 3),
         seed=seed,
-        stack_traces=rng.random() < 0.9,
         gloo_abort=True,
+        **_draw_recording(rng, 0.2, kind, backend),
     )
     output = _draw_output(rng)
     variant = "gloo" if backend == "gloo" else ("timing" if timing else "no-timing")
