@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REMOTE_STAMP := $(VENV)/.installed-remote
+LIVE_STAMP := $(VENV)/.installed-live
 DUMPS ?= sample_dumps
 
 .DEFAULT_GOAL := help
@@ -22,6 +23,12 @@ $(REMOTE_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,remote,test-remote]'
 	@touch $(REMOTE_STAMP)
 
+# torch (CPU) for the tests that run a real job; where it cannot be installed they skip
+$(LIVE_STAMP): $(REMOTE_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,remote,test-remote,live-test]' \
+		|| echo "torch could not be installed: tests/test_live.py will skip"
+	@touch $(LIVE_STAMP)
+
 install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
 
 run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
@@ -31,7 +38,7 @@ run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
 		if [ $$rc -gt 1 ]; then exit $$rc; fi; \
 	done; true
 
-test: $(REMOTE_STAMP) ## Run the whole test suite (with the remote extra and moto's S3 server)
+test: $(LIVE_STAMP) ## Run the whole test suite (with the remote extra, moto's S3 server and torch)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) ## ruff and mypy (strict)

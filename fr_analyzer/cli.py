@@ -7,8 +7,11 @@ on stderr, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +24,7 @@ from . import (
     database,
     database_sqlite,
     entries_view,
+    live,
     pipeline,
     ranks,
     report,
@@ -34,7 +38,7 @@ from .dumps.opening import open_source
 from .dumps.sources import Source
 from .errors import FrAnalyzerError, UsageError
 from .model import Status
-from .output import check_output_path, is_stdout, write_atomic
+from .output import check_output_path, destination, is_stdout, write_atomic
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -77,8 +81,8 @@ def _file_size(text: str | int) -> int:
 @app.callback(invoke_without_command=True)
 def analyze(
     ctx: typer.Context,
-    dump_dir: Annotated[
-        str | None,
+    dump_dirs: Annotated[
+        list[str] | None,
         typer.Option(
             "-d",
             "--dump-dir",
@@ -87,7 +91,10 @@ def analyze(
             "optionally .gz): a directory (searched recursively), a .tar, .tar.gz, .tgz or "
             ".zip archive (read member by member, never extracted), or a URL such as "
             "s3://bucket/job/fr/ (needs: pip install 'fr-analyze[remote]'). Required; may "
-            "also be given as the first argument, as torchfrtrace takes it.",
+            "also be given as the first argument, as torchfrtrace takes it. Given several "
+            "times (snapshots of one job taken at different times), or a folder whose "
+            "sub-folders are snapshots (as `fr-analyze live --save` writes them), the "
+            "snapshots are compared: what moved was in flight, what stayed the same is stuck.",
         ),
     ] = None,
     output: Annotated[
@@ -269,7 +276,7 @@ def analyze(
     """
     if ctx.invoked_subcommand is not None:
         return
-    if dump_dir is None:
+    if not dump_dirs:
         raise UsageError("missing option -d/--dump-dir (see fr-analyze --help)")
     if transform_ft and group_world_size is None:
         raise UsageError("--transform-ft needs --group-world-size (ranks per replica group)")
@@ -290,7 +297,10 @@ def analyze(
         file_times=not ignore_file_times,
     )
     progress = _progress if sys.stderr.isatty() else None
-    source = open_source(dump_dir, _storage_options(storage_option))
+    sources = [open_source(d, _storage_options(storage_option)) for d in dump_dirs]
+    source = sources[-1]
+    if just_print_entries and len(sources) > 1:
+        raise UsageError("-j prints one dump set: give one -d")
     if just_print_entries:
         chosen = ranks.parse(selected_ranks) if selected_ranks else None
         filters = [p for item in (pg_filters or []) for p in item.split(",") if p]
@@ -307,7 +317,23 @@ def analyze(
     for path in (output, json_out):
         if path is not None:
             check_output_path(path, source)
-    result = pipeline.analyze(source, options, progress)
+    result = (
+        pipeline.analyze_series(sources, options, progress)
+        if len(sources) > 1
+        else pipeline.analyze(source, options, progress)
+    )
+    _report(result, verbose, mismatch_cap, ranks_table, json_out, output)
+
+
+def _report(
+    result: pipeline.Analysis,
+    verbose: bool,
+    mismatch_cap: int,
+    ranks_table: bool,
+    json_out: Path | None,
+    output: Path | None,
+) -> None:
+    """Print the text report, write the JSON and the database, exit with the answer's code."""
     try:
         text = report.render_text(result, verbose=verbose, cap=mismatch_cap, ranks=ranks_table)
     except Exception as exc:  # the answer still reaches the reader
@@ -325,6 +351,91 @@ def analyze(
         else:
             database.write(result, output)
     raise typer.Exit(EXIT_OK if result.conclusion.status == Status.OK else EXIT_FINDINGS)
+
+
+@app.command("live")
+def live_cmd(
+    urls: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="URL...",
+            help="The debug server's frontend (http://host:25999, started on rank 0 by "
+            "torch.distributed.debug.start_debug_server), or every rank's worker address "
+            "in rank order (http://host:port ...).",
+        ),
+    ],
+    snapshots: Annotated[
+        int, typer.Option("--snapshots", min=1, help="Snapshots to take and compare.")
+    ] = 2,
+    interval: Annotated[
+        float,
+        typer.Option("--interval", min=0.0, help="Seconds from one snapshot to the next."),
+    ] = 10.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            min=0.1,
+            help="Seconds a rank has to answer; one that does not is named in the report.",
+        ),
+    ] = 30.0,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Ranks asked at the same time.")
+    ] = 128,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save",
+            help="Keep what was fetched here: one folder per snapshot (rank_<N>.json, "
+            "stacks.txt, fetch.json), which fr-analyze -d reads again.",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write the flat database here.")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the report as JSON here (- for stdout).")
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Also print the group tables.")
+    ] = False,
+) -> None:
+    """Ask a running job's debug server for every rank's Flight Recorder and stacks, a few
+    times, and analyze the snapshots: what moved was in flight, what did not is stuck."""
+    for path in (output, json_out):
+        if path is not None:
+            check_output_path(path, save) if save is not None else destination(path)
+    settings = live.Settings(snapshots, interval, timeout, concurrency)
+    fleet = live.workers(urls, timeout)
+    with contextlib.ExitStack() as stack:
+        into = save or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-live-")))
+        if save is not None:
+            save.mkdir(parents=True, exist_ok=True)
+        taken = live.take(fleet, into, settings, _snapshot_line(snapshots, len(fleet)))
+        if all(not any(a.body for a in snap.answers) for snap in taken):
+            first = taken[-1].answers[0]
+            raise UsageError(
+                f"no rank of {len(fleet)} answered with a Flight Recorder "
+                f"(rank {first.rank}: {first.error})"
+            )
+        folders: list[Path | Source] = [snap.folder for snap in taken]
+        result = pipeline.analyze_series(folders)
+        _report(result, verbose, 10, False, json_out, output)
+
+
+def _snapshot_line(count: int, world: int) -> Callable[[live.Snapshot], None]:
+    def show(snap: live.Snapshot) -> None:
+        index = show.done = show.done + 1  # type: ignore[attr-defined]
+        answered = world - len(snap.unanswered)
+        seconds = (snap.finished_ns - snap.started_ns) / 1e9
+        sys.stderr.write(
+            f"snapshot {index} of {count}: {answered} of {world} ranks answered in "
+            f"{seconds:.2f} s ({snap.chosen}) -> {snap.folder}\n"
+        )
+        sys.stderr.flush()
+
+    show.done = 0  # type: ignore[attr-defined]
+    return show
 
 
 def _analysis(source: Source, prefix: str | None, workers: int | None) -> pipeline.Analysis:

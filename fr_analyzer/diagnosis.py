@@ -29,7 +29,7 @@ import enum
 import itertools
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +63,7 @@ from .positions import (
     stacks,
 )
 from .ranks import agree, compact, label
+from .series import Series
 
 NO_P2P_BACKENDS = frozenset({"gloo"})
 """Backends whose recorder never records send/recv: a rank blocked in one looks idle."""
@@ -132,6 +133,7 @@ class Timing:
     age: Age  # of the job's unfinished ops: old if any is, young if all are, else unknown
     hung: bool  # treated as stuck: old, or unknown on a backend whose watchdog dumps at timeout
     note: str  # one sentence for the report
+    measured: bool = False  # decided by comparing snapshots (`series`), not by one dump
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,7 @@ def diagnose(
     matches: MatchResult,
     findings: Sequence[Finding],
     thresholds: Thresholds = Thresholds(),
+    series: Series | None = None,
 ) -> Diagnosis:
     t = table
     newest_ns = newest_per_rank(t)
@@ -163,7 +166,7 @@ def diagnose(
         rank: RankState(rank, blocked.get(rank), newest.get(rank), graph.waits_for(rank))
         for rank in groups.loaded_ranks
     }
-    timing = _timing(t, graph, dumps)
+    timing = _timing(t, graph, dumps, series)
     ctx = _Context(t, groups, matches, graph, newest_ns, last_row, refs, thresholds)
     ctx.wrapped = frozenset(d.rank for d in dumps if d.wrapped)
     root: RootCause | None = None
@@ -194,11 +197,78 @@ def diagnose(
 # In flight or stuck
 
 
-def _timing(t: EntryTable, graph: waits.WaitGraph, dumps: Sequence[RankDump] = ()) -> Timing:
+MIN_UNCHANGED_S = 1.0
+"""However short the job's step, a rank unchanged for less than this is not called stuck."""
+
+
+def _timing(
+    t: EntryTable,
+    graph: waits.WaitGraph,
+    dumps: Sequence[RankDump] = (),
+    series: Series | None = None,
+) -> Timing:
     when = dump_time(t, dumps)
     rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
     if not len(rows):
         return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")
+    one = _one_dump_timing(t, rows, when)
+    return one if series is None else _measured(t, rows, one, series)
+
+
+def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: Series) -> Timing:
+    """The verdict of several snapshots: a blocked rank unchanged for its op's timeout, or for
+    longer than the job's step time, is stuck; blocked ranks that all moved were in flight;
+    otherwise the single dump's verdict stands, with what the snapshots showed."""
+    step = series.step_s
+    stuck: dict[int, float] = {}
+    moved: set[int] = set()
+    still: set[int] = set()
+    for rank, timeout_ms in zip(t.rank[rows].tolist(), t.timeout_ms[rows].tolist(), strict=True):
+        m = series.ranks.get(int(rank))
+        if m is None:
+            continue
+        if m.moved:
+            moved.add(int(rank))
+            continue
+        still.add(int(rank))
+        held = m.unchanged_s
+        if held is None or held < MIN_UNCHANGED_S:
+            continue
+        limit = timeout_ms / 1e3
+        if (limit > 0 and held >= limit - DUMP_SPREAD_S) or (step is not None and held > step):
+            stuck[int(rank)] = held
+    n = len(rows)
+    count = len(series.labels)
+    step_text = f"the job's step takes {step:.2g} s" if step is not None else "no step time known"
+    timeout = float(t.timeout_ms[rows].max()) / 1e3
+    if stuck:
+        longest = max(stuck, key=lambda r: (stuck[r], -r))
+        note = (
+            f"{n} rank(s) have unfinished ops; {label(sorted(stuck))} "
+            f"{series.describe(longest)} (timeout {timeout:.0f} s, {step_text}): the job is hung"
+        )
+        return replace(
+            one, oldest_age_s=stuck[longest], age=Age.OLD, hung=True, note=note, measured=True
+        )
+    if moved and not still and one.age is not Age.OLD:
+        span = series.span_s
+        apart = f", {span:.0f} s apart" if span is not None else ""
+        note = (
+            f"{n} rank(s) have unfinished ops, but every one of them moved between the last "
+            f"two of {count} snapshots{apart}: they were in flight, not stuck"
+        )
+        return replace(one, age=Age.YOUNG, hung=False, note=note, measured=True)
+    if still:
+        first = min(still)
+        why = (
+            f"{label(sorted(still))} {series.describe(first)}, not long enough to call stuck "
+            f"(timeout {timeout:.0f} s, {step_text})"
+        )
+        return replace(one, note=f"{one.note}. Across the snapshots, {why}")
+    return one
+
+
+def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Timing:
     age_s, verdicts = ages(t, rows, when)
     known = age_s[~np.isnan(age_s)]
     oldest = float(known.max()) if len(known) else None

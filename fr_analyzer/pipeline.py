@@ -3,19 +3,22 @@ conclusion), with no logic of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import dumps as dumps_mod
+from . import live
+from . import series as series_mod
 from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
-from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader
+from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader, pystacks
 from .dumps.common import collector_paused, small_pages
 from .dumps.dialects import DESCRIPTION, Dialect
 from .dumps.discovery import Discovery
+from .dumps.pystacks import PythonStacks
 from .dumps.remote import Remote
-from .dumps.sources import Source
+from .dumps.sources import Directory, Source
 from .errors import DiscoveryError
 from .findings import collect
 from .groups import GroupTable, build_groups
@@ -52,6 +55,8 @@ class Analysis:
     findings: tuple[Finding, ...]
     diagnosis: Diagnosis
     conclusion: Conclusion
+    series: series_mod.Series | None = None  # several snapshots compared: the newest is analyzed
+    python_stacks: PythonStacks | None = None  # each rank's Python threads at the snapshot
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,8 @@ class Loaded:
     unreadable: list[UnreadableDump]
     table: EntryTable
     found: Discovery
+    answered: dict[int, int] = field(default_factory=dict)  # rank -> when it answered (live)
+    python_stacks: PythonStacks | None = None  # the debug server's (or py-spy's) stacks file
 
 
 def load(
@@ -97,9 +104,22 @@ def _load(
     loaded.sort(key=lambda d: d.rank)
     if not options.file_times:
         loaded = [replace(d, file_time_ns=None) for d in loaded]
+    answered: dict[int, int] = {}
+    manifest = live.read_manifest(source.path) if isinstance(source, Directory) else None
+    if manifest is not None:  # saved by `fr-analyze live`: who did not answer, and why
+        answered = manifest.times
+        have = {d.rank for d in loaded} | {u.rank for u in unreadable}
+        unreadable += [
+            UnreadableDump(
+                f"{source.label}/rank_{rank}.json", rank, f"did not answer the debug server: {why}"
+            )
+            for rank, why in sorted(manifest.errors.items())
+            if rank not in have
+        ]
     unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
     table = builder.build([d.rank for d in loaded])
-    return Loaded(loaded, unreadable, table, found)
+    python = pystacks.find(source.path) if isinstance(source, Directory) else None
+    return Loaded(loaded, unreadable, table, found, answered, python)
 
 
 def entries(
@@ -115,17 +135,65 @@ def analyze(
     options: Options = Options(),
     progress: Callable[[int, int], None] | None = None,
 ) -> Analysis:
-    got = load(where, options, progress)
+    """The analysis of one dump folder; of a series when `where` is a folder of snapshots."""
+    if isinstance(where, Directory):
+        folders = series_mod.snapshot_folders(where.path)
+        if folders is not None:
+            return analyze_series([Directory(f) for f in folders], options, progress)
+    return _analyze(load(where, options, progress), options)
+
+
+def analyze_series(
+    snapshots: Sequence[Path | Source],
+    options: Options = Options(),
+    progress: Callable[[int, int], None] | None = None,
+) -> Analysis:
+    """Several snapshots of one job: each is loaded and summed up (`series.taken`), the
+    newest is analyzed, and its ranks are compared with the older snapshots'."""
+    if len(snapshots) == 1:
+        return analyze(snapshots[0], options, progress)
+    summed: list[series_mod.Taken] = []
+    newest: tuple[series_mod.Taken, Loaded] | None = None
+    for where in snapshots:
+        if isinstance(where, Path):
+            where = Directory(where)
+        got = load(where, options, progress)
+        label = got.found.source.label
+        name = Path(where.path).name if isinstance(where, Directory) else label
+        one = series_mod.taken(
+            label, got.table, got.dumps, got.answered, series_mod.name_time_ns(name)
+        )
+        summed.append(one)
+        if newest is None or series_mod.ordered([newest[0], one])[-1] is one:
+            newest = (one, got)
+        del got
+    assert newest is not None
+    ordered = series_mod.ordered(summed)
+    last = newest[1]
+    compared = series_mod.compare(ordered, last.table)
+    return _analyze(last, options, compared)
+
+
+def _analyze(got: Loaded, options: Options, compared: series_mod.Series | None = None) -> Analysis:
     loaded, unreadable, table = got.dumps, got.unreadable, got.table
     with collector_paused(), small_pages():
         groups = build_groups(loaded, table, unreadable)
         matches = match(loaded, table, groups)
         findings = collect(loaded, unreadable, table, groups, matches)
         summary = _summary(got, groups, matches.notes)
-        diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds)
+        diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds, compared)
         conclusion = conclude(summary, findings, diagnosis, matches, groups)
     return Analysis(
-        summary, tuple(loaded), table, groups, matches, tuple(findings), diagnosis, conclusion
+        summary,
+        tuple(loaded),
+        table,
+        groups,
+        matches,
+        tuple(findings),
+        diagnosis,
+        conclusion,
+        compared,
+        got.python_stacks,
     )
 
 

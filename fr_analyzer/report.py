@@ -24,6 +24,7 @@ from .model import Finding, Status
 from .pipeline import Analysis
 from .positions import OpRef
 from .ranks import compact, label
+from .series import Series
 
 DETAIL_WIDTH = 72
 
@@ -74,6 +75,7 @@ def render_text(
     sections: list[tuple[str, Callable[[], list[str]]]] = [
         ("header", lambda: _header(analysis)),
         ("answer", lambda: render_answer(c)),
+        ("python stacks", lambda: render_python_stacks(analysis)),
         ("symptoms", lambda: _symptoms(c, verbose)),
         ("independent findings", lambda: _independent(c, cap)),
         ("in-flight ops", lambda: _in_flight(c, verbose)),
@@ -118,10 +120,46 @@ def _header(analysis: Analysis) -> list[str]:
         lines.append(f"  unreadable: {u.file} (rank {u.rank}): {u.reason}")
     if len(s.unreadable) > 10:
         lines.append(f"  ... and {len(s.unreadable) - 10} more unreadable files")
+    if analysis.series is not None:
+        lines.append(_series_line(analysis.series))
     for w in s.warnings:
         lines.append(f"warning: {w}")
     if s.ignored_files:
         lines.append(f"ignored {len(s.ignored_files)} file(s) that are not rank dumps of this set")
+    return lines
+
+
+def _series_line(series: Series) -> str:
+    span = series.span_s
+    apart = f", {span:.0f} s from first to last" if span is not None else ""
+    return (
+        f"snapshots: {len(series.labels)} compared, the newest analyzed ({series.labels[-1]})"
+        f"{apart}; dated by {series.dating}"
+    )
+
+
+PYTHON_STACK_RANKS = 4
+"""Culprit ranks whose Python stacks are shown under the answer."""
+
+
+def render_python_stacks(analysis: Analysis) -> list[str]:
+    """The culprits' own Python stacks at the snapshot (the debug server's or py-spy's), where
+    the dump folder has them: where a rank outside any collective really is."""
+    py = analysis.python_stacks
+    root = analysis.conclusion.root
+    if py is None or root is None:
+        return []
+    lines: list[str] = []
+    for rank in list(root.ranks)[:PYTHON_STACK_RANKS]:
+        threads = py.by_rank.get(rank)
+        if not threads:
+            lines += ["", f"Python stack of rank {rank}: not in {py.file}"]
+            continue
+        lines += ["", f"Python stack of rank {rank} at the snapshot ({py.file}), innermost first:"]
+        for thread in threads[:3]:
+            if len(threads) > 1:
+                lines.append(f"  {thread.name}")
+            lines += [f"    {frame}" for frame in thread.frames[:8]]
     return lines
 
 

@@ -14,6 +14,7 @@ from .diagnosis import RootCause
 from .model import Finding, Group
 from .pipeline import Analysis
 from .report import capped, op_text
+from .series import Series
 
 SCHEMA = "fr-analyze.report/1"
 
@@ -106,11 +107,51 @@ def verdict_json(c: Conclusion) -> dict[str, Any]:
                 "oldest_unfinished_age_s": t.oldest_age_s,
                 "age": t.age.value,
                 "stuck": t.hung,
+                "measured_across_snapshots": t.measured,
                 "note": t.note,
             },
         }
     )
     return out
+
+
+def series_json(series: Series | None) -> dict[str, Any] | None:
+    """Several snapshots compared: which, when, and how each rank moved (rank ranges)."""
+    if series is None:
+        return None
+    moved = [r for r, m in sorted(series.ranks.items()) if m.moved]
+    still = [r for r, m in sorted(series.ranks.items()) if not m.moved]
+    held = [m.unchanged_s for m in series.ranks.values() if not m.moved]
+    known = [h for h in held if h is not None]
+    return {
+        "snapshots": list(series.labels),
+        "times_ns": list(series.times_ns),
+        "span_s": series.span_s,
+        "dating": series.dating,
+        "step_s": series.step_s,
+        "moved_ranks": ranks.compact(moved),
+        "unchanged_ranks": ranks.compact(still),
+        "longest_unchanged_s": max(known) if known else None,
+    }
+
+
+def python_stacks_json(analysis: Analysis) -> dict[str, Any] | None:
+    """The culprits' Python threads from the stacks file beside the dumps, if there is one."""
+    py = analysis.python_stacks
+    if py is None:
+        return None
+    root = analysis.conclusion.root
+    shown = list(root.ranks) if root is not None else []
+    return {
+        "file": py.file,
+        "ranks_with_stacks": ranks.compact(sorted(py.by_rank)),
+        "culprits": {
+            str(rank): [
+                {"thread": th.name, "frames": list(th.frames)} for th in py.by_rank.get(rank, ())
+            ]
+            for rank in shown
+        },
+    }
 
 
 def _evidence(dump: DumpTime) -> dict[str, str]:
@@ -146,6 +187,8 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             "readers": {name: list(ranks) for name, ranks in s.readers.items()},
         },
         "verdict": verdict_json(c),
+        "series": series_json(analysis.series),
+        "python_stacks": python_stacks_json(analysis),
         "root_cause": root_cause_json(c.root),
         "findings": [judged_json(j) for j in kept],
         "findings_omitted": omitted,

@@ -124,6 +124,57 @@ def test_a_tar_keeps_the_member_times_that_date_the_dumps(tmp_path: Path) -> Non
     assert report["verdict"]["timing"]["dump_time_evidence"] == {"file_time": "0"}
 
 
+def test_a_zip_keeps_the_member_times_that_date_the_dumps(tmp_path: Path) -> None:
+    """zip keeps each member's time: its extended (UTC) timestamp when the archiver writes
+    one (Info-ZIP does), else its DOS time, local and cut to even seconds."""
+    import struct
+    import zipfile
+
+    folder = real_set(tmp_path, "inflight", MTIMES_NS["inflight"])
+    archive = tmp_path / "inflight.zip"
+    seconds = -(-MTIMES_NS["inflight"] // 10**9)  # Info-ZIP keeps whole seconds
+    with zipfile.ZipFile(archive, "w") as out:
+        for path in sorted(folder.iterdir()):
+            info = zipfile.ZipInfo(f"dumps/{path.name}", (1999, 1, 1, 0, 0, 0))  # DOS: wrong
+            info.extra = struct.pack("<HHBi", 0x5455, 5, 1, seconds)  # "UT": mtime, UTC
+            out.writestr(info, path.read_bytes())
+    code, text, report = fr("-d", str(archive))
+    assert code == 0, text
+    assert report["verdict"]["timing"]["dump_time_evidence"] == {"file_time": "0"}
+
+
+def test_a_zip_with_only_dos_times_dates_its_members_as_late_as_they_can_mean(
+    tmp_path: Path,
+) -> None:
+    """Python's zipfile writes DOS times only: read as local time, rounded up (later errs
+    towards "stuck"), they still date the watchdog's dump inside its window."""
+    import time
+    import zipfile
+
+    folder = real_set(tmp_path, "stuck_timeout", MTIMES_NS["stuck_timeout"])
+    archive = tmp_path / "stuck.zip"
+    local = time.localtime(MTIMES_NS["stuck_timeout"] / 1e9)[:6]
+    with zipfile.ZipFile(archive, "w") as out:
+        for path in sorted(folder.iterdir()):
+            out.writestr(zipfile.ZipInfo(f"dumps/{path.name}", local), path.read_bytes())
+    code, _, report = fr("-d", str(archive))
+    assert code == 1 and report["verdict"]["timing"]["age"] == "old"
+    assert report["verdict"]["timing"]["dump_time_evidence"] == {"file_time": "0"}
+
+
+def test_object_storage_listings_give_each_object_its_time() -> None:
+    from datetime import UTC, datetime
+
+    from fr_analyzer.dumps.remote import info_time_ns
+
+    when = datetime(2026, 11, 23, 3, 15, 2, tzinfo=UTC)
+    ns = int(when.timestamp()) * 10**9
+    assert info_time_ns({"LastModified": when}) == ns  # S3
+    assert info_time_ns({"mtime": when.timestamp()}) == ns  # local, most others
+    assert info_time_ns({"updated": "2026-11-23T03:15:02Z"}) == ns  # GCS
+    assert info_time_ns({"size": 3}) is None
+
+
 def _as_gloo(source: Path, target: Path) -> None:
     """The torchcomms sample rewritten as torchcomms on gloo: the same entries, backend gloo."""
     target.mkdir(parents=True)

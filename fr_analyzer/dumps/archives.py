@@ -18,7 +18,9 @@ import lzma
 import os
 import re
 import stat
+import struct
 import tarfile
+import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -168,6 +170,7 @@ class ZipMember:
     where: str
     size: int
     packed: int
+    mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
         if problem := over_limit(self.size, max_bytes):
@@ -240,12 +243,40 @@ class ZipArchive(Source):
             fetch = Refused(item.where, item.problem)
         else:
             fetch = ZipMember(
-                self.opener, info.filename, item.where, info.file_size, info.compress_size
+                self.opener,
+                info.filename,
+                item.where,
+                info.file_size,
+                info.compress_size,
+                zip_mtime_ns(info),
             )
         return DumpFile(rank, Path(item.name), fetch)
 
     def owns(self, path: Path) -> bool:
         return isinstance(self.opener, LocalFile) and _same_file(path, Path(self.opener.name))
+
+
+_UNIX_TIME_FIELD = 0x5455  # "UT": the extended timestamp, seconds since the epoch (UTC)
+_DOS_STEP_NS = 2_000_000_000 - 1  # a DOS time is cut to even seconds: the latest it can mean
+
+
+def zip_mtime_ns(info: zipfile.ZipInfo) -> int | None:
+    """A zip member's modification time: its extended (UTC) timestamp when the archiver wrote
+    one, else its DOS date and time read as local time and taken as late as it can mean (a
+    later time errs towards "stuck"); None when neither is readable."""
+    extra = info.extra
+    at = 0
+    while at + 4 <= len(extra):
+        kind, size = struct.unpack_from("<HH", extra, at)
+        body = extra[at + 4 : at + 4 + size]
+        if kind == _UNIX_TIME_FIELD and len(body) >= 5 and body[0] & 1:
+            return int(struct.unpack_from("<i", body, 1)[0]) * 1_000_000_000
+        at += 4 + size
+    try:
+        local = time.mktime((*info.date_time, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
+    return int(local) * 1_000_000_000 + _DOS_STEP_NS
 
 
 def _same_file(a: Path, b: Path) -> bool:

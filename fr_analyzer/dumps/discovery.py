@@ -114,7 +114,8 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
             f"{label}: holds the torch.distributed debug server's text reports "
             f"({reports[0]}{' and more' if len(reports) > 1 else ''}), not per-rank dumps: "
             "pass the directory of the raw dumps instead (its per_rank/ folder, or where "
-            "TORCH_FR_DUMP_TEMP_FILE or TORCHCOMM_FR_DUMP_TEMP_FILE point)"
+            "TORCH_FR_DUMP_TEMP_FILE or TORCHCOMM_FR_DUMP_TEMP_FILE point), or ask the "
+            "running job: fr-analyze live http://<rank 0's host>:25999 --save DIR"
         )
     if not candidates:
         hint = f" starting with {prefix!r}" if prefix else ""

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
@@ -76,6 +77,7 @@ class UrlFile:
     path: str
     options: tuple[tuple[str, Any], ...]
     size: int
+    mtime_ns: int | None = None  # the object's modification time, from the listing
 
     def read(self, max_bytes: int) -> bytes:
         if problem := over_limit(self.size, max_bytes):
@@ -529,6 +531,26 @@ def _listing_error(url: str, protocol: str, exc: BaseException) -> str:
     return f"{url}: cannot list: {_remote_error(exc)}"
 
 
+def info_time_ns(info: dict[str, Any]) -> int | None:
+    """An object's modification time from an fsspec listing: `LastModified` (S3), `mtime`
+    (most others), `updated` (GCS), as a datetime, a number of seconds or an ISO string."""
+    for key in ("LastModified", "mtime", "updated", "last_modified"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            stamp = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+            return int(stamp.timestamp() * 1e9)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return int(value * 1e9)
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            stamp = parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+            return int(stamp.timestamp() * 1e9)
+    return None
+
+
 class Remote(Source):
     """A directory at a URL: its files below the URL (a link or key that leads out of it is
     never fetched, and the notes count them), each fetched by the worker that reads it."""
@@ -555,7 +577,7 @@ class Remote(Source):
     def listing(self, problems: list[str]) -> Iterator[Listed]:
         if self.protocol in _HTTP:
             for url, name in self._http_listing():
-                yield Listed(name, printable(url), handle=(url, 0))
+                yield Listed(name, printable(url), handle=(url, 0, None))
             return
         try:
             found = self.fs.find(self.root, detail=True)
@@ -572,7 +594,9 @@ class Remote(Source):
                 self.outside.append(path)
                 continue
             size = info.get("size")
-            yield Listed(relative, self._url(path), handle=(path, int(size or 0)))
+            yield Listed(
+                relative, self._url(path), handle=(path, int(size or 0), info_time_ns(info))
+            )
 
     def _http_listing(self) -> list[tuple[str, str]]:
         """The files below the URL: its index page and each subdirectory's, within
@@ -632,7 +656,7 @@ class Remote(Source):
         return printable(f"{self.protocol}://{path}")
 
     def head(self, item: Listed) -> bytes:
-        path, _ = item.handle
+        path, _, _ = item.handle
         try:
             if self.protocol in _HTTP:
                 with _HttpGet(self.fs, path, 0, 16) as got:
@@ -643,8 +667,8 @@ class Remote(Source):
             return b""
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
-        path, size = item.handle
-        fetch = UrlFile(item.where, self.protocol, path, self.options, size)
+        path, size, mtime_ns = item.handle
+        fetch = UrlFile(item.where, self.protocol, path, self.options, size, mtime_ns)
         return DumpFile(rank, Path(item.name), fetch)
 
     @property
