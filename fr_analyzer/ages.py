@@ -6,7 +6,8 @@ A dump does not say when it was taken. The evidence, per rank, strongest first:
   `time_discovered_started_ns` / `time_discovered_completed_ns` are then the dump time itself.
   A rank with such an entry pins the dump time (ranks dump within about a second of each
   other, so it pins every rank's).
-- The file's modification time: the recorder writes the file at the dump, so it is the dump
+- The file's modification time (else a time written in its file's or folder's name, as the
+  debug server and `fr-analyze live` name snapshots): the recorder writes the file at the dump, so it is the dump
   time or later (a copy that kept no times makes it later, which errs towards "stuck"). It is
   believed only between the rank's newest entry and that plus its longest timeout and
   `FILE_TIME_WINDOW_S` (a watchdog dumps when an op times out); a time outside that window was
@@ -54,6 +55,7 @@ class Evidence(enum.StrEnum):
 
     LOOKED_AT = "an op the recorder looked at during the dump"
     FILE_TIME = "the file's modification time"
+    NAME = "a time in its file's or folder's name"
     LOWER_BOUND = "nothing: only a lower bound (its newest entry)"
 
 
@@ -90,10 +92,12 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
         return DumpTime(None, False, "no timestamps in the dumps", retire_on_timeout=pytorch)
     seen_at_dump = stateful & ~t.retired & ((t.t_started >= 0) | (t.t_completed >= 0))
     looked_at = frozenset(int(r) for r in np.unique(t.rank[seen_at_dump]))
-    files = _believed_file_times(t, stamps, dumps)
+    files, named = _believed_file_times(t, stamps, dumps)
     evidence = {
         d.rank: Evidence.LOOKED_AT
         if d.rank in looked_at
+        else Evidence.NAME
+        if d.rank in named
         else Evidence.FILE_TIME
         if d.rank in files
         else Evidence.LOWER_BOUND
@@ -105,11 +109,19 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
             "the dump time)"
         )
         return DumpTime(newest, True, basis, files, evidence, timing_on, pytorch)
+    if files and len(named) == len(files):
+        basis = (
+            f"the times in the files' or folders' names ({len(files)} of {len(dumps)} "
+            "rank(s)): each was named at its dump, or later"
+        )
+        return DumpTime(newest, False, basis, files, evidence, timing_on, pytorch)
     if files:
         basis = (
             f"the files' modification times ({len(files)} of {len(dumps)} rank(s)): each file "
             "was written at its dump, or later"
         )
+        if named:
+            basis += f"; for {len(named)} rank(s), the time in its file's or folder's name"
         return DumpTime(newest, False, basis, files, evidence, timing_on, pytorch)
     why = "nothing was running then" if timing_on else "NCCL timing off, or nothing ran then"
     basis = (
@@ -121,26 +133,33 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
 
 def _believed_file_times(
     t: EntryTable, stamps: npt.NDArray[np.int64], dumps: Sequence[RankDump]
-) -> dict[int, int]:
+) -> tuple[dict[int, int], set[int]]:
     """Each rank's file time, where it falls between the rank's newest entry and that plus its
-    longest timeout and `FILE_TIME_WINDOW_S`. One pass over the rows (they are in rank
+    longest timeout and `FILE_TIME_WINDOW_S`; else the time in its file's or folder's name,
+    within the same window (those ranks: the set). One pass over the rows (they are in rank
     order), whatever the number of ranks."""
     times = {d.rank: d.file_time_ns for d in dumps if d.file_time_ns is not None}
-    if not times or not t.n:
-        return {}
+    names = {d.rank: d.name_time_ns for d in dumps if d.name_time_ns is not None}
+    if not (times or names) or not t.n:
+        return {}, set()
     starts = rank_starts(t.rank)
     ranks = t.rank[starts].tolist()
     newest = np.maximum.reduceat(stamps, starts).tolist()
     longest_s = (np.maximum.reduceat(t.timeout_ms, starts) / 1e3).tolist()
     found: dict[int, int] = {}
+    named: set[int] = set()
     for rank, top, limit in zip(ranks, newest, longest_s, strict=True):
-        file_time = times.get(int(rank))
-        if file_time is None:
-            continue
         window_ns = int((max(limit, 0.0) + FILE_TIME_WINDOW_S) * 1e9)
-        if 0 <= top <= file_time <= top + window_ns:
+        file_time = times.get(int(rank))
+        if file_time is not None and 0 <= top <= file_time <= top + window_ns:
             found[int(rank)] = file_time
-    return found
+            continue
+        name_time = names.get(int(rank))
+        # a name keeps whole seconds: the latest it can mean is up to a second later
+        if name_time is not None and 0 <= top <= name_time + 999_999_999 <= top + window_ns:
+            found[int(rank)] = name_time + 999_999_999
+            named.add(int(rank))
+    return found, named
 
 
 def ages(

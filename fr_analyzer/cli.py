@@ -251,8 +251,9 @@ def analyze(
         bool,
         typer.Option(
             "--ignore-file-times",
-            help="The dump files were copied without their modification times: do not date "
-            "the dumps by them (stuck or in flight is then judged from the entries alone).",
+            help="The dump files were copied without their modification times, or renamed: "
+            "do not date the dumps by their files' times or the times in their names (stuck "
+            "or in flight is then judged from the entries alone).",
         ),
     ] = False,
     allow_incomplete_ranks: Annotated[

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import stragglers, waits
-from .ages import DUMP_SPREAD_S, Age, DumpTime, ages, dump_time
+from .ages import DUMP_SPREAD_S, Age, DumpTime, Evidence, ages, dump_time
 from .arrays import distinct
 from .dumps import EntryTable, RankDump, rank_starts
 from .groups import GroupTable
@@ -251,8 +251,12 @@ def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: S
             one, oldest_age_s=stuck[longest], age=Age.OLD, hung=True, note=note, measured=True
         )
     if moved and not still and one.age is not Age.OLD:
-        span = series.span_s
-        apart = f", {span:.0f} s apart" if span is not None else ""
+        last, previous = series.times_ns[-1], series.times_ns[-2]
+        apart = (
+            f", {(last - previous) / 1e9:.0f} s apart"
+            if last is not None and previous is not None
+            else ""
+        )
         note = (
             f"{n} rank(s) have unfinished ops, but every one of them moved between the last "
             f"two of {count} snapshots{apart}: they were in flight, not stuck"
@@ -326,7 +330,12 @@ def _dated_by(when: DumpTime, ranks: set[int]) -> str:
     files = sorted(r for r in ranks if r in when.file_times)
     if not files:
         return ""
-    return f", dated by the file's modification time of rank(s) {compact(files)}"
+    named = [r for r in files if when.evidence.get(r) is Evidence.NAME]
+    timed = [r for r in files if when.evidence.get(r) is not Evidence.NAME]
+    parts = [f"the file's modification time of rank(s) {compact(timed)}"] if timed else []
+    if named:
+        parts.append(f"the time in the file's or folder's name of rank(s) {compact(named)}")
+    return ", dated by " + " and ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from . import live
 from . import series as series_mod
 from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
-from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader, pystacks
+from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader, pystacks, stamps
 from .dumps.common import collector_paused, small_pages
 from .dumps.dialects import DESCRIPTION, Dialect
 from .dumps.discovery import Discovery
@@ -69,6 +69,7 @@ class Loaded:
     found: Discovery
     answered: dict[int, int] = field(default_factory=dict)  # rank -> when it answered (live)
     python_stacks: PythonStacks | None = None  # the debug server's (or py-spy's) stacks file
+    notes: tuple[str, ...] = ()  # warnings about where the dumps came from
 
 
 def load(
@@ -103,23 +104,28 @@ def _load(
         raise DiscoveryError(f"{source.label}: no readable rank dump ({reasons})")
     loaded.sort(key=lambda d: d.rank)
     if not options.file_times:
-        loaded = [replace(d, file_time_ns=None) for d in loaded]
+        loaded = [replace(d, file_time_ns=None, name_time_ns=None) for d in loaded]
     answered: dict[int, int] = {}
+    notes: list[str] = []
     manifest = live.read_manifest(source.path) if isinstance(source, Directory) else None
     if manifest is not None:  # saved by `fr-analyze live`: who did not answer, and why
         answered = manifest.times
         have = {d.rank for d in loaded} | {u.rank for u in unreadable}
         unreadable += [
-            UnreadableDump(
-                f"{source.label}/rank_{rank}.json", rank, f"did not answer the debug server: {why}"
-            )
+            UnreadableDump(f"{source.label}/rank_{rank}", rank, f"the debug server's worker {why}")
             for rank, why in sorted(manifest.errors.items())
             if rank not in have
+        ]
+        notes += [
+            f"the job also serves {name} ({count} entries in all), not analyzed: "
+            f"{manifest.handler} has more"
+            for name, count in sorted(manifest.others.items())
+            if count
         ]
     unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
     table = builder.build([d.rank for d in loaded])
     python = pystacks.find(source.path) if isinstance(source, Directory) else None
-    return Loaded(loaded, unreadable, table, found, answered, python)
+    return Loaded(loaded, unreadable, table, found, answered, python, tuple(notes))
 
 
 def entries(
@@ -160,9 +166,7 @@ def analyze_series(
         got = load(where, options, progress)
         label = got.found.source.label
         name = Path(where.path).name if isinstance(where, Directory) else label
-        one = series_mod.taken(
-            label, got.table, got.dumps, got.answered, series_mod.name_time_ns(name)
-        )
+        one = series_mod.taken(label, got.table, got.dumps, got.answered, stamps.name_time_ns(name))
         summed.append(one)
         if newest is None or series_mod.ordered([newest[0], one])[-1] is one:
             newest = (one, got)
@@ -202,7 +206,7 @@ def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> Du
     versions: dict[str, list[int]] = {}
     for dump in loaded:
         versions.setdefault(dump.version, []).append(dump.rank)
-    warnings = list(found.warnings) + _dialects(loaded) + list(notes)
+    warnings = list(found.warnings) + list(got.notes) + _dialects(loaded) + list(notes)
     warnings += [w for d in loaded for w in d.warnings]
     warnings += _slow_readers(loaded)
     readers: dict[str, list[int]] = {}

@@ -18,15 +18,14 @@ ops that recur, measured in the newest snapshot).
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
 from .dumps import EntryTable, RankDump, rank_starts
+from .dumps.stamps import name_time_ns
 from .model import State
 
 Mark = tuple[int, int, int, int]
@@ -34,9 +33,6 @@ Mark = tuple[int, int, int, int]
 
 STEP_SAMPLE_RANKS = 64
 """Ranks whose entries measure the step time (evenly spread; the step is the job's)."""
-_NAME_TIME = re.compile(
-    r"(?<!\d)(\d{4})(\d{2})(\d{2})[_T-]?(\d{2})(\d{2})(\d{2})(?:[_.](\d{1,9}))?(?!\d)"
-)
 
 
 class Dating:
@@ -117,35 +113,21 @@ def taken(
     t: EntryTable,
     dumps: Sequence[RankDump],
     answered: Mapping[int, int] | None = None,
-    name_time_ns: int | None = None,
+    named_ns: int | None = None,
 ) -> Taken:
-    """A snapshot's time and marks. `answered`: when each rank answered the debug server."""
+    """A snapshot's time and marks. `answered`: when each rank answered the debug server;
+    `named_ns`: the time in the snapshot folder's name."""
     newest = int(max(t.t_created.max(), t.t_completed.max())) if t.n else -1
     if answered:
         when, dating = int(np.median(list(answered.values()))), Dating.ANSWERED
     elif any(d.file_time_ns is not None for d in dumps):
         stamps = [d.file_time_ns for d in dumps if d.file_time_ns is not None]
         when, dating = int(np.median(stamps)), Dating.FILE_TIMES
-    elif name_time_ns is not None:
-        when, dating = name_time_ns, Dating.NAME
+    elif named_ns is not None:
+        when, dating = named_ns, Dating.NAME
     else:
         return Taken(label, None, Dating.ENTRIES, marks(t), newest)
     return Taken(label, when, dating, marks(t), newest)
-
-
-def name_time_ns(name: str) -> int | None:
-    """A time written in a folder's name (`20261123_031502`, `20261123-031502_123456`), read
-    as the local time the debug server writes its names in."""
-    match = _NAME_TIME.search(name)
-    if match is None:
-        return None
-    y, mo, d, h, mi, s, frac = match.groups()
-    try:
-        stamp = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s))
-    except ValueError:
-        return None
-    fraction = int((frac or "0").ljust(9, "0")[:9])
-    return int(time.mktime(stamp.timetuple())) * 1_000_000_000 + fraction
 
 
 def ordered(snapshots: Sequence[Taken]) -> list[Taken]:

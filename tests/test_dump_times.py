@@ -109,6 +109,23 @@ def test_the_in_flight_dump_copied_without_its_time_is_unknown_and_taken_as_stuc
     assert "NCCL timing was on, but nothing was running at the dump" in text
 
 
+def test_a_copy_in_a_folder_named_by_its_time_is_dated_by_the_name(tmp_path: Path) -> None:
+    """The debug server and `fr-analyze live` name snapshots by their (local) time: a copy
+    that lost its file times is still dated by its folder's name."""
+    import time
+
+    late = MTIMES_NS["inflight"] + 86_400 * 10**9
+    folder = real_set(tmp_path, "inflight", late)
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(MTIMES_NS["inflight"] / 1e9))
+    named = folder.with_name(f"snapshot_{stamp}")
+    folder.rename(named)
+    code, text, report = fr("-d", str(named))
+    assert code == 0, text
+    timing = report["verdict"]["timing"]
+    assert timing["age"] == "young" and timing["dump_time_evidence"] == {"name": "0"}
+    assert "dated by the time in the file's or folder's name of rank(s) 0" in text
+
+
 def test_ignore_file_times_judges_from_the_entries_alone(tmp_path: Path) -> None:
     folder = real_set(tmp_path, "inflight", MTIMES_NS["inflight"])
     code, _, report = fr("-d", str(folder), "--ignore-file-times")

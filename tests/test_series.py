@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from fr_analyzer import live, pipeline, series
-from fr_analyzer.dumps import pystacks
+from fr_analyzer.dumps import pystacks, stamps
 from fr_analyzer.dumps.sources import Directory
 from fr_analyzer.model import Status
 
@@ -84,6 +84,26 @@ def test_one_snapshot_alone_cannot_tell_and_says_in_flight() -> None:
     assert report["series"] is None
 
 
+def test_blocked_ranks_that_all_moved_between_snapshots_were_in_flight(tmp_path: Path) -> None:
+    """The older snapshot made to hold one entry fewer on every blocked rank: each of them
+    recorded a new op between the two, so what they wait in was in flight."""
+    first, _, last = snapshots("stuck_series")
+    older, newer = tmp_path / first.name, tmp_path / last.name
+    shutil.copytree(first, older)
+    shutil.copytree(last, newer)
+    for rank in (0, 1, 3):
+        path = older / f"rank_{rank}.json"
+        dump = json.loads(path.read_text())
+        dump["entries"] = dump["entries"][:-1]
+        path.write_text(json.dumps(dump))
+    code, text, report = fr("-d", str(older), "-d", str(newer))
+    assert code == 0, text
+    timing = report["verdict"]["timing"]
+    assert timing["measured_across_snapshots"] is True and timing["age"] == "young"
+    assert "every one of them moved between the last two of 2 snapshots, 4 s apart" in text
+    assert report["series"]["moved_ranks"] == "0-1,3"
+
+
 def test_snapshot_folders_given_one_by_one_in_any_order_are_put_in_time_order() -> None:
     first, middle, last = snapshots("stuck_series")
     code, text, report = fr("-d", str(last), "-d", str(first), "-d", str(middle))
@@ -108,7 +128,7 @@ def test_snapshots_copied_without_their_manifest_are_dated_by_their_names(
 def test_a_rank_that_did_not_answer_the_debug_server_is_named() -> None:
     code, text, report = fr("-d", str(LIVE / "unanswered_series"))
     assert code == 1, text
-    assert "rank 3): did not answer the debug server: did not answer within 2 s" in text
+    assert "rank 3): the debug server's worker did not answer within 2 s" in text
     unreadable = report["dumps"]["unreadable"]
     assert [u["rank"] for u in unreadable] == [3]
     assert 3 in report["verdict"]["culprit_ranks"]
@@ -122,13 +142,13 @@ def test_a_dump_folder_is_not_taken_for_a_folder_of_snapshots() -> None:
 
 
 def test_times_in_folder_names() -> None:
-    assert series.name_time_ns("20261126_080249_166199") is not None
-    assert series.name_time_ns("fr_trace_20261123_031502.txt") is not None
-    a = series.name_time_ns("snap-20261123-031502")
-    b = series.name_time_ns("snap-20261123-031504")
+    assert stamps.name_time_ns("20261126_080249_166199") is not None
+    assert stamps.name_time_ns("fr_trace_20261123_031502.txt") is not None
+    a = stamps.name_time_ns("snap-20261123-031502")
+    b = stamps.name_time_ns("snap-20261123-031504")
     assert a is not None and b is not None and b - a == 2 * 10**9
-    assert series.name_time_ns("rank_12") is None
-    assert series.name_time_ns("20261399_999999") is None
+    assert stamps.name_time_ns("rank_12") is None
+    assert stamps.name_time_ns("20261399_999999") is None
 
 
 # ---------------------------------------------------------------------------------------------

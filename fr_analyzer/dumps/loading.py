@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DumpError
 from ..model import UnreadableDump
-from . import dialects, limits, sandbox, torchft
+from . import dialects, limits, sandbox, stamps, torchft
 from .archives import StreamedFiles
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
@@ -72,6 +72,12 @@ def _file_time_ns(dump_file: DumpFile) -> int | None:
         return os.stat(dump_file.path).st_mtime_ns
     except OSError:
         return None
+
+
+def _name_time_ns(dump_file: DumpFile) -> int | None:
+    """A time written in the file's name, else in its folder's."""
+    path = dump_file.path
+    return stamps.name_time_ns(path.name) or stamps.name_time_ns(path.parent.name)
 
 
 def _build(
@@ -166,7 +172,13 @@ def load_all(
         if isinstance(result, RankDump):
             if sink is not None and columns is not None:
                 sink(result, columns)
-            loaded.append(replace(result.header(), file_time_ns=_file_time_ns(files[index])))
+            loaded.append(
+                replace(
+                    result.header(),
+                    file_time_ns=_file_time_ns(files[index]),
+                    name_time_ns=_name_time_ns(files[index]),
+                )
+            )
         else:
             unreadable.append(result)
         if progress is not None:

@@ -118,6 +118,8 @@ class RankDump:
     # When its file was last modified (ns since the epoch; None: unknown): the recorder writes
     # the file at the dump, so this is the dump time or later (a copy that kept no times).
     file_time_ns: int | None = None
+    # A time written in its file's or folder's name (`dumps.stamps`): when the copy was made.
+    name_time_ns: int | None = None
 
     def header(self) -> RankDump:
         """The same dump without its entries' tables and columns."""
