@@ -46,8 +46,11 @@ lint: $(STAMP) ## ruff and mypy (strict)
 	$(BIN)/ruff format --check fr_analyzer tests tools benchmarks
 	$(BIN)/mypy
 
-bench: $(STAMP) ## Scale benchmark (see README)
+LIVE_BENCH_ARGS ?= --ranks 16384
+
+bench: $(STAMP) ## Scale benchmark, then fr-analyze live against a fake fleet (see README)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.live_fetch $(LIVE_BENCH_ARGS)
 
 ACCURACY_ARGS ?= --shapes all --cases 2100
 

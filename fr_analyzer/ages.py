@@ -7,11 +7,12 @@ A dump does not say when it was taken. The evidence, per rank, strongest first:
   A rank with such an entry pins the dump time (ranks dump within about a second of each
   other, so it pins every rank's).
 - The file's modification time (else a time written in its file's or folder's name, as the
-  debug server and `fr-analyze live` name snapshots): the recorder writes the file at the dump, so it is the dump
-  time or later (a copy that kept no times makes it later, which errs towards "stuck"). It is
-  believed only between the rank's newest entry and that plus its longest timeout and
-  `FILE_TIME_WINDOW_S` (a watchdog dumps when an op times out); a time outside that window was
-  set by a copy, or by a clock that disagrees with the entries'. Archives keep member times.
+  debug server and `fr-analyze live` name snapshots): the recorder writes the file at the
+  dump, so it is the dump time or later (a copy that kept no times makes it later, which
+  errs towards "stuck"). It is believed only between the rank's newest entry and that plus
+  its longest timeout and `FILE_TIME_WINDOW_S` (a watchdog dumps when an op times out); a
+  time outside that window was set by a copy, or by a clock that disagrees with the entries'.
+  Archives keep member times.
 - Otherwise every timestamp in a dump was taken before the dump, so the newest one is only a
   lower bound of the dump time: an age measured from it is a lower bound too.
 

@@ -413,7 +413,7 @@ def live_cmd(
         if save is not None:
             save.mkdir(parents=True, exist_ok=True)
         taken = live.take(fleet, into, settings, _snapshot_line(snapshots, len(fleet)))
-        if all(not any(a.body for a in snap.answers) for snap in taken):
+        if all(not any(a.size for a in snap.answers) for snap in taken):
             first = taken[-1].answers[0]
             raise UsageError(
                 f"no rank of {len(fleet)} answered with a Flight Recorder "

@@ -11,10 +11,12 @@ answers while its rank is blocked in a collective; a rank that does not answer (
 swapping, dead host) is often the culprit, so it is named, never waited for past the timeout.
 
 Requests go straight to the workers, in parallel (at most `concurrency` at a time), each with
-its own timeout; torch is not needed. Each snapshot is a folder named by its time
-(`YYYYmmdd_HHMMSS_ffffff`, UTC) holding `rank_<N>.json` per rank that answered (its time set
-to the moment the rank answered), `stacks.txt` in the debug server's own layout and
-`fetch.json` (`MANIFEST`): when each rank answered, and why the others did not.
+its own timeout; torch is not needed. Each snapshot is a folder named by its local time
+(`YYYYmmdd_HHMMSS_ffffff`, as the debug server names its files) holding `rank_<N>` per rank
+that answered (the JSON it served, as a pickle of builtin types: what the recorder itself
+writes, and what torchfrtrace reads; its time set to the moment the rank answered),
+`stacks.txt` in the debug server's own layout and `fetch.json` (`MANIFEST`): when each rank
+answered, and why the others did not.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import asyncio
 import html
 import json
 import os
+import pickle
 import re
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -71,12 +74,13 @@ class Answer:
     answer), its stacks, when it answered and why it did not."""
 
     rank: int
-    body: bytes | None
+    body: bytes | None  # None once saved in the snapshot's folder (`take` keeps none)
     stacks: str | None
     handler: str | None  # which Flight Recorder handler the body came from
     time_ns: int | None  # when the rank's answer began to arrive
     error: str | None  # why there is no body
     entries: int = 0
+    size: int = 0  # bytes of the body (kept after the body is dropped)
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class Snapshot:
 
     @property
     def unanswered(self) -> list[Answer]:
-        return [a for a in self.answers if a.body is None]
+        return [a for a in self.answers if a.handler is None]
 
 
 @dataclass(frozen=True)
@@ -204,11 +208,13 @@ class _Connection:
             self.writer.close()  # not waited for: the peer's part is its own
 
     async def _within(self, step: Awaitable[_T], what: str) -> _T:
-        left = self.deadline - time.monotonic()
+        # asyncio.timeout_at (3.11+): a timer on the running task, no new Task per step as
+        # asyncio.wait_for makes before 3.12. The loop's clock is time.monotonic.
         try:
-            if left <= 0:
+            if self.deadline <= time.monotonic():
                 raise TimeoutError
-            return await asyncio.wait_for(step, left)
+            async with asyncio.timeout_at(self.deadline):
+                return await step
         except TimeoutError:
             raise _Failed(f"did not answer within {self.timeout_s:g} s") from None
         except OSError as exc:
@@ -223,19 +229,23 @@ class _Connection:
             "Content-Length: 0\r\nConnection: keep-alive\r\nAccept-Encoding: identity\r\n\r\n"
         )
         self.writer.write(head.encode())
-        await self._within(self.writer.drain(), "send")
-        line: bytes = await self._within(self.reader.readline(), "read")
+        if self.writer.transport.get_write_buffer_size():
+            await self._within(self.writer.drain(), "send")
+        try:  # the status line and headers at once
+            block: bytes = await self._within(self.reader.readuntil(b"\r\n\r\n"), "read")
+        except asyncio.IncompleteReadError as exc:
+            block = exc.partial  # the peer closed: what came, as readline would give it
+        except asyncio.LimitOverrunError:
+            raise _Failed("answered headers over 1 MiB") from None
         when = time.time_ns()
-        parts = line.split(None, 2)
+        lines = block.split(b"\n")
+        parts = lines[0].split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
             raise _Failed("answered something that is not HTTP")
         status = int(parts[1])
         length: int | None = None
         chunked = False
-        while True:
-            header: bytes = await self._within(self.reader.readline(), "read")
-            if header in (b"\r\n", b"\n", b""):
-                break
+        for header in lines[1:]:
             name, _, value = header.partition(b":")
             name = name.strip().lower()
             if name == b"content-length" and value.strip().isdigit():
@@ -386,6 +396,7 @@ def _snapshot(
             if error is not None or chosen in bodies
             else f"did not serve {chosen} (it served {', '.join(sorted(bodies)) or 'nothing'})",
             counts.get((rank, chosen), 0),
+            len(bodies.get(chosen, b"")),
         )
         for rank, bodies, text, when, error in got
     )
@@ -400,7 +411,21 @@ def _snapshot(
         {h: n for h, n in totals.items() if h != chosen},
     )
     _save(snap, fleet)
-    return snap
+    # the bodies are in the folder now: keep none (2 GB a snapshot at 16,384 ranks)
+    return replace(snap, answers=tuple(replace(a, body=None) for a in snap.answers))
+
+
+def _as_pickle(rank: int, body: bytes) -> tuple[str, bytes]:
+    """The rank's file: the JSON it served as the pickle the recorder itself writes
+    (`rank_<N>`, builtin types only), which torchfrtrace reads too; a body that is not a JSON
+    object is kept as it came (`rank_<N>.json`), for the reader to say what is wrong with it."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        return f"rank_{rank}.json", body
+    if not isinstance(obj, dict):
+        return f"rank_{rank}.json", body
+    return f"rank_{rank}", pickle.dumps(obj, protocol=2)
 
 
 def _entry_count(body: bytes) -> int:
@@ -409,7 +434,7 @@ def _entry_count(body: bytes) -> int:
 
 
 def _folder(into: Path, started_ns: int) -> Path:
-    stamp = datetime.fromtimestamp(started_ns / 1e9, UTC).strftime("%Y%m%d_%H%M%S_%f")
+    stamp = datetime.fromtimestamp(started_ns / 1e9).strftime("%Y%m%d_%H%M%S_%f")
     folder = into / stamp
     n = 1
     while folder.exists():
@@ -427,8 +452,9 @@ def _save(snap: Snapshot, fleet: Sequence[Worker]) -> None:
     for a in snap.answers:
         if a.body is None:
             continue
-        path = partial / f"rank_{a.rank}.json"
-        path.write_bytes(a.body)
+        name, data = _as_pickle(a.rank, a.body)
+        path = partial / name
+        path.write_bytes(data)
         if a.time_ns is not None:
             os.utime(path, ns=(a.time_ns, a.time_ns))
     lines: list[str] = []

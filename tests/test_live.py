@@ -381,7 +381,7 @@ def test_live_saves_one_folder_per_snapshot(sleeper_live: tuple[Run, Path]) -> N
     for snapshot in snapshots:
         assert SNAPSHOT_NAME.fullmatch(snapshot.name), snapshot.name
         names = {p.name for p in snapshot.iterdir()}
-        expected = {f"rank_{r}.json" for r in range(WORLD)} | {"stacks.txt", "fetch.json"}
+        expected = {f"rank_{r}" for r in range(WORLD)} | {"stacks.txt", "fetch.json"}
         assert expected <= names, (snapshot, sorted(names))
 
 
