@@ -8,6 +8,7 @@ on stderr, never a traceback.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import tempfile
@@ -421,6 +422,11 @@ def live_cmd(
             )
         folders: list[Path | Source] = [snap.folder for snap in taken]
         result = pipeline.analyze_series(folders)
+        if save is None:  # the folders are gone once the report is out: name the job instead
+            where = f"{' '.join(urls[:2])}{' ...' if len(urls) > 2 else ''} (not saved: --save)"
+            result = dataclasses.replace(
+                result, summary=dataclasses.replace(result.summary, directory=where)
+            )
         _report(result, verbose, 10, False, json_out, output)
 
 
