@@ -41,7 +41,7 @@ run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
 test: $(LIVE_STAMP) ## Run the whole test suite (with the remote extra, moto's S3 server and torch)
 	$(BIN)/python -m pytest
 
-lint: $(STAMP) ## ruff and mypy (strict)
+lint: $(REMOTE_STAMP) ## ruff and mypy (strict; with the remote extra, whose types it checks)
 	$(BIN)/ruff check fr_analyzer tests tools benchmarks
 	$(BIN)/ruff format --check fr_analyzer tests tools benchmarks
 	$(BIN)/mypy
