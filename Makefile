@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REMOTE_STAMP := $(VENV)/.installed-remote
 LIVE_STAMP := $(VENV)/.installed-live
+BROWSER_STAMP := $(VENV)/.installed-browser
 DUMPS ?= sample_dumps
 
 .DEFAULT_GOAL := help
@@ -29,16 +30,22 @@ $(LIVE_STAMP): $(REMOTE_STAMP)
 		|| echo "torch could not be installed: tests/test_live.py will skip"
 	@touch $(LIVE_STAMP)
 
+# playwright and Debian's chromium for tests/test_html.py; where either cannot be installed they skip
+$(BROWSER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,html-test]' \
+		|| echo "playwright could not be installed: tests/test_html.py will skip"
+	command -v chromium >/dev/null || apt-get install -y -qq chromium \
+		|| (apt-get update -qq && apt-get install -y -qq chromium) \
+		|| sudo -n apt-get install -y -qq chromium \
+		|| echo "chromium could not be installed: tests/test_html.py will skip"
+	@touch $(BROWSER_STAMP)
+
 install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
 
 run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
-	@for d in $(DUMPS)/*/; do \
-		echo "=================== $$d"; \
-		$(BIN)/fr-analyze -d "$$d"; rc=$$?; \
-		if [ $$rc -gt 1 ]; then exit $$rc; fi; \
-	done; true
+	@$(BIN)/python -m tools.run_samples --dumps $(DUMPS) --out run-reports $(if $(filter-out 0,$(VERBOSE)),--verbose)
 
-test: $(LIVE_STAMP) ## Run the whole test suite (with the remote extra, moto's S3 server and torch)
+test: $(LIVE_STAMP) $(BROWSER_STAMP) ## Run the whole test suite (with the remote extra, moto's S3 server, torch and chromium)
 	$(BIN)/python -m pytest
 
 lint: $(REMOTE_STAMP) ## ruff and mypy (strict; with the remote extra, whose types it checks)
@@ -51,6 +58,7 @@ LIVE_BENCH_ARGS ?= --ranks 16384
 bench: $(STAMP) ## Scale benchmark, then fr-analyze live against a fake fleet (see README)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	$(BIN)/python -m benchmarks.live_fetch $(LIVE_BENCH_ARGS)
+	$(BIN)/python -m benchmarks.outputs $(OUTPUTS_BENCH_ARGS)
 
 ACCURACY_ARGS ?= --shapes all --cases 2100
 

@@ -1,8 +1,26 @@
 """The `fr-analyze` command: parse options, call one function, map errors to exit codes.
 
-Exit codes: 0 when the answer is `ok`, 1 for any other answer (desync, hung, slow,
-incomplete), 2 bad usage or no readable dump. Errors print one line
-on stderr, never a traceback.
+`run(argv)` is the whole command as a function (the tests call it in this process); `main()`
+is the console script. Exit codes (also in `--help`):
+
+- 0: the answer is `ok`;
+- 1: any other answer (desync, hung, slow, incomplete);
+- 2: bad usage, no readable dump, or an output that cannot be written.
+
+Every output path (`-o`, `--json`, `--html`, `timeline -o`) is checked before the analysis
+starts, so a path that cannot take the output costs nothing but a one-line error (exit 2). If
+writing still fails afterwards (a full disk, a FIFO no one reads), the report has been printed,
+the other outputs are still written, the error is one line on stderr, and the exit code keeps
+the verdict's when it found a problem (1) and is 2 when the verdict was `ok`: a failed run never
+exits 0, and a hang is never hidden behind a 2.
+
+When the JSON report (or the database) goes to standard output, the text report goes to stderr,
+so that standard output holds that output alone. What was written, and its size, is one line
+on stderr per output. On a terminal, stderr shows progress bars (rate and ETA) while loading,
+matching and writing.
+
+Heavy modules (numpy, the pipeline, rich, tabulate) are imported by the functions that use
+them: `fr-analyze --version` and `--help` start in about 0.1 s.
 """
 
 from __future__ import annotations
@@ -10,38 +28,48 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import sys
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from tabulate import tabulate
 
-from . import (
-    __version__,
-    cli_compat,
-    database,
-    database_sqlite,
-    entries_view,
-    live,
-    pipeline,
-    ranks,
-    report,
-    report_json,
-    timeline,
-    traces,
-)
-from .diagnosis import Thresholds
-from .dumps import DEFAULT_MAX_FILE_BYTES, parse_size
-from .dumps.opening import open_source
-from .dumps.sources import Source
-from .errors import FrAnalyzerError, UsageError
-from .model import Status
-from .output import check_output_path, destination, is_stdout, write_atomic
+from . import __version__, cli_compat
+from .errors import FrAnalyzerError, OutputError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from . import live
+    from .dumps.sources import Source
+    from .entries_view import EntriesView
+    from .pipeline import Analysis, Options, Progress
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+EXAMPLES = """\b
+Examples:
+  fr-analyze dumps/                     which rank, group and op hung the job
+  fr-analyze dumps/ --html report.html  the same, and the incident as one page
+  fr-analyze dumps/ --json - | jq .verdict
+  fr-analyze dumps/ -o db.sqlite        every entry and finding, as SQLite
+  fr-analyze dumps/ -j                  the entries around the root cause
+  fr-analyze dumps/ -j --last 5 --pg-filters tp
+  fr-analyze timeline dumps/ -o tl.json a trace for https://ui.perfetto.dev
+  fr-analyze live http://host:25999     snapshots of a running job
+
+\b
+Exit codes:
+  0  the answer is ok
+  1  a problem was found: desync, hung, slow or incomplete (also with -j)
+  2  bad usage, no readable dump, or an output that cannot be written
+     (outputs are checked before the analysis; if writing fails after
+     it, the report is still printed and the code stays 1 if a problem
+     was found)
+"""
 
 app = typer.Typer(
     add_completion=False,
@@ -53,6 +81,7 @@ app = typer.Typer(
     "Reads the dumps of PyTorch's recorder (NCCL, gloo, XCCL, ...), of torchcomms and of HCCL "
     "(torch_npu): pickle or JSON, optionally gzip-compressed. Takes torchfrtrace's command "
     "line too: fr-analyze DIR -j --selected-ranks 0 1 --pg-filters tp --mismatch_cap 5.",
+    epilog=EXAMPLES,
 )
 
 
@@ -62,21 +91,364 @@ def _version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
-def _progress(done: int, total: int) -> None:
-    if done == total or done % 64 == 0:
-        sys.stderr.write(f"\rloading dumps: {done}/{total}")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def _file_size(text: str | int) -> int:
-    if isinstance(text, int):  # the default
+    if isinstance(text, int):
         return text
+    from .dumps import parse_size
+
     try:
         return parse_size(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+# --- outputs --------------------------------------------------------------------------------
+
+DATABASE_SUFFIXES = ".pkl, .sqlite, .parquet"
+"""What `-o` writes, as its hint says."""
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files an analysis writes besides the text report."""
+
+    database: Path | None = None  # -o: pickle, SQLite or Parquet by the name's ending
+    json: Path | None = None  # --json
+    html: Path | None = None  # --html
+
+    def paths(self) -> list[Path]:
+        return [p for p in (self.json, self.html, self.database) if p is not None]
+
+    def to_stdout(self) -> bool:
+        """Whether one of them goes to standard output (the text report then goes to stderr)."""
+        from .output import is_stdout
+
+        return any(is_stdout(p) for p in self.paths())
+
+    def check(self, source: Path | Source | None) -> None:
+        """Refuse, before any analysis, every output that cannot be written: a database with a
+        report's name, two outputs to one file or to standard output, a path inside the dumps
+        (`source`), a folder that does not exist or cannot be written."""
+        if self.database is not None:
+            _check_database_name(self.database)
+        from .output import is_stdout
+
+        if sum(is_stdout(p) for p in self.paths()) > 1:
+            raise UsageError("only one output can go to standard output (-)")
+        replaced: dict[Path, Path] = {}
+        for path in self.paths():
+            folder = path is self.database and _is_parquet(path)
+            where = check_output(path, source, folder=folder)
+            if where is not None:
+                same = replaced.setdefault(where.absolute(), path)
+                if same is not path:
+                    raise UsageError(f"{same} and {path}: two outputs to one file")
+        if self.database is not None and _is_parquet(self.database):
+            from . import database_parquet
+
+            database_parquet.require()  # pyarrow, an optional extra
+
+
+def _check_database_name(path: Path) -> None:
+    name = path.name.lower()
+    for ending, option in ((".json", "--json"), (".html", "--html"), (".htm", "--html")):
+        if name.endswith(ending):
+            report = "JSON" if option == "--json" else "HTML"
+            raise UsageError(
+                f"-o {path}: -o writes the database ({DATABASE_SUFFIXES}); for the {report} "
+                f"report use {option} {path}"
+            )
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.name.lower().endswith(".parquet")
+
+
+def check_output(path: Path, source: Path | Source | None, *, folder: bool = False) -> Path | None:
+    """One output path, before the analysis: not inside the dumps, not a directory (unless the
+    output is a `folder`, such as a Parquet database), in a folder that exists and can be
+    written. Raises `OutputError` (exit 2) naming the path. Returns the file (or folder) that
+    will be replaced, None for an output written in place (stdout, a device, a FIFO)."""
+    from .output import How, check_output_path, destination
+
+    probe = path / "probe" if folder and path.is_dir() else path
+    if source is not None:
+        check_output_path(probe, source)
+    where = destination(probe)
+    if where.how is not How.REPLACE:
+        return None
+    target = where.path.parent if probe is not path else where.path
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{path}: cannot write: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: cannot write: permission denied in {parent}")
+    return target
+
+
+def write_outputs(analysis: Analysis, outputs: Outputs, cap: int) -> bool:
+    """Write each output (each after the one before failed, too); one line on stderr for each
+    (what was written and its size, or why not). False if one failed."""
+    ok = True
+    for what, path, write in _writers(analysis, outputs, cap):
+        try:
+            with progress_bars() as progress:
+                size = _step(progress, f"writing {path}", write)
+        except (FrAnalyzerError, OSError) as exc:
+            _error(str(exc) if isinstance(exc, FrAnalyzerError) else f"{path}: cannot write: {exc}")
+            ok = False
+            continue
+        wrote(path, what, size)
+    return ok
+
+
+def _writers(
+    analysis: Analysis, outputs: Outputs, cap: int
+) -> list[tuple[str, Path, Callable[[], int | None]]]:
+    """(what, where, write) for each output; `write` returns the bytes written when known."""
+    from .output import write_atomic
+
+    found: list[tuple[str, Path, Callable[[], int | None]]] = []
+    if outputs.json is not None:
+        path = outputs.json
+
+        def json_report() -> int:
+            from . import report_json
+
+            data = report_json.render_json(analysis, cap=cap).encode()
+            write_atomic(path, data)
+            return len(data)
+
+        found.append(("the JSON report", path, json_report))
+    if outputs.html is not None:
+        page = outputs.html
+
+        def html_report() -> int:
+            from . import report_html
+
+            data = report_html.render_html(analysis).encode()
+            write_atomic(page, data)
+            return len(data)
+
+        found.append(("the HTML report", page, html_report))
+    if outputs.database is not None:
+        db = outputs.database
+        found.append(("the database", db, lambda: write_database(analysis, db)))
+    return found
+
+
+def write_database(analysis: Analysis, path: Path) -> None:
+    """`-o`: SQLite for .sqlite, .sqlite3 and .db; a folder of Parquet tables for .parquet;
+    else a pickle of builtin types."""
+    from . import database_sqlite
+
+    if database_sqlite.wanted(path):
+        database_sqlite.write(analysis, path)
+    elif _is_parquet(path):
+        from . import database_parquet
+
+        database_parquet.write(analysis, path)
+    else:
+        from . import database
+
+        database.write(analysis, path)
+
+
+def wrote(path: Path, what: str, size: int | None = None, extra: str = "") -> None:
+    """One line on stderr: what was written where, and its size (on disk when it is a file or
+    a folder, else the bytes written)."""
+    from .output import is_stdout
+
+    if is_stdout(path):
+        where = f"{what} to standard output"
+    else:
+        where = str(path)
+        size = _size_on_disk(path) or size
+    shown = f" ({human_size(size)})" if size is not None else ""
+    sys.stderr.write(f"wrote {where}{shown}{extra}\n")
+    sys.stderr.flush()
+
+
+def _size_on_disk(path: Path) -> int | None:
+    """A file's size, or a folder's (its files'); None for a device or a FIFO."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        pass
+    return None
+
+
+def human_size(size: int) -> str:
+    """`12.3 MB`: decimal units, one decimal; bytes below 1 kB."""
+    if size < 1000:
+        return f"{size} {'byte' if size == 1 else 'bytes'}"
+    value = float(size)
+    for unit in ("kB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 999.95 or unit == "TB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+# --- terminal -------------------------------------------------------------------------------
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr) that wraps nothing itself: the renderers fit lines to
+    its width (80 when not a terminal); colour only on a terminal (NO_COLOR, FORCE_COLOR)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, stderr=stderr, emoji=False, markup=False)
+
+
+@contextlib.contextmanager
+def progress_bars(console: Console | None = None) -> Iterator[Progress | None]:
+    """A `pipeline.Progress` callback drawing one bar per phase on stderr (description, bar,
+    count, rate, ETA), or None when stderr is not a terminal; the bars vanish when done."""
+    if console is None:
+        if not sys.stderr.isatty():
+            yield None
+            return
+        console = _console(stderr=True)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TaskID,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.0f}/s", style="progress.data.speed")
+
+    bars = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        Rate(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
+    tasks: dict[str, TaskID] = {}
+
+    def report(phase: str, done: int, total: int) -> None:
+        task = tasks.get(phase)
+        if task is None:
+            tasks[phase] = bars.add_task(phase, total=total, completed=done)
+        elif done < bars.tasks[task].completed:  # the phase again (the next snapshot)
+            bars.reset(task, total=total, completed=done)
+        else:
+            bars.update(task, total=total, completed=done)
+
+    with bars:
+        yield report
+
+
+def _step(progress: Progress | None, phase: str, work: Callable[[], Any]) -> Any:
+    """`work()` shown as one step of `phase`."""
+    if progress is not None:
+        progress(phase, 0, 1)
+    result = work()
+    if progress is not None:
+        progress(phase, 1, 1)
+    return result
+
+
+def print_report(
+    analysis: Analysis, verbose: bool, cap: int, ranks: bool, to_stderr: bool = False
+) -> None:
+    """The text report on stdout (stderr when an output takes stdout), fit to its width."""
+    from rich.text import Text
+
+    from . import report
+
+    console = _console(stderr=to_stderr)
+    styled = getattr(report, "render_styled", None)
+    try:
+        if styled is not None:
+            text = styled(analysis, verbose=verbose, cap=cap, ranks=ranks, width=console.width)
+        else:
+            text = Text(
+                report.render_text(
+                    analysis, verbose=verbose, cap=cap, ranks=ranks, width=console.width
+                )
+            )
+    except Exception as exc:  # the answer still reaches the reader
+        text = Text(
+            f"{analysis.conclusion.answer}\n(the report could not be rendered: "
+            f"{type(exc).__name__}: {exc})\n"
+        )
+    console.print(text, end="")
+
+
+def verdict_code(analysis: Analysis) -> int:
+    """0 when the answer is `ok`, else 1."""
+    from .model import Status
+
+    return EXIT_OK if analysis.conclusion.status == Status.OK else EXIT_FINDINGS
+
+
+def _after_outputs(analysis: Analysis, written: bool) -> int:
+    """The exit code once the outputs are written (see the module docstring)."""
+    code = verdict_code(analysis)
+    return code if written or code == EXIT_FINDINGS else EXIT_ERROR
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"fr-analyze: error: {message}\n")
+    sys.stderr.flush()
+
+
+# --- the main command ------------------------------------------------------------------------
+
+
+def analyze_dumps(
+    sources: Sequence[Source],
+    options: Options,
+    outputs: Outputs,
+    *,
+    verbose: bool = False,
+    cap: int = 10,
+    ranks: bool = False,
+) -> int:
+    """The main command: check the outputs, analyze, print the report, write the outputs;
+    returns the exit code."""
+    from . import pipeline
+
+    outputs.check(sources[-1])
+    with progress_bars() as progress:
+        if len(sources) > 1:
+            analysis = pipeline.analyze_series(sources, options, progress)
+        else:
+            analysis = pipeline.analyze(sources[0], options, progress)
+    print_report(analysis, verbose, cap, ranks, to_stderr=outputs.to_stdout())
+    return _after_outputs(analysis, write_outputs(analysis, outputs, cap))
+
+
+def print_entries(source: Source, options: Options, view: EntriesView) -> int:
+    """`-j`: analyze (for the root cause and the exit code), print the entries; returns the
+    same exit code as the main command."""
+    from . import entries_view, pipeline
+
+    with progress_bars() as progress:
+        analysis = pipeline.analyze(source, options, progress)
+    console = _console()
+    view = dataclasses.replace(view, width=console.width)
+    root = analysis.conclusion.root
+    console.print(entries_view.render_styled(analysis.table, analysis.groups, view, root), end="")
+    return verdict_code(analysis)
 
 
 @app.callback(invoke_without_command=True)
@@ -92,8 +464,8 @@ def analyze(
             "optionally .gz): a directory (searched recursively), a .tar, .tar.gz, .tgz or "
             ".zip archive (read member by member, never extracted), or a URL such as "
             "s3://bucket/job/fr/ (needs: pip install 'fr-analyze[remote]'). Required; may "
-            "also be given as the first argument, as torchfrtrace takes it. Given several "
-            "times (snapshots of one job taken at different times), or a folder whose "
+            "also be given as the first argument, as torchfrtrace takes it (not both). Given "
+            "several times (snapshots of one job taken at different times), or a folder whose "
             "sub-folders are snapshots (as `fr-analyze live --save` writes them), the "
             "snapshots are compared: what moved was in flight, what stayed the same is stuck.",
         ),
@@ -104,14 +476,23 @@ def analyze(
             "-o",
             "--output",
             help="Write the flat database here: SQLite when the name ends in .sqlite, "
-            ".sqlite3 or .db, else a pickle of builtin types.",
+            ".sqlite3 or .db, a folder of Parquet tables for .parquet, else a pickle of "
+            "builtin types (a .json or .html name is refused: see --json, --html).",
         ),
     ] = None,
     json_out: Annotated[
         Path | None,
         typer.Option(
             "--json",
-            help="Write the report as JSON (schema fr-analyze.report/1) here (- for stdout).",
+            help="Write the report as JSON (schema fr-analyze.report/1) here; - for stdout "
+            "(the text report then goes to stderr).",
+        ),
+    ] = None,
+    html_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write the report as one self-contained web page here.",
         ),
     ] = None,
     just_print_entries: Annotated[
@@ -120,10 +501,32 @@ def analyze(
             "-j",
             "--just-print-entries",
             "--just_print_entries",
-            help="Print every rank's entries side by side per "
-            "process group, aligned by sequence id, and stop.",
+            help="Print the ranks' entries side by side, aligned by sequence id, cells that "
+            "deviate marked with '!', and stop (exit code as without -j). By default around "
+            "the root cause when there is one (--around-root).",
         ),
     ] = False,
+    around_root: Annotated[
+        bool,
+        typer.Option(
+            "--around-root",
+            help="With -j: only the root cause's group, --context sequence ids either side, "
+            "its culprit and some of its peers (the default when there is a root cause and "
+            "no --pg-filters, --last or --all-entries).",
+        ),
+    ] = False,
+    all_entries: Annotated[
+        bool,
+        typer.Option("--all-entries", help="With -j: every group, every entry, every rank."),
+    ] = False,
+    last: Annotated[
+        int | None,
+        typer.Option("--last", min=1, help="With -j: only each group's newest N sequence ids."),
+    ] = None,
+    context: Annotated[
+        int,
+        typer.Option("--context", min=0, help="With -j --around-root: sequence ids either side."),
+    ] = 3,
     selected_ranks: Annotated[
         str | None,
         typer.Option(
@@ -226,7 +629,7 @@ def analyze(
         ),
     ] = None,
     max_file_size: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--max-file-size",
             parser=_file_size,
@@ -235,7 +638,7 @@ def analyze(
             help="Largest dump file to read, counted after gunzip: bytes, or e.g. 512M, 2G "
             "(default: 1G). A bigger file is reported unreadable; the others are analyzed.",
         ),
-    ] = DEFAULT_MAX_FILE_BYTES,
+    ] = None,
     transform_ft: Annotated[
         bool,
         typer.Option(
@@ -274,7 +677,8 @@ def analyze(
 ) -> None:
     """Analyze a directory of per-rank Flight Recorder dumps and name the desync.
 
-    Other commands: `fr-analyze timeline --help`, `fr-analyze merge-traces --help`.
+    Other commands: `fr-analyze timeline --help`, `fr-analyze merge-traces --help`,
+    `fr-analyze live --help`.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -284,78 +688,67 @@ def analyze(
         raise UsageError("--transform-ft needs --group-world-size (ranks per replica group)")
     if group_world_size is not None and not transform_ft:
         raise UsageError("--group-world-size goes with --transform-ft")
-    thresholds = Thresholds(
-        dead_after_s=dead_after,
-        straggler_ms=straggler_ms,
-        stall_ms=stall_ms,
-        stack_depth=stack_depth,
-    )
-    options = pipeline.Options(
+    from .diagnosis import Thresholds
+    from .dumps import DEFAULT_MAX_FILE_BYTES
+    from .dumps.opening import open_source
+    from .pipeline import Options
+
+    options = Options(
         prefix=prefix,
         workers=workers,
-        thresholds=thresholds,
-        max_file_bytes=max_file_size,
+        thresholds=Thresholds(
+            dead_after_s=dead_after,
+            straggler_ms=straggler_ms,
+            stall_ms=stall_ms,
+            stack_depth=stack_depth,
+        ),
+        max_file_bytes=DEFAULT_MAX_FILE_BYTES if max_file_size is None else max_file_size,
         ft_group_world_size=group_world_size,
         file_times=not ignore_file_times,
     )
-    progress = _progress if sys.stderr.isatty() else None
+    outputs = Outputs(database=output, json=json_out, html=html_out)
     sources = [open_source(d, _storage_options(storage_option)) for d in dump_dirs]
-    source = sources[-1]
-    if just_print_entries and len(sources) > 1:
-        raise UsageError("-j prints one dump set: give one -d")
+    entries_only = (around_root, all_entries, last is not None, context != 3)
     if just_print_entries:
-        chosen = ranks.parse(selected_ranks) if selected_ranks else None
-        filters = [p for item in (pg_filters or []) for p in item.split(",") if p]
-        table, groups = pipeline.entries(source, options, progress)
-        typer.echo(
-            entries_view.render_entries(
-                table, groups, ranks=chosen, pg_filters=filters, stack=print_stack_trace
-            ),
-            nl=False,
+        if len(sources) > 1:
+            raise UsageError("-j prints one dump set: give one -d")
+        if outputs.paths():
+            raise UsageError("-j prints the entries only: -o, --json and --html go without -j")
+        if around_root and (all_entries or last is not None):
+            raise UsageError("--around-root goes without --all-entries and --last")
+        from .entries_view import EntriesView
+        from .ranks import parse
+
+        filters = tuple(p for item in (pg_filters or []) for p in item.split(",") if p)
+        elsewhere = all_entries or last is not None or bool(filters)
+        view = EntriesView(
+            around_root=True if around_root else (False if elsewhere else None),
+            context=context,
+            last=last,
+            ranks=parse(selected_ranks) if selected_ranks else None,
+            pg_filters=filters,
+            stack=print_stack_trace,
         )
-        return
-    if selected_ranks or pg_filters or print_stack_trace:
-        raise UsageError("--selected-ranks, --pg-filters and --print-stack-trace go with -j")
-    for path in (output, json_out):
-        if path is not None:
-            check_output_path(path, source)
-    result = (
-        pipeline.analyze_series(sources, options, progress)
-        if len(sources) > 1
-        else pipeline.analyze(source, options, progress)
+        raise typer.Exit(print_entries(sources[0], options, view))
+    if selected_ranks or pg_filters or print_stack_trace or any(entries_only):
+        raise UsageError(
+            "--selected-ranks, --pg-filters, --print-stack-trace, --around-root, "
+            "--all-entries, --last and --context go with -j"
+        )
+    raise typer.Exit(
+        analyze_dumps(
+            sources, options, outputs, verbose=verbose, cap=mismatch_cap, ranks=ranks_table
+        )
     )
-    _report(result, verbose, mismatch_cap, ranks_table, json_out, output)
 
 
-def _report(
-    result: pipeline.Analysis,
-    verbose: bool,
-    mismatch_cap: int,
-    ranks_table: bool,
-    json_out: Path | None,
-    output: Path | None,
-) -> None:
-    """Print the text report, write the JSON and the database, exit with the answer's code."""
-    try:
-        text = report.render_text(result, verbose=verbose, cap=mismatch_cap, ranks=ranks_table)
-    except Exception as exc:  # the answer still reaches the reader
-        text = (
-            f"{result.conclusion.answer}\n(the report could not be rendered: "
-            f"{type(exc).__name__}: {exc})\n"
-        )
-    # an output on standard output (`--json -`) keeps it for itself: the text goes to stderr
-    typer.echo(text, nl=False, err=is_stdout(json_out) or is_stdout(output))
-    if json_out is not None:
-        write_atomic(json_out, report_json.render_json(result, cap=mismatch_cap).encode())
-    if output is not None:
-        if database_sqlite.wanted(output):
-            database_sqlite.write(result, output)
-        else:
-            database.write(result, output)
-    raise typer.Exit(EXIT_OK if result.conclusion.status == Status.OK else EXIT_FINDINGS)
+# --- live ------------------------------------------------------------------------------------
 
 
-@app.command("live")
+@app.command(
+    "live",
+    short_help="Analyze a running job, through its debug server.",
+)
 def live_cmd(
     urls: Annotated[
         list[str],
@@ -398,15 +791,21 @@ def live_cmd(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the report as JSON here (- for stdout).")
     ] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write the report as one web page here.")
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Also print the group tables.")
     ] = False,
 ) -> None:
     """Ask a running job's debug server for every rank's Flight Recorder and stacks, a few
     times, and analyze the snapshots: what moved was in flight, what did not is stuck."""
-    for path in (output, json_out):
-        if path is not None:
-            check_output_path(path, save) if save is not None else destination(path)
+    import tempfile
+
+    from . import live, pipeline
+
+    outputs = Outputs(database=output, json=json_out, html=html_out)
+    outputs.check(save)
     settings = live.Settings(snapshots, interval, timeout, concurrency)
     fleet = live.workers(urls, timeout)
     with contextlib.ExitStack() as stack:
@@ -421,33 +820,38 @@ def live_cmd(
                 f"(rank {first.rank}: {first.error})"
             )
         folders: list[Path | Source] = [snap.folder for snap in taken]
-        result = pipeline.analyze_series(folders)
+        with progress_bars() as progress:
+            result = pipeline.analyze_series(folders, progress=progress)
         if save is None:  # the folders are gone once the report is out: name the job instead
             where = f"{' '.join(urls[:2])}{' ...' if len(urls) > 2 else ''} (not saved: --save)"
             result = dataclasses.replace(
                 result, summary=dataclasses.replace(result.summary, directory=where)
             )
-        _report(result, verbose, 10, False, json_out, output)
+        print_report(result, verbose, 10, False, to_stderr=outputs.to_stdout())
+        raise typer.Exit(_after_outputs(result, write_outputs(result, outputs, 10)))
 
 
 def _snapshot_line(count: int, world: int) -> Callable[[live.Snapshot], None]:
+    done = [0]
+
     def show(snap: live.Snapshot) -> None:
-        index = show.done = show.done + 1  # type: ignore[attr-defined]
+        done[0] += 1
         answered = world - len(snap.unanswered)
         seconds = (snap.finished_ns - snap.started_ns) / 1e9
         sys.stderr.write(
-            f"snapshot {index} of {count}: {answered} of {world} ranks answered in "
+            f"snapshot {done[0]} of {count}: {answered} of {world} ranks answered in "
             f"{seconds:.2f} s ({snap.chosen}) -> {snap.folder}\n"
         )
         sys.stderr.flush()
 
-    show.done = 0  # type: ignore[attr-defined]
     return show
 
 
-def _analysis(source: Source, prefix: str | None, workers: int | None) -> pipeline.Analysis:
-    progress = _progress if sys.stderr.isatty() else None
-    return pipeline.analyze(source, pipeline.Options(prefix=prefix, workers=workers), progress)
+def _analysis(source: Source, prefix: str | None, workers: int | None) -> Analysis:
+    from . import pipeline
+
+    with progress_bars() as progress:
+        return pipeline.analyze(source, pipeline.Options(prefix=prefix, workers=workers), progress)
 
 
 def _storage_options(items: list[str] | None) -> dict[str, Any]:
@@ -464,20 +868,44 @@ def _storage_options(items: list[str] | None) -> dict[str, Any]:
     return options
 
 
-@app.command("timeline")
+def _one_dump_dir(positional: str | None, option: str | None, command: str) -> str:
+    """The dump directory of a subcommand: its first argument or -d, exactly one of them."""
+    if positional is not None and option is not None:
+        raise UsageError(
+            f"{command}: a dump directory given twice: {positional!r} as the argument and "
+            f"-d {option!r}: give one"
+        )
+    found = positional if positional is not None else option
+    if found is None:
+        raise UsageError(f"{command}: missing the dump directory (DIR or -d DIR)")
+    return found
+
+
+# --- timeline ------------------------------------------------------------------------------
+
+
+@app.command("timeline", short_help="Write the dumps as a Chrome trace (open it in Perfetto).")
 def timeline_cmd(
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Write the Chrome trace JSON here.")
+    ],
     dump_dir: Annotated[
-        str,
+        str | None,
+        typer.Argument(
+            metavar="DIR|ARCHIVE|URL",
+            show_default=False,
+            help="Per-rank dumps: a directory, an archive or a URL (as for the analysis).",
+        ),
+    ] = None,
+    dump_dir_option: Annotated[
+        str | None,
         typer.Option(
             "-d",
             "--dump-dir",
             metavar="DIR|ARCHIVE|URL",
-            help="Per-rank dumps: a directory, an archive or a URL (as for the analysis).",
+            help="The dumps, as the argument (give one or the other).",
         ),
-    ],
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="Write the Chrome trace JSON here.")
-    ],
+    ] = None,
     align: Annotated[
         bool,
         typer.Option(
@@ -503,6 +931,14 @@ def timeline_cmd(
     selected_ranks: Annotated[
         str | None, typer.Option("--selected-ranks", help="Only these ranks, e.g. 0,3-5.")
     ] = None,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every rank and op, even past 256 ranks (where the default is a window "
+            "around the root cause).",
+        ),
+    ] = False,
     no_flows: Annotated[
         bool, typer.Option("--no-flows", help="Leave out the flow arrows between ranks.")
     ] = False,
@@ -521,35 +957,57 @@ def timeline_cmd(
 ) -> None:
     """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
     one thread per process group, findings and the root cause marked."""
-    source = open_source(dump_dir, _storage_options(storage_option))
-    check_output_path(output, source)
+    from . import timeline
+    from .dumps.opening import open_source
+    from .output import write_atomic
+    from .ranks import parse
+
+    where = _one_dump_dir(dump_dir, dump_dir_option, "timeline")
+    source = open_source(where, _storage_options(storage_option))
+    check_output(output, source)
     options = timeline.TimelineOptions(
         align=align,
         last=last,
         seq=_seq_range(seq),
         start_us=start,
         end_us=end,
-        ranks=ranks.parse(selected_ranks) if selected_ranks else None,
+        ranks=parse(selected_ranks) if selected_ranks else None,
         flows=not no_flows,
+        all_ranks=all_,
     )
-    trace = timeline.build(_analysis(source, prefix, workers), options)
-    write_atomic(output, json.dumps(trace).encode())
+    analysis = _analysis(source, prefix, workers)
+    with progress_bars() as progress:
+        trace = _step(progress, "building the trace", lambda: timeline.build(analysis, options))
+        data = _step(progress, "encoding the trace", lambda: timeline.encode(trace))
+        for note in timeline.notes(trace):
+            sys.stderr.write(f"note: {note}\n")
+        warning = timeline.size_warning(len(data))
+        if warning is not None:
+            sys.stderr.write(f"warning: {warning}\n")
+        sys.stderr.flush()
+        _step(progress, f"writing {output}", lambda: write_atomic(output, data))
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
-    typer.echo(
-        f"wrote {output}: {n} op slices, {len(trace['traceEvents'])} events", err=is_stdout(output)
-    )
+    wrote(output, "the trace", len(data), f": {n} op slices, {len(trace['traceEvents'])} events")
 
 
 def _seq_range(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
+    from . import timeline
+
     try:
         return timeline.parse_seq(text)
     except ValueError as exc:
         raise UsageError(f"--seq: {exc}") from None
 
 
-@app.command("merge-traces")
+# --- merge-traces ----------------------------------------------------------------------------
+
+
+@app.command(
+    "merge-traces",
+    short_help="Merge per-rank profiler traces into one trace, clocks synced.",
+)
 def merge_traces_cmd(
     inputs: Annotated[
         list[Path],
@@ -578,6 +1036,11 @@ def merge_traces_cmd(
     ] = None,
 ) -> None:
     """Merge per-rank profiler traces into one trace: pid = rank, clocks synced."""
+    from tabulate import tabulate
+
+    from . import timeline, traces
+    from .dumps.opening import open_source
+
     step_range = None
     if steps is not None:
         try:
@@ -587,12 +1050,14 @@ def merge_traces_cmd(
     files = traces.expand_inputs(inputs)
     if output.resolve() in {f.resolve() for f in files}:
         raise UsageError(f"{output}: is one of the input traces")
+    source = open_source(fr_dir) if fr_dir is not None else None
+    check_output(output, source)
     infos = [traces.inspect(f) for f in files]
     overlay = None
-    if fr_dir is not None:
-        source = open_source(fr_dir)
-        check_output_path(output, source)
-        overlay = traces.fr_overlay(_analysis(source, None, None), infos)
+    if source is not None:
+        from . import timeline
+
+        overlay = timeline.overlay(_analysis(source, None, None), traces.fr_shift_ns(infos))
     report_ = traces.merge(
         files, output, traces.MergeOptions(start, end, step_range), overlay, infos
     )
@@ -626,24 +1091,34 @@ def merge_traces_cmd(
     typer.echo(f"clock sync: {report_.clock_source}; wrote {output}")
 
 
-def main() -> None:
-    """Console-script entry point."""
+# --- entry points ----------------------------------------------------------------------------
+
+
+def run(argv: Sequence[str]) -> int:
+    """The whole command on `argv` (without the program name): prints what it prints and
+    returns the exit code. Errors are one line on stderr, never a traceback."""
     try:
-        argv = cli_compat.translate(sys.argv[1:], typer.main.get_group(app))
-        code = app(args=argv, standalone_mode=False, prog_name="fr-analyze")
+        group = typer.main.get_group(app)
+        args = cli_compat.translate(argv, group)
+        code = app(args=args, standalone_mode=False, prog_name="fr-analyze")
     except typer.Exit as exc:
-        code = exc.exit_code
+        return int(exc.exit_code)
     except FrAnalyzerError as exc:
-        sys.stderr.write(f"fr-analyze: error: {exc}\n")
-        sys.exit(EXIT_ERROR)
+        _error(str(exc))
+        return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("fr-analyze: interrupted\n")
-        sys.exit(EXIT_ERROR)
+        return EXIT_ERROR
     except Exception as exc:  # usage errors and anything unexpected: one line, no traceback
         show = getattr(exc, "show", None)
         if callable(show):  # click's usage errors (vendored by typer): "Usage: ... Error: ..."
             show()
-            sys.exit(EXIT_ERROR)
+            return EXIT_ERROR
         sys.stderr.write(f"fr-analyze: internal error: {type(exc).__name__}: {exc}\n")
-        sys.exit(EXIT_ERROR)
-    sys.exit(code if isinstance(code, int) else EXIT_OK)
+        return EXIT_ERROR
+    return code if isinstance(code, int) else EXIT_OK
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run(sys.argv[1:]))

@@ -10,13 +10,21 @@ gives it:
   with `nargs="+"`: the following words up to the next option, as one comma-separated value.
 
 Only the main command is rewritten; `timeline` and `merge-traces` are fr-analyze's own.
+
+A first word is never guessed at: one that is neither a command nor a path that exists (nor a
+URL) is refused, naming the command it is closest to (`timline` would otherwise be read as a
+dump directory); a positional directory and `-d` together are refused too, rather than one of
+them being dropped.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
+
+from .errors import UsageError
 
 
 class Command(Protocol):
@@ -39,7 +47,7 @@ def translate(argv: Sequence[str], command: Command) -> list[str]:
     takes_value = _options_with_values(command)
     out: list[str] = []
     directory: str | None = None
-    given_dir = False
+    given_dir: list[str] = []  # the values of -d/--dump-dir
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -49,13 +57,13 @@ def translate(argv: Sequence[str], command: Command) -> list[str]:
         name, eq, _ = word.partition("=")
         if word.startswith("-") and word != "-":
             if name in ("-d", "--dump-dir"):
-                given_dir = True
+                given_dir.append(word.partition("=")[2] if eq else _at(argv, i + 1))
             if name in LISTS and not eq:
                 values, i = _list_after(argv, i + 1)
                 if not values:  # click says what is missing
                     out.append(word)
                     continue
-                if directory is None and not given_dir:
+                if directory is None:
                     values, directory = _trailing_directory(values)
                 out += [word, ",".join(values)]
                 continue
@@ -68,14 +76,45 @@ def translate(argv: Sequence[str], command: Command) -> list[str]:
             continue
         if directory is None and word in command.commands:
             return [*out, *argv[i:]]  # a subcommand: its own options, untouched
-        if directory is None and not given_dir:
-            directory = word
-        else:
-            out.append(word)  # click refuses it, naming it
+        if not _names_a_source(word):
+            raise UsageError(unknown_word(word, command.commands))
+        if directory is not None:
+            raise UsageError(
+                f"two dump directories given as arguments, {_shown(directory)} and "
+                f"{_shown(word)}: give one (to compare snapshots, give -d for each)"
+            )
+        directory = word
         i += 1
     if directory is not None:
+        if given_dir:
+            raise UsageError(
+                f"a dump directory given twice: {_shown(directory)} as an argument and "
+                f"-d {_shown(given_dir[0])}: give one (to compare snapshots, repeat -d)"
+            )
         out = ["-d", directory, *out]
     return out
+
+
+def unknown_word(word: str, commands: Sequence[str] | Mapping[str, Any]) -> str:
+    """The message for a first word that is neither a command nor a dump directory, with the
+    command it is closest to, if any."""
+    close = difflib.get_close_matches(word, list(commands), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"no such command or directory {_shown(word)}{hint}"
+
+
+def _names_a_source(word: str) -> bool:
+    """Whether a positional word can name dumps: a path that exists, or a URL."""
+    return "://" in word or os.path.exists(word)
+
+
+def _shown(word: str) -> str:
+    """A word of the command line, quoted, with control characters escaped."""
+    return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in word) + "'"
+
+
+def _at(argv: Sequence[str], i: int) -> str:
+    return argv[i] if i < len(argv) else ""
 
 
 def _options_with_values(command: Command) -> set[str]:

@@ -11,21 +11,25 @@ markers and the exit code all read the `Conclusion`; none of them re-decides.
   taken.
 - Every finding is the root itself, a symptom the root explains (its culprits are the root's
   ranks or wait for them, directly or not), independent of it, or, when nothing is stuck, ops
-  that were in flight.
+  that were in flight. A symptom's culprits are the root's ranks it waits for; the ranks it
+  shows held up are its `held_up_ranks` (the finding's own culprits, say the rank that never
+  issued an op of its group because it waits elsewhere for the root, are among them).
+- When and where: the root op's wall-clock time on the culprit's clock, the dump time as far as
+  it is known (and how), the culprits' hosts.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from .ages import Age
 from .diagnosis import Diagnosis, RootCause, RootKind, Timing
 from .groups import GroupTable
 from .matching import MatchResult
 from .model import INPUT_KINDS, DumpSummary, Finding, FindingKind, Status
-from .ranks import agree, label
+from .ranks import agree, by_count, counted, label
 
 IN_FLIGHT_KINDS = frozenset(
     {FindingKind.NOT_JOINED, FindingKind.STATE_MISMATCH, FindingKind.P2P_UNMATCHED}
@@ -47,6 +51,10 @@ class Judged:
     finding: Finding
     role: Role
     link: str  # how the root explains it, or why it is not a problem; "" when independent
+    # A symptom's culprits: the root's ranks it waits for; for any other finding, its own.
+    culprit_ranks: tuple[int, ...] = ()
+    # A symptom's ranks held up by the root cause (blocked, waiting, or lost); () otherwise.
+    held_up_ranks: tuple[int, ...] = ()
 
     @property
     def explained(self) -> bool:
@@ -62,6 +70,19 @@ class Conclusion:
     root: RootCause | None
     findings: tuple[Judged, ...]  # root first, then symptoms, independent, in flight
     timing: Timing
+    # When the root op happened (ns since the epoch) on `root_time_rank`'s clock (the
+    # culprit's; a culprit with no dump: a rank waiting for it), and what happened then.
+    root_time_ns: int | None = None
+    root_time_rank: int | None = None
+    root_time_what: str = ""  # "rank 5 enqueued all_reduce #8 of group '2' (tp)"
+    # When the dumps were taken, as far as known (ns since the epoch): `dump_time_bound` says
+    # whether that is the dump time ("exact"), a time it is at most ("at_most": the culprit's
+    # file was written then) or at least ("at_least": the newest timestamp); "" unknown.
+    dump_time_ns: int | None = None
+    dump_time_bound: str = ""
+    dump_time_basis: str = ""  # how it is known, one sentence
+    culprit_hosts: tuple[tuple[int, str], ...] = ()  # (rank, host) of each culprit with one
+    hosts: Mapping[int, str] = field(default_factory=dict)  # every rank's host, where known
 
     @property
     def root_finding(self) -> Finding | None:
@@ -80,8 +101,9 @@ def conclude(
 ) -> Conclusion:
     units = matches.collectives
     stats = (
-        f"{len(units.seq)} collectives and {len(matches.p2p.send_row)} send/recv pairs matched "
-        f"across {len(summary.ranks_loaded)} ranks in {len(groups.groups)} group(s)"
+        f"{counted(len(units.seq), 'collective')} and "
+        f"{counted(len(matches.p2p.send_row), 'send/recv pair')} matched across "
+        f"{counted(len(summary.ranks_loaded), 'rank')} in {counted(len(groups.groups), 'group')}"
     )
     root = diagnosis.root_cause
     timing = diagnosis.timing
@@ -89,9 +111,44 @@ def conclude(
     order = {Role.ROOT: 0, Role.SYMPTOM: 1, Role.INDEPENDENT: 2, Role.IN_FLIGHT: 3}
     judged.sort(key=lambda j: order[j.role])  # stable: each role keeps the findings' order
     status = _status(root, judged)
+    when = root.time if root is not None else None
+    dump_ns, bound, basis = _dump_time(timing, root)
+    hosts = diagnosis.hosts
     return Conclusion(
-        status, _answer(status, root, judged, timing, summary, stats), root, tuple(judged), timing
+        status,
+        _answer(status, root, judged, timing, summary, stats),
+        root,
+        tuple(judged),
+        timing,
+        root_time_ns=when.at_ns if when is not None else None,
+        root_time_rank=when.rank if when is not None else None,
+        root_time_what=when.what if when is not None else "",
+        dump_time_ns=dump_ns,
+        dump_time_bound=bound,
+        dump_time_basis=basis,
+        culprit_hosts=tuple((r, hosts[r]) for r in (root.ranks if root else ()) if r in hosts),
+        hosts=hosts,
     )
+
+
+def _dump_time(timing: Timing, root: RootCause | None) -> tuple[int | None, str, str]:
+    """The dump time as far as known, whether it is exact or a bound, and how it is known:
+    the culprit's file time where one is believed (the dump is at most then)."""
+    dump = timing.dump
+    if dump.at_ns is None:
+        return None, "", dump.basis
+    if dump.exact:
+        return dump.at_ns, "exact", dump.basis
+    for rank in root.ranks if root is not None else ():
+        found = dump.file_times.get(rank)
+        if found is not None:
+            how = dump.evidence.get(rank)
+            what = how.value if how is not None else "its file's time"
+            return found, "at_most", f"rank {rank}'s dump is dated by {what}, written then or later"
+    if dump.file_times:
+        latest = max(dump.file_times.values())
+        return latest, "at_most", dump.basis
+    return dump.at_ns, "at_least", dump.basis
 
 
 def _status(root: RootCause | None, judged: list[Judged]) -> Status:
@@ -110,14 +167,22 @@ def _status(root: RootCause | None, judged: list[Judged]) -> Status:
 
 
 def _judge(f: Finding, root: RootCause | None, diagnosis: Diagnosis) -> Judged:
+    own = f.culprit_ranks
     if root is None:
         if f.kind in IN_FLIGHT_KINDS and not diagnosis.timing.hung:
-            return Judged(f, Role.IN_FLIGHT, "ops still running when the dumps were taken")
-        return Judged(f, Role.INDEPENDENT, "")
+            return Judged(f, Role.IN_FLIGHT, "ops still running when the dumps were taken", own)
+        return Judged(f, Role.INDEPENDENT, "", own)
     roots = set(root.ranks)
-    culprits = set(f.culprit_ranks)
+    culprits = set(own)
+    # the ranks a symptom shows held up: every rank it names but the root's
+    involved = tuple(sorted((set(f.ranks) | culprits) - roots))
+
+    def symptom(link: str, held: Sequence[int] = involved) -> Judged:
+        waits_for = tuple(sorted(culprits & roots)) or root.ranks
+        return Judged(f, Role.SYMPTOM, link, waits_for, tuple(sorted(held)))
+
     if root.finding is not None and f is root.finding:
-        return Judged(f, Role.ROOT, "the root cause")
+        return Judged(f, Role.ROOT, "the root cause", own)
     same_place = (
         f.group is not None
         and root.group is not None
@@ -128,40 +193,37 @@ def _judge(f: Finding, root: RootCause | None, diagnosis: Diagnosis) -> Judged:
         )
     )
     if same_place and culprits == roots and root.finding is None:
-        return Judged(f, Role.ROOT, "the root cause")
+        return Judged(f, Role.ROOT, "the root cause", own)
     if f.kind in INPUT_KINDS and f.kind != FindingKind.MALFORMED_ENTRY and culprits <= roots:
-        return Judged(f, Role.ROOT, f"{label(roots)} is the root cause")
+        return Judged(
+            f, Role.ROOT, f"{label(roots)} {agree(roots, 'is', 'are')} the root cause", own
+        )
     if culprits and culprits <= roots:
-        return Judged(f, Role.SYMPTOM, f"the root's {agree(roots, 'rank', 'ranks')} again")
+        return symptom(f"the root's {agree(roots, 'rank', 'ranks')} again")
     behind = diagnosis.behind_root
     if culprits and culprits <= roots | behind:
         waiting = sorted(culprits - roots)
         how = (
-            "blocked in the op that disagrees, or waiting, directly or not, for ranks that are"
+            "blocked in the op that disagrees, or waiting, directly or not, for ranks blocked in it"
             if root.kind == RootKind.MISMATCH
             else f"waiting, directly or not, for {label(roots)}"
         )
-        return Judged(
-            f, Role.SYMPTOM, f"{label(waiting)} {agree(waiting, 'is', 'are')} held up: {how}"
-        )
+        return symptom(f"{label(waiting)} {agree(waiting, 'is', 'are')} held up: {how}")
     if same_place:
-        return Judged(f, Role.SYMPTOM, "the same op as the root cause")
+        return symptom("the same op as the root cause")
     held = (set(f.ranks) - culprits) & (roots | behind)
     if f.kind == FindingKind.STATE_MISMATCH and held:
-        return Judged(
-            f,
-            Role.SYMPTOM,
+        return symptom(
             f"{label(held)} {agree(held, 'is', 'are')} held up by the root cause (gloo "
             "retires an op that times out as one that completes)",
+            sorted(held - roots),
         )
     if f.kind == FindingKind.MISSING_DUMP and root.kind == RootKind.MISMATCH:
-        return Judged(
-            f,
-            Role.SYMPTOM,
+        return symptom(
             "lost after the disagreement: gloo aborts, with no dump, a rank that receives "
-            "more bytes than it posted",
+            "more bytes than it posted"
         )
-    return Judged(f, Role.INDEPENDENT, "")
+    return Judged(f, Role.INDEPENDENT, "", own)
 
 
 def _answer(
@@ -193,7 +255,11 @@ def _answer(
     if timing.blocked_ranks:
         text += f" {timing.note[0].upper()}{timing.note[1:]}."
     elif in_flight:
-        text += f" {len(in_flight)} finding(s) are ops that were in flight."
+        n = len(in_flight)
+        text += (
+            f" {counted(n, 'finding')} {by_count(n, 'is an op', 'are ops')} that "
+            f"{by_count(n, 'was', 'were')} in flight."
+        )
     if summary.ranks_missing:
         text += f" No dump for {label(summary.ranks_missing)}."
     return text

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import enum
 import itertools
+import re
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -62,7 +63,7 @@ from .positions import (
     positions,
     stacks,
 )
-from .ranks import agree, compact, label
+from .ranks import agree, by_count, counted, label
 from .series import Series
 
 NO_P2P_BACKENDS = frozenset({"gloo"})
@@ -121,6 +122,16 @@ class RootCause:
     finding: Finding | None = None  # the matcher's finding that states it, if any
     lateness_s: float | None = None  # stragglers: how late
     code: Stack = ()  # the culprit's innermost frames that differ from its peers'
+    time: RootTime | None = None  # when the root op happened, on the culprit's clock
+
+
+@dataclass(frozen=True)
+class RootTime:
+    """When the root op happened on one rank's clock, to find that moment in its logs."""
+
+    at_ns: int  # ns since the epoch (the entry's `time_created_ns`)
+    rank: int  # whose clock: the culprit's, or (a culprit with no dump) a rank waiting for it
+    what: str  # what happened then, one clause: "rank 5 enqueued all_reduce #8 of group '2'"
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,7 @@ class Diagnosis:
     root_cause: RootCause | None
     timing: Timing
     behind_root: frozenset[int]  # ranks that wait, directly or not, for the root's ranks
+    hosts: Mapping[int, str] = field(default_factory=dict)  # rank → its host, where known
 
 
 def diagnose(
@@ -157,8 +169,12 @@ def diagnose(
 ) -> Diagnosis:
     t = table
     newest_ns = newest_per_rank(t)
-    refs = Refs(t, groups, newest_ns)
     graph = waits.build(t, groups, matches)
+    # A rank's frontier did not complete, whatever the row's flags say (`waits`: gloo retires
+    # a collective that failed with a dead rank as one that completed).
+    incomplete = graph.incomplete.copy()
+    incomplete[list(graph.frontier.values())] = True
+    refs = Refs(t, groups, newest_ns, incomplete)
     blocked = dict(zip(graph.frontier, refs.refs(list(graph.frontier.values())), strict=True))
     last_row = last_per_rank(t)
     newest = dict(zip(last_row, refs.refs(list(last_row.values())), strict=True))
@@ -182,14 +198,22 @@ def diagnose(
         if slow is not None:
             root = _straggler_root(slow)
     behind = frozenset(ctx.behind(root)) if root is not None else frozenset()
+    if root is not None:
+        root = replace(root, time=ctx.root_time(root))
     shown = {r: s.blocked or s.newest for r, s in states.items() if s.blocked or s.newest}
     return Diagnosis(
-        positions(refs, graph.incomplete),
+        positions(refs, incomplete),
         tuple(states[r] for r in sorted(states)),
-        stacks(t, {r: ref for r, ref in shown.items() if ref is not None}, thresholds.stack_depth),
+        stacks(
+            t,
+            {r: ref for r, ref in shown.items() if ref is not None},
+            thresholds.stack_depth,
+            groups,
+        ),
         root,
         timing,
         behind,
+        {d.rank: d.host for d in dumps if d.host},
     )
 
 
@@ -244,7 +268,7 @@ def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: S
     if stuck:
         longest = max(stuck, key=lambda r: (stuck[r], -r))
         note = (
-            f"{n} rank(s) have unfinished ops; {label(sorted(stuck))} "
+            f"{_unfinished(n)}; {label(sorted(stuck))} "
             f"{series.describe(longest)} (timeout {timeout:.0f} s, {step_text}): the job is hung"
         )
         return replace(
@@ -258,7 +282,7 @@ def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: S
             else ""
         )
         note = (
-            f"{n} rank(s) have unfinished ops, but every one of them moved between the last "
+            f"{_unfinished(n)}, but every one of them moved between the last "
             f"two of {count} snapshots{apart}: they were in flight, not stuck"
         )
         return replace(one, age=Age.YOUNG, hung=False, note=note, measured=True)
@@ -285,7 +309,7 @@ def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime)
             why = f"the oldest had waited {oldest:.0f} s (timeout {timeout:.0f} s{dated_by})"
         else:
             why = f"{failed} of them ended without completing (timed out or failed)"
-        note = f"{n} rank(s) have unfinished ops; {why}: the job is hung"
+        note = f"{_unfinished(n)}; {why}: the job is hung"
         return Timing(when, n, oldest, Age.OLD, True, note)
     if all(v == Age.YOUNG for v in verdicts):
         if oldest is None:
@@ -296,7 +320,7 @@ def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime)
             at_least = f"at least {oldest:.0f} s old and " if oldest >= 1 else ""
             age_text = f"{at_least}below their timeout (gloo retires an op that times out)"
         note = (
-            f"{n} rank(s) have unfinished ops, {age_text} when the dumps were taken (timeout "
+            f"{_unfinished(n)}, {age_text} when the dumps were taken (timeout "
             f"{timeout:.0f} s{dated_by}): they were in flight, not stuck"
         )
         return Timing(when, n, oldest, Age.YOUNG, False, note)
@@ -306,12 +330,17 @@ def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime)
         else "no op was looked at during the dump: NCCL timing off"
     )
     note = (
-        f"{n} rank(s) have unfinished ops, but the dumps do not tell how old they were "
+        f"{_unfinished(n)}, but the dumps do not tell how old they were "
         f"({why}, and no file's time dates it). A watchdog dumps when an op "
         "times out, so they are taken as stuck; if the job was still running when it was "
         "dumped, they may simply have been in flight"
     )
     return Timing(when, n, oldest, Age.UNKNOWN, True, note)
+
+
+def _unfinished(n: int) -> str:
+    """`3 ranks have unfinished ops`, `1 rank has unfinished ops`."""
+    return f"{counted(n, 'rank')} {by_count(n, 'has', 'have')} unfinished ops"
 
 
 def _timing_on(t: EntryTable, ranks: Sequence[int]) -> bool:
@@ -332,9 +361,9 @@ def _dated_by(when: DumpTime, ranks: set[int]) -> str:
         return ""
     named = [r for r in files if when.evidence.get(r) is Evidence.NAME]
     timed = [r for r in files if when.evidence.get(r) is not Evidence.NAME]
-    parts = [f"the file's modification time of rank(s) {compact(timed)}"] if timed else []
+    parts = [f"the file's modification time of {label(timed)}"] if timed else []
     if named:
-        parts.append(f"the time in the file's or folder's name of rank(s) {compact(named)}")
+        parts.append(f"the time in the file's or folder's name of {label(named)}")
     return ", dated by " + " and ".join(parts)
 
 
@@ -380,6 +409,8 @@ class _Context:
         self._descs: np.ndarray | None = None  # each group's description, by group code
         self.wrapped: frozenset[int] = frozenset()  # ranks whose ring buffer wrapped
         self._path_index: dict[int, dict[tuple[str, int], int]] = {}
+        # idle ranks taken to wait for another (`_implicit_edges`): in an unrecorded send/recv
+        self.implicit: dict[int, tuple[int, ...]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -512,6 +543,60 @@ class _Context:
             seq = ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id
             steps.append((rank, ref.group.name, seq))
         return tuple(steps)
+
+    def root_time(self, root: RootCause) -> RootTime | None:
+        """When the root op happened, on the clock of the culprit (else of a rank waiting for
+        it): the culprit's entry of that op, else (it never issued the op) its newest op,
+        else (no dump) the first waiter's entry of the op."""
+        t = self.t
+        rows = self._root_rows(root)
+        stamped = [r for r in rows if int(t.t_created[r]) >= 0]
+        for rank in root.ranks:
+            mine = [r for r in stamped if int(t.rank[r]) == rank]
+            if mine:
+                row = min(mine)
+                return RootTime(
+                    int(t.t_created[row]), rank, f"rank {rank} enqueued {self.where(self.ref(row))}"
+                )
+        for rank in root.ranks:
+            last = self.last_row.get(rank)
+            if last is not None and int(t.t_created[last]) >= 0:
+                return RootTime(
+                    int(t.t_created[last]),
+                    rank,
+                    f"rank {rank} enqueued its newest op, {self.where(self.ref(last))} (it never "
+                    "issued the root op)",
+                )
+        if stamped:
+            row = min(stamped, key=lambda r: (int(t.t_created[r]), r))
+            rank = int(t.rank[row])
+            return RootTime(
+                int(t.t_created[row]),
+                rank,
+                f"rank {rank}, waiting for {label(root.ranks)}, enqueued "
+                f"{self.where(self.ref(row))}",
+            )
+        return None
+
+    def _root_rows(self, root: RootCause) -> list[int]:
+        """The rows of the root's op: its collective's, or its send/recv's."""
+        if root.finding is not None:
+            found = _finding_rows(self, root.finding)
+            if found:
+                return found
+        group = root.group
+        if group is None:
+            return []
+        if root.collective_seq_id is not None and root.p2p_seq_id is None:
+            unit = self.m.collectives.find(group.uid, root.collective_seq_id)
+            return [] if unit is None else self.m.collectives.unit_rows(unit).tolist()
+        if root.p2p_seq_id is None:
+            return []
+        out: list[int] = []
+        for rank in root.ranks:
+            mine = _p2p_rows(self, rank, group.uid)
+            out += mine[self.t.p2p_seq[mine] == root.p2p_seq_id].tolist()
+        return out
 
     def code(self, culprit_row: int | None, peer_rows: Sequence[int]) -> Stack:
         """The culprit's innermost frames that its peers' most common stack lacks (its own code
@@ -663,7 +748,8 @@ class _Context:
             else:
                 deviants[found[0]] = found[1]
         g = graph.without_edges_from(set(deviants))
-        g = g.with_edges(self._implicit_edges(g))
+        self.implicit = self._implicit_edges(g)
+        g = g.with_edges(self.implicit)
         self.graph_used = g
         waited = g.waited_on()
         candidates: list[_Candidate] = []
@@ -1177,7 +1263,10 @@ class _Context:
                 f"for {label(root_set & set(w.waits_for))}"
             )
         if len(direct) > 4:
-            evidence.append(f"... and {len(direct) - 4} more op(s) wait for them")
+            evidence.append(
+                f"... and {counted(len(direct) - 4, 'more op')} "
+                f"{by_count(len(direct) - 4, 'waits', 'wait')} for them"
+            )
         extra = self._extra_op(ref, root_set)
         if extra is not None:
             return extra
@@ -1213,16 +1302,26 @@ class _Context:
                     f"the other ranks issue after {self.where(ref)}: it skipped it"
                 )
             else:
+                hint = (
+                    "; most likely it is blocked in a send/recv with its pipeline peer (gloo "
+                    "does not record send/recv)"
+                    if self._in_unrecorded_p2p(r)
+                    else ""
+                )
                 evidence.append(
                     f"rank {r} never issued it; its newest op is {self.where(newest_ref)} "
-                    f"({newest_ref.state}{', retired' if newest_ref.retired else ''}): it is "
-                    "doing something else (compute, data loading, another code path) or is hung "
-                    "outside any collective"
+                    f"({newest_ref.flags}): it is doing something else (compute, data loading, "
+                    f"another code path) or is hung outside any collective{hint}"
                 )
         where = self.where(ref) if ref is not None else "the op its peers wait in"
         waiters = waited.waiters if waited is not None else ()
         others = len(self.graph_used.waiting_for(root_set)) - len(waiters)
-        more = f", and {others} more rank(s) wait behind them" if others > 0 else ""
+        more = (
+            f", and {counted(others, 'more rank')} {by_count(others, 'waits', 'wait')} behind "
+            f"{agree(waiters, 'that rank', 'those ranks')}"
+            if others > 0
+            else ""
+        )
         code = self.code(
             self.last_row.get(roots[0]), [g.frontier[w] for w in waiters if w in g.frontier]
         )
@@ -1273,6 +1372,28 @@ class _Context:
             deviates=bool(skipped) and len(skipped) == len(roots) and kind != RootKind.DEAD_RANK,
             code=code,
         )
+
+    def _in_unrecorded_p2p(self, rank: int) -> bool:
+        """Whether `rank`, on a backend that records no send/recv (gloo), is likely blocked in
+        one: it is in a pipeline group (one that carries send/recv, or is named for a
+        pipeline), its newest op or that op's stack is a send/recv, or the diagnosis already
+        took an idle rank to wait for it, or it for one, in an unrecorded send/recv."""
+        if not self._no_p2p_recorded():
+            return False
+        if rank in self.implicit or any(rank in to for to in self.implicit.values()):
+            return True
+        t = self.t
+        carry_p2p = set(distinct(self.groups.entry_group[t.p2p_kind != P2PKind.NONE]).tolist())
+        for group in self.groups.groups:
+            if rank in group.ranks and (group.uid in carry_p2p or _pipeline_desc(group.desc)):
+                return True
+        last = self.last_row.get(rank)
+        if last is None:
+            return False
+        if int(t.p2p_kind[last]) != P2PKind.NONE:
+            return True
+        code = int(t.stack[last])
+        return code >= 0 and any(f.name in _P2P_CALLS for f in t.stacks[code])
 
     def _skipped(self, missing_row: int, newest_row: int, roots: set[int]) -> bool:
         """Whether a rank whose newest op is `newest_row` went past the op at `missing_row`:
@@ -1460,9 +1581,10 @@ class _Context:
                     if completed
                     else f" while {label(members - set(stuck))} started it and wait"
                 )
-                + f"; {behind} rank(s) wait behind {agree(stuck, 'it', 'them')}. Its GPU or "
+                + f"; {counted(behind, 'rank')} {by_count(behind, 'waits', 'wait')} behind "
+                f"{agree(stuck, 'it', 'them')}. {agree(stuck, 'Its GPU', 'Their GPUs')} or "
                 "NCCL stopped there (a device hang, a kernel that never finished, a network "
-                "fault on that host), not a program bug."
+                f"fault on {agree(stuck, 'that host', 'those hosts')}), not a program bug."
             )
         elif states and set(states) == {"scheduled"} and _timing_on(t, stuck):
             sentence = (
@@ -1535,6 +1657,19 @@ class _Context:
             tuple(chain),
             deviates=True,
         )
+
+
+_P2P_CALLS = frozenset(
+    {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"}
+)
+"""Functions whose frame in a stack shows a send/recv."""
+_PIPELINE_WORDS = frozenset({"pp", "pipe", "pipeline", "pipeline_parallel", "stage"})
+
+
+def _pipeline_desc(desc: str) -> bool:
+    """Whether a group's description names a pipeline (`pp`, `mesh_pp`, `pipeline`)."""
+    words = {w for w in re.split(r"[^a-z]+", desc.lower()) if w}
+    return bool(words & _PIPELINE_WORDS)
 
 
 def _first_mismatch(ctx: _Context, findings: Sequence[Finding]) -> Finding | None:

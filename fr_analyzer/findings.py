@@ -19,7 +19,7 @@ from .dumps import EntryTable, RankDump
 from .groups import GroupTable
 from .matching import MatchResult
 from .model import KIND_ORDER, Finding, FindingKind, Group, UnreadableDump
-from .ranks import compact, label
+from .ranks import agree, compact, counted, label
 
 _KIND_ORDER = {kind: i for i, kind in enumerate(KIND_ORDER)}
 
@@ -63,7 +63,7 @@ def _fold(findings: list[Finding]) -> list[Finding]:
         first = run[0]
         if len(run) > 1:
             seqs = [f.collective_seq_id for f in run[1:] if f.collective_seq_id is not None]
-            also = f" (and {len(run) - 1} later collective(s) of this group, "
+            also = f" (and {counted(len(run) - 1, 'later collective')} of this group, "
             also += f"#{min(seqs)}-#{max(seqs)})" if len(seqs) > 1 else f"#{seqs[0]})"
             first = replace(first, detail=first.detail + also)
         out.append(first)
@@ -150,7 +150,8 @@ def _waiting_on(
             continue
         ranks = distinct(table.rank[units.entry_unit == u]).tolist()
         return (
-            f"{label(ranks)} are waiting in {units.op[u]} #{int(units.seq[u])} of "
+            f"{label(ranks)} {agree(ranks, 'is', 'are')} waiting in {units.op[u]} "
+            f"#{int(units.seq[u])} of "
             f"group {group.name!r} ({group.desc}), which the missing ranks may never have "
             "joined"
         )

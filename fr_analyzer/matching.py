@@ -47,7 +47,7 @@ from .model import (
     State,
     UnitKind,
 )
-from .ranks import agree, label
+from .ranks import agree, by_count, counted, label
 
 I64 = npt.NDArray[np.int64]
 
@@ -659,7 +659,10 @@ def _sibling_reference(
     if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
         return None, ""
     value, count = ranked[0]
-    return value, f"{count} other group(s) {group.desc!r} of {group.size} agree at #{seq}"
+    return value, (
+        f"{counted(count, 'other group')} {group.desc!r} of {group.size} "
+        f"{by_count(count, 'agrees', 'agree')} at #{seq}"
+    )
 
 
 def _history_reference(
@@ -950,9 +953,9 @@ def _check_against_alike(
             _block_name(tuple(t.ops[v[0]] for v in value)),
             present,
             present,
-            f"{label(present)} issued {text(value)} where {count} group(s) {group.desc!r} of "
-            f"{group.size} alike issued {text(reference)} at #{seq}; {label(lost)} left no "
-            f"dump{why}: the {what} differ",
+            f"{label(present)} issued {text(value)} where {counted(count, 'group')} "
+            f"{group.desc!r} of {group.size} alike issued {text(reference)} at #{seq}; "
+            f"{label(lost)} left no dump{why}: the {what} differ",
         )
     )
     return True
@@ -1260,7 +1263,7 @@ def _check_all_to_all_inputs(
             continue  # another kind of exchange (dispatch against combine)
         history = set(before.values()) == {held}
         break
-    alike = f"every member of {votes.total()} group(s) {group.desc!r} alike holds it"
+    alike = f"every member of {counted(votes.total(), 'group')} {group.desc!r} alike holds it"
     if votes and set(votes) != {held}:
         return False
     if majority and votes:
@@ -1651,7 +1654,7 @@ def _p2p_reference(
         n = len(earlier)
         found = (int(value[last, 0]), int(value[last, 1]))
         return found, (
-            f"the channel carried {_p2p_text(ctx.t, found)} in its {n} earlier transfer(s)"
+            f"the channel carried {_p2p_text(ctx.t, found)} in its {counted(n, 'earlier transfer')}"
         )
     desc = ctx.groups.groups[int(uid[i])].desc
     alike = np.array([g.desc == desc for g in ctx.groups.groups], dtype=bool)[uid] & agree
@@ -1663,7 +1666,7 @@ def _p2p_reference(
     top = keys[int(np.argmax(counts))]
     found = (int(top[0]), int(top[1]))
     return found, (
-        f"{int(counts.max())} other transfer(s) on {desc!r} groups carried "
+        f"{counted(int(counts.max()), 'other transfer')} on {desc!r} groups carried "
         f"{_p2p_text(ctx.t, found)}"
     )
 
@@ -1699,13 +1702,15 @@ def _p2p_unmatched(
     for (uid, a, b, sending), rows_ in sorted(pending.items()):
         g = groups.groups[uid]
         first = rows_[0]
-        count = f"{len(rows_)} " if len(rows_) > 1 else ""
+        many = len(rows_) > 1
+        sends = f"{len(rows_)} sends" if many else "a send"
+        recvs = f"{len(rows_)} recvs" if many else "a recv"
         culprit: tuple[int, ...]
         ranks: tuple[int, ...]
         if sending:
             culprit = (b,)
             detail = (
-                f"rank {a} posted {count}send(s) to rank {b} (first at p2p seq "
+                f"rank {a} posted {sends} to rank {b} ({'first ' if many else ''}at p2p seq "
                 f"{int(t.p2p_seq[first])}) that rank {b} never received"
             )
             ranks = (a,)
@@ -1713,7 +1718,7 @@ def _p2p_unmatched(
             culprit = (a,) if a >= 0 else tuple(r for r in g.ranks if r != b)
             source = f"rank {a}" if a >= 0 else "any rank"
             detail = (
-                f"rank {b} posted {count}recv(s) from {source} (first at p2p seq "
+                f"rank {b} posted {recvs} from {source} ({'first ' if many else ''}at p2p seq "
                 f"{int(t.p2p_seq[first])}) that no send matches"
             )
             ranks = (b,)

@@ -3,6 +3,7 @@ conclusion), with no logic of its own."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,18 @@ from .groups import GroupTable, build_groups
 from .matching import MatchResult, match
 from .model import DumpSummary, Finding, UnreadableDump
 from .ranks import agree, compact
+
+Progress = Callable[[str, int, int], None]
+"""`progress(phase, done, total)`: how far a phase has got. The caller draws it (the CLI, as
+bars on a terminal); the pipeline only counts. Called once per rank while loading and once per
+stage while analyzing, so it may be called often and should be cheap."""
+
+LOADING = "loading dumps"
+"""The phase that reads every rank's dump: `done` and `total` count rank files."""
+ANALYZING = "matching and diagnosing"
+"""The phase after loading: `done` and `total` count its stages (`ANALYSIS_STAGES`)."""
+ANALYSIS_STAGES = 5
+"""Groups, matching, findings, diagnosis, conclusion."""
 
 REMOTE_WORKERS = 8
 """Worker processes that fetch and read remote files (each waits on the network part of the
@@ -72,9 +85,7 @@ class Loaded:
     notes: tuple[str, ...] = ()  # warnings about where the dumps came from
 
 
-def load(
-    where: Path | Source, options: Options, progress: Callable[[int, int], None] | None = None
-) -> Loaded:
+def load(where: Path | Source, options: Options, progress: Progress | None = None) -> Loaded:
     """Load every rank; each rank's columns go into the table as soon as it arrives (the
     collector paused: its passes over the ranks kept cost 0.1 s at 1,024 ranks; numpy's large
     arrays in small pages, see `small_pages`)."""
@@ -82,9 +93,7 @@ def load(
         return _load(where, options, progress)
 
 
-def _load(
-    where: Path | Source, options: Options, progress: Callable[[int, int], None] | None
-) -> Loaded:
+def _load(where: Path | Source, options: Options, progress: Progress | None) -> Loaded:
     found = dumps_mod.discover(where, options.prefix)
     source = found.source
     builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
@@ -95,7 +104,7 @@ def _load(
         source.tasks(found.files, options.max_file_bytes),
         workers,
         options.max_file_bytes,
-        progress,
+        None if progress is None else functools.partial(progress, LOADING),
         sink=builder.add,
         ft_group_world_size=options.ft_group_world_size,
     )
@@ -129,7 +138,7 @@ def _load(
 
 
 def entries(
-    where: Path | Source, options: Options, progress: Callable[[int, int], None] | None = None
+    where: Path | Source, options: Options, progress: Progress | None = None
 ) -> tuple[EntryTable, GroupTable]:
     """Load and group only: what `--just-print-entries` shows."""
     got = load(where, options, progress)
@@ -139,20 +148,20 @@ def entries(
 def analyze(
     where: Path | Source,
     options: Options = Options(),
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> Analysis:
     """The analysis of one dump folder; of a series when `where` is a folder of snapshots."""
     if isinstance(where, Directory):
         folders = series_mod.snapshot_folders(where.path)
         if folders is not None:
             return analyze_series([Directory(f) for f in folders], options, progress)
-    return _analyze(load(where, options, progress), options)
+    return _analyze(load(where, options, progress), options, progress=progress)
 
 
 def analyze_series(
     snapshots: Sequence[Path | Source],
     options: Options = Options(),
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> Analysis:
     """Several snapshots of one job: each is loaded and summed up (`series.taken`), the
     newest is analyzed, and its ranks are compared with the older snapshots'."""
@@ -175,18 +184,29 @@ def analyze_series(
     ordered = series_mod.ordered(summed)
     last = newest[1]
     compared = series_mod.compare(ordered, last.table)
-    return _analyze(last, options, compared)
+    return _analyze(last, options, compared, progress)
 
 
-def _analyze(got: Loaded, options: Options, compared: series_mod.Series | None = None) -> Analysis:
+def _analyze(
+    got: Loaded,
+    options: Options,
+    compared: series_mod.Series | None = None,
+    progress: Progress | None = None,
+) -> Analysis:
     loaded, unreadable, table = got.dumps, got.unreadable, got.table
+    step = _stages(progress)
     with collector_paused(), small_pages():
         groups = build_groups(loaded, table, unreadable)
+        step()
         matches = match(loaded, table, groups)
+        step()
         findings = collect(loaded, unreadable, table, groups, matches)
         summary = _summary(got, groups, matches.notes)
+        step()
         diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds, compared)
+        step()
         conclusion = conclude(summary, findings, diagnosis, matches, groups)
+        step()
     return Analysis(
         summary,
         tuple(loaded),
@@ -199,6 +219,20 @@ def _analyze(got: Loaded, options: Options, compared: series_mod.Series | None =
         compared,
         got.python_stacks,
     )
+
+
+def _stages(progress: Progress | None) -> Callable[[], None]:
+    """A function to call after each stage of the analysis: reports `ANALYZING` (first at 0)."""
+    if progress is None:
+        return lambda: None
+    done = [0]
+    progress(ANALYZING, 0, ANALYSIS_STAGES)
+
+    def step() -> None:
+        done[0] += 1
+        progress(ANALYZING, done[0], ANALYSIS_STAGES)
+
+    return step
 
 
 def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> DumpSummary:

@@ -78,3 +78,14 @@ def label(ranks: Iterable[int]) -> str:
 def agree(ranks: Iterable[int], singular: str, plural: str) -> str:
     """The verb form for a rank list: `agree(r, "waits", "wait")`."""
     return singular if len(set(ranks)) == 1 else plural
+
+
+def by_count(n: int, singular: str, plural: str) -> str:
+    """The verb form for a count: `by_count(n, "has", "have")`."""
+    return singular if n == 1 else plural
+
+
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """`counted(1, "rank")` → `"1 rank"`, `counted(3, "rank")` → `"3 ranks"`;
+    `counted(2, "entry", "entries")` → `"2 entries"`."""
+    return f"{n} {singular if n == 1 else (plural or singular + 's')}"

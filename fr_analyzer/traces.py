@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import timeline
 from .errors import FrAnalyzerError
 from .output import atomic_writer
-from .pipeline import Analysis
 
 _HEAD_BYTES = 1 << 20
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.pt)?\.json(?:\.gz)?$")
@@ -189,21 +187,11 @@ def clock_offsets(infos: Sequence[TraceInfo]) -> tuple[str, dict[int, float]]:
     return "none", {i.rank: 0.0 for i in infos}
 
 
-def fr_overlay(analysis: Analysis, infos: Sequence[TraceInfo]) -> Iterator[dict[str, Any]]:
-    """The Flight Recorder timeline of the merged ranks, on each rank's merged clock."""
+def fr_shift_ns(infos: Sequence[TraceInfo]) -> dict[int, int]:
+    """Where each merged rank's clock puts its Flight Recorder times: the shift, in ns, that
+    `timeline.overlay` applies to draw the recorder's ops on the merged trace's clock."""
     _, offsets = clock_offsets(infos)
-    by_rank = {i.rank: i for i in infos}
-    shift_ns = {r: round((by_rank[r].ts_origin_us + offsets[r]) * 1000) for r in by_rank}
-    options = timeline.TimelineOptions(ranks=tuple(sorted(by_rank)))
-    yield from timeline.fr_events(
-        analysis,
-        options,
-        origin_ns=0,
-        offsets=shift_ns,
-        tid_base=100_000,
-        name_prefix="Flight Recorder: ",
-        pid_names=False,
-    )
+    return {i.rank: round((i.ts_origin_us + offsets[i.rank]) * 1000) for i in infos}
 
 
 def _sort_key(event: dict[str, Any]) -> tuple[int, float]:

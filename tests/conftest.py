@@ -27,6 +27,14 @@ def run(tmp_path: Path) -> Run:
     return _run
 
 
+@pytest.fixture(autouse=True)
+def unwrapped_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminal wide enough that no sentence of a report is wrapped, in this process and the
+    fr-analyze processes tests start: tests look for whole phrases. The tests of wrapping set
+    their own width (or remove this one to get a pipe's 80 columns)."""
+    monkeypatch.setenv("COLUMNS", "4000")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",

@@ -1,22 +1,63 @@
-"""The command line: every flag, exit codes, one-line errors, outputs written atomically."""
+"""The command line: every flag, exit codes, one-line errors, outputs written atomically.
+
+The tests call `cli.run(argv)` in this process (fast); a few smoke tests run the real
+`python -m fr_analyzer` in a child process."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import pickle
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from fr_analyzer import load_db
+from fr_analyzer import cli, load_db, pipeline
 from tests.builders import make_dump, make_entry
 
 TWO = {"0": ("default_pg", [0, 1])}
 
 
-def fr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class Ran:
+    """What one run of the command printed, and its exit code."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Fr = Callable[..., Ran]
+
+
+@pytest.fixture(autouse=True)
+def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No colour, 80 columns: what a pipe gets, whatever the shell running the tests set."""
+    for name in ("FORCE_COLOR", "COLUMNS", "LINES", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fr(capsys: pytest.CaptureFixture[str]) -> Fr:
+    """`fr(*args)`: `fr-analyze *args` in this process."""
+
+    def run(*args: str) -> Ran:
+        capsys.readouterr()
+        code = cli.run(list(args))
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
+
+
+def fr_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m fr_analyzer *args` in a child process (the smoke tests)."""
     return subprocess.run(
         [sys.executable, "-m", "fr_analyzer", *args],
         capture_output=True,
@@ -63,23 +104,25 @@ def desynced(tmp_path: Path) -> Path:
     return d
 
 
-def test_healthy_dumps_exit_0_and_say_no_desync(healthy: Path) -> None:
+def test_healthy_dumps_exit_0_and_say_no_desync(fr: Fr, healthy: Path) -> None:
     result = fr("-d", str(healthy))
     assert result.returncode == 0, result.stderr
     assert "\nOK. No desync and nothing stuck" in result.stdout
     assert result.stderr == ""
 
 
-def test_findings_exit_1_and_the_answer_names_rank_group_seq_and_op(desynced: Path) -> None:
+def test_findings_exit_1_and_the_answer_names_rank_group_seq_and_op(fr: Fr, desynced: Path) -> None:
     result = fr("-d", str(desynced))
     assert result.returncode == 1
-    assert (
-        "\nHUNG. rank 1 never joined all_reduce #2 of group '0' (default_pg): rank 0 waits in "
-        "it." in result.stdout
+    assert "\nHUNG. rank 1 never joined" in result.stdout
+    assert (  # wrapped to the width (80 columns when not a terminal)
+        "HUNG. rank 1 never joined all_reduce #2 of group '0' (default_pg): rank 0 waits in "
+        "it." in " ".join(result.stdout.split())
     )
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
 
 
-def test_json_report_has_the_documented_keys(desynced: Path, tmp_path: Path) -> None:
+def test_json_report_has_the_documented_keys(fr: Fr, desynced: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     assert fr("-d", str(desynced), "--json", str(out)).returncode == 1
     report = json.loads(out.read_text())
@@ -106,6 +149,7 @@ def test_json_report_has_the_documented_keys(desynced: Path, tmp_path: Path) -> 
         "root_cause",
         "root_cause_ranks",
         "timing",
+        "when_where",
     }
     assert {"ranks", "detail", "explained_by_root_cause", "role"} <= set(finding)
     assert finding["ranks"] == [0]
@@ -113,7 +157,7 @@ def test_json_report_has_the_documented_keys(desynced: Path, tmp_path: Path) -> 
     assert report["root_cause"]["kind"] == "not_joined" and report["root_cause"]["ranks"] == [1]
 
 
-def test_database_is_written_and_read_back(healthy: Path, tmp_path: Path) -> None:
+def test_database_is_written_and_read_back(fr: Fr, healthy: Path, tmp_path: Path) -> None:
     out = tmp_path / "db.pkl"
     assert fr("-d", str(healthy), "-o", str(out)).returncode == 0
     db = load_db(out)
@@ -174,7 +218,9 @@ def test_database_calls_hold_each_entrys_values_as_builtins(sample: str) -> None
     assert seen_none  # the sample has values that are missing: they are None, not -1
 
 
-def test_database_loads_with_plain_pickle_and_no_fr_analyzer(healthy: Path, tmp_path: Path) -> None:
+def test_database_loads_with_plain_pickle_and_no_fr_analyzer(
+    fr: Fr, healthy: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "db.pkl"
     fr("-d", str(healthy), "-o", str(out))
     code = (
@@ -188,14 +234,14 @@ def test_database_loads_with_plain_pickle_and_no_fr_analyzer(healthy: Path, tmp_
     assert "nccl_calls" in result.stdout
 
 
-def test_just_print_entries_shows_ranks_side_by_side(healthy: Path) -> None:
+def test_just_print_entries_shows_ranks_side_by_side(fr: Fr, healthy: Path) -> None:
     result = fr("-d", str(healthy), "-j")
     assert result.returncode == 0
     assert "rank 0" in result.stdout and "rank 1" in result.stdout
     assert "c2" in result.stdout and "all_reduce [[4,4]] completed,retired" in result.stdout
 
 
-def test_just_print_entries_filters_and_stacks(healthy: Path) -> None:
+def test_just_print_entries_filters_and_stacks(fr: Fr, healthy: Path) -> None:
     result = fr(
         "-d",
         str(healthy),
@@ -210,15 +256,19 @@ def test_just_print_entries_filters_and_stacks(healthy: Path) -> None:
     assert "rank 1" in result.stdout and "rank 0" not in result.stdout
     assert "step train.py:212" in result.stdout
     none = fr("-d", str(healthy), "-j", "--pg-filters", "nope")
-    assert "no entries match the filters" in none.stdout
+    assert none.returncode == 2 and none.stdout == ""
+    assert none.stderr == (
+        "fr-analyze: error: --pg-filters nope: no process group has that name or description; "
+        "the job's groups are 0 (default_pg)\n"
+    )
 
 
-def test_verbose_adds_group_and_membership_tables(healthy: Path) -> None:
+def test_verbose_adds_group_and_membership_tables(fr: Fr, healthy: Path) -> None:
     out = fr("-d", str(healthy), "-v").stdout
     assert "Process groups:" in out and "membership from" in out and "Memberships" in out
 
 
-def test_mismatch_cap_bounds_findings_per_group(tmp_path: Path) -> None:
+def test_mismatch_cap_bounds_findings_per_group(fr: Fr, tmp_path: Path) -> None:
     d = tmp_path / "many"
     d.mkdir()
     for rank in (0, 1):
@@ -238,13 +288,13 @@ def test_mismatch_cap_bounds_findings_per_group(tmp_path: Path) -> None:
     assert "not shown: --mismatch-cap" in capped.stdout
 
 
-def test_prefix_option(tmp_path: Path, healthy: Path) -> None:
+def test_prefix_option(fr: Fr, tmp_path: Path, healthy: Path) -> None:
     result = fr("-d", str(healthy), "-p", "rank_")
     assert result.returncode == 0
     assert fr("-d", str(healthy), "-p", "zzz_").returncode == 2
 
 
-def test_workers_option(healthy: Path) -> None:
+def test_workers_option(fr: Fr, healthy: Path) -> None:
     assert fr("-d", str(healthy), "--workers", "2").returncode == 0
 
 
@@ -259,26 +309,27 @@ def test_workers_option(healthy: Path) -> None:
     ],
 )
 def test_bad_usage_exits_2_with_one_clear_line(
-    tmp_path: Path, args: list[str], message: str
+    fr: Fr, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str], message: str
 ) -> None:
-    result = fr(*args, cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = fr(*args)
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_filters_without_j_are_a_usage_error(healthy: Path) -> None:
+def test_filters_without_j_are_a_usage_error(fr: Fr, healthy: Path) -> None:
     result = fr("-d", str(healthy), "--selected-ranks", "0")
     assert result.returncode == 2
     assert "go with -j" in result.stderr
 
 
-def test_bad_rank_list_is_a_usage_error(healthy: Path) -> None:
+def test_bad_rank_list_is_a_usage_error(fr: Fr, healthy: Path) -> None:
     result = fr("-d", str(healthy), "-j", "--selected-ranks", "a-b")
     assert result.returncode == 2 and "bad rank list" in result.stderr
 
 
-def test_no_readable_dump_exits_2_naming_the_file(tmp_path: Path) -> None:
+def test_no_readable_dump_exits_2_naming_the_file(fr: Fr, tmp_path: Path) -> None:
     (tmp_path / "rank_0").write_bytes(b"\x80\x04garbage")
     result = fr("-d", str(tmp_path))
     assert result.returncode == 2
@@ -286,20 +337,20 @@ def test_no_readable_dump_exits_2_naming_the_file(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_output_inside_the_dump_directory_is_refused(healthy: Path) -> None:
+def test_output_inside_the_dump_directory_is_refused(fr: Fr, healthy: Path) -> None:
     before = sorted(p.name for p in healthy.iterdir())
     result = fr("-d", str(healthy), "-o", str(healthy / "db.pkl"))
     assert result.returncode == 2 and "inside the dump directory" in result.stderr
     assert sorted(p.name for p in healthy.iterdir()) == before
 
 
-def test_unwritable_output_is_a_one_line_error(healthy: Path, tmp_path: Path) -> None:
+def test_unwritable_output_is_a_one_line_error(fr: Fr, healthy: Path, tmp_path: Path) -> None:
     result = fr("-d", str(healthy), "--json", str(tmp_path / "no" / "such" / "r.json"))
     assert result.returncode == 2
     assert "cannot write" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_existing_output_is_replaced_only_on_success(healthy: Path, tmp_path: Path) -> None:
+def test_existing_output_is_replaced_only_on_success(fr: Fr, healthy: Path, tmp_path: Path) -> None:
     out = tmp_path / "db.pkl"
     out.write_bytes(b"old")
     fr("-d", str(tmp_path / "missing"), "-o", str(out))
@@ -309,9 +360,42 @@ def test_existing_output_is_replaced_only_on_success(healthy: Path, tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".db.pkl")] == []
 
 
-def test_version_flag() -> None:
-    result = fr("--version")
+# --- smoke tests: the real command in a child process --------------------------------------
+
+
+def test_smoke_version_is_quick_and_imports_nothing_heavy() -> None:
+    started = time.perf_counter()
+    result = fr_process("--version")
     assert result.returncode == 0 and result.stdout.startswith("fr-analyze ")
+    assert time.perf_counter() - started < 5  # ~0.1 s; generous for a loaded CI machine
+    code = (
+        "import sys, fr_analyzer.cli; "
+        "print(sorted(m for m in ('numpy', 'rich', 'tabulate', 'fr_analyzer.pipeline') "
+        "if m in sys.modules))"
+    )
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert imported.stdout.strip() == "[]", imported.stderr
+
+
+def test_smoke_a_hung_job_in_a_child_process_exits_1(desynced: Path) -> None:
+    result = fr_process(str(desynced))
+    assert result.returncode == 1, result.stderr
+    assert "\nHUNG. rank 1 never joined all_reduce #2" in result.stdout
+
+
+def test_smoke_json_dash_writes_the_report_to_stdout_and_the_text_to_stderr(
+    desynced: Path, tmp_path: Path
+) -> None:
+    result = fr_process(str(desynced), "--json", "-", cwd=tmp_path)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["verdict"]["status"] == "hung"
+    assert "HUNG. rank 1 never joined" in result.stderr
+    assert (
+        result.stderr.rstrip()
+        .splitlines()[-1]
+        .startswith("wrote the JSON report to standard output (")
+    )
+    assert not (tmp_path / "-").exists()
 
 
 # --- torchfrtrace's command line ------------------------------------------------------------
@@ -341,21 +425,21 @@ NCCL = str(Path(__file__).resolve().parent.parent / "sample_dumps" / "nccl_healt
     ],
 )
 def test_torchfrtraces_documented_invocations_mean_the_same(
-    torchfrtrace: list[str], ours: list[str]
+    fr: Fr, torchfrtrace: list[str], ours: list[str]
 ) -> None:
     theirs, mine = fr(*torchfrtrace), fr(*ours)
     assert theirs.returncode == mine.returncode == 0, theirs.stderr
     assert theirs.stdout == mine.stdout and theirs.stdout
 
 
-def test_torchfrtraces_output_option_writes_the_database(tmp_path: Path) -> None:
+def test_torchfrtraces_output_option_writes_the_database(fr: Fr, tmp_path: Path) -> None:
     out = tmp_path / "db.pkl"
     result = fr(NCCL, "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert load_db(out).schema == "fr-analyze.db/1"
 
 
-def test_transform_ft_needs_the_replica_size_and_says_so() -> None:
+def test_transform_ft_needs_the_replica_size_and_says_so(fr: Fr) -> None:
     result = fr(NCCL, "--transform-ft")
     assert result.returncode == 2
     assert result.stderr.strip() == (
@@ -364,9 +448,204 @@ def test_transform_ft_needs_the_replica_size_and_says_so() -> None:
     assert fr(NCCL, "--transform-ft", "--group-world-size", "8").returncode == 0
 
 
-def test_help_says_which_spellings_and_formats_are_read() -> None:
+def test_help_says_which_spellings_and_formats_are_read(fr: Fr) -> None:
     text = fr("--help").stdout
     for spelling in ("--mismatch_cap", "--print_stack_trace", "--just_print_entries"):
         assert spelling in text
     assert "--allow-incomplete-ranks" in text and "changes nothing" in text
     assert "torchcomms" in text and "HCCL" in text
+
+
+# --- outputs: checked first, said when written ----------------------------------------------
+
+
+def test_each_output_written_is_one_line_with_its_size_on_stderr(
+    fr: Fr, desynced: Path, tmp_path: Path
+) -> None:
+    db, report = tmp_path / "db.sqlite", tmp_path / "r.json"
+    result = fr(str(desynced), "-o", str(db), "--json", str(report))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines == [
+        f"wrote {report} ({cli.human_size(report.stat().st_size)})",
+        f"wrote {db} ({cli.human_size(db.stat().st_size)})",
+    ]
+    assert db.read_bytes().startswith(b"SQLite format 3")
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [
+        (0, "0 bytes"),
+        (1, "1 byte"),
+        (999, "999 bytes"),
+        (12_345, "12.3 kB"),
+        (12_300_000, "12.3 MB"),
+    ],
+)
+def test_sizes_are_shown_in_decimal_units(size: int, shown: str) -> None:
+    assert cli.human_size(size) == shown
+
+
+def test_o_dispatches_on_the_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """GIVEN -o names; WHEN the database is written; THEN SQLite, Parquet or pickle."""
+    called: list[str] = []
+    from fr_analyzer import database, database_sqlite
+
+    monkeypatch.setattr(database_sqlite, "write", lambda a, p: called.append(f"sqlite {p.name}"))
+    monkeypatch.setattr(database, "write", lambda a, p: called.append(f"pickle {p.name}"))
+    parquet = type(sys)("fr_analyzer.database_parquet")
+    parquet.write = lambda a, p: called.append(f"parquet {p.name}")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fr_analyzer.database_parquet", parquet)
+    import fr_analyzer
+
+    monkeypatch.setattr(fr_analyzer, "database_parquet", parquet, raising=False)
+    for name in ("a.sqlite", "b.sqlite3", "c.db", "d.parquet", "e.pkl", "f"):
+        cli.write_database(None, tmp_path / name)  # type: ignore[arg-type]
+    assert called == [
+        "sqlite a.sqlite",
+        "sqlite b.sqlite3",
+        "sqlite c.db",
+        "parquet d.parquet",
+        "pickle e.pkl",
+        "pickle f",
+    ]
+
+
+def test_an_output_that_fails_after_the_analysis_keeps_the_verdicts_exit_code(
+    fr: Fr, monkeypatch: pytest.MonkeyPatch, desynced: Path, healthy: Path, tmp_path: Path
+) -> None:
+    """A write that fails late (a full disk) is one line; the other outputs are still
+    written; the code is the verdict's when it found a problem, else 2 (never 0)."""
+    from fr_analyzer import database
+    from fr_analyzer.errors import OutputError
+
+    def full(analysis: object, path: Path) -> None:
+        raise OutputError(f"{path}: cannot write: No space left on device")
+
+    monkeypatch.setattr(database, "write", full)
+    report = tmp_path / "r.json"
+    hung = fr(str(desynced), "-o", str(tmp_path / "db.pkl"), "--json", str(report))
+    assert hung.returncode == 1
+    assert hung.stderr.splitlines()[-1] == (
+        f"fr-analyze: error: {tmp_path / 'db.pkl'}: cannot write: No space left on device"
+    )
+    assert json.loads(report.read_text())["verdict"]["status"] == "hung"
+    ok = fr(str(healthy), "-o", str(tmp_path / "db.pkl"))
+    assert ok.returncode == 2 and "OK." in ok.stdout
+
+
+def test_html_report_is_written_atomically_and_said(fr: Fr, desynced: Path, tmp_path: Path) -> None:
+    pytest.importorskip("fr_analyzer.report_html")
+    page = tmp_path / "report.html"
+    result = fr(str(desynced), "--html", str(page))
+    assert result.returncode == 1, result.stderr
+    assert page.read_text().lstrip().lower().startswith("<!doctype html")
+    assert result.stderr == f"wrote {page} ({cli.human_size(page.stat().st_size)})\n"
+
+
+# --- subcommands ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", [["DIR"], ["-d", "DIR"]])
+def test_timeline_takes_the_dump_directory_as_argument_or_with_d(
+    fr: Fr, how: list[str], desynced: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "tl.json"
+    args = [str(desynced) if a == "DIR" else a for a in how]
+    result = fr("timeline", *args, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "traceEvents" in json.loads(out.read_text())
+    assert result.stderr.startswith(f"wrote {out} (") and "op slices" in result.stderr
+
+
+def test_timeline_all_is_passed_through(
+    fr: Fr, monkeypatch: pytest.MonkeyPatch, desynced: Path, tmp_path: Path
+) -> None:
+    from fr_analyzer import timeline
+
+    if "all_ranks" not in {f.name for f in dataclasses.fields(timeline.TimelineOptions)}:
+        pytest.skip("timeline.TimelineOptions has no all_ranks field yet")
+    seen: list[bool] = []
+    build = timeline.build
+
+    def spy(analysis: pipeline.Analysis, options: timeline.TimelineOptions) -> object:
+        seen.append(options.all_ranks)
+        return build(analysis, options)
+
+    monkeypatch.setattr(timeline, "build", spy)
+    assert fr("timeline", str(desynced), "--all", "-o", str(tmp_path / "a.json")).returncode == 0
+    assert fr("timeline", str(desynced), "-o", str(tmp_path / "b.json")).returncode == 0
+    assert seen == [True, False]
+
+
+def test_merge_traces_takes_directories_of_traces_as_arguments(fr: Fr, tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for rank in (0, 1):
+        trace = {
+            "distributedInfo": {"rank": rank},
+            "baseTimeNanoseconds": 1_000_000_000,
+            "traceEvents": [
+                {"ph": "X", "name": "step", "ts": 10.0, "dur": 5.0, "pid": 1, "tid": 1}
+            ],
+        }
+        (traces / f"rank{rank}.json").write_text(json.dumps(trace))
+    out = tmp_path / "merged.json"
+    result = fr("merge-traces", str(traces), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {out}" in result.stdout and out.exists()
+
+
+# --- progress -------------------------------------------------------------------------------
+
+
+def test_the_pipeline_reports_loading_then_each_stage_of_the_analysis(desynced: Path) -> None:
+    seen: list[tuple[str, int, int]] = []
+    pipeline.analyze(desynced, pipeline.Options(workers=1), lambda *a: seen.append(a))
+    loading = [s for s in seen if s[0] == pipeline.LOADING]
+    analyzing = [s for s in seen if s[0] == pipeline.ANALYZING]
+    assert loading[-1] == (pipeline.LOADING, 2, 2)
+    assert [d for _, d, _ in analyzing] == list(range(pipeline.ANALYSIS_STAGES + 1))
+    assert seen.index(loading[-1]) < seen.index(analyzing[0])
+
+
+def test_progress_bars_draw_on_a_terminal_and_not_on_a_pipe(desynced: Path) -> None:
+    from rich.console import Console
+
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=100)
+    with cli.progress_bars(console) as progress:
+        assert progress is not None
+        pipeline.analyze(desynced, pipeline.Options(workers=1), progress)
+        console.file.flush()
+    assert "loading dumps" in screen.getvalue() or "matching" in screen.getvalue()
+    with cli.progress_bars() as none:  # stderr is not a terminal under pytest
+        assert none is None
+
+
+# --- help -----------------------------------------------------------------------------------
+
+
+def test_help_has_examples_exit_codes_and_whole_command_summaries(fr: Fr) -> None:
+    text = fr("--help").stdout
+    assert "Examples:" in text and "Exit codes:" in text
+    codes = text[text.index("Exit codes:") :]
+    for code in ("0  the answer is ok", "1  a problem was found", "2  bad usage"):
+        assert code in codes
+    summaries = text[text.index("Commands:") : text.index("Examples:")]
+    assert "..." not in summaries
+    for name in ("live", "timeline", "merge-traces"):
+        assert f"  {name}  " in summaries.replace("  " * 3, "  ")
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_every_command_has_help_text() -> None:
+    import typer
+
+    group = typer.main.get_group(cli.app)
+    assert group.help
+    for name, command in group.commands.items():
+        assert command.help and command.short_help, name
+        for param in command.params:
+            assert getattr(param, "help", None), f"{name} {param.name}"

@@ -10,13 +10,15 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fr_analyzer import analyze, load_db
-from fr_analyzer.database import COLUMNS
-from fr_analyzer.database_sqlite import FOREIGN_KEYS, write
+from fr_analyzer import analyze, database, database_sqlite, load_db
+from fr_analyzer.database_sqlite import _JSON_KINDS, FOREIGN_KEYS, INDEXES, write
+from fr_analyzer.errors import OutputError
 from fr_analyzer.pipeline import Options
+from fr_analyzer.tables import COLUMNS, NULL_WHEN_NEGATIVE, Kind, kind
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"
@@ -123,3 +125,95 @@ def test_sqlite_replaces_an_existing_file_whole(tmp_path: Path) -> None:
     with sqlite3.connect(db) as connection:
         assert connection.execute("SELECT value FROM meta WHERE key='status'").fetchone() == ("ok",)
     assert [p.name for p in tmp_path.iterdir()] == ["db.db"]  # no temporary file left
+
+
+# --- the bulk load ----------------------------------------------------------------------------
+
+
+def _as_pickled(table: str, rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    """SQLite's rows as the pickle has them: JSON text back to lists, 0/1 back to booleans."""
+    columns = COLUMNS[table]
+    out = []
+    for row in rows:
+        values = []
+        for name, value in zip(columns, row, strict=True):
+            if value is not None and kind(name) in _JSON_KINDS:
+                value = json.loads(value)
+            elif value is not None and kind(name) == Kind.BOOL:
+                value = bool(value)
+            values.append(value)
+        out.append(values)
+    return out
+
+
+def _pickled_with_nulls(table: str, rows: list[list[Any]]) -> list[list[Any]]:
+    nulls = [i for i, name in enumerate(COLUMNS[table]) if name in NULL_WHEN_NEGATIVE]
+    return [
+        [None if i in nulls and v is not None and v < 0 else v for i, v in enumerate(r)]
+        for r in rows
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", ["nccl_not_joined", "nccl3d_p2p_mismatch", "gloo3d_crash", "nccl_batched_p2p"]
+)
+def test_every_value_is_the_pickles(name: str, tmp_path: Path) -> None:
+    # GIVEN one analysis written both ways
+    analysis = analyze(SAMPLES / name, Options(workers=1))
+    flat = database.build(analysis)
+    write(analysis, tmp_path / "db.sqlite")
+    # THEN every row of every table holds the pickle's values (lists as JSON, -1 groups NULL)
+    with sqlite3.connect(tmp_path / "db.sqlite") as connection:
+        for table in COLUMNS:
+            rows = connection.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
+            expected = _pickled_with_nulls(table, flat["tables"][table]["rows"])
+            assert _as_pickled(table, rows) == expected, table
+
+
+def test_large_tables_are_filled_by_forked_processes_with_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN one analysis, written by one process and by several
+    analysis = analyze(SAMPLES / "nccl3d_p2p_mismatch", Options(workers=1))
+    write(analysis, tmp_path / "one.sqlite")
+    monkeypatch.setattr(database_sqlite, "PARALLEL_ROWS", 0)
+    monkeypatch.setattr(database_sqlite, "_processes", lambda rows: 3)
+    write(analysis, tmp_path / "three.sqlite")
+    # THEN the two hold the same rows, every index, and nothing else is left beside them
+    dumps = []
+    for name in ("one.sqlite", "three.sqlite"):
+        with sqlite3.connect(tmp_path / name) as connection:
+            assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            assert connection.execute("PRAGMA foreign_key_check").fetchall() == []
+            indexes = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type='index'")
+            }
+            assert {f"{t}_by_{'_'.join(k)}" for t, k in INDEXES} <= indexes
+            dumps.append(
+                {
+                    t: connection.execute(f"SELECT * FROM {t} ORDER BY id").fetchall()
+                    for t in COLUMNS
+                }
+            )
+    assert dumps[0] == dumps[1] and len(dumps[0]["nccl_calls"]) > 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.sqlite", "three.sqlite"]
+
+
+def test_a_failed_part_fails_the_write_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    analysis = analyze(SAMPLES / "nccl_healthy", Options(workers=1))
+    monkeypatch.setattr(database_sqlite, "PARALLEL_ROWS", 0)
+    monkeypatch.setattr(database_sqlite, "_processes", lambda rows: 2)
+    insert = database_sqlite._insert
+
+    def full_disk(connection: sqlite3.Connection, table: Any, start: int, stop: int) -> None:
+        if start > 0:  # the forked process's range
+            raise sqlite3.OperationalError("database or disk is full")
+        insert(connection, table, start, stop)
+
+    monkeypatch.setattr(database_sqlite, "_insert", full_disk)
+    with pytest.raises(OutputError, match=r"db\.sqlite: cannot write the SQLite database"):
+        write(analysis, tmp_path / "db.sqlite")
+    assert list(tmp_path.iterdir()) == []

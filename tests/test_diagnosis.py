@@ -113,3 +113,71 @@ def test_median_lateness_per_rank_is_the_middle_of_its_sorted_values(
         ordered = np.sort(values[rank == r])
         expected[r] = float((ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2)
     assert stragglers._medians_by_rank(rank, values) == expected
+
+
+# --- when and where ---------------------------------------------------------------------------
+
+
+def test_root_time_is_the_culprits_own_entry_of_the_root_op() -> None:
+    analysis = analyze(SAMPLES / "nccl_stuck_started", Options(workers=1, file_times=False))
+    c, t = analysis.conclusion, analysis.table
+    (row,) = [
+        i
+        for i in range(t.n)
+        if int(t.rank[i]) == 2
+        and int(t.coll_seq[i]) == 5
+        and analysis.groups.groups[int(analysis.groups.entry_group[i])].name == "0"
+    ]
+    assert c.root is not None and c.root.ranks == (2,)
+    assert c.root_time_ns == int(t.t_created[row]) and c.root_time_rank == 2
+    assert c.root_time_what == "rank 2 enqueued all_reduce #5 of group '0' (default_pg)"
+    assert c.root.time is not None and c.root.time.at_ns == c.root_time_ns
+
+
+def test_root_time_of_a_rank_that_never_joined_is_its_newest_op() -> None:
+    # rank 12's newest entry: all_reduce #2 of the world group (NOTE.md)
+    c = analyze(SAMPLES / "gloo3d_pp_recv_missing", Options(workers=1, file_times=False))
+    conclusion = c.conclusion
+    assert conclusion.root_time_rank == 12
+    assert conclusion.root_time_ns == 1795415350734928197
+    assert conclusion.root_time_what.startswith(
+        "rank 12 enqueued its newest op, all_reduce #2 of group '0' (default_pg)"
+    )
+    assert "never issued the root op" in conclusion.root_time_what
+
+
+def test_root_time_of_a_rank_with_no_dump_is_on_a_waiters_clock() -> None:
+    c = analyze(SAMPLES / "nccl_missing_dump", Options(workers=1, file_times=False)).conclusion
+    assert c.root is not None and c.root.ranks == (3,)
+    assert c.root_time_rank is not None and c.root_time_rank != 3
+    assert c.root_time_what.startswith(f"rank {c.root_time_rank}, waiting for rank 3, enqueued")
+
+
+def test_dump_time_says_whether_it_is_exact_or_a_bound() -> None:
+    # gloo: no entry is looked at during the dump; without file times the newest timestamp
+    # is only a lower bound
+    c = analyze(SAMPLES / "gloo3d_stuck_rank", Options(workers=1, file_times=False)).conclusion
+    assert c.dump_time_bound == "at_least"
+    assert c.dump_time_ns == c.timing.dump.at_ns and c.dump_time_basis == c.timing.dump.basis
+    # a healthy job has no root, but a dump time all the same
+    ok = analyze(SAMPLES / "nccl_healthy", Options(workers=1, file_times=False)).conclusion
+    assert ok.root is None and ok.root_time_ns is None
+    assert ok.dump_time_bound in ("exact", "at_least")
+
+
+def test_dump_time_is_at_most_the_culprits_file_time(tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    # GIVEN the real watchdog dump, its file written 10.16 s after its newest entry
+    where = tmp_path / "stuck"
+    shutil.copytree(SAMPLES.parent / "tests" / "data" / "real_nccl" / "stuck_timeout", where)
+    mtime = 1795652388308192300
+    os.utime(where / "nccl_trace_rank_0", ns=(mtime, mtime))
+    # WHEN it is analyzed with file times
+    c = analyze(where, Options(workers=1)).conclusion
+    # THEN the dump time is the culprit's file time, an upper bound
+    assert c.root is not None and c.root.ranks == (0,)
+    assert (c.dump_time_ns, c.dump_time_bound) == (mtime, "at_most")
+    assert c.dump_time_basis.startswith("rank 0's dump is dated by the file's modification")
+    assert c.root_time_ns is not None and 0 < (mtime - c.root_time_ns) / 1e9 < 60

@@ -70,7 +70,7 @@ def test_a_real_dump_taken_in_flight_is_dated_by_its_file_and_ok(tmp_path: Path)
     code, text, report = fr("-d", str(real_set(tmp_path, "inflight", MTIMES_NS["inflight"])))
     assert code == 0, text
     assert "at most 3.5 s old" in text
-    assert "dated by the file's modification time of rank(s) 0" in text
+    assert "dated by the file's modification time of rank 0" in text
     timing = report["verdict"]["timing"]
     assert timing["age"] == "young" and timing["stuck"] is False
     assert timing["dump_time_evidence"] == {"file_time": "0"}
@@ -123,7 +123,7 @@ def test_a_copy_in_a_folder_named_by_its_time_is_dated_by_the_name(tmp_path: Pat
     assert code == 0, text
     timing = report["verdict"]["timing"]
     assert timing["age"] == "young" and timing["dump_time_evidence"] == {"name": "0"}
-    assert "dated by the time in the file's or folder's name of rank(s) 0" in text
+    assert "dated by the time in the file's or folder's name of rank 0" in text
 
 
 def test_ignore_file_times_judges_from_the_entries_alone(tmp_path: Path) -> None:

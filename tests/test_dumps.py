@@ -22,6 +22,7 @@ from fr_analyzer.dumps import (
     TableBuilder,
     build_rank,
     discover,
+    hosts,
     load_rank,
     read_raw,
 )
@@ -31,6 +32,8 @@ from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options
 from tests.builders import make_dump, make_entry, renumber, write_dumps
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 
 TWO = {"0": ("default_pg", [0, 1])}
 
@@ -451,3 +454,60 @@ def test_small_pages_turn_numpys_huge_page_request_off_while_they_last() -> None
         assert toggle(True) is True  # back on after
     finally:
         toggle(before)
+
+
+# --- the host a rank ran on -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "host"),
+    [
+        ("nccl_trace_rank_container-node07_40", "container-node07"),
+        ("nccl_trace_rank_node-3.cluster_7.json.gz", "node-3.cluster"),
+        ("rank_10.0.0.3_5.pkl", "10.0.0.3"),
+        ("nccl_trace_rank_40", None),  # the prefix alone names no host
+        ("rank_3.pkl", None),
+        ("rank_00_3", None),  # digits alone are not a host
+        ("nccl_trace_rank__3", None),
+        ("nccl_trace_rank_a\x1bb_3", None),  # a control character: not a host name
+        ("trace_node07_3", None),  # an unknown prefix: no way to tell the host from it
+    ],
+)
+def test_the_host_a_file_name_carries_after_a_known_prefix(name: str, host: str | None) -> None:
+    assert hosts.host_in_name(name) == host
+
+
+def test_the_host_a_dump_names_is_kept_printable_and_bounded() -> None:
+    assert hosts.host_in_header({"host_name": "node07"}) == "node07"
+    assert hosts.host_in_header({"hostname": b"gpu-3"}) == "gpu-3"
+    assert hosts.host_in_header({"host_name": 7, "host": "n1"}) == "n1"
+    assert hosts.host_in_header({"host_name": "  "}) is None
+    assert hosts.host_in_header({"host_name": "a\x1b[31mb"}) == "a\\x1b[31mb"
+    long = hosts.host_in_header({"host_name": "x" * 100_000})
+    assert long is not None and len(long) == hosts.HOST_CHARS and long.endswith("...")
+
+
+def test_each_rank_has_the_host_of_its_file_name_or_of_its_dump(tmp_path: Path) -> None:
+    # GIVEN two ranks named after their hosts, and one whose dump names its own host
+    world = {"0": ("default_pg", [0, 1, 2])}
+    for name in ("nccl_trace_rank_node07_0", "nccl_trace_rank_node08_1"):
+        dump = make_dump([make_entry("all_reduce", 1)], world)
+        (tmp_path / name).write_bytes(pickle.dumps(dump))
+    dump = make_dump([make_entry("all_reduce", 1)], world, host_name="from-the-dump")
+    (tmp_path / "nccl_trace_rank_node09_2").write_bytes(pickle.dumps(dump))
+    # WHEN it is analyzed
+    analysis = analyze(tmp_path, Options(workers=1))
+    # THEN every rank has its host, the dump's own first
+    assert {d.rank: d.host for d in analysis.dumps} == {
+        0: "node07",
+        1: "node08",
+        2: "from-the-dump",
+    }
+    assert analysis.diagnosis.hosts == {0: "node07", 1: "node08", 2: "from-the-dump"}
+
+
+def test_the_culprits_host_comes_from_the_sample_sets_file_names() -> None:
+    c = analyze(SAMPLES / "gloo_subgroup_desync", Options(workers=1)).conclusion
+    assert c.root is not None and c.root.ranks == (3,)
+    assert c.culprit_hosts == ((3, "container-node08"),)
+    assert c.hosts[0] == "container-node07"

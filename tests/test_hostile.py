@@ -789,7 +789,7 @@ def test_unclean_text_is_printed_escaped(
     args = ["-d", str(directory), "--workers", "1", "-j", "--print-stack-trace"]
     outcome = run_cli(capsys, args)
     assert_sane(outcome)
-    assert outcome.code == 0
+    assert outcome.code in (0, 1)  # -j exits with the verdict's code
     assert "forward\\udcff\\x1b[31m" in outcome.out
     assert "/work/tr\ufffdin.py" in outcome.out
     assert "\x1b" not in outcome.out
@@ -1042,7 +1042,8 @@ def test_two_files_for_one_rank_read_the_one_nearest_the_top_naming_both(
     shutil.copyfile(directory / "rank_3.pkl", directory / "old" / "rank_2.pkl")  # not rank 2's
     outcome = run_cli(capsys, ["-d", str(directory)], tmp_path / "r.json")
     assert_sane(outcome)
-    assert outcome.code == 0 and outcome.err == ""
+    said = [line for line in outcome.err.splitlines() if not line.startswith("wrote ")]
+    assert outcome.code == 0 and said == []  # nothing on stderr but what was written
     assert outcome.report is not None
     assert outcome.report["dumps"]["ranks_loaded"] == [0, 1, 2, 3]
     assert (

@@ -140,8 +140,10 @@ def test_every_output_of_a_memo_bombed_job_stays_small(
     where = tmp_path / output.lstrip("-")
     if output == "-j":
         run = fr("-d", str(memo_bomb), "--workers", "1", "-j", "--print-stack-trace")
-        assert run.code == 0 and len(run.out) < SMALL
-        assert "rank 0" in run.out and "rank 1" not in run.out
+        assert run.code in (0, 1) and len(run.out) < SMALL  # -j: the verdict's exit code
+        # rank 1's refused entries are not printed: it is the culprit (it has no usable dump),
+        # so -j around the root gives it a column, with nothing in it
+        assert "rank 0" in run.out and "xxxxxxxx" not in run.out
         return
     if output == "timeline":
         run = fr("timeline", "-d", str(memo_bomb), "--workers", "1", "-o", str(where))
@@ -301,4 +303,4 @@ def test_a_rank_with_60000_entries_each_in_its_own_group_is_analyzed(tmp_path: P
     run = fr("-d", str(directory), "--workers", "1", timeout=60)
     assert run.code == 0 and len(run.out) < SMALL
     assert "ranks loaded: 4 (0-3)" in run.out
-    assert "across 4 ranks in 60003 group(s)" in run.out
+    assert "across 4 ranks in 60003 groups" in run.out

@@ -214,7 +214,7 @@ def test_later_repeats_of_one_problem_fold_into_the_first(run: Run) -> None:
     assert finding.kind == FindingKind.NOT_JOINED and finding.culprit_ranks == (1,)
     assert finding.collective_seq_id == 2
     assert analysis.conclusion.root is not None and analysis.conclusion.root.ranks == (1,)
-    assert "(and 3 later collective(s) of this group, #3-#5)" in finding.detail
+    assert "(and 3 later collectives of this group, #3-#5)" in finding.detail
 
 
 def test_group_conflict_when_ranks_disagree_on_members(run: Run) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,4 +114,121 @@ def test_symptoms_are_grouped_and_counted(run: Run) -> None:
     (root,) = analysis.conclusion.findings
     assert root.role.value == "root" and root.finding.culprit_ranks == (0,)
     assert analysis.conclusion.root is not None and analysis.conclusion.root.ranks == (0,)
-    assert "(and 4 later collective(s) of this group, #2-#5)" in root.finding.detail
+    assert "(and 4 later collectives of this group, #2-#5)" in root.finding.detail
+
+
+# --- one screen at any size -------------------------------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_dumps"
+SCREEN_SETS = [
+    "nccl3d_cascade_scheduled",  # a long wait chain and a cascade of symptoms
+    "gloo3d_pp_recv_missing",
+    "nccl3d_p2p_mismatch",
+    "moe_split_mismatch",
+    "nccl_deadlock",
+    "fsdp_crash",
+    "nccl_healthy",
+]
+
+
+def answer_block(text: str) -> list[str]:
+    """The lines from the answer paragraph to the first blank line after it."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if i > 0 and not lines[i - 1].strip())
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+@pytest.fixture(scope="module")
+def screen_sets() -> dict[str, Analysis]:
+    from fr_analyzer import analyze
+    from fr_analyzer.pipeline import Options
+
+    return {
+        name: analyze(SAMPLES / name, Options(workers=1, file_times=False)) for name in SCREEN_SETS
+    }
+
+
+@pytest.mark.parametrize("width", [80, 100, 132])
+def test_the_answer_block_takes_at_most_twenty_lines_and_no_line_is_wider_than_the_terminal(
+    screen_sets: dict[str, Analysis], strided: Analysis, width: int
+) -> None:
+    for name, analysis in [*screen_sets.items(), ("strided", strided)]:
+        text = render_text(analysis, width=width, verbose=True, ranks=True)
+        block = answer_block(text)
+        assert block[0].startswith(analysis.conclusion.status.value.upper()), name
+        assert len(block) <= report.ANSWER_LINES, (name, block)
+        too_wide = [line for line in text.splitlines() if len(line) > width]
+        assert not too_wide, (name, too_wide[:3])
+
+
+def test_rank_ranges_are_never_broken_across_lines() -> None:
+    from fr_analyzer.presentation import wrap
+
+    ranks = ",".join(f"{r}-{r + 7}" for r in range(0, 2048, 16))
+    lines = wrap(f"ranks {ranks} wait in all_reduce #3", 40)
+    assert all(len(line) <= 40 for line in lines)
+    joined = "".join(line.strip() for line in lines)  # lines break after commas, or at spaces
+    listed = joined.removeprefix("ranks").split("wait")[0].strip()
+    assert listed.split(",") == ranks.split(",")  # every range whole: 200-207, never 200-2 / 07
+
+
+def test_a_cascade_of_symptoms_folds_into_one_line_per_kind_and_family(
+    screen_sets: dict[str, Analysis],
+) -> None:
+    text = render_text(screen_sets["nccl3d_cascade_scheduled"])
+    assert "Symptoms the root cause explains (9 findings):" in text
+    assert (
+        "  - 8 not_joined findings in 8 dp groups at c4: ranks 0-4,6-15 are held up "
+        "waiting, directly or not, for rank 5" in text
+    )
+    assert "1 not_joined finding in group '0' (default_pg) at c5" in text
+
+
+def test_a_long_report_ends_with_a_one_line_recap(screen_sets: dict[str, Analysis]) -> None:
+    text = render_text(screen_sets["nccl3d_cascade_scheduled"], width=80, verbose=True)
+    assert len(text.splitlines()) > report.SCREEN_LINES
+    assert text.splitlines()[-1] == (
+        "HUNG: rank 5 at all_reduce #15 in group '2' (tp) (the answer is at the top)"
+    )
+    short = render_text(screen_sets["nccl_healthy"], width=80)
+    assert "(the answer is at the top)" not in short
+
+
+def test_the_answer_says_when_on_the_culprits_clock_and_when_the_dumps_were_taken(
+    screen_sets: dict[str, Analysis],
+) -> None:
+    text = render_text(screen_sets["nccl3d_cascade_scheduled"])
+    assert (
+        "when: 2025-10-09 08:53:20.063 UTC on rank 5's clock: rank 5 enqueued all_reduce #15 of "
+        "group '2' (tp)" in text
+    )
+    assert "dumped at 2025-10-09 09:03:21.020 UTC" in text
+    data = report_dict(screen_sets["nccl3d_cascade_scheduled"])
+    when = data["verdict"]["when_where"]
+    assert when["root_time_utc"] == "2025-10-09 08:53:20.063 UTC"
+    assert when["root_time_rank"] == 5
+    assert when["root_time_what"] == "rank 5 enqueued all_reduce #15 of group '2' (tp)"
+    assert when["dump_time_bound"] == "exact"
+
+
+def test_next_steps_name_the_culprit_and_its_peers_over_the_roots_sequence_ids(
+    screen_sets: dict[str, Analysis],
+) -> None:
+    data = report_dict(screen_sets["nccl3d_cascade_scheduled"])
+    commands = [step["command"] for step in data["next_steps"]]
+    where = SAMPLES / "nccl3d_cascade_scheduled"
+    assert commands[0] == f"fr-analyze -d {where} -j --around-root"
+    assert "--selected-ranks 4-7 --seq 12:18" in commands[1]
+    assert all(step["runnable"] for step in data["next_steps"])
+    assert report_dict(screen_sets["nccl_healthy"])["next_steps"] == []
+
+
+def test_colour_marks_the_status_and_the_culprit_without_changing_the_characters(
+    screen_sets: dict[str, Analysis],
+) -> None:
+    analysis = screen_sets["nccl3d_cascade_scheduled"]
+    styled = report.render_styled(analysis, width=100)
+    assert styled.plain == render_text(analysis, width=100)
+    styled_words = {styled.plain[s.start : s.end] for s in styled.spans}
+    assert "HUNG." in styled_words and "rank 5" in styled_words

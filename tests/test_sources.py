@@ -60,10 +60,12 @@ def pack(folder: Path, archive: Path) -> Path:
 
 def report(where: str, *, relative_to: str) -> str:
     """The text report without its first line (which names the source), with file names made
-    relative to the set, so that a directory and an archive of it compare equal (without the
-    files' times, which a zip does not keep and a checkout sets at will)."""
+        relative to the set, so that a directory and an archive of it compare equal (without the
+        files' times, which a zip does not keep and a checkout sets at will), and the source itself
+    named `SOURCE` where the report's commands give it."""
     text = render_text(analyze(open_source(where), Options(workers=2, file_times=False)))
-    return text.split("\n", 1)[1].replace(relative_to, "")
+    # the next steps name the source too: `fr-analyze -d SOURCE -j --around-root`
+    return text.split("\n", 1)[1].replace(relative_to, "").replace(where, "SOURCE")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +230,13 @@ def test_http_url_gives_the_directorys_report() -> None:
     local = fr("-d", str(SAMPLES / name))
     assert got.returncode == local.returncode == 1, got.stderr
     assert got.stdout.splitlines()[0].endswith("(http URL, fetched file by file)")
-    assert got.stdout.split("\n", 1)[1] == local.stdout.split("\n", 1)[1]
+    assert body(got.stdout, f"{base}/{name}/") == body(local.stdout, str(SAMPLES / name))
+
+
+def body(text: str, source: str) -> str:
+    """A text report without its first line, the source named `SOURCE` where its commands
+    give it."""
+    return text.split("\n", 1)[1].replace(source, "SOURCE")
 
 
 def test_a_tarball_at_a_url_is_streamed(tmp_path: Path) -> None:
@@ -321,7 +329,7 @@ def test_s3_sample_set_gives_the_directorys_report(s3: str) -> None:
     local = fr("-d", str(SAMPLES / name))
     assert got.returncode == local.returncode == 1, got.stderr
     assert got.stdout.splitlines()[0] == f"fr-analyze 1.0.0: {url} (s3 URL, fetched file by file)"
-    assert got.stdout.split("\n", 1)[1] == local.stdout.split("\n", 1)[1]
+    assert body(got.stdout, url) == body(local.stdout, str(SAMPLES / name))
 
 
 def _peak_rss_kib(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], int]:
@@ -367,7 +375,7 @@ def test_s3_1024_ranks_same_report_and_bounded_memory(s3: str, tmp_path: Path) -
     _, local_small = _peak_rss_kib("-d", str(small), env=env)
     assert got.returncode == local.returncode == 1, got.stderr
     assert "rank 517 never joined all_reduce #7" in got.stdout
-    assert got.stdout.split("\n", 1)[1] == local.stdout.split("\n", 1)[1]
+    assert body(got.stdout, "s3://fr-dumps/jobs/big") == body(local.stdout, str(big))
     remote_growth = (remote_big - remote_small) * 1024
     local_growth = (local_big - local_small) * 1024
     assert remote_growth < local_growth + manifest.bytes // 3, (remote_growth, local_growth)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fr_analyzer import analyze
+from fr_analyzer import analyze, timeline
 from fr_analyzer.pipeline import Options
 from fr_analyzer.timeline import TimelineOptions, build, clock_offsets
 from tests.trace_format import problems
@@ -134,7 +134,7 @@ def test_time_window() -> None:
 
 
 def test_cli_writes_the_trace(tmp_path: Path) -> None:
-    from tests.test_cli import fr
+    from tests.test_cli import fr_process as fr
 
     out = tmp_path / "timeline.json"
     result = fr(
@@ -155,3 +155,96 @@ def test_cli_writes_the_trace(tmp_path: Path) -> None:
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1, 2}
     bad = fr("timeline", "-d", str(SAMPLES / "nccl_stuck_started"), "-o", str(out), "--seq", "9:3")
     assert bad.returncode == 2 and "--seq" in bad.stderr
+
+
+# --- the default window past `window_past` ranks ----------------------------------------------
+
+
+def test_past_the_threshold_the_trace_is_a_window_around_the_root_and_says_so() -> None:
+    # GIVEN a 3D job of 16 ranks whose root cause is one rank, drawn as if 8 were many
+    analysis = load("nccl3d_stall")
+    root = analysis.conclusion.root
+    assert root is not None and root.group is not None
+    # WHEN the trace is built with no choice of what to draw
+    trace = build(analysis, TimelineOptions(window_past=8))
+    # THEN it keeps the culprit and the members of its groups, not the world
+    drawn = {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    world = len(analysis.groups.loaded_ranks)
+    near = set(root.ranks)
+    for g in analysis.groups.groups:
+        if g.size < world and set(g.ranks) & set(root.ranks):
+            near.update(g.ranks)
+    assert set(root.ranks) <= drawn <= near < set(range(world))
+    # AND on its peers, the root group's ops end a few sequence ids past the root's (the
+    # culprit's newest ops are kept whatever they are)
+    seq = root.collective_seq_id
+    assert seq is not None
+    in_root_group = [
+        e["args"]["collective_seq_id"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "X" and e["args"]["group"] == root.group.name and e["pid"] not in root.ranks
+    ]
+    assert in_root_group and max(in_root_group) <= seq + timeline.WINDOW_SEQ
+    full = build(analysis, TimelineOptions(all_ranks=True))
+    assert len(trace["traceEvents"]) < len(full["traceEvents"]) / 2
+    # AND it says what it drew, for the CLI to print
+    [note] = timeline.notes(trace)
+    assert "window around the root cause" in note and "--all" in note
+    assert problems(trace) == []
+
+
+def test_all_ranks_draws_everything_past_the_threshold() -> None:
+    analysis = load("nccl3d_stall")
+    everything = build(analysis, TimelineOptions(window_past=1_000_000))
+    forced = build(analysis, TimelineOptions(window_past=8, all_ranks=True))
+    assert forced["traceEvents"] == everything["traceEvents"]
+    assert timeline.notes(forced) == () == timeline.notes(everything)
+
+
+def test_a_choice_of_what_to_draw_turns_the_window_off() -> None:
+    analysis = load("nccl3d_stall")
+    chosen = build(analysis, TimelineOptions(window_past=8, ranks=(0, 15)))
+    assert {e["pid"] for e in chosen["traceEvents"] if e["ph"] == "X"} == {0, 15}
+    assert timeline.notes(chosen) == ()
+
+
+def test_without_a_root_the_window_is_the_newest_ops_of_the_first_ranks() -> None:
+    analysis = load("nccl_healthy")
+    trace = build(analysis, TimelineOptions(window_past=4))
+    per_rank = Counter(e["pid"] for e in trace["traceEvents"] if e["ph"] == "X")
+    assert set(per_rank) == {0, 1, 2, 3}
+    assert max(per_rank.values()) <= timeline.WINDOW_NO_ROOT_OPS
+    assert "no root cause" in timeline.notes(trace)[0]
+
+
+def test_up_to_the_threshold_nothing_is_left_out() -> None:
+    trace = build(load("nccl3d_stall"))
+    assert timeline.notes(trace) == ()
+
+
+def test_size_estimate_and_warning() -> None:
+    trace = build(load("nccl3d_stall"))
+    exact = len(timeline.encode(trace))
+    assert timeline.estimate_bytes(trace) == exact  # small: measured whole
+    assert abs(timeline.estimate_bytes(trace, sample=50) - exact) < exact * 0.3
+    assert timeline.size_warning(exact) is None
+    warning = timeline.size_warning(150 * 2**20)
+    assert warning is not None and "150 MiB" in warning
+
+
+def test_a_trace_too_big_for_a_browser_is_a_window_whatever_the_job_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a 16-rank job (fewer than 256) whose trace would pass the size a browser opens well
+    analysis = load("nccl3d_stall")
+    monkeypatch.setattr(timeline, "LARGE_BYTES", 10_000)
+    # WHEN the trace is built with no choice of what to draw
+    trace = build(analysis, TimelineOptions())
+    # THEN it is the window around the root, and says why
+    (note,) = timeline.notes(trace)
+    assert note.startswith("about ") and "more than a browser opens well" in note
+    assert "--all" in note
+    # AND --all draws everything anyway
+    everything = build(analysis, TimelineOptions(all_ranks=True))
+    assert timeline.notes(everything) == ()
+    assert len(everything["traceEvents"]) > len(trace["traceEvents"])

@@ -143,10 +143,11 @@ def test_steps_window_from_profiler_step_annotations(tmp_path: Path) -> None:
 def test_flight_recorder_overlay_lines_up_with_the_profiler(tmp_path: Path) -> None:
     from fr_analyzer import analyze
     from fr_analyzer.pipeline import Options
-    from fr_analyzer.traces import expand_inputs, fr_overlay
+    from fr_analyzer.timeline import overlay as fr_overlay
+    from fr_analyzer.traces import expand_inputs, fr_shift_ns
 
     infos = [inspect(p) for p in expand_inputs([REAL])]
-    overlay = fr_overlay(analyze(REAL_FR, Options(workers=1)), infos)
+    overlay = fr_overlay(analyze(REAL_FR, Options(workers=1)), fr_shift_ns(infos))
     trace = merged(tmp_path, [REAL], overlay=overlay)
     assert problems(trace) == []
     fr = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] >= 100_000]
@@ -162,7 +163,7 @@ def test_flight_recorder_overlay_lines_up_with_the_profiler(tmp_path: Path) -> N
 
 
 def test_cli_merge_traces(tmp_path: Path) -> None:
-    from tests.test_cli import fr
+    from tests.test_cli import fr_process as fr
 
     out = tmp_path / "merged.json"
     result = fr("merge-traces", "-o", str(out), str(REAL), "--fr", str(REAL_FR), "--steps", "2:5")

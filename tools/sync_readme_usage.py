@@ -1,6 +1,12 @@
-"""Rewrite the README's generated blocks: the usage block from the real `fr-analyze --help`
-(80 columns), and the table of limits from `fr_analyzer/dumps/limits.py` (each field of
-`Limits`, its default as written there, and its docstring)."""
+"""Rewrite the documentation's generated blocks: the usage block from the real
+`fr-analyze --help` (80 columns), and the table of limits from `fr_analyzer/dumps/limits.py`
+(each field of `Limits`, its default as written there, and its docstring).
+
+Each block sits between its markers (`<!-- usage:start -->` ... `<!-- usage:end -->`,
+`<!-- limits:start -->` ... `<!-- limits:end -->`) in exactly one of README.md and docs/*.md
+(today docs/cli.md and docs/limits.md); the block is found wherever its markers are, so a page
+can move without this tool changing.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +15,29 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- usage:start -->\n```\n(.*?)\n```\n<!-- usage:end -->", re.S)
-LIMITS_SOURCE = README.parent / "fr_analyzer" / "dumps" / "limits.py"
+LIMITS_SOURCE = ROOT / "fr_analyzer" / "dumps" / "limits.py"
 LIMITS_BLOCK = re.compile(r"<!-- limits:start -->\n(.*?)\n<!-- limits:end -->", re.S)
+
+
+def pages() -> list[Path]:
+    """The documentation pages a generated block may live in: the README, then docs/*.md."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def page_with(block: re.Pattern[str]) -> Path:
+    """The one page that holds `block`; an error when none or several do."""
+    found = [page for page in pages() if block.search(page.read_text())]
+    if len(found) != 1:
+        where = ", ".join(str(p.relative_to(ROOT)) for p in found) or "no page"
+        raise LookupError(f"{block.pattern[:24]}... must be in exactly one page, found in {where}")
+    return found[0]
 
 
 def help_text() -> str:
@@ -29,14 +52,22 @@ def help_text() -> str:
     ).stdout.rstrip()
 
 
-def readme_usage() -> str | None:
-    """The usage block currently in the README."""
-    found = BLOCK.search(README.read_text())
+def _current(block: re.Pattern[str]) -> str | None:
+    try:
+        page = page_with(block)
+    except LookupError:
+        return None
+    found = block.search(page.read_text())
     return found.group(1).rstrip() if found else None
 
 
+def readme_usage() -> str | None:
+    """The usage block currently in the documentation (docs/cli.md)."""
+    return _current(BLOCK)
+
+
 def limits_table() -> str:
-    """The README's table of limits: one row per field of `Limits`, in order."""
+    """The table of limits: one row per field of `Limits`, in order."""
     source = LIMITS_SOURCE.read_text()
     table = next(
         node
@@ -58,17 +89,30 @@ def limits_table() -> str:
 
 
 def readme_limits() -> str | None:
-    """The table of limits currently in the README."""
-    found = LIMITS_BLOCK.search(README.read_text())
-    return found.group(1).rstrip() if found else None
+    """The table of limits currently in the documentation (docs/limits.md)."""
+    return _current(LIMITS_BLOCK)
 
 
-def main() -> None:
-    block = f"<!-- usage:start -->\n```\n{help_text()}\n```\n<!-- usage:end -->"
-    text = BLOCK.sub(lambda _: block, README.read_text())
-    limits = f"<!-- limits:start -->\n{limits_table()}\n<!-- limits:end -->"
-    README.write_text(LIMITS_BLOCK.sub(lambda _: limits, text))
+def _rewrite(block: re.Pattern[str], render: Callable[[], str]) -> Path:
+    page = page_with(block)
+    page.write_text(block.sub(lambda _: render(), page.read_text()))
+    return page
+
+
+def main() -> int:
+    usage = help_text()
+    limits = limits_table()
+    try:
+        for page in (
+            _rewrite(BLOCK, lambda: f"<!-- usage:start -->\n```\n{usage}\n```\n<!-- usage:end -->"),
+            _rewrite(LIMITS_BLOCK, lambda: f"<!-- limits:start -->\n{limits}\n<!-- limits:end -->"),
+        ):
+            print(f"rewrote {page.relative_to(ROOT)}")
+    except LookupError as error:
+        print(f"sync_readme_usage: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -30,13 +30,14 @@ _NAME_RE = re.compile(
     r"(?P<stem>.*?)(?P<rank>[0-9]+)(?P<suffix>\.(?:pkl|pickle|json))?(?:\.gz)?",
     re.DOTALL | re.ASCII,
 )
-_KNOWN_PREFIXES = (
+KNOWN_PREFIXES = (
     "comm_lib_trace_rank_",
     "nccl_trace_rank_",
     "hccl_trace_rank_",
     "fr_trace_rank_",
     "rank_",
 )
+"""File name prefixes of the recorders and tools; what follows is the rank, or `<host>_<rank>`."""
 
 
 # The debug server's periodic text dumps: `<handler>_<YYYYmmdd>_<HHMMSS>.txt`
@@ -50,7 +51,7 @@ _SERVER_REPORT = re.compile(
 
 def _family(stem: str) -> str:
     """Files of one dump set share a family: a known prefix, or the stem with digits folded."""
-    for known in _KNOWN_PREFIXES:
+    for known in KNOWN_PREFIXES:
         if stem.startswith(known):
             return known
     return re.sub(r"[0-9]+", "#", stem)
@@ -180,7 +181,7 @@ def _choose_family(candidates: dict[str, _Candidates], source: Source) -> tuple[
     thousands of unrelated numbered files do not win), then the largest family."""
 
     def base(item: tuple[str, _Candidates]) -> tuple[bool, int, str]:
-        return (item[0] in _KNOWN_PREFIXES, len(item[1]), item[0])
+        return (item[0] in KNOWN_PREFIXES, len(item[1]), item[0])
 
     ordered = sorted(candidates.items(), key=base, reverse=True)
     if len(ordered) == 1:

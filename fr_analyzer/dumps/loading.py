@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DumpError
 from ..model import UnreadableDump
-from . import dialects, limits, sandbox, stamps, torchft
+from . import dialects, hosts, limits, sandbox, stamps, torchft
 from .archives import StreamedFiles
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
@@ -177,6 +177,7 @@ def load_all(
                     result.header(),
                     file_time_ns=_file_time_ns(files[index]),
                     name_time_ns=_name_time_ns(files[index]),
+                    host=result.host or hosts.host_in_name(files[index].path.name),
                 )
             )
         else:

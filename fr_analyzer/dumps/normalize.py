@@ -24,6 +24,7 @@ from .careful import careful_columns
 from .columnar import Slower, fast_columns
 from .common import _INT64_MAX, DENSE_FLOOR, MIN_ENTRY_BYTES
 from .decode import Decoded, EntryColumns, Undecodable
+from .hosts import host_in_header
 from .records import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
 from .values import Bomb, EntryError, ValueReader, as_int, int_or_unset, parse_ranks
 
@@ -163,6 +164,7 @@ def _build_rank(
         entries=columns.n,
         tables=tables,
         columns=columns,
+        host=host_in_header(raw),
     )
 
 

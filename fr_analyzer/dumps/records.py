@@ -120,6 +120,10 @@ class RankDump:
     file_time_ns: int | None = None
     # A time written in its file's or folder's name (`dumps.stamps`): when the copy was made.
     name_time_ns: int | None = None
+    # The host it ran on: the dump's own `host_name` (the debug server's JSON writes one),
+    # else the host its file's name carries (`nccl_trace_rank_<host>_<rank>`); None: unknown.
+    # Printable and at most `HOST_CHARS` characters (`dumps.hosts`).
+    host: str | None = None
 
     def header(self) -> RankDump:
         """The same dump without its entries' tables and columns."""
