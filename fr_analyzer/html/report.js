@@ -216,17 +216,22 @@
     const frag = document.createDocumentFragment();
     const size = `${L.cell}px`;
     const showNumbers = L.cell >= 20;
-    for (let r = 0; r < W; r++) {
-      const [x, y] = at(L.place(r, 0));
+    // one absolutely placed square per rank (and per rank and group family)
+    const square = (className, r, slot) => {
+      const [x, y] = at(L.place(r, slot));
       const c = document.createElement("div");
-      c.className = `cell rank s${SPOT[r]}${culprits.has(r) ? " culprit" : ""}`;
+      c.className = className;
       c.dataset.r = r;
       const st = c.style;
       st.left = `${x}px`;
       st.top = `${y}px`;
       st.width = size;
       st.height = size;
-      if (showNumbers) { st.lineHeight = size; c.textContent = r; }
+      return c;
+    };
+    for (let r = 0; r < W; r++) {
+      const c = square(`cell rank s${SPOT[r]}${culprits.has(r) ? " culprit" : ""}`, r, 0);
+      if (showNumbers) { c.style.lineHeight = size; c.textContent = r; }
       cells[r] = c;
       frag.appendChild(c);
     }
@@ -237,16 +242,7 @@
         for (let f = 0; f < F; f++) {
           const s = state[r * F + f];
           if (s < 0) continue;
-          const [x, y] = at(L.place(r, f + 1));
-          const c = document.createElement("div");
-          c.className = `cell fam s${s}`;
-          c.dataset.r = r;
-          const st = c.style;
-          st.left = `${x}px`;
-          st.top = `${y}px`;
-          st.width = size;
-          st.height = size;
-          frag.appendChild(c);
+          frag.appendChild(square(`cell fam s${s}`, r, f + 1));
         }
       }
     }
