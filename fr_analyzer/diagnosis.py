@@ -31,6 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -105,7 +106,16 @@ class RankState:
     waits_for: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+class WaitStep(NamedTuple):
+    """One step of a wait chain: a rank, and the op it waits in (its group's name and the
+    sequence id), or no op for the rank the chain ends at when it waits in none."""
+
+    rank: int
+    group: str | None
+    seq: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RootCause:
     """The one thing everything else follows from."""
 
@@ -117,7 +127,7 @@ class RootCause:
     op: str
     sentence: str
     evidence: tuple[str, ...]
-    wait_chain: tuple[tuple[int, str | None, int | None], ...]
+    wait_chain: tuple[WaitStep, ...]
     deviates: bool = False  # the culprit issued ops in another order than the others (a bug)
     finding: Finding | None = None  # the matcher's finding that states it, if any
     lateness_s: float | None = None  # stragglers: how late
@@ -371,9 +381,24 @@ def _dated_by(when: DumpTime, ranks: set[int]) -> str:
 # Roots
 
 
+class Candidate(enum.Enum):
+    """What kind of rank a hang's root may be; their order breaks ties between candidates
+    that hold up as many ranks (the first is preferred)."""
+
+    DEVIANT = "deviant"  # issued ops in another order than the others wait for
+    DEAD = "dead"  # no usable dump, or stopped recording long ago
+    STUCK = "stuck"  # blocked in an op nobody else holds up
+    IDLE = "idle"  # waited for, but in no op at all
+    DEADLOCK = "deadlock"  # ranks waiting for each other in a cycle
+
+    @property
+    def preference(self) -> int:
+        return list(Candidate).index(self)
+
+
 @dataclass
 class _Candidate:
-    kind: str  # "dead", "idle", "stuck", "deviant", "deadlock"
+    kind: Candidate
     ranks: tuple[int, ...]
     behind: set[int]
     node: int = -1  # stuck: the wait node they are blocked in
@@ -526,22 +551,22 @@ class _Context:
             return f"{ref.op} #{ref.collective_seq_id} of group {g.name!r} ({g.desc})"
         return f"{ref.op} (p2p #{ref.p2p_seq_id} on rank {ref.rank}) of group {g.name!r} ({g.desc})"
 
-    def chain(self, roots: set[int]) -> tuple[tuple[int, str | None, int | None], ...]:
+    def chain(self, roots: set[int]) -> tuple[WaitStep, ...]:
         """The longest wait chain that ends at one of `roots`, as (rank, group, seq) steps."""
         graph = self.graph_used
         levels = graph.levels(roots)
         if not levels:
             return ()
         start = max(levels, key=lambda r: (levels[r], -r))
-        steps: list[tuple[int, str | None, int | None]] = []
+        steps: list[WaitStep] = []
         for rank in graph.path(start, roots):
             row = graph.frontier.get(rank)
             if row is None:
-                steps.append((rank, None, None))
+                steps.append(WaitStep(rank, None, None))
                 continue
             ref = self.ref(row)
             seq = ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id
-            steps.append((rank, ref.group.name, seq))
+            steps.append(WaitStep(rank, ref.group.name, seq))
         return tuple(steps)
 
     def root_time(self, root: RootCause) -> RootTime | None:
@@ -692,15 +717,15 @@ class _Context:
         mine = [r for r in rows if int(self.t.rank[r]) in roots]
         peers = [r for r in rows if int(self.t.rank[r]) not in roots]
         return RootCause(
-            RootKind.MISMATCH,
-            tuple(sorted(roots)),
-            f.group,
-            f.collective_seq_id,
-            f.p2p_seq_id,
-            f.op,
-            sentence,
-            (f.detail,),
-            self.chain(roots),
+            kind=RootKind.MISMATCH,
+            ranks=tuple(sorted(roots)),
+            group=f.group,
+            collective_seq_id=f.collective_seq_id,
+            p2p_seq_id=f.p2p_seq_id,
+            op=f.op,
+            sentence=sentence,
+            evidence=(f.detail,),
+            wait_chain=self.chain(roots),
             deviates=True,
             finding=f,
             code=self.code(mine[0] if mine else None, peers),
@@ -721,15 +746,15 @@ class _Context:
         )
         rows = _finding_rows(self, f)
         return RootCause(
-            RootKind.NOT_JOINED,
-            tuple(sorted(roots)),
-            f.group,
-            f.collective_seq_id,
-            None,
-            f.op,
-            sentence,
-            (f.detail,),
-            self.chain(roots),
+            kind=RootKind.NOT_JOINED,
+            ranks=tuple(sorted(roots)),
+            group=f.group,
+            collective_seq_id=f.collective_seq_id,
+            p2p_seq_id=None,
+            op=f.op,
+            sentence=sentence,
+            evidence=(f.detail,),
+            wait_chain=self.chain(roots),
             deviates=True,
             finding=f,
             code=self.code(rows[0] if rows else None, []),
@@ -757,52 +782,58 @@ class _Context:
             if rank in deviants:
                 continue
             if rank in g.unavailable:
-                candidates.append(_Candidate("dead", (rank,), set()))
+                candidates.append(_Candidate(Candidate.DEAD, (rank,), set()))
             elif rank not in g.node_of:
-                candidates.append(_Candidate("idle", (rank,), set()))
+                candidates.append(_Candidate(Candidate.IDLE, (rank,), set()))
         stuck: dict[int, list[int]] = {}
         for rank, node in g.node_of.items():
             if rank in graph.frontier and not g.waits[node].waits_for and rank not in deviants:
                 stuck.setdefault(node, []).append(rank)
         for node, ranks in sorted(stuck.items()):
-            candidates.append(_Candidate("stuck", tuple(sorted(ranks)), set(), node=node))
+            candidates.append(_Candidate(Candidate.STUCK, tuple(sorted(ranks)), set(), node=node))
         for rank, row in sorted(deviants.items()):
-            candidates.append(_Candidate("deviant", (rank,), set(), waited_row=row))
+            candidates.append(_Candidate(Candidate.DEVIANT, (rank,), set(), waited_row=row))
         for cycle in deadlocks:
-            candidates.append(_Candidate("deadlock", tuple(cycle), set()))
+            candidates.append(_Candidate(Candidate.DEADLOCK, tuple(cycle), set()))
         if not candidates:
             return None
         reach: dict[tuple[object, ...], set[int]] = {}
         for c in candidates:
-            if c.kind in ("idle", "dead"):
+            if c.kind in (Candidate.IDLE, Candidate.DEAD):
                 key: tuple[object, ...] = ("w", *sorted(g.nodes_waiting_for(c.ranks[0])))
             else:
                 key = ("r", *c.ranks)
             if key not in reach:
                 reach[key] = g.waiting_for(c.ranks)
             c.behind = reach[key]
-        order = {"deviant": 0, "dead": 1, "stuck": 2, "idle": 3, "deadlock": 4}
         best = max(
             candidates,
-            key=lambda c: (len(c.behind), -order[c.kind], -self._stopped(c.ranks), -c.ranks[0]),
+            key=lambda c: (
+                len(c.behind),
+                -c.kind.preference,
+                -self._stopped(c.ranks),
+                -c.ranks[0],
+            ),
         )
-        if best.kind in ("idle", "stuck"):
+        if best.kind in (Candidate.IDLE, Candidate.STUCK):
             for rank in best.ranks:
                 divergence = self._p2p_divergence_any(rank)
                 if divergence is not None:
                     return self._p2p_deviant_root(rank, divergence)
-        if best.kind in ("idle", "dead"):
+        if best.kind in (Candidate.IDLE, Candidate.DEAD):
             # Ranks that never joined the same op are one root (two ranks that both stopped).
             same = [
                 c
                 for c in candidates
-                if c.kind in ("idle", "dead") and c.behind == best.behind and c is not best
+                if c.kind in (Candidate.IDLE, Candidate.DEAD)
+                and c.behind == best.behind
+                and c is not best
             ]
             merged = tuple(sorted({*best.ranks, *(r for c in same for r in c.ranks)}))
             return self._idle_root(merged)
-        if best.kind == "stuck":
+        if best.kind is Candidate.STUCK:
             return self._stuck_root(best)
-        if best.kind == "deviant":
+        if best.kind is Candidate.DEVIANT:
             return self._deviant_root(best.ranks[0], best.waited_row)
         return self._deadlock_root(list(best.ranks))
 
@@ -1360,15 +1391,15 @@ class _Context:
             )
             kind = RootKind.NOT_JOINED
         return RootCause(
-            kind,
-            roots,
-            ref.group if ref else None,
-            ref.collective_seq_id if ref else None,
-            ref.p2p_seq_id if ref else None,
-            ref.op if ref else "",
-            sentence,
-            tuple(evidence),
-            self.chain(root_set),
+            kind=kind,
+            ranks=roots,
+            group=ref.group if ref else None,
+            collective_seq_id=ref.collective_seq_id if ref else None,
+            p2p_seq_id=ref.p2p_seq_id if ref else None,
+            op=ref.op if ref else "",
+            sentence=sentence,
+            evidence=tuple(evidence),
+            wait_chain=self.chain(root_set),
             deviates=bool(skipped) and len(skipped) == len(roots) and kind != RootKind.DEAD_RANK,
             code=code,
         )
@@ -1435,18 +1466,18 @@ class _Context:
             f"{agree(issuers, 'that rank', 'those ranks')} (a rank-dependent branch)."
         )
         return RootCause(
-            RootKind.MISMATCH,
-            tuple(issuers),
-            group,
-            ref.collective_seq_id,
-            None,
-            ref.op,
-            sentence,
-            (
+            kind=RootKind.MISMATCH,
+            ranks=tuple(issuers),
+            group=group,
+            collective_seq_id=ref.collective_seq_id,
+            p2p_seq_id=None,
+            op=ref.op,
+            sentence=sentence,
+            evidence=(
                 f"{label(issuers)} of {group.size} members issued it; the other "
                 f"{len(seen)}{' with a dump' if seen != others else ''} went past that point",
             ),
-            self.chain(set(issuers)),
+            wait_chain=self.chain(set(issuers)),
             deviates=True,
             code=self.code(ref.row, []),
         )
@@ -1470,15 +1501,15 @@ class _Context:
             "pipeline stage issue at the same p2p seq ids",
         )
         return RootCause(
-            RootKind.MISMATCH,
-            (rank,),
-            at.group,
-            None,
-            at.p2p_seq_id,
-            at.op,
-            sentence,
-            evidence,
-            self.chain({rank}),
+            kind=RootKind.MISMATCH,
+            ranks=(rank,),
+            group=at.group,
+            collective_seq_id=None,
+            p2p_seq_id=at.p2p_seq_id,
+            op=at.op,
+            sentence=sentence,
+            evidence=evidence,
+            wait_chain=self.chain({rank}),
             deviates=True,
             code=self.code(row, []),
         )
@@ -1508,15 +1539,15 @@ class _Context:
         )
         peers = [self.graph.frontier[w] for w in waiters if w in self.graph.frontier]
         return RootCause(
-            RootKind.NOT_JOINED,
-            (rank,),
-            ref.group,
-            ref.collective_seq_id,
-            ref.p2p_seq_id,
-            ref.op,
-            sentence,
-            tuple(evidence),
-            self.chain({rank}),
+            kind=RootKind.NOT_JOINED,
+            ranks=(rank,),
+            group=ref.group,
+            collective_seq_id=ref.collective_seq_id,
+            p2p_seq_id=ref.p2p_seq_id,
+            op=ref.op,
+            sentence=sentence,
+            evidence=tuple(evidence),
+            wait_chain=self.chain({rank}),
             deviates=True,
             code=self.code(mine, peers),
         )
@@ -1602,15 +1633,15 @@ class _Context:
             )
         peers = [g.frontier[w] for w in best.behind if w in g.frontier]
         return RootCause(
-            RootKind.STUCK_COLLECTIVE,
-            tuple(stuck),
-            ref.group,
-            ref.collective_seq_id,
-            ref.p2p_seq_id,
-            ref.op,
-            sentence,
-            tuple(evidence),
-            self.chain(set(stuck)),
+            kind=RootKind.STUCK_COLLECTIVE,
+            ranks=tuple(stuck),
+            group=ref.group,
+            collective_seq_id=ref.collective_seq_id,
+            p2p_seq_id=ref.p2p_seq_id,
+            op=ref.op,
+            sentence=sentence,
+            evidence=tuple(evidence),
+            wait_chain=self.chain(set(stuck)),
             code=self.code(node.row, peers[:64]),
         )
 
@@ -1632,7 +1663,7 @@ class _Context:
             seq = None
             if ref is not None:
                 seq = ref.collective_seq_id if ref.p2p_seq_id is None else ref.p2p_seq_id
-            chain.append((node, ref.group.name if ref else None, seq))
+            chain.append(WaitStep(node, ref.group.name if ref else None, seq))
             nxt = [w for w in g.waits_for(node) if w in cycle]
             if not nxt:
                 break
@@ -1646,15 +1677,15 @@ class _Context:
             "same order."
         )
         return RootCause(
-            RootKind.DEADLOCK,
-            tuple(cycle),
-            first.group if first else None,
-            first.collective_seq_id if first else None,
-            first.p2p_seq_id if first else None,
-            first.op if first else "",
-            sentence,
-            tuple(evidence),
-            tuple(chain),
+            kind=RootKind.DEADLOCK,
+            ranks=tuple(cycle),
+            group=first.group if first else None,
+            collective_seq_id=first.collective_seq_id if first else None,
+            p2p_seq_id=first.p2p_seq_id if first else None,
+            op=first.op if first else "",
+            sentence=sentence,
+            evidence=tuple(evidence),
+            wait_chain=tuple(chain),
             deviates=True,
         )
 
@@ -1752,14 +1783,14 @@ def _straggler_root(slow: stragglers.Slowness) -> RootCause:
             "look at that host (slow GPU, data loading, CPU contention, thermal throttling)."
         )
     return RootCause(
-        RootKind.STRAGGLER,
-        (slow.rank,),
-        slow.group,
-        slow.collective_seq_id,
-        slow.p2p_seq_id,
-        slow.op,
-        sentence,
-        slow.evidence,
-        (),
+        kind=RootKind.STRAGGLER,
+        ranks=(slow.rank,),
+        group=slow.group,
+        collective_seq_id=slow.collective_seq_id,
+        p2p_seq_id=slow.p2p_seq_id,
+        op=slow.op,
+        sentence=sentence,
+        evidence=slow.evidence,
+        wait_chain=(),
         lateness_s=slow.lateness_s,
     )
