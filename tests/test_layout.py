@@ -24,12 +24,15 @@ SHARED = {"presentation", "tables", "chrome"}
 FRONT = {"cli", "cli_compat", "__main__", "__init__", "live"}
 
 
-def imported(module: str) -> set[str]:
-    """The package modules `fr_analyzer/<module>.py` imports, at any depth of its code."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+def imported(path: Path) -> set[str]:
+    """The package's top-level modules and subpackages the file at `path` imports, at any
+    depth of its code (`from .x import` in a top-level module, `from ..x import` in a
+    subpackage's)."""
+    depth = len(path.relative_to(PACKAGE).parts)  # 1: a top-level module, 2: in a subpackage
+    tree = ast.parse(path.read_text())
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
+        if isinstance(node, ast.ImportFrom) and node.level == depth:
             if node.module is None:
                 found.update(alias.name for alias in node.names)
             else:
@@ -37,15 +40,24 @@ def imported(module: str) -> set[str]:
     return found
 
 
+def top_level(name: str) -> str:
+    """The top-level module or subpackage a file of the package belongs to."""
+    return Path(name).parts[0].removesuffix(".py")
+
+
 def test_no_renderer_imports_another() -> None:
     for module in sorted(RENDERERS):
-        others = imported(module) & (RENDERERS - {module})
+        others = imported(PACKAGE / f"{module}.py") & (RENDERERS - {module})
         assert not others, f"{module} imports {sorted(others)}"
 
 
 def test_the_core_imports_no_renderer_and_no_shared_presentation() -> None:
-    core = {p.stem for p in PACKAGE.glob("*.py")} - RENDERERS - SHARED - FRONT
-    assert core, "no core modules found"
-    for module in sorted(core):
-        wrong = imported(module) & (RENDERERS | SHARED)
-        assert not wrong, f"{module} (core) imports {sorted(wrong)}"
+    core = [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if top_level(str(path.relative_to(PACKAGE))) not in RENDERERS | SHARED | FRONT
+    ]
+    assert any(p.parent.name == "diagnosis" for p in core), "the diagnosis package is core"
+    for path in core:
+        wrong = imported(path) & (RENDERERS | SHARED)
+        assert not wrong, f"{path.relative_to(PACKAGE)} (core) imports {sorted(wrong)}"

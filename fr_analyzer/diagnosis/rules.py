@@ -1,26 +1,11 @@
-"""Hang diagnosis: from who waits for whom (`waits`) to the root everything waits for.
+"""The root-cause rules over the wait graph (see the package docstring for their order): the
+mismatch and skip rules, and a hang's root among dead, idle, stuck, deviant and deadlocked
+ranks, with the peer-order oracle they share (`order`, `_path`, `_roles`, `_mirrors`,
+`_own_next`).
 
-The rules, in the order they are applied:
-
-1. A disagreement (op type, size or dtype; a send/recv pair that disagrees) is a program bug
-   and the root: the causally first one wins.
-2. Unfinished ops are a hang only when they are old (`ages`): a dump taken while ops were in
-   flight has no root cause.
-3. Ranks that wait for each other in a cycle issued ops in different orders. The order the
-   other ranks follow (the same groups, or groups alike, at the same sequence ids) decides who
-   deviated: that rank skipped the op the others wait for it in. With no such reference it is
-   a deadlock.
-4. Otherwise the root is what the most ranks (transitively) wait for: a rank with no usable
-   dump (dead), a rank that never issued the op (not joined: it stopped, or it skipped the op
-   and went on, which the same reference order tells), or ranks stuck on their own in an op
-   that their peers completed or started (stuck collective), or that every member issued and
-   none completed (a communication-level hang). A rank blocked in an earlier op of its own is
-   never the root of a later op it has not reached: edges lead through it.
-5. On a backend that records no send/recv (gloo), a rank blocked in one looks idle; of the
-   idle ranks the others wait for, the root is the one that stopped where its peers went
-   straight on to the op they wait for it in (else the one whose activity stopped first), and
-   the others (stages starved of their input) are taken to wait for it.
-6. With nothing hung and no disagreement, a rank that made the others wait (`stragglers`).
+It is over 600 lines because `Context` is still one class: its caches serve every rule, and
+splitting it into one module per rule family over an explicit peer-order collaborator is the
+next step of issue 35.
 """
 
 from __future__ import annotations
@@ -29,20 +14,18 @@ import enum
 import itertools
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from . import stragglers, waits
-from .ages import DUMP_SPREAD_S, Age, DumpTime, Evidence, ages, dump_time
-from .arrays import distinct
-from .dumps import EntryTable, RankDump, rank_starts
-from .groups import GroupTable
-from .matching import MatchResult
-from .model import (
+from .. import stragglers, waits
+from ..arrays import distinct
+from ..dumps import EntryTable, rank_starts
+from ..groups import GroupTable
+from ..matching import MatchResult
+from ..model import (
     MISMATCH_KINDS,
     STATE_NAMES,
     Finding,
@@ -54,18 +37,13 @@ from .model import (
     State,
     UnitKind,
 )
-from .positions import (
+from ..positions import (
     OpRef,
-    Position,
     Refs,
-    StackGroup,
-    last_per_rank,
-    newest_per_rank,
-    positions,
-    stacks,
 )
-from .ranks import agree, by_count, counted, label
-from .series import Series
+from ..ranks import agree, by_count, counted, label
+from .records import RootCause, RootKind, RootTime, Thresholds, WaitStep
+from .timing import timing_on
 
 NO_P2P_BACKENDS = frozenset({"gloo"})
 """Backends whose recorder never records send/recv: a rank blocked in one looks idle."""
@@ -77,304 +55,6 @@ _DUE_CANDIDATES = 8  # ops waited in, compared to find the one a rank was due to
 _MIRRORS = 4  # ranks in the same role consulted for that
 _PATH_OPS = 24  # a rank's latest collectives another rank must share to be a reference
 _HISTORY_MATCH = 6  # latest ops matched against a rank's own history to say what comes next
-
-
-class RootKind(enum.StrEnum):
-    MISMATCH = "mismatch"
-    NOT_JOINED = "not_joined"
-    DEAD_RANK = "dead_rank"
-    STUCK_COLLECTIVE = "stuck_collective"
-    DEADLOCK = "deadlock"
-    STRAGGLER = "straggler"
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Tunable limits of the diagnosis."""
-
-    dead_after_s: float = 60.0  # an idle rank whose buffer ends this long before its waiters'
-    straggler_ms: float = 50.0  # median lateness that makes a rank a straggler
-    stall_ms: float = 2000.0  # one late arrival that makes a rank the cause of a slow step
-    stack_depth: int = 8  # innermost frames compared when grouping stacks
-
-
-@dataclass(frozen=True)
-class RankState:
-    rank: int
-    blocked: OpRef | None  # the oldest op that did not complete
-    newest: OpRef | None  # the newest op in its buffer
-    waits_for: tuple[int, ...]
-
-
-class WaitStep(NamedTuple):
-    """One step of a wait chain: a rank, and the op it waits in (its group's name and the
-    sequence id), or no op for the rank the chain ends at when it waits in none."""
-
-    rank: int
-    group: str | None
-    seq: int | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RootCause:
-    """The one thing everything else follows from."""
-
-    kind: RootKind
-    ranks: tuple[int, ...]
-    group: Group | None
-    collective_seq_id: int | None
-    p2p_seq_id: int | None
-    op: str
-    sentence: str
-    evidence: tuple[str, ...]
-    wait_chain: tuple[WaitStep, ...]
-    deviates: bool = False  # the culprit issued ops in another order than the others (a bug)
-    finding: Finding | None = None  # the matcher's finding that states it, if any
-    lateness_s: float | None = None  # stragglers: how late
-    code: Stack = ()  # the culprit's innermost frames that differ from its peers'
-    time: RootTime | None = None  # when the root op happened, on the culprit's clock
-
-
-@dataclass(frozen=True)
-class RootTime:
-    """When the root op happened on one rank's clock, to find that moment in its logs."""
-
-    at_ns: int  # ns since the epoch (the entry's `time_created_ns`)
-    rank: int  # whose clock: the culprit's, or (a culprit with no dump) a rank waiting for it
-    what: str  # what happened then, one clause: "rank 5 enqueued all_reduce #8 of group '2'"
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Whether the unfinished ops are stuck or in flight, and how that is known."""
-
-    dump: DumpTime
-    blocked_ranks: int
-    oldest_age_s: float | None  # age of the oldest unfinished op at the dump time
-    age: Age  # of the job's unfinished ops: old if any is, young if all are, else unknown
-    hung: bool  # treated as stuck: old, or unknown on a backend whose watchdog dumps at timeout
-    note: str  # one sentence for the report
-    measured: bool = False  # decided by comparing snapshots (`series`), not by one dump
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    positions: tuple[Position, ...]
-    ranks: tuple[RankState, ...]
-    stacks: tuple[StackGroup, ...]
-    root_cause: RootCause | None
-    timing: Timing
-    behind_root: frozenset[int]  # ranks that wait, directly or not, for the root's ranks
-    hosts: Mapping[int, str] = field(default_factory=dict)  # rank → its host, where known
-
-
-def diagnose(
-    dumps: Sequence[RankDump],
-    table: EntryTable,
-    groups: GroupTable,
-    matches: MatchResult,
-    findings: Sequence[Finding],
-    thresholds: Thresholds = Thresholds(),
-    series: Series | None = None,
-) -> Diagnosis:
-    t = table
-    newest_ns = newest_per_rank(t)
-    graph = waits.build(t, groups, matches)
-    # A rank's frontier did not complete, whatever the row's flags say (`waits`: gloo retires
-    # a collective that failed with a dead rank as one that completed).
-    incomplete = graph.incomplete.copy()
-    incomplete[list(graph.frontier.values())] = True
-    refs = Refs(t, groups, newest_ns, incomplete)
-    blocked = dict(zip(graph.frontier, refs.refs(list(graph.frontier.values())), strict=True))
-    last_row = last_per_rank(t)
-    newest = dict(zip(last_row, refs.refs(list(last_row.values())), strict=True))
-    states = {
-        rank: RankState(rank, blocked.get(rank), newest.get(rank), graph.waits_for(rank))
-        for rank in groups.loaded_ranks
-    }
-    timing = _timing(t, graph, dumps, series)
-    ctx = _Context(t, groups, matches, graph, newest_ns, last_row, refs, thresholds)
-    ctx.wrapped = frozenset(d.rank for d in dumps if d.wrapped)
-    root: RootCause | None = None
-    first = _first_mismatch(ctx, findings)
-    if first is not None:
-        root = ctx.mismatch_root(first)
-    elif matches.skipped:
-        root = ctx.skipped_root(matches.skipped[0])
-    elif graph.frontier and timing.hung:
-        root = ctx.hang_root()
-    if root is None and not (graph.frontier and timing.hung):
-        slow = stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
-        if slow is not None:
-            root = _straggler_root(slow)
-    behind = frozenset(ctx.behind(root)) if root is not None else frozenset()
-    if root is not None:
-        root = replace(root, time=ctx.root_time(root))
-    shown = {r: s.blocked or s.newest for r, s in states.items() if s.blocked or s.newest}
-    return Diagnosis(
-        positions(refs, incomplete),
-        tuple(states[r] for r in sorted(states)),
-        stacks(
-            t,
-            {r: ref for r, ref in shown.items() if ref is not None},
-            thresholds.stack_depth,
-            groups,
-        ),
-        root,
-        timing,
-        behind,
-        {d.rank: d.host for d in dumps if d.host},
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# In flight or stuck
-
-
-MIN_UNCHANGED_S = 1.0
-"""However short the job's step, a rank unchanged for less than this is not called stuck."""
-
-
-def _timing(
-    t: EntryTable,
-    graph: waits.WaitGraph,
-    dumps: Sequence[RankDump] = (),
-    series: Series | None = None,
-) -> Timing:
-    when = dump_time(t, dumps)
-    rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
-    if not len(rows):
-        return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")
-    one = _one_dump_timing(t, rows, when)
-    return one if series is None else _measured(t, rows, one, series)
-
-
-def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: Series) -> Timing:
-    """The verdict of several snapshots: a blocked rank unchanged for its op's timeout, or for
-    longer than the job's step time, is stuck; blocked ranks that all moved were in flight;
-    otherwise the single dump's verdict stands, with what the snapshots showed."""
-    step = series.step_s
-    stuck: dict[int, float] = {}
-    moved: set[int] = set()
-    still: set[int] = set()
-    for rank, timeout_ms in zip(t.rank[rows].tolist(), t.timeout_ms[rows].tolist(), strict=True):
-        m = series.ranks.get(int(rank))
-        if m is None:
-            continue
-        if m.moved:
-            moved.add(int(rank))
-            continue
-        still.add(int(rank))
-        held = m.unchanged_s
-        if held is None or held < MIN_UNCHANGED_S:
-            continue
-        limit = timeout_ms / 1e3
-        if (limit > 0 and held >= limit - DUMP_SPREAD_S) or (step is not None and held > step):
-            stuck[int(rank)] = held
-    n = len(rows)
-    count = len(series.labels)
-    step_text = f"the job's step takes {step:.2g} s" if step is not None else "no step time known"
-    timeout = float(t.timeout_ms[rows].max()) / 1e3
-    if stuck:
-        longest = max(stuck, key=lambda r: (stuck[r], -r))
-        note = (
-            f"{_unfinished(n)}; {label(sorted(stuck))} "
-            f"{series.describe(longest)} (timeout {timeout:.0f} s, {step_text}): the job is hung"
-        )
-        return replace(
-            one, oldest_age_s=stuck[longest], age=Age.OLD, hung=True, note=note, measured=True
-        )
-    if moved and not still and one.age is not Age.OLD:
-        last, previous = series.times_ns[-1], series.times_ns[-2]
-        apart = (
-            f", {(last - previous) / 1e9:.0f} s apart"
-            if last is not None and previous is not None
-            else ""
-        )
-        note = (
-            f"{_unfinished(n)}, but every one of them moved between the last "
-            f"two of {count} snapshots{apart}: they were in flight, not stuck"
-        )
-        return replace(one, age=Age.YOUNG, hung=False, note=note, measured=True)
-    if still:
-        first = min(still)
-        why = (
-            f"{label(sorted(still))} {series.describe(first)}, not long enough to call stuck "
-            f"(timeout {timeout:.0f} s, {step_text})"
-        )
-        return replace(one, note=f"{one.note}. Across the snapshots, {why}")
-    return one
-
-
-def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Timing:
-    age_s, verdicts = ages(t, rows, when)
-    known = age_s[~np.isnan(age_s)]
-    oldest = float(known.max()) if len(known) else None
-    timeout = float(t.timeout_ms[rows].max()) / 1e3
-    n = len(rows)
-    dated_by = _dated_by(when, {int(r) for r in t.rank[rows]})
-    if Age.OLD in verdicts:
-        failed = int((t.retired[rows] & (t.state[rows] != State.COMPLETED)).sum())
-        if oldest is not None and oldest >= timeout - DUMP_SPREAD_S:
-            why = f"the oldest had waited {oldest:.0f} s (timeout {timeout:.0f} s{dated_by})"
-        else:
-            why = f"{failed} of them ended without completing (timed out or failed)"
-        note = f"{_unfinished(n)}; {why}: the job is hung"
-        return Timing(when, n, oldest, Age.OLD, True, note)
-    if all(v == Age.YOUNG for v in verdicts):
-        if oldest is None:
-            age_text = "still running"
-        elif when.exact or when.file_times:
-            age_text = f"at most {oldest:.1f} s old"
-        else:  # PyTorch's gloo recorder left them unretired: below their timeout
-            at_least = f"at least {oldest:.0f} s old and " if oldest >= 1 else ""
-            age_text = f"{at_least}below their timeout (gloo retires an op that times out)"
-        note = (
-            f"{_unfinished(n)}, {age_text} when the dumps were taken (timeout "
-            f"{timeout:.0f} s{dated_by}): they were in flight, not stuck"
-        )
-        return Timing(when, n, oldest, Age.YOUNG, False, note)
-    why = (
-        "NCCL timing was on, but nothing was running at the dump"
-        if when.timing_on
-        else "no op was looked at during the dump: NCCL timing off"
-    )
-    note = (
-        f"{_unfinished(n)}, but the dumps do not tell how old they were "
-        f"({why}, and no file's time dates it). A watchdog dumps when an op "
-        "times out, so they are taken as stuck; if the job was still running when it was "
-        "dumped, they may simply have been in flight"
-    )
-    return Timing(when, n, oldest, Age.UNKNOWN, True, note)
-
-
-def _unfinished(n: int) -> str:
-    """`3 ranks have unfinished ops`, `1 rank has unfinished ops`."""
-    return f"{counted(n, 'rank')} {by_count(n, 'has', 'have')} unfinished ops"
-
-
-def _timing_on(t: EntryTable, ranks: Sequence[int]) -> bool:
-    """Whether NCCL timing was on for every one of `ranks`: some op of each has a start time
-    or a duration (with timing off, no op is ever seen started)."""
-    seen = (t.t_started >= 0) | ~np.isnan(t.duration_ms)
-    timed = {int(r) for r in np.unique(t.rank[seen])}
-    return bool(ranks) and all(r in timed for r in ranks)
-
-
-def _dated_by(when: DumpTime, ranks: set[int]) -> str:
-    """ ", dated by ..." for a note: what dated the dumps of `ranks` (none when only the
-    entries' newest timestamp bounds it)."""
-    if when.exact:
-        return ", dated by an op looked at during the dump"
-    files = sorted(r for r in ranks if r in when.file_times)
-    if not files:
-        return ""
-    named = [r for r in files if when.evidence.get(r) is Evidence.NAME]
-    timed = [r for r in files if when.evidence.get(r) is not Evidence.NAME]
-    parts = [f"the file's modification time of {label(timed)}"] if timed else []
-    if named:
-        parts.append(f"the time in the file's or folder's name of {label(named)}")
-    return ", dated by " + " and ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +85,7 @@ class _Candidate:
     waited_row: int = -1  # deviant: the row of the op the others wait for it in
 
 
-class _Context:
+class Context:
     """Everything the root-cause rules read."""
 
     def __init__(
@@ -1617,7 +1297,7 @@ class _Context:
                 "NCCL stopped there (a device hang, a kernel that never finished, a network "
                 f"fault on {agree(stuck, 'that host', 'those hosts')}), not a program bug."
             )
-        elif states and set(states) == {"scheduled"} and _timing_on(t, stuck):
+        elif states and set(states) == {"scheduled"} and timing_on(t, stuck):
             sentence = (
                 f"{label(stuck)} {agree(stuck, 'is', 'are')} stuck in {self.where(ref)} although "
                 "every member issued it and none completed it. NCCL timing was on and it stayed "
@@ -1703,7 +1383,7 @@ def _pipeline_desc(desc: str) -> bool:
     return bool(words & _PIPELINE_WORDS)
 
 
-def _first_mismatch(ctx: _Context, findings: Sequence[Finding]) -> Finding | None:
+def first_mismatch(ctx: Context, findings: Sequence[Finding]) -> Finding | None:
     """The causally first disagreement: the one whose op was enqueued first."""
     found = [f for f in findings if f.kind in MISMATCH_KINDS]
     if not found:
@@ -1717,12 +1397,12 @@ def _first_mismatch(ctx: _Context, findings: Sequence[Finding]) -> Finding | Non
     return min(found, key=first_enqueued)
 
 
-def _same_op(ctx: _Context, a: int, b: int) -> bool:
+def _same_op(ctx: Context, a: int, b: int) -> bool:
     """Whether rows `a` and `b` of one rank are the same op (one coalesced or batched block)."""
     return a == b or (int(ctx.t.marker[a]) >= 0 and int(ctx.t.marker[a]) == int(ctx.t.marker[b]))
 
 
-def _finding_rows(ctx: _Context, f: Finding) -> list[int]:
+def _finding_rows(ctx: Context, f: Finding) -> list[int]:
     """The rows a finding is about: its collective unit's, or its culprits' send/recv."""
     t, m = ctx.t, ctx.m
     if f.group is None:
@@ -1746,7 +1426,7 @@ def _finding_rows(ctx: _Context, f: Finding) -> list[int]:
     return hit
 
 
-def _p2p_rows(ctx: _Context, rank: int, uid: int) -> npt.NDArray[np.int64]:
+def _p2p_rows(ctx: Context, rank: int, uid: int) -> npt.NDArray[np.int64]:
     """A rank's send/recv rows on one group."""
     t, span = ctx.t, ctx._rows_of(rank)
     at = slice(span.start, span.stop)
@@ -1755,7 +1435,7 @@ def _p2p_rows(ctx: _Context, rank: int, uid: int) -> npt.NDArray[np.int64]:
     return np.flatnonzero(p2p).astype(np.int64) + span.start
 
 
-def _straggler_root(slow: stragglers.Slowness) -> RootCause:
+def straggler_root(slow: stragglers.Slowness) -> RootCause:
     if slow.stall:
         seq = (
             f"#{slow.collective_seq_id}"

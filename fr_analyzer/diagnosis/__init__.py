@@ -1,0 +1,123 @@
+"""Hang diagnosis: from who waits for whom (`waits`) to the root everything waits for.
+
+The rules, in the order they are applied:
+
+1. A disagreement (op type, size or dtype; a send/recv pair that disagrees) is a program bug
+   and the root: the causally first one wins.
+2. Unfinished ops are a hang only when they are old (`ages`): a dump taken while ops were in
+   flight has no root cause.
+3. Ranks that wait for each other in a cycle issued ops in different orders. The order the
+   other ranks follow (the same groups, or groups alike, at the same sequence ids) decides who
+   deviated: that rank skipped the op the others wait for it in. With no such reference it is
+   a deadlock.
+4. Otherwise the root is what the most ranks (transitively) wait for: a rank with no usable
+   dump (dead), a rank that never issued the op (not joined: it stopped, or it skipped the op
+   and went on, which the same reference order tells), or ranks stuck on their own in an op
+   that their peers completed or started (stuck collective), or that every member issued and
+   none completed (a communication-level hang). A rank blocked in an earlier op of its own is
+   never the root of a later op it has not reached: edges lead through it.
+5. On a backend that records no send/recv (gloo), a rank blocked in one looks idle; of the
+   idle ranks the others wait for, the root is the one that stopped where its peers went
+   straight on to the op they wait for it in (else the one whose activity stopped first), and
+   the others (stages starved of their input) are taken to wait for it.
+6. With nothing hung and no disagreement, a rank that made the others wait (`stragglers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from .. import stragglers, waits
+from ..dumps import EntryTable, RankDump
+from ..groups import GroupTable
+from ..matching import MatchResult
+from ..model import Finding
+from ..positions import Refs, last_per_rank, newest_per_rank, positions, stacks
+from ..series import Series
+from .records import (
+    Diagnosis,
+    RankState,
+    RootCause,
+    RootKind,
+    RootTime,
+    Thresholds,
+    Timing,
+    WaitStep,
+)
+from .rules import Candidate, Context, first_mismatch, straggler_root
+from .timing import judge_timing
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+__all__ = [
+    "Candidate",
+    "Diagnosis",
+    "RankState",
+    "RootCause",
+    "RootKind",
+    "RootTime",
+    "Thresholds",
+    "Timing",
+    "WaitStep",
+    "diagnose",
+]
+
+
+def diagnose(
+    dumps: Sequence[RankDump],
+    table: EntryTable,
+    groups: GroupTable,
+    matches: MatchResult,
+    findings: Sequence[Finding],
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    series: Series | None = None,
+) -> Diagnosis:
+    t = table
+    newest_ns = newest_per_rank(t)
+    graph = waits.build(t, groups, matches)
+    # A rank's frontier did not complete, whatever the row's flags say (`waits`: gloo retires
+    # a collective that failed with a dead rank as one that completed).
+    incomplete = graph.incomplete.copy()
+    incomplete[list(graph.frontier.values())] = True
+    refs = Refs(t, groups, newest_ns, incomplete)
+    blocked = dict(zip(graph.frontier, refs.refs(list(graph.frontier.values())), strict=True))
+    last_row = last_per_rank(t)
+    newest = dict(zip(last_row, refs.refs(list(last_row.values())), strict=True))
+    states = {
+        rank: RankState(rank, blocked.get(rank), newest.get(rank), graph.waits_for(rank))
+        for rank in groups.loaded_ranks
+    }
+    timing = judge_timing(t, graph, dumps, series)
+    ctx = Context(t, groups, matches, graph, newest_ns, last_row, refs, thresholds)
+    ctx.wrapped = frozenset(d.rank for d in dumps if d.wrapped)
+    root: RootCause | None = None
+    first = first_mismatch(ctx, findings)
+    if first is not None:
+        root = ctx.mismatch_root(first)
+    elif matches.skipped:
+        root = ctx.skipped_root(matches.skipped[0])
+    elif graph.frontier and timing.hung:
+        root = ctx.hang_root()
+    if root is None and not (graph.frontier and timing.hung):
+        slow = stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
+        if slow is not None:
+            root = straggler_root(slow)
+    behind = frozenset(ctx.behind(root)) if root is not None else frozenset()
+    if root is not None:
+        root = replace(root, time=ctx.root_time(root))
+    shown = {r: s.blocked or s.newest for r, s in states.items() if s.blocked or s.newest}
+    return Diagnosis(
+        positions(refs, incomplete),
+        tuple(states[r] for r in sorted(states)),
+        stacks(
+            t,
+            {r: ref for r, ref in shown.items() if ref is not None},
+            thresholds.stack_depth,
+            groups,
+        ),
+        root,
+        timing,
+        behind,
+        {d.rank: d.host for d in dumps if d.host},
+    )

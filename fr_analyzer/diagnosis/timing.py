@@ -1,0 +1,165 @@
+"""Stuck or in flight: how old the unfinished ops were when the dumps were taken (one dump's
+evidence, or several snapshots compared), and whether that makes the job hung."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import waits
+from ..ages import DUMP_SPREAD_S, Age, DumpTime, Evidence, ages, dump_time
+from ..dumps import EntryTable, RankDump
+from ..model import (
+    State,
+)
+from ..ranks import by_count, counted, label
+from ..series import Series
+from .records import Timing
+
+MIN_UNCHANGED_S = 1.0
+"""However short the job's step, a rank unchanged for less than this is not called stuck."""
+
+
+def judge_timing(
+    t: EntryTable,
+    graph: waits.WaitGraph,
+    dumps: Sequence[RankDump] = (),
+    series: Series | None = None,
+) -> Timing:
+    when = dump_time(t, dumps)
+    rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
+    if not len(rows):
+        return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")
+    one = _one_dump_timing(t, rows, when)
+    return one if series is None else _measured(t, rows, one, series)
+
+
+def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: Series) -> Timing:
+    """The verdict of several snapshots: a blocked rank unchanged for its op's timeout, or for
+    longer than the job's step time, is stuck; blocked ranks that all moved were in flight;
+    otherwise the single dump's verdict stands, with what the snapshots showed."""
+    step = series.step_s
+    stuck: dict[int, float] = {}
+    moved: set[int] = set()
+    still: set[int] = set()
+    for rank, timeout_ms in zip(t.rank[rows].tolist(), t.timeout_ms[rows].tolist(), strict=True):
+        m = series.ranks.get(int(rank))
+        if m is None:
+            continue
+        if m.moved:
+            moved.add(int(rank))
+            continue
+        still.add(int(rank))
+        held = m.unchanged_s
+        if held is None or held < MIN_UNCHANGED_S:
+            continue
+        limit = timeout_ms / 1e3
+        if (limit > 0 and held >= limit - DUMP_SPREAD_S) or (step is not None and held > step):
+            stuck[int(rank)] = held
+    n = len(rows)
+    count = len(series.labels)
+    step_text = f"the job's step takes {step:.2g} s" if step is not None else "no step time known"
+    timeout = float(t.timeout_ms[rows].max()) / 1e3
+    if stuck:
+        longest = max(stuck, key=lambda r: (stuck[r], -r))
+        note = (
+            f"{_unfinished(n)}; {label(sorted(stuck))} "
+            f"{series.describe(longest)} (timeout {timeout:.0f} s, {step_text}): the job is hung"
+        )
+        return replace(
+            one, oldest_age_s=stuck[longest], age=Age.OLD, hung=True, note=note, measured=True
+        )
+    if moved and not still and one.age is not Age.OLD:
+        last, previous = series.times_ns[-1], series.times_ns[-2]
+        apart = (
+            f", {(last - previous) / 1e9:.0f} s apart"
+            if last is not None and previous is not None
+            else ""
+        )
+        note = (
+            f"{_unfinished(n)}, but every one of them moved between the last "
+            f"two of {count} snapshots{apart}: they were in flight, not stuck"
+        )
+        return replace(one, age=Age.YOUNG, hung=False, note=note, measured=True)
+    if still:
+        first = min(still)
+        why = (
+            f"{label(sorted(still))} {series.describe(first)}, not long enough to call stuck "
+            f"(timeout {timeout:.0f} s, {step_text})"
+        )
+        return replace(one, note=f"{one.note}. Across the snapshots, {why}")
+    return one
+
+
+def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Timing:
+    age_s, verdicts = ages(t, rows, when)
+    known = age_s[~np.isnan(age_s)]
+    oldest = float(known.max()) if len(known) else None
+    timeout = float(t.timeout_ms[rows].max()) / 1e3
+    n = len(rows)
+    dated_by = _dated_by(when, {int(r) for r in t.rank[rows]})
+    if Age.OLD in verdicts:
+        failed = int((t.retired[rows] & (t.state[rows] != State.COMPLETED)).sum())
+        if oldest is not None and oldest >= timeout - DUMP_SPREAD_S:
+            why = f"the oldest had waited {oldest:.0f} s (timeout {timeout:.0f} s{dated_by})"
+        else:
+            why = f"{failed} of them ended without completing (timed out or failed)"
+        note = f"{_unfinished(n)}; {why}: the job is hung"
+        return Timing(when, n, oldest, Age.OLD, True, note)
+    if all(v == Age.YOUNG for v in verdicts):
+        if oldest is None:
+            age_text = "still running"
+        elif when.exact or when.file_times:
+            age_text = f"at most {oldest:.1f} s old"
+        else:  # PyTorch's gloo recorder left them unretired: below their timeout
+            at_least = f"at least {oldest:.0f} s old and " if oldest >= 1 else ""
+            age_text = f"{at_least}below their timeout (gloo retires an op that times out)"
+        note = (
+            f"{_unfinished(n)}, {age_text} when the dumps were taken (timeout "
+            f"{timeout:.0f} s{dated_by}): they were in flight, not stuck"
+        )
+        return Timing(when, n, oldest, Age.YOUNG, False, note)
+    why = (
+        "NCCL timing was on, but nothing was running at the dump"
+        if when.timing_on
+        else "no op was looked at during the dump: NCCL timing off"
+    )
+    note = (
+        f"{_unfinished(n)}, but the dumps do not tell how old they were "
+        f"({why}, and no file's time dates it). A watchdog dumps when an op "
+        "times out, so they are taken as stuck; if the job was still running when it was "
+        "dumped, they may simply have been in flight"
+    )
+    return Timing(when, n, oldest, Age.UNKNOWN, True, note)
+
+
+def _unfinished(n: int) -> str:
+    """`3 ranks have unfinished ops`, `1 rank has unfinished ops`."""
+    return f"{counted(n, 'rank')} {by_count(n, 'has', 'have')} unfinished ops"
+
+
+def timing_on(t: EntryTable, ranks: Sequence[int]) -> bool:
+    """Whether NCCL timing was on for every one of `ranks`: some op of each has a start time
+    or a duration (with timing off, no op is ever seen started)."""
+    seen = (t.t_started >= 0) | ~np.isnan(t.duration_ms)
+    timed = {int(r) for r in np.unique(t.rank[seen])}
+    return bool(ranks) and all(r in timed for r in ranks)
+
+
+def _dated_by(when: DumpTime, ranks: set[int]) -> str:
+    """ ", dated by ..." for a note: what dated the dumps of `ranks` (none when only the
+    entries' newest timestamp bounds it)."""
+    if when.exact:
+        return ", dated by an op looked at during the dump"
+    files = sorted(r for r in ranks if r in when.file_times)
+    if not files:
+        return ""
+    named = [r for r in files if when.evidence.get(r) is Evidence.NAME]
+    timed = [r for r in files if when.evidence.get(r) is not Evidence.NAME]
+    parts = [f"the file's modification time of {label(timed)}"] if timed else []
+    if named:
+        parts.append(f"the time in the file's or folder's name of {label(named)}")
+    return ", dated by " + " and ".join(parts)
