@@ -1,335 +1,44 @@
-"""Match every collective and every send/recv across ranks, and say where they disagree.
+"""Collectives joined on (group, collective sequence id), checked by vectorized rules, and
+the few that desynced looked at one by one (sizes, ops, skips, the peer vote on who deviated).
 
-Collectives are joined on (group, collective sequence id): a coalesced block (members plus end
-marker) is one unit, with the marker's state. Units that are complete and uniform are passed by
-vectorized checks over the columns; only the rest (the few that desynced, and ops whose sizes
-legitimately differ per rank such as gather, scatter and all_to_all) get a per-unit look.
-Point-to-point ops are matched per channel (group, sender, receiver): the n-th send a→b with
-the n-th recv on b from a; `recv x<-?` takes any sender. The collective and p2p sequence-id
-namespaces are never mixed. A rank whose buffer no longer holds an op (ring-buffer wrap) is
-"not in the window", never "did not join".
+It is over 600 lines because the per-unit checks and the peer vote share one context and many
+helpers; moving the vote to one peer-order oracle shared with `diagnosis` is issue 35's next
+step.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from . import progress
-from .arrays import distinct
-from .dumps import EntryTable, RankDump
-from .groups import GroupTable
-from .model import (
-    ALL_GATHER_OPS,
+from ..arrays import distinct
+from ..dumps import EntryTable
+from ..model import (
     ALL_TO_ALL_OPS,
-    ANY_SOURCE,
-    EXACT_LAYOUT_BACKENDS,
     GATHER_OPS,
     MISMATCH_KINDS,
-    REDUCE_SCATTER_OPS,
-    SAME_IN_OUT_OPS,
     SCATTER_OPS,
     STATE_NAMES,
     UNCHECKED_SIZE_OPS,
     UNEVEN_INPUT_OPS,
     UNEVEN_OUTPUT_OPS,
-    UNKNOWN_PEER,
     Finding,
     FindingKind,
     Group,
-    P2PKind,
     State,
     UnitKind,
 )
-from .ranks import agree, by_count, counted, label
+from ..ranks import agree, by_count, counted, label
+from .context import MatchContext
+from .records import COLLECTIVE_UNITS, Adder, CollectiveUnits, stateless
 
 I64 = npt.NDArray[np.int64]
-
-NO_STATE_BACKENDS = frozenset({"gloo"})
-"""Backends whose recorder never leaves `scheduled`: `retired` is their only completion signal,
-and it is also set when the op failed (timed out)."""
-
-
-def stateless(t: EntryTable, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
-    """Whether each row (every row, or `rows`) comes from a backend that records no states."""
-    codes = t.backend if rows is None else t.backend[rows]
-    by_code = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
-    return by_code[codes] if len(by_code) else np.zeros(len(codes), dtype=bool)
-
-
-COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
-P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
-
-
-class _Adder(Protocol):
-    """Records one finding for the unit being checked."""
-
-    def __call__(
-        self,
-        kind: FindingKind,
-        culprits: set[int],
-        detail: str,
-        name: str = ...,
-        ranks: tuple[int, ...] = ...,
-    ) -> None: ...
-
-
-@dataclass(frozen=True)
-class CollectiveUnits:
-    """One row per (group, collective sequence id) seen on any rank."""
-
-    group: npt.NDArray[np.int32]
-    seq: I64
-    op: list[str]
-    ranks_present: npt.NDArray[np.int32]
-    ranks_expected: npt.NDArray[np.int32]
-    passed: npt.NDArray[np.bool_]
-    entry_unit: I64  # unit id of every EntryTable row, -1 for rows that are not collectives
-    not_joined: dict[int, tuple[int, ...]]  # unit id → members that never issued it
-    rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # rows sorted by unit
-    starts: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # unit u: rows[starts[u]:]
-
-    def find(self, uid: int, seq: int) -> int | None:
-        """The unit id of (group uid, collective seq id), if any rank issued it."""
-        low = int(np.searchsorted(self.group, uid, side="left"))
-        high = int(np.searchsorted(self.group, uid, side="right"))
-        at = low + int(np.searchsorted(self.seq[low:high], seq))
-        return at if at < high and int(self.seq[at]) == seq else None
-
-    def unit_rows(self, unit: int) -> I64:
-        """The EntryTable rows of one unit, by rank then record order."""
-        end = int(self.starts[unit + 1]) if unit + 1 < len(self.starts) else len(self.rows)
-        return self.rows[int(self.starts[unit]) : end]
-
-
-@dataclass(frozen=True)
-class P2PPairs:
-    send_row: I64
-    recv_row: I64
-    entry_pair: I64  # pair id of every EntryTable row, -1 when unmatched or not p2p
-
-
-@dataclass(frozen=True)
-class MatchResult:
-    collectives: CollectiveUnits
-    p2p: P2PPairs
-    done: npt.NDArray[np.bool_]  # effective completion of every row (marker state, gloo retired)
-    findings: tuple[Finding, ...]
-    # group uid → highest collective seq id every member issued (see `_proof`)
-    proven: dict[int, int] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()  # how progress was judged where completion is not recorded
-    # findings of ranks that skipped a collective and went on: not_joined ones whose culprits
-    # issued an op inside sequence ids every other member leaves unrecorded (`_unrecorded_gap`),
-    # and mismatches whose culprits are their group's program one op ahead (`_explain_skip`)
-    skipped: tuple[Finding, ...] = ()
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def completion(t: EntryTable) -> npt.NDArray[np.bool_]:
-    """Whether each row finished: the end marker's state for block members; gloo records no
-    states (always `scheduled`), so there `retired` is the only completion signal."""
-    if not t.n:
-        return np.zeros(0, dtype=bool)
-    head = t.marker.copy()  # plain ops are their own marker; -1 only for orphans
-    orphans = np.flatnonzero(head < 0)
-    head[orphans] = orphans
-    state = t.state[head]
-    retired = t.retired[head]
-    done: npt.NDArray[np.bool_] = np.where(stateless(t), retired, state == State.COMPLETED)
-    return done
-
-
-def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.bool_]:
-    """Rows whose own input/output sizes contradict their op for the group's size. Element
-    counts are looked up only for the rows that can be wrong: all_reduce rows whose shapes
-    differ, and all_gather and reduce_scatter rows."""
-    bad = np.zeros(t.n, dtype=bool)
-    if not t.n:
-        return bad
-    kind = np.zeros(len(t.ops), dtype=np.int8)
-    for code, op in enumerate(t.ops):
-        if op in SAME_IN_OUT_OPS:
-            kind[code] = 1
-        elif op in ALL_GATHER_OPS:
-            kind[code] = 2
-        elif op in REDUCE_SCATTER_OPS:
-            kind[code] = 3
-    k = kind[t.op]
-    rows = np.flatnonzero(((k == 1) & (t.in_shape != t.out_shape)) | (k >= 2))
-    if not len(rows):
-        return bad
-    k = k[rows]
-    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
-    gsize = sizes[groups.entry_group[rows]]
-    in_n = t.shape_numel[t.in_shape[rows]]
-    out_n = t.shape_numel[t.out_shape[rows]]
-    # gloo records reduce_scatter_tensor as all_reduce: accept the reduce-scatter shape there.
-    gloo = np.array([b == "gloo" for b in t.backends], dtype=bool)[t.backend[rows]]
-    bad[rows] = (
-        ((k == 1) & ~(gloo & (in_n == out_n * gsize)))
-        | ((k == 2) & (out_n != in_n * gsize))
-        | ((k == 3) & (in_n != out_n * gsize))
-    )
-    return bad
-
-
-def recorder_conventions(
-    t: EntryTable, groups: GroupTable, bad: npt.NDArray[np.bool_]
-) -> tuple[npt.NDArray[np.bool_], tuple[str, ...]]:
-    """Size rules that the recorder itself breaks: `bad` without them, and a note for each.
-
-    A layout that every member of a collective records alike is how the recorder writes that
-    op, not a disagreement (gloo writes two `all_gather_into_tensor` of a coalescing block as
-    one all_gather whose output is `[[2] + shard]`); never on NCCL and its kin, whose layouts
-    are exact (`EXACT_LAYOUT_BACKENDS`). Learned from the evidence: an (op, input,
-    output, group size) signature that breaks the rule on every member that holds one
-    collective, at least two of them, is accepted wherever it appears. A member whose sizes
-    differ from its peers' is still caught by comparing the members."""
-    exact = np.array([b in EXACT_LAYOUT_BACKENDS for b in t.backends], dtype=bool)
-    rows = np.flatnonzero(bad & ~exact[t.backend]) if t.n else np.zeros(0, np.int64)
-    if not len(rows):
-        return bad, ()
-    uid = groups.entry_group[rows].astype(np.int64)
-    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
-    keys = np.stack(
-        [t.backend[rows], t.op[rows], t.in_shape[rows], t.out_shape[rows], sizes[uid]], axis=1
-    ).astype(np.int64)
-    units = np.stack([uid, t.coll_seq[rows]], axis=1)
-    # Per (unit, signature): how many distinct ranks hold it; per unit: how many signatures.
-    unit_key = np.concatenate([units, keys], axis=1)
-    holding = np.unique(
-        np.concatenate([unit_key, t.rank[rows, None].astype(np.int64)], axis=1), axis=0
-    )
-    per_sig, holders = np.unique(holding[:, :-1], axis=0, return_counts=True)
-    unit_of_sig, sig_count = np.unique(per_sig[:, :2], axis=0, return_inverse=True)
-    n_sigs = np.bincount(sig_count.reshape(-1), minlength=len(unit_of_sig))
-    # Every rank that holds the collective at all must hold that layout: members with no
-    # dump, or that never issued it (a rank that stopped before it), are no evidence.
-    span = int(t.coll_seq.max()) + 1
-    wanted = unit_of_sig[:, 0] * span + unit_of_sig[:, 1]
-    all_rows = np.flatnonzero(np.isin(t.unit, COLLECTIVE_UNITS))
-    all_keys = groups.entry_group[all_rows].astype(np.int64) * span + t.coll_seq[all_rows]
-    keep = np.isin(all_keys, wanted)
-    pairs = np.unique(
-        np.stack([all_keys[keep], t.rank[all_rows[keep]].astype(np.int64)], axis=1), axis=0
-    )
-    unit_keys, holding = np.unique(pairs[:, 0], return_counts=True)
-    present = dict(zip(unit_keys.tolist(), holding.tolist(), strict=True))
-    members = np.array([present.get(k, 0) for k in wanted.tolist()])[sig_count.reshape(-1)]
-    learned = (n_sigs[sig_count.reshape(-1)] == 1) & (holders == members) & (holders >= 2)
-    if not learned.any():
-        return bad, ()
-    accepted = {tuple(k) for k in per_sig[learned, 2:].tolist()}
-    keep = np.array([tuple(k) not in accepted for k in keys.tolist()], dtype=bool)
-    out = bad.copy()
-    out[rows[~keep]] = False
-    notes = []
-    for backend, op, in_code, out_code, size in sorted(accepted):
-        notes.append(
-            f"{t.backends[backend]} records {t.ops[op]} on {size} ranks as input "
-            f"{[list(x) for x in t.shapes[in_code]]}, output "
-            f"{[list(x) for x in t.shapes[out_code]]} on every member alike: taken as the "
-            "recorder's layout, not a size mismatch"
-        )
-    return out, tuple(notes)
-
-
-@dataclass
-class _Context:
-    t: EntryTable
-    groups: GroupTable
-    done: npt.NDArray[np.bool_]
-    size_bad: npt.NDArray[np.bool_]
-    last_enqueued: dict[tuple[int, int], int]  # (rank, uid) → from pg_status
-    wrapped: dict[int, bool]
-    unavailable: frozenset[int]  # member ranks with no usable dump
-    # collective rows, by (group uid, seq)
-    coll_rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    # (rank, uid) → newest collective seq in the rank's buffer, for all pairs on first demand
-    newest: dict[tuple[int, int], int] | None = None
-    # group uid → highest collective seq id every member is known to have issued: a collective
-    # that some member completed (or, on gloo, got past) was issued by all of its members, so a
-    # member whose dump lacks it was dumped before it got there (or its buffer wrapped).
-    proof: dict[int, int] = field(default_factory=dict)
-    # (group uid, seq) → (start, end) into coll_rows, built on first demand (no-majority ties)
-    unit_at: dict[tuple[int, int], tuple[int, int]] | None = None
-    unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
-    skipped: set[int] = field(default_factory=set)  # ids of the gap rule's findings
-    unit_now: int = -1  # the unit `_check_unit` is looking at
-    # distinct ranks holding each unit (aligned with `unit_bounds`)
-    unit_ranks: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
-    # units of groups that lost a member, their members left agreeing: (unit, group, seq,
-    # members present, rows), compared with groups alike once every unit is checked
-    alike_later: list[tuple[int, Group, int, tuple[int, ...], I64]] = field(default_factory=list)
-    busy: frozenset[int] | None = None  # ranks with an unretired op, on first demand
-    in_flight: dict[int, bool] = field(default_factory=dict)  # group uid → a member is busy
-    # rank → its (desc, size, local rank) in each group carrying send/recv, on first demand
-    stages: dict[int, set[tuple[str, int, int]]] | None = None
-    # (desc, size) → the groups of that description and size, built on first demand
-    alike: dict[tuple[str, int], list[Group]] | None = None
-
-
-def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
-    done = completion(t)
-    quiet = progress.silent(t, dumps, stateless(t))
-    if quiet.rows.any():
-        done = progress.judged_by_issue(t, groups, done, quiet.rows, progress.collective_rows(t))
-    size_bad, conventions = recorder_conventions(t, groups, intrinsic_size_errors(t, groups))
-    ctx = _Context(
-        t=t,
-        groups=groups,
-        done=done,
-        size_bad=size_bad,
-        last_enqueued=_last_enqueued(dumps, t, groups),
-        wrapped={d.rank: d.wrapped for d in dumps},
-        unavailable=frozenset(
-            set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
-        ),
-    )
-    findings: list[Finding] = []
-    units = _match_collectives(ctx, findings)
-    pairs = _match_p2p(ctx, findings)
-    notes = quiet.notes + conventions
-    skipped = tuple(f for f in findings if id(f) in ctx.skipped)
-    return MatchResult(units, pairs, done, tuple(findings), dict(ctx.proof), notes, skipped)
-
-
-def _last_enqueued(
-    dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable
-) -> dict[tuple[int, int], int]:
-    """pg_status's last enqueued collective per (rank, group uid)."""
-    out: dict[tuple[int, int], int] = {}
-    if not t.n:
-        return out
-    code_to_uid = dict(
-        zip(
-            zip(t.pair_rank.tolist(), t.pair_group.tolist(), strict=True),
-            groups.pair_uid.tolist(),
-            strict=True,
-        )
-    )
-    global_codes = {name: code for code, name in enumerate(t.group_names)}
-    for dump in dumps:
-        for code, (enqueued, _, _) in dump.pg_status.items():
-            name = dump.groups[code] if code < len(dump.groups) else None
-            if name is None:
-                continue
-            uid = code_to_uid.get((dump.rank, global_codes.get(name, -1)))
-            if uid is not None and enqueued >= 0:
-                out[(dump.rank, uid)] = enqueued
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Collectives
 
 
 def _changes(*keys: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
@@ -343,7 +52,7 @@ def _changes(*keys: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_]:
     return change
 
 
-def _segments(*keys: I64) -> tuple[I64, I64]:
+def segments(*keys: I64) -> tuple[I64, I64]:
     """Start indices of runs of equal key tuples in sorted arrays, and run id per element."""
     change = _changes(*keys)
     return np.flatnonzero(change), np.cumsum(change) - 1
@@ -374,7 +83,7 @@ def _by_group_and_seq(uid: I64, seq: I64) -> tuple[I64, I64, I64]:
     return order, uid[order], seq[order]
 
 
-def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnits:
+def match_collectives(ctx: MatchContext, findings: list[Finding]) -> CollectiveUnits:
     t, groups = ctx.t, ctx.groups
     unit_kind = t.unit if t.n else np.zeros(0, dtype=np.int8)
     wanted = np.isin(unit_kind, COLLECTIVE_UNITS)
@@ -420,7 +129,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     # took part in the later one after this one, in stream order): a rank whose copy is not
     # done was dumped before it finished, a moment before its peers' dumps.
     unit_seq = seq[starts] if n_units else seq
-    ctx.proof = _proof(t, rows, starts, unit_group, unit_seq, done)
+    ctx.proof = proof(t, rows, starts, unit_group, unit_seq, done)
     if ctx.proof:
         # Stateful backends: the proven seq was issued by all, so every earlier one completed.
         # gloo: the proven seq is the one before an issued one, which completed itself.
@@ -448,7 +157,7 @@ def _match_collectives(ctx: _Context, findings: list[Finding]) -> CollectiveUnit
     for u in np.flatnonzero(~passed).tolist():
         unit_rows = rows[starts[u] : ends[u]]
         ctx.unit_now = u
-        ok, op, missing = _check_unit(
+        ok, op, missing = check_unit(
             ctx, groups.groups[int(unit_group[u])], int(seq[starts[u]]), unit_rows, findings
         )
         passed[u] = ok
@@ -499,7 +208,7 @@ def _signatures(t: EntryTable, rows: I64) -> Iterator[npt.NDArray[np.integer]]:
     yield combined[rows]
 
 
-def _proof(
+def proof(
     t: EntryTable,
     rows: I64,
     starts: I64,
@@ -550,7 +259,7 @@ _ALIKE_UNITS = 6  # earlier units another group must agree on to count as alike
 
 
 def _deviants(
-    ctx: _Context, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
+    ctx: MatchContext, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
 ) -> tuple[set[int], str]:
     """Ranks whose value deviates, and, when that is not a plain majority, what the judgement
     rests on. With no majority (a pair that disagrees), the groups of the same description and
@@ -572,7 +281,7 @@ def _deviants(
     return {r for r, v in values.items() if v != reference}, f" (no majority; {basis})"
 
 
-def _unit_span(ctx: _Context, uid: int, seq: int) -> tuple[int, int] | None:
+def _unit_span(ctx: MatchContext, uid: int, seq: int) -> tuple[int, int] | None:
     """Where unit (group uid, seq) lies in `coll_rows`."""
     if ctx.unit_at is None:
         ctx.unit_at = {}
@@ -587,7 +296,7 @@ def _unit_span(ctx: _Context, uid: int, seq: int) -> tuple[int, int] | None:
     return ctx.unit_at.get((uid, seq))
 
 
-def _uniform_value(ctx: _Context, uid: int, seq: int, value_of: ValueOf) -> Value | None:
+def _uniform_value(ctx: MatchContext, uid: int, seq: int, value_of: ValueOf) -> Value | None:
     """The one value every rank of unit (uid, seq) has, or None."""
     span = _unit_span(ctx, uid, seq)
     if span is None:
@@ -597,7 +306,7 @@ def _uniform_value(ctx: _Context, uid: int, seq: int, value_of: ValueOf) -> Valu
 
 
 def _sibling_votes(
-    ctx: _Context, group: Group, seq: int, value_of: ValueOf, same_stage: bool = False
+    ctx: MatchContext, group: Group, seq: int, value_of: ValueOf, same_stage: bool = False
 ) -> Counter[Value]:
     """What the groups like this one (same description and size, the same ops before this
     seq id) each hold at this seq id, when all their members agree: one vote per group.
@@ -633,7 +342,7 @@ def _sibling_votes(
     return votes if same_stage else votes or elsewhere
 
 
-def _stage_of(ctx: _Context, group: Group) -> frozenset[tuple[str, int, int]]:
+def _stage_of(ctx: MatchContext, group: Group) -> frozenset[tuple[str, int, int]]:
     """The pipeline position of a group's members: (desc, size, local rank) in each group
     that carries send/recv. Groups of different stages share a description and often a short
     history (the first step's), but not a program."""
@@ -650,7 +359,7 @@ def _stage_of(ctx: _Context, group: Group) -> frozenset[tuple[str, int, int]]:
 
 
 def _sibling_reference(
-    ctx: _Context, group: Group, seq: int, value_of: ValueOf, leaders: list[Value]
+    ctx: MatchContext, group: Group, seq: int, value_of: ValueOf, leaders: list[Value]
 ) -> tuple[Value | None, str]:
     """The value that groups like this one (same description and size) agree on at this seq
     id, if it is one of the tied values."""
@@ -666,7 +375,7 @@ def _sibling_reference(
 
 
 def _history_reference(
-    ctx: _Context, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
+    ctx: MatchContext, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
 ) -> tuple[Value | None, str]:
     """The tied value that equals what this group agreed on the last time it issued the same
     op before this seq id (values carry the op name, so sizes of an all_reduce are compared
@@ -722,8 +431,8 @@ def _per_rank(t: EntryTable, unit_rows: I64) -> tuple[npt.NDArray[np.int32], I64
     return ranks, starts, np.diff(starts, append=len(unit_rows))
 
 
-def _check_unit(
-    ctx: _Context, group: Group, seq: int, unit_rows: I64, findings: list[Finding]
+def check_unit(
+    ctx: MatchContext, group: Group, seq: int, unit_rows: I64, findings: list[Finding]
 ) -> tuple[bool, str, tuple[int, ...]]:
     """The per-unit look for units that failed the vectorized checks."""
     t = ctx.t
@@ -774,7 +483,7 @@ def _check_unit(
         if _issued(ctx, member, group.uid, seq):
             continue
         not_joined.append(member)
-    gap = _unrecorded_gap(ctx, group, seq, present, not_joined)
+    gap = unrecorded_gap(ctx, group, seq, present, not_joined)
     if gap is not None:
         first, after, width = gap
         barrier = width == 2 and any(
@@ -828,7 +537,7 @@ def _check_unit(
             op,
         )
         if shift is not None:
-            _explain_skip(ctx, findings, first_finding, shift, op, seq)
+            explain_skip(ctx, findings, first_finding, shift, op, seq)
         return ok, op, tuple(not_joined)
 
     # Sizes and dtypes, position by position. Every rank issued the same ops here, so the
@@ -842,7 +551,7 @@ def _check_unit(
         _check_sizes(ctx, group, seq, (pos, pos_op), what, rows_at, add)
 
     if shift is not None:
-        _explain_skip(ctx, findings, first_finding, shift, op, seq)
+        explain_skip(ctx, findings, first_finding, shift, op, seq)
     if ok and grid is not None and set(group.ranks) & ctx.unavailable:
         ctx.alike_later.append((ctx.unit_now, group, seq, present, grid))
 
@@ -890,7 +599,7 @@ def _signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
 
 
 def _check_against_alike(
-    ctx: _Context,
+    ctx: MatchContext,
     group: Group,
     seq: int,
     present: tuple[int, ...],
@@ -965,8 +674,8 @@ def _shape_text(t: EntryTable, code: int) -> str:
     return str([list(s) for s in t.shapes[code]])
 
 
-def _explain_skip(
-    ctx: _Context,
+def explain_skip(
+    ctx: MatchContext,
     findings: list[Finding],
     first: int,
     shift: tuple[set[int], int, int],
@@ -991,7 +700,7 @@ def _explain_skip(
 
 
 def _skipped_in_place(
-    ctx: _Context, group: Group, seq: int, unit_rows: I64
+    ctx: MatchContext, group: Group, seq: int, unit_rows: I64
 ) -> tuple[set[int], int, int] | None:
     """A minority whose ops from this seq id on are the group's program one op ahead: it
     skipped this collective (a rank-dependent branch) and went on in the same group, so its
@@ -1026,8 +735,8 @@ def _skipped_in_place(
     return None
 
 
-def _unrecorded_gap(
-    ctx: _Context, group: Group, seq: int, present: tuple[int, ...], not_joined: list[int]
+def unrecorded_gap(
+    ctx: MatchContext, group: Group, seq: int, present: tuple[int, ...], not_joined: list[int]
 ) -> tuple[int, int, int] | None:
     """Sequence ids that every member leaves unrecorded, again. gloo records no
     `monitored_barrier`, yet it takes two collective sequence ids on every caller; so do ops a
@@ -1052,7 +761,7 @@ def _unrecorded_gap(
     return None
 
 
-def _without_cut_blocks(ctx: _Context, unit_rows: I64, starts: I64, lengths: I64) -> I64:
+def _without_cut_blocks(ctx: MatchContext, unit_rows: I64, starts: I64, lengths: I64) -> I64:
     """The unit's rows without the coalesced blocks that a ring buffer cut: a rank whose
     buffer wrapped and begins inside the block holds only its last members. They match the
     tail of the others' block and are left out of the comparison (not in the window)."""
@@ -1107,7 +816,7 @@ def _first_difference(
     return " (block lengths differ)", _block_name(theirs)
 
 
-def _alike(ctx: _Context, op: str, rows: I64) -> bool:
+def _alike(ctx: MatchContext, op: str, rows: I64) -> bool:
     """Rows (one per rank) that `_check_sizes` would pass at a glance: no intrinsic size
     error, and one input shape, output shape, input dtype and output dtype among them."""
     t = ctx.t
@@ -1120,13 +829,13 @@ def _alike(ctx: _Context, op: str, rows: I64) -> bool:
 
 
 def _check_sizes(
-    ctx: _Context,
+    ctx: MatchContext,
     group: Group,
     seq: int,
     at: tuple[int, str],
     what: str,
     rows_at: dict[int, int],
-    add: _Adder,
+    add: Adder,
 ) -> None:
     """Sizes and dtypes of the rows at one block position (`at` = position, op name)."""
     t = ctx.t
@@ -1215,13 +924,13 @@ def _odd_one_out(t: EntryTable, rows_at: dict[int, int]) -> tuple[set[int], str]
 
 
 def _check_all_to_all_inputs(
-    ctx: _Context,
+    ctx: MatchContext,
     group: Group,
     seq: int,
     at: tuple[int, str],
     what: str,
     rows_at: dict[int, int],
-    add: _Adder,
+    add: Adder,
 ) -> bool:
     """An all_to_all's input sizes, compared across its members. The recorder keeps only
     each rank's totals, and output totals legitimately differ from rank to rank (uneven
@@ -1317,7 +1026,7 @@ def _dt(d: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
     return f"in {','.join(d[0]) or '-'} out {','.join(d[1]) or '-'}"
 
 
-def _newest_seq(ctx: _Context, rank: int, uid: int) -> int | None:
+def _newest_seq(ctx: MatchContext, rank: int, uid: int) -> int | None:
     """The newest collective sequence id of group `uid` in `rank`'s buffer (None: none left).
     Asked only for members absent from units that fail the vectorized checks, but then for
     every such member (16,384 in a world-wide hang), so all are found in one pass."""
@@ -1339,7 +1048,7 @@ def _newest_seq(ctx: _Context, rank: int, uid: int) -> int | None:
     return ctx.newest.get((rank, uid))
 
 
-def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
+def _issued(ctx: MatchContext, rank: int, uid: int, seq: int) -> bool:
     """Did `rank` issue collective `seq` of group `uid`, even if it fell out of its buffer?"""
     newest = _newest_seq(ctx, rank, uid)
     enqueued = ctx.last_enqueued.get((rank, uid))
@@ -1360,7 +1069,7 @@ def _issued(ctx: _Context, rank: int, uid: int, seq: int) -> bool:
     return newest is None and enqueued is None and ctx.wrapped.get(rank, False)
 
 
-def _newest_unit_seq(ctx: _Context, uid: int) -> int:
+def _newest_unit_seq(ctx: MatchContext, uid: int) -> int:
     """The highest collective seq id any member of group `uid` holds (-1: none)."""
     if ctx.unit_bounds is None:
         return -1
@@ -1369,7 +1078,7 @@ def _newest_unit_seq(ctx: _Context, uid: int) -> int:
     return int(mine.max()) if len(mine) else -1
 
 
-def _group_in_flight(ctx: _Context, uid: int) -> bool:
+def _group_in_flight(ctx: MatchContext, uid: int) -> bool:
     """Whether a member of the group has an op it has not retired (gloo: still running at
     its dump), asked once per group."""
     found = ctx.in_flight.get(uid)
@@ -1381,7 +1090,7 @@ def _group_in_flight(ctx: _Context, uid: int) -> bool:
     return found
 
 
-def _stateless_group(ctx: _Context, uid: int) -> bool:
+def _stateless_group(ctx: MatchContext, uid: int) -> bool:
     """Whether the group's collectives record no states (gloo): its proof is `went on`."""
     span = None
     if ctx.unit_bounds is not None:
@@ -1393,344 +1102,8 @@ def _stateless_group(ctx: _Context, uid: int) -> bool:
     return bool(stateless(ctx.t, ctx.coll_rows[span : span + 1])[0])
 
 
-def _last_seq(ctx: _Context, rank: int, uid: int) -> int | None:
+def _last_seq(ctx: MatchContext, rank: int, uid: int) -> int | None:
     newest = _newest_seq(ctx, rank, uid)
     enqueued = ctx.last_enqueued.get((rank, uid))
     values = [v for v in (newest, enqueued) if v is not None and v >= 0]
     return max(values) if values else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Point to point
-
-
-def _match_p2p(ctx: _Context, findings: list[Finding]) -> P2PPairs:
-    t, groups = ctx.t, ctx.groups
-    entry_pair = np.full(t.n, -1, dtype=np.int64)
-    if not t.n:
-        empty = np.zeros(0, np.int64)
-        return P2PPairs(empty, empty, entry_pair)
-    rows = np.flatnonzero(np.isin(t.unit, P2P_UNITS))
-    uid = groups.entry_group[rows].astype(np.int64)
-    offsets = np.zeros(len(groups.groups) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([g.size for g in groups.groups])
-    flat = np.array([r for g in groups.groups for r in g.ranks], dtype=np.int64)
-    size = offsets[uid + 1] - offsets[uid]
-
-    def to_global(local: I64) -> I64:
-        valid = (local >= 0) & (local < size)
-        out = np.where(valid, flat[offsets[uid] + np.where(valid, local, 0)], -3)
-        return np.where((local == ANY_SOURCE) | (local == UNKNOWN_PEER), local, out)
-
-    kind = t.p2p_kind[rows]
-    me = t.rank[rows].astype(np.int64)
-    src = to_global(t.peer_src[rows].astype(np.int64))
-    dst = to_global(t.peer_dst[rows].astype(np.int64))
-    send = kind == P2PKind.SEND
-    # The op's own end must be the rank that recorded it; the peer must be a group member.
-    src = np.where(send, me, src)
-    dst = np.where(send, dst, me)
-    unknown = (src == UNKNOWN_PEER) | (dst == UNKNOWN_PEER)  # the recorder keeps no peer
-    bad_peer = ~unknown & ((send & (dst < 0)) | (~send & (src == -3)))
-    for r in rows[bad_peer].tolist():
-        g = groups.groups[int(groups.entry_group[r])]
-        findings.append(
-            Finding(
-                FindingKind.MALFORMED_ENTRY,
-                g,
-                None,
-                int(t.p2p_seq[r]),
-                t.ops[int(t.op[r])],
-                (int(t.rank[r]),),
-                (int(t.rank[r]),),
-                f"{t.profiling_names[int(t.pname[r])]} names a peer outside group "
-                f"{g.name} of size {g.size}",
-            )
-        )
-    world = max(groups.world_size, 1) + 1
-    channel = (uid * world + np.where(src >= 0, src, world - 1)) * world + np.where(
-        dst >= 0, dst, world - 1
-    )
-    wild = ~send & (src == ANY_SOURCE)
-    usable = ~bad_peer & ~unknown
-    is_wrapped = np.zeros(world, dtype=bool)
-    is_wrapped[[r for r, w in ctx.wrapped.items() if w and 0 <= r < world]] = True
-    sides = {}
-    for name, mask in (("send", send & usable), ("recv", ~send & usable & ~wild)):
-        side_rows = rows[mask]  # ascending
-        side_chan = channel[mask]
-        order = np.argsort(side_chan, kind="stable")  # by channel, then row
-        side_rows, side_chan = side_rows[order], side_chan[order]
-        starts, run = _segments(side_chan)
-        ordinal = np.arange(len(side_rows)) - starts[run] if len(side_rows) else run
-        sides[name] = (side_rows, side_chan[starts], ordinal, starts, run)
-    # Dense channel ids (over the channels, not the rows) keep the join keys below 2**63
-    # whatever the world size.
-    channels = distinct(np.concatenate([side[1] for side in sides.values()]))
-
-    # Align: from the start when neither end's buffer wrapped, else by the completed ops
-    # (every completed send has a completed recv; ops that fell off one buffer are not in the
-    # window).
-    keys = {}
-    for name, (side_rows, chans, ordinal, starts, run) in sides.items():
-        wrapped = is_wrapped[(chans // world) % world] | is_wrapped[chans % world]
-        done = ctx.done[side_rows]
-        n_done = (
-            np.bincount(run, weights=done, minlength=len(starts)).astype(np.int64)
-            if len(run)
-            else np.zeros(0, np.int64)
-        )
-        shift = np.where(wrapped, n_done, 0)[run] if len(run) else run
-        dense = np.searchsorted(channels, chans)[run] if len(run) else run
-        # Ascending: by channel, then (within a channel) by ordinal.
-        keys[name] = dense * (1 << 32) + (ordinal - shift + (1 << 31))
-    s_rows, r_rows = sides["send"][0], sides["recv"][0]
-    s_idx, r_idx = _sorted_intersection(keys["send"], keys["recv"])
-    send_row = s_rows[s_idx]
-    recv_row = r_rows[r_idx]
-    _later_pairs_prove_earlier(ctx, keys["send"], s_rows, keys["recv"], r_rows)
-    matched = np.zeros(t.n, dtype=bool)
-    matched[send_row] = True
-    matched[recv_row] = True
-
-    # Receives from any source take the leftover sends to that rank, oldest first.
-    extra_s: list[int] = []
-    extra_r: list[int] = []
-    wild_rows = rows[wild & usable]
-    if len(wild_rows):
-        leftover = [r for r in s_rows.tolist() if not matched[r]]
-        for r in wild_rows.tolist():
-            target, gid = int(t.rank[r]), int(groups.entry_group[r])
-            candidates = [
-                s
-                for s in leftover
-                if int(groups.entry_group[s]) == gid and _dst_of(t, groups, s) == target
-            ]
-            if candidates:
-                s = min(candidates, key=lambda x: int(t.t_created[x]))
-                leftover.remove(s)
-                extra_s.append(s)
-                extra_r.append(r)
-                matched[s] = matched[r] = True
-    send_row = np.concatenate([send_row, np.array(extra_s, np.int64)]).astype(np.int64)
-    recv_row = np.concatenate([recv_row, np.array(extra_r, np.int64)]).astype(np.int64)
-    entry_pair[send_row] = np.arange(len(send_row))
-    entry_pair[recv_row] = np.arange(len(recv_row))
-
-    _p2p_mismatches(ctx, send_row, recv_row, findings)
-    left = usable & ~matched[rows]
-    _p2p_unmatched(ctx, rows[left], src[left], dst[left], findings)
-    return P2PPairs(send_row, recv_row, entry_pair)
-
-
-def _later_pairs_prove_earlier(
-    ctx: _Context, send_keys: I64, send_rows: I64, recv_keys: I64, recv_rows: I64
-) -> None:
-    """A channel carries its transfers in order: once a later send or recv of a channel
-    completed, every earlier one on it completed too, on both sides; a side that is not done
-    was dumped before it finished, a moment before its peer's dump."""
-    # Per channel, the highest key with a completed op on either side.
-    done_keys = np.sort(
-        np.concatenate([send_keys[ctx.done[send_rows]], recv_keys[ctx.done[recv_rows]]])
-    )
-    if not len(done_keys):
-        return
-    last = np.append(np.flatnonzero(np.diff(done_keys >> 32)), len(done_keys) - 1)
-    chans, highest = done_keys[last] >> 32, done_keys[last]
-    for keys, rows in ((send_keys, send_rows), (recv_keys, recv_rows)):
-        if not len(keys):
-            continue
-        channel = keys >> 32
-        at = np.searchsorted(chans, channel)
-        found = at < len(chans)
-        found[found] = chans[at[found]] == channel[found]
-        behind = found & (keys < np.where(found, highest[np.minimum(at, len(chans) - 1)], 0))
-        ctx.done[rows[behind]] = True
-    # A batched block is done when its sends and receives are: its end marker too.
-    t = ctx.t
-    members = np.flatnonzero((t.unit == UnitKind.BATCH_MEMBER) & (t.marker >= 0))
-    if len(members):
-        all_done = np.ones(t.n, dtype=bool)
-        np.logical_and.at(all_done, t.marker[members], ctx.done[members])
-        markers = distinct(t.marker[members])
-        ctx.done[markers] |= all_done[markers]
-
-
-def _sorted_intersection(a: I64, b: I64) -> tuple[I64, I64]:
-    """Indices of the values two ascending arrays of distinct values share, in `a` and `b`."""
-    at = np.searchsorted(b, a)
-    hit = at < len(b)
-    hit[hit] = b[at[hit]] == a[hit]
-    return np.flatnonzero(hit), at[hit]
-
-
-def _dst_of(t: EntryTable, groups: GroupTable, row: int) -> int:
-    g = groups.groups[int(groups.entry_group[row])]
-    local = int(t.peer_dst[row])
-    return g.ranks[local] if 0 <= local < g.size else -1
-
-
-def _p2p_mismatches(ctx: _Context, send_row: I64, recv_row: I64, findings: list[Finding]) -> None:
-    """A matched send/recv that disagrees on shape or dtype. The side that deviates from what
-    the channel carried before (earlier micro-batches), else from what channels of groups like
-    this one carry, is the culprit; the detail names both ends."""
-    t, groups = ctx.t, ctx.groups
-    if not len(send_row):
-        return
-    recv_shape = np.where(
-        t.shape_numel[t.in_shape[recv_row]] > 0, t.in_shape[recv_row], t.out_shape[recv_row]
-    )
-    bad_size = t.in_shape[send_row] != recv_shape
-    recv_dtype = np.where(
-        np.array([bool(d) for d in t.dtypes])[t.in_dtype[recv_row]],
-        t.in_dtype[recv_row],
-        t.out_dtype[recv_row],
-    )
-    bad_dtype = t.in_dtype[send_row] != recv_dtype
-    bad = np.flatnonzero(bad_size | bad_dtype)
-    if not len(bad):
-        return
-    uid = groups.entry_group[send_row].astype(np.int64)
-    src, dst = t.rank[send_row].astype(np.int64), t.rank[recv_row].astype(np.int64)
-    send_value = np.stack([t.in_shape[send_row], t.in_dtype[send_row]], axis=1).astype(np.int64)
-    recv_value = np.stack([recv_shape, recv_dtype], axis=1).astype(np.int64)
-    agree = ~(bad_size | bad_dtype)
-    for i in bad.tolist():
-        s, r = int(send_row[i]), int(recv_row[i])
-        g = groups.groups[int(uid[i])]
-        a, b = int(src[i]), int(dst[i])
-        sent = (int(send_value[i, 0]), int(send_value[i, 1]))
-        received = (int(recv_value[i, 0]), int(recv_value[i, 1]))
-        reference, basis = _p2p_reference(ctx, i, uid, src, dst, send_row, send_value, agree)
-        culprits: tuple[int, ...] = (a, b)
-        if reference is not None and reference == sent:
-            culprits = (b,)
-        elif reference is not None and reference == received:
-            culprits = (a,)
-        kind = FindingKind.P2P_SIZE_MISMATCH if bad_size[i] else FindingKind.P2P_DTYPE_MISMATCH
-        seq_on = {a: int(t.p2p_seq[s]), b: int(t.p2p_seq[r])}
-        judged = (
-            f"; {basis}: rank {culprits[0]} deviates"
-            if len(culprits) == 1
-            else "; nothing earlier tells which side deviates: both are named"
-        )
-        findings.append(
-            Finding(
-                kind,
-                g,
-                None,
-                seq_on[culprits[0]] if len(culprits) == 1 else seq_on[a],
-                "send/recv",
-                (a, b),
-                culprits,
-                f"send {a}->{b} (p2p seq {seq_on[a]} on rank {a}, {seq_on[b]} on rank {b}): "
-                f"rank {a} sends {_p2p_text(t, sent)}, rank {b} receives "
-                f"{_p2p_text(t, received)}{judged}",
-            )
-        )
-
-
-def _p2p_text(t: EntryTable, value: tuple[int, int]) -> str:
-    shape, dtype = value
-    return f"{[list(d) for d in t.shapes[shape]]} {','.join(t.dtypes[dtype]) or '-'}"
-
-
-def _p2p_reference(
-    ctx: _Context,
-    i: int,
-    uid: I64,
-    src: I64,
-    dst: I64,
-    send_row: I64,
-    value: I64,
-    agree: npt.NDArray[np.bool_],
-) -> tuple[tuple[int, int] | None, str]:
-    """What pair `i`'s channel carried in earlier transfers that agreed; failing that, the most
-    common agreed transfer on groups with the same description."""
-    same_channel = agree & (uid == uid[i]) & (src == src[i]) & (dst == dst[i])
-    earlier = np.flatnonzero(same_channel & (send_row < send_row[i]))
-    if len(earlier):
-        last = int(earlier[np.argmax(send_row[earlier])])
-        n = len(earlier)
-        found = (int(value[last, 0]), int(value[last, 1]))
-        return found, (
-            f"the channel carried {_p2p_text(ctx.t, found)} in its {counted(n, 'earlier transfer')}"
-        )
-    desc = ctx.groups.groups[int(uid[i])].desc
-    alike = np.array([g.desc == desc for g in ctx.groups.groups], dtype=bool)[uid] & agree
-    if not alike.any():
-        return None, ""
-    keys, counts = np.unique(value[alike], axis=0, return_counts=True)
-    if len(counts) > 1 and np.sort(counts)[-1] == np.sort(counts)[-2]:
-        return None, ""
-    top = keys[int(np.argmax(counts))]
-    found = (int(top[0]), int(top[1]))
-    return found, (
-        f"{counted(int(counts.max()), 'other transfer')} on {desc!r} groups carried "
-        f"{_p2p_text(ctx.t, found)}"
-    )
-
-
-def _p2p_unmatched(
-    ctx: _Context,
-    rows: I64,
-    src: I64,
-    dst: I64,
-    findings: list[Finding],
-) -> None:
-    """Findings for the usable p2p rows that found no partner."""
-    t, groups = ctx.t, ctx.groups
-    is_send = t.p2p_kind[rows] == P2PKind.SEND
-    peer = np.where(is_send, dst, src)
-    # A peer with no dump is reported as missing or unreadable, not here.
-    keep = ~np.isin(peer, np.array(sorted(ctx.unavailable), dtype=np.int64))
-    wrapped = np.array(sorted(r for r, w in ctx.wrapped.items() if w), dtype=np.int64)
-    # Completed: its partner ran too, and is absent only because the peer's buffer no longer
-    # (wrapped) or not yet (dumped a moment earlier) holds it.
-    keep &= ~ctx.done[rows]
-    del wrapped
-    pending: dict[tuple[int, int, int, int], list[int]] = {}
-    for row, a, b, sending in zip(
-        rows[keep].tolist(),
-        src[keep].tolist(),
-        dst[keep].tolist(),
-        is_send[keep].tolist(),
-        strict=True,
-    ):
-        uid = int(groups.entry_group[row])
-        pending.setdefault((uid, a, b, int(sending)), []).append(row)
-    for (uid, a, b, sending), rows_ in sorted(pending.items()):
-        g = groups.groups[uid]
-        first = rows_[0]
-        many = len(rows_) > 1
-        sends = f"{len(rows_)} sends" if many else "a send"
-        recvs = f"{len(rows_)} recvs" if many else "a recv"
-        culprit: tuple[int, ...]
-        ranks: tuple[int, ...]
-        if sending:
-            culprit = (b,)
-            detail = (
-                f"rank {a} posted {sends} to rank {b} ({'first ' if many else ''}at p2p seq "
-                f"{int(t.p2p_seq[first])}) that rank {b} never received"
-            )
-            ranks = (a,)
-        else:
-            culprit = (a,) if a >= 0 else tuple(r for r in g.ranks if r != b)
-            source = f"rank {a}" if a >= 0 else "any rank"
-            detail = (
-                f"rank {b} posted {recvs} from {source} ({'first ' if many else ''}at p2p seq "
-                f"{int(t.p2p_seq[first])}) that no send matches"
-            )
-            ranks = (b,)
-        findings.append(
-            Finding(
-                FindingKind.P2P_UNMATCHED,
-                g,
-                None,
-                int(t.p2p_seq[first]),
-                "send" if sending else "recv",
-                ranks,
-                culprit,
-                detail,
-            )
-        )
