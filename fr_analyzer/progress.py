@@ -32,13 +32,10 @@ from .arrays import distinct
 from .dumps import EntryTable, RankDump
 from .dumps.dialects import reports_completion
 from .groups import GroupTable
-from .model import P2PKind, State, UnitKind
+from .model import NO_COMPLETION_BACKENDS, P2PKind, State, UnitKind
 from .ranks import agree, compact
 
 B = npt.NDArray[np.bool_]
-
-NO_COMPLETION_BACKENDS = frozenset({"xccl"})
-"""Backends known to have builds that never mark an op completed."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from ..groups import GroupTable
 from ..matching import MatchResult
 from ..model import (
     MISMATCH_KINDS,
+    NO_P2P_BACKENDS,
     STATE_NAMES,
     Finding,
     FindingKind,
@@ -45,8 +46,6 @@ from ..ranks import agree, by_count, counted, label
 from .records import RootCause, RootKind, RootTime, Thresholds, WaitStep
 from .timing import timing_on
 
-NO_P2P_BACKENDS = frozenset({"gloo"})
-"""Backends whose recorder never records send/recv: a rank blocked in one looks idle."""
 _REFERENCE_UNITS = 64  # groups alike consulted when ordering two ops
 _REFERENCE_RANKS = 256  # ranks consulted when ordering two ops
 _CYCLE_RANKS = 256  # ranks of a cycle, and edges of each, whose order is asked about

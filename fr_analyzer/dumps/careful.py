@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ..model import P2PKind, State
+from ..model import KNOWN_BACKENDS, P2PKind, State
 from .common import (
     _INT64_MAX,
     _STATES,
-    KNOWN_BACKENDS,
     KNOWN_OPS,
     MARKER_OPS,
     MAX_SEQ_ID,

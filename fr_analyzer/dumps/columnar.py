@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..model import Frame, P2PKind
+from ..model import KNOWN_BACKENDS, Frame, P2PKind
 from .common import (
     _INT64_MAX,
     _STATES,
-    KNOWN_BACKENDS,
     KNOWN_OPS,
     MARKER_OPS,
     MAX_SEQ_ID,

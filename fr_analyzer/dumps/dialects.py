@@ -28,7 +28,7 @@ import enum
 import operator
 from typing import Any
 
-from .common import KNOWN_BACKENDS
+from ..model import KNOWN_BACKENDS
 from .values import parse_ranks
 
 

@@ -17,14 +17,13 @@ from collections.abc import Sequence
 from .. import progress
 from ..dumps import EntryTable, RankDump
 from ..groups import GroupTable
-from ..model import Finding
+from ..model import NO_STATE_BACKENDS, Finding
 from .collectives import match_collectives
 from .context import MatchContext
 from .conventions import completion, intrinsic_size_errors, recorder_conventions
 from .p2p import match_p2p
 from .records import (
     COLLECTIVE_UNITS,
-    NO_STATE_BACKENDS,
     P2P_UNITS,
     CollectiveUnits,
     MatchResult,

@@ -11,17 +11,13 @@ import numpy.typing as npt
 
 from ..dumps import EntryTable
 from ..model import (
+    NO_STATE_BACKENDS,
     Finding,
     FindingKind,
     UnitKind,
 )
 
 I64 = npt.NDArray[np.int64]
-
-
-NO_STATE_BACKENDS = frozenset({"gloo"})
-"""Backends whose recorder never leaves `scheduled`: `retired` is their only completion signal,
-and it is also set when the op failed (timed out)."""
 
 
 def stateless(t: EntryTable, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
