@@ -7,14 +7,13 @@ Layout: `{"schema": "fr-analyze.db/1", "meta": {...}, "tables": {name: {"columns
 
 from __future__ import annotations
 
-import io
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .dumps import NoGlobalsUnpickler
 from .dumps.common import collector_paused, small_pages
+from .dumps.safety import unpickle
 from .errors import FrAnalyzerError
 from .output import write_atomic
 from .pipeline import Analysis
@@ -67,7 +66,7 @@ class Database:
 def load_db(path: str | Path) -> Database:
     """Read a database written with `-o` (safely: no globals are ever loaded)."""
     try:
-        raw = NoGlobalsUnpickler(io.BytesIO(Path(path).read_bytes())).load()
+        raw = unpickle(Path(path).read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
         raise FrAnalyzerError(f"{path}: not an fr-analyze database: {exc}") from None
     if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:

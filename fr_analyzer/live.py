@@ -35,6 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
+from .dumps.safety import parse_json
 from .errors import UsageError
 
 _T = TypeVar("_T")
@@ -153,7 +154,7 @@ def _tcpstore_workers(page: str) -> list[Worker]:
 
 def _handler_list(body: bytes) -> list[str] | None:
     try:
-        names = json.loads(body)
+        names = parse_json(body)
     except ValueError:
         return None
     if isinstance(names, list) and all(isinstance(n, str) for n in names):
@@ -420,7 +421,7 @@ def _as_pickle(rank: int, body: bytes) -> tuple[str, bytes]:
     (`rank_<N>`, builtin types only), which torchfrtrace reads too; a body that is not a JSON
     object is kept as it came (`rank_<N>.json`), for the reader to say what is wrong with it."""
     try:
-        obj = json.loads(body)
+        obj = parse_json(body)
     except (ValueError, RecursionError):
         return f"rank_{rank}.json", body
     if not isinstance(obj, dict):
@@ -501,7 +502,7 @@ def read_manifest(folder: Path) -> Manifest | None:
     try:
         if path.stat().st_size > 64 << 20:
             return None
-        data = json.loads(path.read_bytes())
+        data = parse_json(path.read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .dumps.safety import parse_json
 from .errors import FrAnalyzerError
 from .output import atomic_writer
 
@@ -106,7 +107,7 @@ def load_trace(path: Path) -> dict[str, Any]:
     """One trace file as a dict with `traceEvents` (a bare event list is accepted too)."""
     try:
         with _open(path) as stream:
-            data = json.load(stream)
+            data = parse_json(stream.read())
     except (OSError, EOFError, ValueError, RecursionError) as exc:
         raise TraceError(f"{path}: not a readable JSON trace: {exc}") from None
     if isinstance(data, list):

@@ -25,7 +25,7 @@ from fr_analyzer.dumps import DumpFile, RankDump, Reader, build_rank, discover, 
 from fr_analyzer.dumps.common import MAX_SEQ_ID
 from fr_analyzer.dumps.decode import Decoded, Undecodable, _run_ints, decode
 from fr_analyzer.dumps.decode_python import decode_python_or_why
-from fr_analyzer.dumps.reading import _decode as decode_any
+from fr_analyzer.dumps.safety import decode_pickle as decode_any
 from fr_analyzer.model import UnreadableDump
 from tests.builders import make_dump, make_entry
 from tools.frsim.writers import TorchPickleWriter, python_pickle

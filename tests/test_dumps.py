@@ -27,7 +27,6 @@ from fr_analyzer.dumps import (
     read_raw,
 )
 from fr_analyzer.dumps.loading import _pack_arrays, _unpack_arrays
-from fr_analyzer.dumps.reading import _scan_pickle
 from fr_analyzer.errors import DiscoveryError, DumpError
 from fr_analyzer.model import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options
@@ -363,20 +362,6 @@ def test_columns_that_travel_narrow_build_the_table_their_own_types_build(
         same = np.array_equal(column, other, equal_nan=column.dtype.kind == "f")
         assert column.dtype == other.dtype and same, name
     assert a.marker.max() > 127 and a.pair.max() > 127
-
-
-@pytest.mark.parametrize(
-    ("data", "plain"),
-    [
-        (dump_bytes(), True),  # builtin containers and scalars only: the plain C unpickler
-        (pickle.dumps({"version": "2.10", "entries": [], "x": Path("a")}), False),  # a global
-        (pickle.dumps({"version": "2.10"})[:-1], False),  # no STOP: the walk did not finish
-    ],
-)
-def test_only_pickles_proven_free_of_globals_skip_the_refusing_unpickler(
-    data: bytes, plain: bool
-) -> None:
-    assert _scan_pickle(data).plain is plain
 
 
 def test_a_global_hidden_after_a_plain_looking_start_is_still_refused(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from fr_analyzer.dumps import (
     reading,
 )
 from fr_analyzer.dumps.decode import _BINGET, Decoded, Undecodable
-from fr_analyzer.dumps.reading import _decode as decode_any
+from fr_analyzer.dumps.safety import decode_pickle as decode_any
 from fr_analyzer.errors import DumpError
 from fr_analyzer.pipeline import Options
 from tests.test_decode import by_unpickler, same_rank, slot_of, torch_bytes
@@ -116,7 +116,7 @@ def answer(job: Path, decoders: bool = True) -> tuple[str, str]:
 
 def decoders_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every file read the general way (the loader's workers fork, and inherit this)."""
-    for name in ("decode_or_why", "decode_python_or_why", "decode_json_or_why"):
+    for name in ("decode_pickle", "decode_json"):  # the door's decoders, as `reading` calls them
         monkeypatch.setattr(reading, name, lambda data: "decoders switched off")
 
 

@@ -4,7 +4,8 @@ The package, stage by stage: `opening` picks the source a path or URL names, and
 directory), `archives` (a tar or zip archive) or `remote` (an fsspec URL) lists it and says
 how each file is read, within `limits` (the table of every limit); `discovery` finds the rank
 files in it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
-`reading` loads one file (gzip, JSON, pickle); `normalize` turns its header and entries into
+`reading` loads one file (gzip, JSON, pickle), every object built through `safety`, the one
+door where bytes become objects; `normalize` turns its header and entries into
 a `RankDump` (`records`), its entries read by the fastest reader that takes them; `loading`
 runs that over every rank; `table` merges the ranks into one `EntryTable`. `schema` is the
 one table of an entry's keys that every reader follows.
@@ -21,7 +22,8 @@ careful reader, and why.
 Hostile input is expected. Only regular files are opened; a file over `max_bytes` (or gzip
 data that inflates past it, or past `GZIP_MAX_RATIO` times its compressed size) is refused.
 The decoder's grammar has no global, no memo put out of order and no tuple of containers, so
-no bomb. Any other pickle is unpickled by `NoGlobalsUnpickler`, which refuses every global,
+no bomb. Every other pickle, whatever a scan says of it, is unpickled by `safety`'s
+`NoGlobalsUnpickler`, which refuses every global and persistent id,
 in a worker process limited in CPU time and address space: a tuple that takes forever to
 hash, one nested deep enough to crash, or a memo index that allocates gigabytes costs that
 worker its file, and an opcode scan (`reading.explain_pickle`) then says which bomb it was.
@@ -40,8 +42,9 @@ from .discovery import Discovery, discover
 from .loading import load_all, load_rank
 from .normalize import build_rank
 from .opening import open_source
-from .reading import NoGlobalsUnpickler, read_raw
+from .reading import read_raw
 from .records import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
+from .safety import NoGlobalsUnpickler
 from .sources import DumpFile, Source
 from .table import EntryTable, TableBuilder, rank_starts
 

@@ -44,6 +44,7 @@ from .decode import (
     _VaryingRuns,
     keep_slow,
 )
+from .safety import parse_json, parse_json_prefix
 from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
 
 _INT = rb"-?(?:0|[1-9][0-9]*+)"
@@ -134,7 +135,7 @@ class _Runs:
         self.memo: list[Any] = []
 
     def run(self, data: bytes, size: int) -> list[Any]:
-        found = json.loads(b'{"":' + data + b"}")
+        found = parse_json(b'{"":' + data + b"}")
         if type(found) is not dict or len(found) != size:
             raise _Outside("a run of keys that is not whole")
         return list(found.values())
@@ -202,7 +203,7 @@ def _header(text: bytes) -> dict[str, Any]:
     one: the array read is the one `json.loads` takes for the entries. A key spelled with
     escapes (`"\\u0065ntries"`, the same key to `json.loads`) is counted too."""
     if b"\\" not in text:  # no escape anywhere: each key is spelled as its bytes are
-        found = json.loads(text)
+        found = parse_json(text)
         named = text.count(_ENTRIES)
     else:
         named = 0
@@ -212,7 +213,7 @@ def _header(text: bytes) -> dict[str, Any]:
             named += sum(key == "entries" for key, _ in items)
             return dict(items)  # as `json.loads` builds it: the last of equal keys wins
 
-        found = json.loads(text, object_pairs_hook=pairs)
+        found = parse_json(text, object_pairs_hook=pairs)
     if type(found) is not dict or named != 1:
         raise _Outside("not one entry list at the top level")
     return found
@@ -220,11 +221,10 @@ def _header(text: bytes) -> dict[str, Any]:
 
 def _first_keys(tail: bytes) -> tuple[str, ...]:
     """The keys of the entry `tail` starts with, in order (the layout of the entries)."""
-    decoder = json.JSONDecoder()
     try:  # an entry is rarely longer than 64 KiB: no need to decode the whole file for it
-        first, _ = decoder.raw_decode(tail[: 1 << 16].decode("utf-8", "replace"))
+        first, _ = parse_json_prefix(tail[: 1 << 16].decode("utf-8", "replace"))
     except ValueError:
-        first, _ = decoder.raw_decode(tail.decode("utf-8", "replace"))
+        first, _ = parse_json_prefix(tail.decode("utf-8", "replace"))
     if type(first) is not dict or not first:
         raise _Outside("an entry that is not an object")
     return tuple(first)
@@ -245,7 +245,7 @@ def _entries_start(data: bytes) -> tuple[int, bytes, bytes] | str:
 
 def _gap_entries(gap: bytes, sep: bytes, slow: list[_Slow], fast_before: int) -> None:
     """The whole entries between two matches, each followed by its separator."""
-    found = json.loads(b"[" + gap[: -len(sep)] + b"]") if gap.endswith(sep) else None
+    found = parse_json(b"[" + gap[: -len(sep)] + b"]") if gap.endswith(sep) else None
     if not found:  # a stray separator, or an entry read outside its layout
         raise _Outside("an entry read outside its layout")
     for entry in found:

@@ -1,6 +1,7 @@
-"""Read one dump file safely: regular files only, bounded sizes, gzip, JSON; torch-written
-pickles decoded by `decode`, and other pickles scanned for bombs before an unpickler that
-refuses every global builds them."""
+"""Read one dump file safely: regular files only, bounded sizes, gzip, JSON; pickles laid out
+the way a known pickler writes them decoded into columns, and other pickles scanned for bombs
+before an unpickler that refuses every global builds them. Every object is built through the
+one door, `safety`."""
 
 from __future__ import annotations
 
@@ -31,26 +32,10 @@ from .common import (
     file_kind,
     printable,
 )
-from .decode import Decoded, decode_or_why
-from .decode_json import decode_json_or_why
-from .decode_python import decode_python_or_why
+from .decode import Decoded
 from .limits import LIMITS, memory_available
+from .safety import decode_json, decode_pickle, parse_json, unpickle
 from .sources import Fetch, SourceError
-
-# ---------------------------------------------------------------------------------------------
-# Safe reading
-
-
-class NoGlobalsUnpickler(pickle.Unpickler):
-    """Genuine dumps hold only builtin containers and scalars, so every global is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(
-            f"refused to load global {printable(module[:80])}.{printable(name[:80])}"
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("refused persistent id")
 
 
 @dataclass
@@ -92,24 +77,21 @@ def _read(
     why = ""
     if starts_like_json(data):
         if fast:
-            decoded = decode_json_or_why(data)
+            decoded = decode_json(data)
             if isinstance(decoded, Decoded):
                 return _Raw(decoded, len(data), notes)
             why = f"decoder: {decoded}"
         return _Raw(_load_json(data, where, rank, notes), len(data), notes, why)
     if fast:
-        decoded = _decode(data)
+        decoded = decode_pickle(data)
         if isinstance(decoded, Decoded):
             return _Raw(decoded, len(data), notes)
         why = f"decoder: {decoded}"
-    plain = False
     if guarded:
-        scan = _scan_pickle(data)
-        reason = _explain(data, scan) or _too_big_here(len(data))
+        reason = explain_pickle(data) or _too_big_here(len(data))
         if reason is not None:
             raise DumpError(where, rank, reason)
-        plain = scan.plain
-    return _Raw(_unpickle(data, where, rank, plain, explain=not guarded), len(data), notes, why)
+    return _Raw(_unpickle(data, where, rank, explain=not guarded), len(data), notes, why)
 
 
 def _too_big_here(size: int) -> str | None:
@@ -177,14 +159,6 @@ def _utf8_json(data: bytes, where: str, rank: int | None) -> bytes:
         name = codec[:6].upper()
         at = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
         raise DumpError(where, rank, f"malformed {name} JSON: does not decode{at}") from None
-
-
-def _decode(data: bytes) -> Decoded | str:
-    """The dump decoded straight into columns by the decoder of its pickler's layout (torch
-    writes protocol 2; Python's pickler, 4 or 5), or why it is not."""
-    if data[:2] in (b"\x80\x04", b"\x80\x05"):
-        return decode_python_or_why(data)
-    return decode_or_why(data)
 
 
 def read_unpacked(
@@ -304,10 +278,10 @@ def _gunzip(data: bytes, where: str, rank: int | None, max_bytes: int) -> bytes:
 def _load_json(data: bytes, where: str, rank: int | None, notes: list[str]) -> Any:
     try:
         try:
-            return json.loads(data)
+            return parse_json(data)
         except UnicodeDecodeError:
             notes.append("bytes that are not UTF-8 were replaced")
-            return json.loads(data.decode("utf-8", "replace"))
+            return parse_json(data.decode("utf-8", "replace"))
     except RecursionError:
         raise DumpError(where, rank, "malformed JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
@@ -318,21 +292,14 @@ def _load_json(data: bytes, where: str, rank: int | None, notes: list[str]) -> A
         raise DumpError(where, rank, f"malformed JSON: {printable(str(exc))[:200]}") from None
 
 
-def _unpickle(
-    data: bytes, where: str, rank: int | None, plain: bool = False, explain: bool = False
-) -> Any:
-    """Unpickle with garbage collection paused. A `plain` file (see `_scan_pickle`) goes to the
-    C unpickler directly; any other through `NoGlobalsUnpickler`, which refuses every global.
-    With `explain` (an unguarded read), a file the unpickler fails on is scanned afterwards for
-    a bomb (see `explain_pickle`), so that a bomb gets the same reason either way."""
+def _unpickle(data: bytes, where: str, rank: int | None, explain: bool = False) -> Any:
+    """Unpickle with garbage collection paused, through the door's unpickler that refuses every
+    global (`safety.unpickle`). With `explain` (an unguarded read), a file the unpickler fails
+    on is scanned afterwards for a bomb (see `explain_pickle`), so that a bomb gets the same
+    reason either way."""
     try:
         with collector_paused():
-            if plain:
-                return pickle.loads(data)
-            # A buffered stream lets the C unpickler read unframed (protocol 2, torch-written)
-            # pickles in big chunks: several times faster than a bare BytesIO.
-            stream = io.BufferedReader(io.BytesIO(data), buffer_size=1 << 16)
-            return NoGlobalsUnpickler(stream).load()
+            return unpickle(data)
     except _UNPICKLE_ERRORS as exc:
         reason = explain_pickle(data) if explain else None
         raise DumpError(where, rank, reason or _unpickle_error(exc, data)) from None
@@ -406,10 +373,6 @@ _OPS = {ord(op.code): op for op in pickletools.opcodes}
 _TUPLE_OPS = frozenset(b"\x85\x86\x87t")
 _SHARING_OPS = frozenset(b"201\x8f\x90\x91")  # DUP, POP, POP_MARK, EMPTY_SET, ADDITEMS, FROZENSET
 _MEMO_PUTS = frozenset(b"qrp\x94")  # BINPUT, LONG_BINPUT, PUT, MEMOIZE
-# Opcodes that reach for a global, a persistent id or an extension, or call or build objects
-# with one: a file without them cannot make the unpickler touch anything but builtin
-# containers and scalars, so the plain C unpickler (no find_class hook) may load it.
-_OBJECT_OPS = frozenset(b"ci\x93o\x81\x92Rb\x82\x83\x84PQ")
 _STOP, _FRAME, _LONG_BINPUT, _PUT = ord("."), 0x95, ord("r"), ord("p")
 _NEUTRAL = frozenset((_FRAME, 0x80))  # FRAME, PROTO
 _TWO_LINES = frozenset(b"ci")  # GLOBAL and INST: module and name lines
@@ -425,7 +388,7 @@ def _plain_run(tuples: bool) -> re.Pattern[bytes]:
     """Runs of opcodes the walk need not stop at. With `tuples`, tuple opcodes that are not
     memoized (the next opcode is no memo put, FRAME or PROTO) are skipped too: for files whose
     tuple count is already bounded another way."""
-    special = _TUPLE_OPS | _SHARING_OPS | _OBJECT_OPS | {_STOP, _FRAME, _LONG_BINPUT}
+    special = _TUPLE_OPS | _SHARING_OPS | {_STOP, _FRAME, _LONG_BINPUT}
     zero: list[int] = []
     fixed: dict[int, list[int]] = {}
     for code, op in _OPS.items():
@@ -457,20 +420,20 @@ _PLAIN_RUN_TUPLES = _plain_run(tuples=True)
 @dataclass(frozen=True)
 class _Scan:
     """What the opcode walk found: a reason to refuse the file (or None); whether its tuples
-    need the exact check; whether it is plain (reached STOP without any `_OBJECT_OPS`)."""
+    need the exact check."""
 
     reason: str | None
     exact: bool = False
-    plain: bool = False
 
 
 def _scan_pickle(data: bytes) -> _Scan:
     """Walk a pickle's opcodes without building anything. Where the stream is malformed the
     walk stops: the unpickler, which reads the same opcodes in the same order, refuses it at
-    that point (and the file is not plain, so the unpickler that refuses globals reads it)."""
+    that point. It is a bomb detector, not a gate for globals: every pickle, whatever the walk
+    says, is unpickled by the door's unpickler that refuses them (`safety`)."""
     n = len(data)
     pos = tuples = 0
-    tuple_memo = sharing = objects = stopped = False
+    tuple_memo = sharing = False
     # Every tuple opcode is one of these bytes, so their count bounds the tuples. Under the
     # bound, unmemoized tuples need not be counted one by one: the regex skips them.
     bound = sum(data.count(code) for code in (b"\x85", b"\x86", b"\x87", b"t"))
@@ -481,7 +444,6 @@ def _scan_pickle(data: bytes) -> _Scan:
             break
         code = data[pos]
         if code == _STOP:
-            stopped = True
             break
         if code in _TUPLE_OPS:
             tuples += 1
@@ -498,7 +460,6 @@ def _scan_pickle(data: bytes) -> _Scan:
         op = _OPS.get(code)
         if op is None:
             break
-        objects = objects or code in _OBJECT_OPS
         if op.arg is None:
             pos += 1
             continue
@@ -541,7 +502,7 @@ def _scan_pickle(data: bytes) -> _Scan:
     if bound <= FAST_SCAN_TUPLES:
         tuples = bound  # an upper bound: some tuples were skipped uncounted
     exact = tuples > FAST_SCAN_TUPLES or (tuples > 1 and (tuple_memo or sharing))
-    return _Scan(None, exact, stopped and not objects)
+    return _Scan(None, exact)
 
 
 def _memo_bomb(index: int, pos: int) -> str:
