@@ -9,7 +9,7 @@ BROWSER_STAMP := $(VENV)/.installed-browser
 DUMPS ?= sample_dumps
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint bench accuracy clean
+.PHONY: help install run check test lint bench accuracy clean
 
 help: ## Show this help
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -45,7 +45,10 @@ install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
 run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
 	@$(BIN)/python -m tools.run_samples --dumps $(DUMPS) --out run-reports $(if $(filter-out 0,$(VERBOSE)),--verbose)
 
-test: $(LIVE_STAMP) $(BROWSER_STAMP) ## Run the whole test suite (with the remote extra, moto's S3 server, torch and chromium)
+check: lint ## The loop while editing: lint, then the fast tests (not those marked slow)
+	$(BIN)/python -m pytest -m "not slow"
+
+test: $(LIVE_STAMP) $(BROWSER_STAMP) ## Run the whole test suite, the slow tests too (with the remote extra, moto's S3 server, torch and chromium)
 	$(BIN)/python -m pytest
 
 lint: $(REMOTE_STAMP) ## ruff and mypy (strict; with the remote extra, whose types it checks)

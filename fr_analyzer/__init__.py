@@ -7,9 +7,13 @@ The public names below are imported on first use, not with the package: `fr-anal
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-__version__ = "1.0.0"
+try:
+    __version__ = version("fr-analyze")  # the one place it is written is pyproject.toml
+except PackageNotFoundError:  # a source tree that was never installed (`pip install -e .`)
+    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from .database import Database, load_db

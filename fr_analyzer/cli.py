@@ -5,7 +5,9 @@ is the console script. Exit codes (also in `--help`):
 
 - 0: the answer is `ok`;
 - 1: any other answer (desync, hung, slow, incomplete);
-- 2: bad usage, no readable dump, or an output that cannot be written.
+- 2: bad usage, no readable dump, or an output that cannot be written;
+- 3: an internal error, a bug in fr-analyze (one line; `--debug` or `FR_ANALYZE_DEBUG=1`
+  prints its traceback).
 
 Every output path (`-o`, `--json`, `--html`, `timeline -o`) is checked before the analysis
 starts, so a path that cannot take the output costs nothing but a one-line error (exit 2). If
@@ -26,10 +28,12 @@ them: `fr-analyze --version` and `--help` start in about 0.1 s.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +52,11 @@ if TYPE_CHECKING:
     from .entries_view import EntriesView
     from .pipeline import Analysis, Options, Progress
 
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
+
+DEBUG_ENV = "FR_ANALYZE_DEBUG"
+_debug: contextvars.ContextVar[bool] = contextvars.ContextVar("fr_analyze_debug", default=False)
+"""Whether an internal error prints its traceback (`--debug`, or FR_ANALYZE_DEBUG=1)."""
 
 EXAMPLES = """\b
 Examples:
@@ -69,6 +77,8 @@ Exit codes:
      (outputs are checked before the analysis; if writing fails after
      it, the report is still printed and the code stays 1 if a problem
      was found)
+  3  an internal error: a bug in fr-analyze, not in the dumps (one
+     line; --debug or FR_ANALYZE_DEBUG=1 prints its traceback)
 """
 
 app = typer.Typer(
@@ -89,6 +99,11 @@ def _version(value: bool) -> None:
     if value:
         typer.echo(f"fr-analyze {__version__}")
         raise typer.Exit(EXIT_OK)
+
+
+def _debug_on(value: bool) -> None:
+    if value:
+        _debug.set(True)
 
 
 def _file_size(text: str | int) -> int:
@@ -674,6 +689,15 @@ def analyze(
             "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            callback=_debug_on,
+            is_eager=True,
+            help=f"On an internal error (exit code 3), print its traceback (or {DEBUG_ENV}=1).",
+        ),
+    ] = False,
 ) -> None:
     """Analyze a directory of per-rank Flight Recorder dumps and name the desync.
 
@@ -1096,7 +1120,17 @@ def merge_traces_cmd(
 
 def run(argv: Sequence[str]) -> int:
     """The whole command on `argv` (without the program name): prints what it prints and
-    returns the exit code. Errors are one line on stderr, never a traceback."""
+    returns the exit code. Errors are one line on stderr; an internal error (any exception
+    that is not the package's `FrAnalyzerError`) prints its traceback only with `--debug` or
+    FR_ANALYZE_DEBUG=1, and exits 3."""
+    token = _debug.set(os.environ.get(DEBUG_ENV, "") not in ("", "0"))
+    try:
+        return _run(argv)
+    finally:
+        _debug.reset(token)
+
+
+def _run(argv: Sequence[str]) -> int:
     try:
         group = typer.main.get_group(app)
         args = cli_compat.translate(argv, group)
@@ -1109,14 +1143,28 @@ def run(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("fr-analyze: interrupted\n")
         return EXIT_ERROR
-    except Exception as exc:  # usage errors and anything unexpected: one line, no traceback
+    except Exception as exc:  # usage errors and anything unexpected
         show = getattr(exc, "show", None)
         if callable(show):  # click's usage errors (vendored by typer): "Usage: ... Error: ..."
             show()
             return EXIT_ERROR
-        sys.stderr.write(f"fr-analyze: internal error: {type(exc).__name__}: {exc}\n")
-        return EXIT_ERROR
+        _internal_error(exc)
+        return EXIT_INTERNAL
     return code if isinstance(code, int) else EXIT_OK
+
+
+def _internal_error(exc: Exception) -> None:
+    """A bug in fr-analyze: one line, or with `--debug` the traceback first."""
+    if _debug.get():
+        traceback.print_exception(exc, file=sys.stderr)
+        hint = ""
+    else:
+        hint = "; run with --debug for the traceback"
+    sys.stderr.write(
+        "fr-analyze: internal error (a bug in fr-analyze, not your dumps): "
+        f"{type(exc).__name__}: {exc}{hint}\n"
+    )
+    sys.stderr.flush()
 
 
 def main() -> None:

@@ -87,8 +87,9 @@ class Loaded:
 
 def load(where: Path | Source, options: Options, progress: Progress | None = None) -> Loaded:
     """Load every rank; each rank's columns go into the table as soon as it arrives (the
-    collector paused: its passes over the ranks kept cost 0.1 s at 1,024 ranks; numpy's large
-    arrays in small pages, see `small_pages`)."""
+    collector paused: its passes over the ranks kept are a cost that grows with the job;
+    numpy's large arrays in small pages, see `small_pages`; the figures are in
+    benchmarks/README.md, "Measured in the code")."""
     with collector_paused(), small_pages():
         return _load(where, options, progress)
 

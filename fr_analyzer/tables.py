@@ -196,8 +196,9 @@ class Columns:
 
     def rows(self, start: int = 0, stop: int | None = None) -> list[list[Any]]:
         """Rows `start:stop` as lists of builtins: one object array filled a column at a time
-        (numpy makes each value a builtin in C), which then gives its rows as lists. Read a
-        row at a time, numpy scalars cost 15 s of CPU at 1,024 ranks (2M entries)."""
+        (numpy makes each value a builtin in C), which then gives its rows as lists: numpy
+        scalars read a row at a time cost far more (benchmarks/README.md, "Measured in the
+        code")."""
         stop = self.length if stop is None else min(stop, self.length)
         out = np.empty((max(stop - start, 0), len(self.columns)), dtype=object)
         for j, column in enumerate(self.columns):

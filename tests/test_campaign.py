@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import pytest
+
 from benchmarks.accuracy import Outcome, run
 from tools.frsim.campaign import CASE_KINDS
 
 SEEDS = range(0, 66)
+
+pytestmark = pytest.mark.slow
 
 
 def _wrong(outcomes: Sequence[Outcome]) -> list[str]:

@@ -337,6 +337,67 @@ def test_no_readable_dump_exits_2_naming_the_file(fr: Fr, tmp_path: Path) -> Non
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def _a_bug_in_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TypeError raised while building every rank, in this process (no worker sandbox):
+    what a bug in fr-analyze's own code looks like, whatever the dump holds."""
+    from fr_analyzer.dumps import loading, sandbox
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    monkeypatch.setattr(loading, "build_rank", broken)
+
+
+def test_a_bug_in_a_reader_is_an_internal_error_not_a_malformed_dump(
+    fr: Fr, healthy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN well-formed dumps and a reader with a bug
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    _a_bug_in_the_reader(monkeypatch)
+    # WHEN the command runs
+    result = fr("-d", str(healthy))
+    # THEN it says the bug is fr-analyze's, in one line, and exits 3
+    assert result.returncode == 3
+    assert result.stderr == (
+        "fr-analyze: internal error (a bug in fr-analyze, not your dumps): TypeError: "
+        "unsupported operand type(s) for +: 'int' and 'str'; run with --debug for the "
+        "traceback\n"
+    )
+    assert "malformed" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("how", ["--debug", "FR_ANALYZE_DEBUG=1"])
+def test_debug_prints_the_traceback_of_an_internal_error(
+    fr: Fr, healthy: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # GIVEN a reader with a bug, and --debug or the environment variable
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    _a_bug_in_the_reader(monkeypatch)
+    flags = [how] if how.startswith("--") else []
+    if not flags:
+        monkeypatch.setenv(*how.split("="))
+    # WHEN the command runs
+    result = fr(*flags, "-d", str(healthy))
+    # THEN the traceback comes first, down to the bug, then the one line, and the code is 3
+    assert result.returncode == 3
+    assert result.stderr.startswith("Traceback (most recent call last):\n")
+    assert 'in broken\n    raise TypeError("unsupported operand' in result.stderr
+    assert result.stderr.endswith(
+        "fr-analyze: internal error (a bug in fr-analyze, not your dumps): TypeError: "
+        "unsupported operand type(s) for +: 'int' and 'str'\n"
+    )
+
+
+def test_debug_changes_nothing_without_an_internal_error(fr: Fr, healthy: Path) -> None:
+    plain, debug = fr("-d", str(healthy)), fr("--debug", "-d", str(healthy))
+    assert (debug.returncode, debug.stdout, debug.stderr) == (
+        plain.returncode,
+        plain.stdout,
+        plain.stderr,
+    )
+
+
 def test_output_inside_the_dump_directory_is_refused(fr: Fr, healthy: Path) -> None:
     before = sorted(p.name for p in healthy.iterdir())
     result = fr("-d", str(healthy), "-o", str(healthy / "db.pkl"))

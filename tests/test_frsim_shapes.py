@@ -111,6 +111,7 @@ def test_a_skipped_collective_and_a_crash_name_the_injected_rank(
     assert crashed.truth.root == "dead_rank" and crashed.truth.culprits == (5,)
 
 
+@pytest.mark.slow
 def test_the_campaign_draws_every_shape_on_both_backends_with_the_injected_culprit() -> None:
     seen: dict[tuple[str, str], int] = defaultdict(int)
     for seed in range(48):

@@ -562,6 +562,7 @@ HOSTILE = settings(
 )
 
 
+@pytest.mark.slow
 @HOSTILE
 @given(
     base=st.sampled_from(sorted(BASES)),
@@ -577,6 +578,7 @@ def test_damaged_rank_files_never_crash_and_intact_ranks_are_analyzed(
     check_damaged_run(capsys, base, damaged, flags)
 
 
+@pytest.mark.slow
 @HOSTILE
 @given(
     base=st.sampled_from(sorted(BASES)),
@@ -596,6 +598,7 @@ def test_structural_damage_to_one_rank(
     check_damaged_run(capsys, base, {rank: Damage(edits, protocol, ())}, flags)
 
 
+@pytest.mark.slow
 @HOSTILE
 @given(
     base=st.sampled_from(sorted(BASES)),
@@ -1167,6 +1170,7 @@ def test_an_absurd_rank_range_is_refused_quickly() -> None:
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @HOSTILE
 @given(
     base=st.sampled_from(sorted(BASES)),

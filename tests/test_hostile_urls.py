@@ -347,6 +347,7 @@ def test_a_listing_link_is_a_file_below_the_url_navigation_or_outside_it(
 # Finding 12: every request ends within the limits
 
 
+@pytest.mark.slow
 def test_ranks_that_drip_or_say_nothing_are_unreadable_within_the_timeouts(
     tight: limits.Limits, fr: Callable[..., Run]
 ) -> None:

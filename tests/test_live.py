@@ -37,6 +37,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts a real torch job
+
 _MISSING = [m for m in ("torch", "aiohttp", "jinja2") if importlib.util.find_spec(m) is None]
 if _MISSING:
     pytest.skip(

@@ -72,6 +72,7 @@ def report(where: str, *, relative_to: str) -> str:
 # Archives
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".tar.gz", ".zip"])
 def test_every_sample_set_packed_gives_the_directorys_report(tmp_path: Path, suffix: str) -> None:
     for name in SET_NAMES:
@@ -351,6 +352,7 @@ def _peak_rss_kib(*args: str, env: dict[str, str]) -> tuple[subprocess.Completed
     return result, int(result.stderr.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_s3_1024_ranks_same_report_and_bounded_memory(s3: str, tmp_path: Path) -> None:
     """A generated 1,024-rank job (40 MB) from the bucket gives the local directory's report,
     and fetching adds no memory that grows with the job: from 8 ranks to 1,024, the peak of

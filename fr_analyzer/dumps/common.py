@@ -54,22 +54,6 @@ DENSE_FLOOR = 10_000
 NO_TIME = -1
 MARKER_OPS = frozenset({"coalesced", "ALLGATHER_coalesced", "REDUCE_SCATTER_coalesced"})
 P2P_OPS = frozenset({"send", "recv"})
-KNOWN_BACKENDS = frozenset(
-    {
-        "nccl",
-        "ncclx",
-        "gloo",
-        "xccl",
-        "rccl",
-        "hccl",
-        "mccl",
-        "nccl2",
-        "rcclx",
-        "c10d",
-        "ucc",
-        "mpi",
-    }
-)
 KNOWN_OPS = (
     MARKER_OPS
     | P2P_OPS
@@ -212,9 +196,9 @@ def small_pages() -> Iterator[None]:
     numpy asks the kernel for 2 MiB pages for each array of 4 MiB or more. Where the kernel
     answers that request by compacting memory at the first write (transparent huge pages'
     `defrag` set to `madvise`, as many distributions have it), and memory is full of page
-    cache (as it is once the dumps are read), each fresh array stalls on its first pages: the
-    table filled a rank at a time took twice the CPU of the copy itself, and the stages after
-    loading spent a quarter of their CPU (0.18 s of 0.73 s at 1,024 ranks) so."""
+    cache (as it is once the dumps are read), each fresh array stalls on its first pages, and
+    filling the table a rank at a time and the stages after loading spend much of their CPU
+    so (the figures: benchmarks/README.md, "Measured in the code")."""
     if _HUGE_PAGES is None:  # not in this numpy: nothing to turn off
         yield
         return

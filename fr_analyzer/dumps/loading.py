@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
+import pickle
+import struct
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
 
-from ..errors import DumpError
+from ..errors import DumpError, FrAnalyzerError
 from ..model import UnreadableDump
 from . import dialects, hosts, limits, sandbox, stamps, torchft
 from .archives import StreamedFiles
+from .columnar import Slower
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
 from .decode import Decoded, Undecodable
 from .limits import content_bytes
@@ -22,6 +27,7 @@ from .normalize import build_rank
 from .reading import _Raw, _read, explain_pickle, read_unpacked
 from .records import RankColumns, RankDump
 from .sources import DumpFile
+from .values import EntryError
 
 
 def load_rank(
@@ -57,7 +63,21 @@ def load_rank(
         return UnreadableDump(path, dump_file.rank, "structure nested too deeply")
     except MemoryError:
         return UnreadableDump(path, dump_file.rank, "needs more memory than available")
-    except Exception as exc:  # a malformed dump must never abort the other ranks
+    except (
+        FrAnalyzerError,
+        Undecodable,
+        Slower,
+        EntryError,
+        pickle.UnpicklingError,
+        EOFError,
+        UnicodeError,
+        json.JSONDecodeError,
+        struct.error,
+        zlib.error,
+        OverflowError,
+    ) as exc:  # what the readers raise for bytes they cannot take: this file is bad, not the
+        # others; anything else (a TypeError, an AttributeError) is a bug in fr-analyze and
+        # goes up, never blamed on the dump
         reason = printable(f"malformed dump: {type(exc).__name__}: {exc}")[:300]
         return UnreadableDump(path, dump_file.rank, reason)
 
