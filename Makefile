@@ -45,8 +45,8 @@ install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
 run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
 	@$(BIN)/python -m tools.run_samples --dumps $(DUMPS) --out run-reports $(if $(filter-out 0,$(VERBOSE)),--verbose)
 
-check: lint ## The loop while editing: lint, then the fast tests (not those marked slow)
-	$(BIN)/python -m pytest -m "not slow"
+check: lint ## The loop while editing: lint, then the fast tests (not those marked slow), on every core
+	$(BIN)/python -m pytest -m "not slow" -n auto
 
 test: $(LIVE_STAMP) $(BROWSER_STAMP) ## Run the whole test suite, the slow tests too (with the remote extra, moto's S3 server, torch and chromium)
 	$(BIN)/python -m pytest

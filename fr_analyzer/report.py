@@ -409,14 +409,18 @@ def render_next_steps(analysis: Analysis, width: int | None) -> list[str]:
 
 def _command(command: str, width: int | None) -> list[str]:
     """A shell command, continued with backslashes when it is wider than `width`; an option
-    stays on the line of its value."""
-    indent = "    "
+    stays on the line of its value when they fit. A word longer than a line (a deep path) is
+    split by a backslash-newline inside it, the next line starting at its first column: the
+    shell joins the pieces back into one word."""
+    indent, more = "    ", "      "
     if width is None or len(indent) + len(command) <= width:
         return [indent + command]
+    room = width - len(more) - 2
     words: list[str] = []
     for word in command.split(" "):
-        if words and words[-1].startswith("-") and not word.startswith("-"):
-            words[-1] += " " + word
+        joined = f"{words[-1]} {word}" if words else ""
+        if words and words[-1].startswith("-") and not word.startswith("-") and len(joined) <= room:
+            words[-1] = joined
         else:
             words.append(word)
     lines: list[str] = []
@@ -424,8 +428,11 @@ def _command(command: str, width: int | None) -> list[str]:
     for word in words:
         if line.strip() and len(line) + 1 + len(word) + 2 > width:
             lines.append(line + " \\")
-            line = indent + "  "
+            line = more
         line += ("" if not line.strip() else " ") + word
+        while len(line) > width:  # one word longer than a line
+            lines.append(line[: width - 1] + "\\")
+            line = line[width - 1 :]
     lines.append(line)
     return lines
 

@@ -232,3 +232,21 @@ def test_colour_marks_the_status_and_the_culprit_without_changing_the_characters
     assert styled.plain == render_text(analysis, width=100)
     styled_words = {styled.plain[s.start : s.end] for s in styled.spans}
     assert "HUNG." in styled_words and "rank 5" in styled_words
+
+
+def test_a_printed_command_too_long_for_a_line_runs_as_printed() -> None:
+    import shlex
+    import subprocess
+
+    deep = "/tmp/" + "/".join(f"level{i:02d}" for i in range(14)) + "/dumps"
+    command = f"fr-analyze timeline -d {deep} --selected-ranks 0-7 --seq 9:15 -o tl.json"
+    lines = report._command(command, 80)
+    assert max(len(line) for line in lines) <= 80
+    # the shell joins the continued lines (and a word split inside by backslash-newline) back
+    echoed = subprocess.run(
+        ["bash", "-c", "printf '%s\\n' " + "\n".join(lines).strip()],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert echoed == shlex.split(command)
