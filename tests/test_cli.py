@@ -367,6 +367,28 @@ def test_a_bug_in_a_reader_is_an_internal_error_not_a_malformed_dump(
     assert "malformed" not in result.stdout + result.stderr
 
 
+def test_a_bug_in_a_sandboxed_reader_is_an_internal_error_too(
+    fr: Fr, healthy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN well-formed dumps read in the worker sandbox, whose reader has a bug
+    from fr_analyzer.dumps import loading, sandbox
+
+    if not sandbox.available():
+        pytest.skip("no worker sandbox on this platform")
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    monkeypatch.setattr(loading, "build_rank", broken)  # the forked workers inherit it
+    # WHEN the command runs with workers
+    result = fr("-d", str(healthy), "--workers", "2")
+    # THEN the bug is fr-analyze's (exit 3), not an unreadable rank
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr.startswith("fr-analyze: internal error (a bug in fr-analyze")
+    assert "TypeError" in result.stderr and "unreadable" not in result.stdout
+
+
 @pytest.mark.parametrize("how", ["--debug", "FR_ANALYZE_DEBUG=1"])
 def test_debug_prints_the_traceback_of_an_internal_error(
     fr: Fr, healthy: Path, monkeypatch: pytest.MonkeyPatch, how: str

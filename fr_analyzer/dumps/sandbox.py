@@ -205,8 +205,8 @@ class Sandbox(Generic[T, R]):
                 index, result = worker.conn.recv()
                 assert index == worker.queue[0]  # a worker reads its tasks in order
                 worker.queue.popleft()
-                if isinstance(result, _Raised):
-                    result = self._dead(self._tasks[index], Death(0, 0, result.text))
+                if isinstance(result, _Raised):  # `work` raised: a bug, not the file's fault
+                    raise WorkerBug(f"reading task {index} in a worker: {result.text}")
                 done[index] = result
         except (EOFError, OSError):
             return False
@@ -249,6 +249,12 @@ def _serve(
 @dataclass(frozen=True)
 class _Raised:
     text: str
+
+
+class WorkerBug(RuntimeError):
+    """`work` raised in a worker. It turns every problem of its input into a result, so an
+    exception is a bug in fr-analyze: raised in the parent as an internal error, never taken
+    for the file's fault (exit 3, not an unreadable rank)."""
 
 
 def _limit(size: int, limits: Limits) -> None:
