@@ -287,25 +287,6 @@ def render_python_stacks(analysis: Analysis, width: int | None = None) -> list[s
     return lines
 
 
-def render_answer(c: Conclusion) -> list[str]:
-    """The answer paragraph, its evidence, the wait chain, the culprit's code and the timing,
-    each on one line (not wrapped, nothing left out)."""
-    lines = ["", c.answer]
-    root = c.root
-    if root is None:
-        return lines
-    lines += [f"  - {e}" for e in root.evidence]
-    if len(root.wait_chain) > 1:
-        lines.append("  wait chain: " + " -> waits for -> ".join(chain_steps(root)))
-    if root.code:
-        who = label(root.ranks)
-        lines.append(f"  {who}'s code (innermost frames that differ from its peers'):")
-        lines += [f"    {f.name} at {f.filename}:{f.line}" for f in root.code]
-    if c.status == Status.HUNG:
-        lines.append(f"  timing: {c.timing.note}.")
-    return lines
-
-
 CHAIN_STEPS = 4
 """Wait chain steps spelled out; a longer chain shows its first step and its last ones."""
 CODE_FRAMES = 3

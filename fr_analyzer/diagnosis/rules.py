@@ -15,7 +15,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -395,19 +395,8 @@ class Context:
         rows = _finding_rows(self, f)
         mine = [r for r in rows if int(self.t.rank[r]) in roots]
         peers = [r for r in rows if int(self.t.rank[r]) not in roots]
-        return RootCause(
-            kind=RootKind.MISMATCH,
-            ranks=tuple(sorted(roots)),
-            group=f.group,
-            collective_seq_id=f.collective_seq_id,
-            p2p_seq_id=f.p2p_seq_id,
-            op=f.op,
-            sentence=sentence,
-            evidence=(f.detail,),
-            wait_chain=self.chain(roots),
-            deviates=True,
-            finding=f,
-            code=self.code(mine[0] if mine else None, peers),
+        return self._finding_root(
+            RootKind.MISMATCH, f, roots, sentence, self.code(mine[0] if mine else None, peers)
         )
 
     def skipped_root(self, f: Finding) -> RootCause:
@@ -424,19 +413,29 @@ class Context:
             f"{agree(roots, 'that rank', 'those ranks')} (a rank-dependent branch)."
         )
         rows = _finding_rows(self, f)
+        root = self._finding_root(
+            RootKind.NOT_JOINED, f, roots, sentence, self.code(rows[0] if rows else None, [])
+        )
+        return replace(root, p2p_seq_id=None)
+
+    def _finding_root(
+        self, kind: RootKind, f: Finding, roots: set[int], sentence: str, code: Stack
+    ) -> RootCause:
+        """A program bug stated by one of the matcher's findings: its place, its detail as the
+        evidence, the culprits deviating from the others."""
         return RootCause(
-            kind=RootKind.NOT_JOINED,
+            kind=kind,
             ranks=tuple(sorted(roots)),
             group=f.group,
             collective_seq_id=f.collective_seq_id,
-            p2p_seq_id=None,
+            p2p_seq_id=f.p2p_seq_id,
             op=f.op,
             sentence=sentence,
             evidence=(f.detail,),
             wait_chain=self.chain(roots),
             deviates=True,
             finding=f,
-            code=self.code(rows[0] if rows else None, []),
+            code=code,
         )
 
     # -- rules 3 to 5: hangs ------------------------------------------------------------------
