@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fr_analyzer import analyze
-from fr_analyzer.report_html import render_html
+from fr_analyzer.render.report_html import render_html
 
 PAINTED = (
     "new Promise(r => requestAnimationFrame(() => requestAnimationFrame("

@@ -16,15 +16,15 @@ except PackageNotFoundError:  # a source tree that was never installed (`pip ins
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:
-    from .database import Database, load_db
     from .pipeline import Analysis, Options, analyze
+    from .render.database import Database, load_db
 
 _LAZY = {
     "Analysis": "pipeline",
     "Options": "pipeline",
     "analyze": "pipeline",
-    "Database": "database",
-    "load_db": "database",
+    "Database": "render.database",
+    "load_db": "render.database",
 }
 
 __all__ = ["Analysis", "Database", "Options", "__version__", "analyze", "load_db"]

@@ -47,10 +47,10 @@ from .errors import FrAnalyzerError, OutputError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from . import live
-    from .dumps.sources import Source
-    from .entries_view import EntriesView
+    from .load import live
+    from .load.sources import Source
     from .pipeline import Analysis, Options, Progress
+    from .render.entries_view import EntriesView
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -109,7 +109,7 @@ def _debug_on(value: bool) -> None:
 def _file_size(text: str | int) -> int:
     if isinstance(text, int):
         return text
-    from .dumps import parse_size
+    from .load import parse_size
 
     try:
         return parse_size(text)
@@ -136,7 +136,7 @@ class Outputs:
 
     def to_stdout(self) -> bool:
         """Whether one of them goes to standard output (the text report then goes to stderr)."""
-        from .output import is_stdout
+        from .render.output import is_stdout
 
         return any(is_stdout(p) for p in self.paths())
 
@@ -146,7 +146,7 @@ class Outputs:
         (`source`), a folder that does not exist or cannot be written."""
         if self.database is not None:
             _check_database_name(self.database)
-        from .output import is_stdout
+        from .render.output import is_stdout
 
         if sum(is_stdout(p) for p in self.paths()) > 1:
             raise UsageError("only one output can go to standard output (-)")
@@ -159,7 +159,7 @@ class Outputs:
                 if same is not path:
                     raise UsageError(f"{same} and {path}: two outputs to one file")
         if self.database is not None and _is_parquet(self.database):
-            from . import database_parquet
+            from .render import database_parquet
 
             database_parquet.require()  # pyarrow, an optional extra
 
@@ -184,7 +184,7 @@ def check_output(path: Path, source: Path | Source | None, *, folder: bool = Fal
     output is a `folder`, such as a Parquet database), in a folder that exists and can be
     written. Raises `OutputError` (exit 2) naming the path. Returns the file (or folder) that
     will be replaced, None for an output written in place (stdout, a device, a FIFO)."""
-    from .output import How, check_output_path, destination
+    from .render.output import How, check_output_path, destination
 
     probe = path / "probe" if folder and path.is_dir() else path
     if source is not None:
@@ -221,14 +221,14 @@ def _writers(
     analysis: Analysis, outputs: Outputs, cap: int
 ) -> list[tuple[str, Path, Callable[[], int | None]]]:
     """(what, where, write) for each output; `write` returns the bytes written when known."""
-    from .output import write_atomic
+    from .render.output import write_atomic
 
     found: list[tuple[str, Path, Callable[[], int | None]]] = []
     if outputs.json is not None:
         path = outputs.json
 
         def json_report() -> int:
-            from . import report_json
+            from .render import report_json
 
             data = report_json.render_json(analysis, cap=cap).encode()
             write_atomic(path, data)
@@ -239,7 +239,7 @@ def _writers(
         page = outputs.html
 
         def html_report() -> int:
-            from . import report_html
+            from .render import report_html
 
             data = report_html.render_html(analysis).encode()
             write_atomic(page, data)
@@ -255,16 +255,16 @@ def _writers(
 def write_database(analysis: Analysis, path: Path) -> None:
     """`-o`: SQLite for .sqlite, .sqlite3 and .db; a folder of Parquet tables for .parquet;
     else a pickle of builtin types."""
-    from . import database_sqlite
+    from .render import database_sqlite
 
     if database_sqlite.wanted(path):
         database_sqlite.write(analysis, path)
     elif _is_parquet(path):
-        from . import database_parquet
+        from .render import database_parquet
 
         database_parquet.write(analysis, path)
     else:
-        from . import database
+        from .render import database
 
         database.write(analysis, path)
 
@@ -272,7 +272,7 @@ def write_database(analysis: Analysis, path: Path) -> None:
 def wrote(path: Path, what: str, size: int | None = None, extra: str = "") -> None:
     """One line on stderr: what was written where, and its size (on disk when it is a file or
     a folder, else the bytes written)."""
-    from .output import is_stdout
+    from .render.output import is_stdout
 
     if is_stdout(path):
         where = f"{what} to standard output"
@@ -387,7 +387,7 @@ def print_report(
     """The text report on stdout (stderr when an output takes stdout), fit to its width."""
     from rich.text import Text
 
-    from . import report
+    from .render import report
 
     console = _console(stderr=to_stderr)
     styled = getattr(report, "render_styled", None)
@@ -410,7 +410,7 @@ def print_report(
 
 def verdict_code(analysis: Analysis) -> int:
     """0 when the answer is `ok`, else 1."""
-    from .model import Status
+    from .model.records import Status
 
     return EXIT_OK if analysis.conclusion.status == Status.OK else EXIT_FINDINGS
 
@@ -455,7 +455,8 @@ def analyze_dumps(
 def print_entries(source: Source, options: Options, view: EntriesView) -> int:
     """`-j`: analyze (for the root cause and the exit code), print the entries; returns the
     same exit code as the main command."""
-    from . import entries_view, pipeline
+    from . import pipeline
+    from .render import entries_view
 
     with progress_bars() as progress:
         analysis = pipeline.analyze(source, options, progress)
@@ -713,8 +714,8 @@ def analyze(
     if group_world_size is not None and not transform_ft:
         raise UsageError("--group-world-size goes with --transform-ft")
     from .diagnosis import Thresholds
-    from .dumps import DEFAULT_MAX_FILE_BYTES
-    from .dumps.opening import open_source
+    from .load import DEFAULT_MAX_FILE_BYTES
+    from .load.opening import open_source
     from .pipeline import Options
 
     options = Options(
@@ -740,8 +741,8 @@ def analyze(
             raise UsageError("-j prints the entries only: -o, --json and --html go without -j")
         if around_root and (all_entries or last is not None):
             raise UsageError("--around-root goes without --all-entries and --last")
-        from .entries_view import EntriesView
-        from .ranks import parse
+        from .model.ranks import parse
+        from .render.entries_view import EntriesView
 
         filters = tuple(p for item in (pg_filters or []) for p in item.split(",") if p)
         elsewhere = all_entries or last is not None or bool(filters)
@@ -826,7 +827,8 @@ def live_cmd(
     times, and analyze the snapshots: what moved was in flight, what did not is stuck."""
     import tempfile
 
-    from . import live, pipeline
+    from . import pipeline
+    from .load import live
 
     outputs = Outputs(database=output, json=json_out, html=html_out)
     outputs.check(save)
@@ -981,10 +983,10 @@ def timeline_cmd(
 ) -> None:
     """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
     one thread per process group, findings and the root cause marked."""
-    from . import timeline
-    from .dumps.opening import open_source
-    from .output import write_atomic
-    from .ranks import parse
+    from .load.opening import open_source
+    from .model.ranks import parse
+    from .render import timeline
+    from .render.output import write_atomic
 
     where = _one_dump_dir(dump_dir, dump_dir_option, "timeline")
     source = open_source(where, _storage_options(storage_option))
@@ -1017,7 +1019,7 @@ def timeline_cmd(
 def _seq_range(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
-    from . import timeline
+    from .render import timeline
 
     try:
         return timeline.parse_seq(text)
@@ -1062,8 +1064,8 @@ def merge_traces_cmd(
     """Merge per-rank profiler traces into one trace: pid = rank, clocks synced."""
     from tabulate import tabulate
 
-    from . import timeline, traces
-    from .dumps.opening import open_source
+    from .load.opening import open_source
+    from .render import timeline, traces
 
     step_range = None
     if steps is not None:
@@ -1079,7 +1081,7 @@ def merge_traces_cmd(
     infos = [traces.inspect(f) for f in files]
     overlay = None
     if source is not None:
-        from . import timeline
+        from .render import timeline
 
         overlay = timeline.overlay(_analysis(source, None, None), traces.fr_shift_ns(infos))
     report_ = traces.merge(

@@ -24,12 +24,12 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .ages import Age
 from .diagnosis import Diagnosis, RootCause, RootKind, Timing
-from .groups import GroupTable
-from .matching import MatchResult
-from .model import INPUT_KINDS, DumpSummary, Finding, FindingKind, Status
-from .ranks import agree, by_count, counted, label
+from .diagnosis.ages import Age
+from .match import MatchResult
+from .model.groups import GroupTable
+from .model.ranks import agree, by_count, counted, label
+from .model.records import INPUT_KINDS, DumpSummary, Finding, FindingKind, Status
 
 IN_FLIGHT_KINDS = frozenset(
     {FindingKind.NOT_JOINED, FindingKind.STATE_MISMATCH, FindingKind.P2P_UNMATCHED}

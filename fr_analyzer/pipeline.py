@@ -8,24 +8,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import dumps as dumps_mod
-from . import live
-from . import series as series_mod
+from . import load as dumps_mod
 from .conclusion import Conclusion, conclude
 from .diagnosis import Diagnosis, Thresholds, diagnose
-from .dumps import DEFAULT_MAX_FILE_BYTES, EntryTable, RankDump, Reader, pystacks, stamps
-from .dumps.common import collector_paused, small_pages
-from .dumps.dialects import DESCRIPTION, Dialect
-from .dumps.discovery import Discovery
-from .dumps.pystacks import PythonStacks
-from .dumps.remote import Remote
-from .dumps.sources import Directory, Source
+from .diagnosis import series as series_mod
 from .errors import DiscoveryError
-from .findings import collect
-from .groups import GroupTable, build_groups
-from .matching import MatchResult, match
-from .model import DumpSummary, Finding, UnreadableDump
-from .ranks import agree, compact
+from .load import DEFAULT_MAX_FILE_BYTES, live, pystacks, stamps
+from .load.common import collector_paused, small_pages
+from .load.dialects import DESCRIPTION, Dialect
+from .load.discovery import Discovery
+from .load.pystacks import PythonStacks
+from .load.remote import Remote
+from .load.sources import Directory, Source
+from .match import MatchResult, match
+from .match.findings import collect
+from .model.dump import RankDump, Reader
+from .model.groups import GroupTable, build_groups
+from .model.ranks import agree, compact
+from .model.records import DumpSummary, Finding, UnreadableDump
+from .model.table import EntryTable
 
 Progress = Callable[[str, int, int], None]
 """`progress(phase, done, total)`: how far a phase has got. The caller draws it (the CLI, as

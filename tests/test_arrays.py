@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fr_analyzer.arrays import distinct
+from fr_analyzer.model.arrays import distinct
 
 
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=200))

@@ -13,7 +13,7 @@ import pytest
 from benchmarks.accuracy import answer, judge
 from fr_analyzer import Analysis, analyze
 from fr_analyzer.conclusion import Role
-from fr_analyzer.model import FindingKind
+from fr_analyzer.model.records import FindingKind
 from fr_analyzer.pipeline import Options
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run

@@ -184,8 +184,9 @@ def test_database_is_written_and_read_back(fr: Fr, healthy: Path, tmp_path: Path
 
 @pytest.mark.parametrize("sample", ["nccl_stuck_started", "nccl_batched_p2p", "nccl3d_crash"])
 def test_database_calls_hold_each_entrys_values_as_builtins(sample: str) -> None:
-    from fr_analyzer import analyze, database
-    from fr_analyzer.model import STATE_NAMES, State, UnitKind
+    from fr_analyzer import analyze
+    from fr_analyzer.model.records import STATE_NAMES, State, UnitKind
+    from fr_analyzer.render import database
 
     result = analyze(Path(__file__).parents[1] / "sample_dumps" / sample)
     t, m = result.table, result.matches
@@ -340,7 +341,7 @@ def test_no_readable_dump_exits_2_naming_the_file(fr: Fr, tmp_path: Path) -> Non
 def _a_bug_in_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """A TypeError raised while building every rank, in this process (no worker sandbox):
     what a bug in fr-analyze's own code looks like, whatever the dump holds."""
-    from fr_analyzer.dumps import loading, sandbox
+    from fr_analyzer.load import loading, sandbox
 
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
@@ -371,7 +372,7 @@ def test_a_bug_in_a_sandboxed_reader_is_an_internal_error_too(
     fr: Fr, healthy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN well-formed dumps read in the worker sandbox, whose reader has a bug
-    from fr_analyzer.dumps import loading, sandbox
+    from fr_analyzer.load import loading, sandbox
 
     if not sandbox.available():
         pytest.skip("no worker sandbox on this platform")
@@ -573,16 +574,16 @@ def test_sizes_are_shown_in_decimal_units(size: int, shown: str) -> None:
 def test_o_dispatches_on_the_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """GIVEN -o names; WHEN the database is written; THEN SQLite, Parquet or pickle."""
     called: list[str] = []
-    from fr_analyzer import database, database_sqlite
+    from fr_analyzer.render import database, database_sqlite
 
     monkeypatch.setattr(database_sqlite, "write", lambda a, p: called.append(f"sqlite {p.name}"))
     monkeypatch.setattr(database, "write", lambda a, p: called.append(f"pickle {p.name}"))
-    parquet = type(sys)("fr_analyzer.database_parquet")
+    parquet = type(sys)("fr_analyzer.render.database_parquet")
     parquet.write = lambda a, p: called.append(f"parquet {p.name}")  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fr_analyzer.database_parquet", parquet)
-    import fr_analyzer
+    monkeypatch.setitem(sys.modules, "fr_analyzer.render.database_parquet", parquet)
+    import fr_analyzer.render
 
-    monkeypatch.setattr(fr_analyzer, "database_parquet", parquet, raising=False)
+    monkeypatch.setattr(fr_analyzer.render, "database_parquet", parquet, raising=False)
     for name in ("a.sqlite", "b.sqlite3", "c.db", "d.parquet", "e.pkl", "f"):
         cli.write_database(None, tmp_path / name)  # type: ignore[arg-type]
     assert called == [
@@ -600,8 +601,8 @@ def test_an_output_that_fails_after_the_analysis_keeps_the_verdicts_exit_code(
 ) -> None:
     """A write that fails late (a full disk) is one line; the other outputs are still
     written; the code is the verdict's when it found a problem, else 2 (never 0)."""
-    from fr_analyzer import database
     from fr_analyzer.errors import OutputError
+    from fr_analyzer.render import database
 
     def full(analysis: object, path: Path) -> None:
         raise OutputError(f"{path}: cannot write: No space left on device")
@@ -619,7 +620,7 @@ def test_an_output_that_fails_after_the_analysis_keeps_the_verdicts_exit_code(
 
 
 def test_html_report_is_written_atomically_and_said(fr: Fr, desynced: Path, tmp_path: Path) -> None:
-    pytest.importorskip("fr_analyzer.report_html")
+    pytest.importorskip("fr_analyzer.render.report_html")
     page = tmp_path / "report.html"
     result = fr(str(desynced), "--html", str(page))
     assert result.returncode == 1, result.stderr
@@ -645,7 +646,7 @@ def test_timeline_takes_the_dump_directory_as_argument_or_with_d(
 def test_timeline_all_is_passed_through(
     fr: Fr, monkeypatch: pytest.MonkeyPatch, desynced: Path, tmp_path: Path
 ) -> None:
-    from fr_analyzer import timeline
+    from fr_analyzer.render import timeline
 
     if "all_ranks" not in {f.name for f in dataclasses.fields(timeline.TimelineOptions)}:
         pytest.skip("timeline.TimelineOptions has no all_ranks field yet")

@@ -167,10 +167,10 @@ def test_pg_filters_that_match_nothing_list_the_groups(
 
 
 def test_pg_filters_name_at_most_a_dozen_groups() -> None:
-    from fr_analyzer.entries_view import GROUPS_NAMED, _filtered
     from fr_analyzer.errors import UsageError
-    from fr_analyzer.groups import GroupTable
-    from fr_analyzer.model import Group, MembershipSource
+    from fr_analyzer.model.groups import GroupTable
+    from fr_analyzer.model.records import Group, MembershipSource
+    from fr_analyzer.render.entries_view import GROUPS_NAMED, _filtered
 
     many = tuple(Group(i, str(i), "mesh_dp", (i,), MembershipSource.PG_CONFIG) for i in range(1000))
     table = GroupTable(many, None, (), (), 1000, (), None)  # type: ignore[arg-type]

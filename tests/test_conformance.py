@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer.model import FindingKind
+from fr_analyzer.model.records import FindingKind
 from tests.builders import make_dump, make_entry
 from tests.conftest import Run
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer import analyze, database_parquet, database_sqlite
+from fr_analyzer import analyze
 from fr_analyzer.errors import OutputError, UsageError
 from fr_analyzer.pipeline import Analysis, Options
-from fr_analyzer.tables import COLUMNS, Kind, kind
+from fr_analyzer.render import database_parquet, database_sqlite
+from fr_analyzer.render.tables import COLUMNS, Kind, kind
 
 pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow (the parquet extra) not installed")
 

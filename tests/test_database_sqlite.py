@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer import analyze, database, database_sqlite, load_db
-from fr_analyzer.database_sqlite import _JSON_KINDS, FOREIGN_KEYS, INDEXES, write
+from fr_analyzer import analyze, load_db
 from fr_analyzer.errors import OutputError
 from fr_analyzer.pipeline import Options
-from fr_analyzer.tables import COLUMNS, NULL_WHEN_NEGATIVE, Kind, kind
+from fr_analyzer.render import database, database_sqlite
+from fr_analyzer.render.database_sqlite import _JSON_KINDS, FOREIGN_KEYS, INDEXES, write
+from fr_analyzer.render.tables import COLUMNS, NULL_WHEN_NEGATIVE, Kind, kind
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"

@@ -21,12 +21,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.gen import Spec, simulation, torch_pickle
-from fr_analyzer.dumps import DumpFile, RankDump, Reader, build_rank, discover, load_rank
-from fr_analyzer.dumps.common import MAX_SEQ_ID
-from fr_analyzer.dumps.decode import Decoded, Undecodable, _run_ints, decode
-from fr_analyzer.dumps.decode_python import decode_python_or_why
-from fr_analyzer.dumps.safety import decode_pickle as decode_any
-from fr_analyzer.model import UnreadableDump
+from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
+from fr_analyzer.load.common import MAX_SEQ_ID
+from fr_analyzer.load.decode import Decoded, Undecodable, _run_ints, decode
+from fr_analyzer.load.decode_python import decode_python_or_why
+from fr_analyzer.load.safety import decode_pickle as decode_any
+from fr_analyzer.model.dump import RankDump, Reader
+from fr_analyzer.model.records import UnreadableDump
 from tests.builders import make_dump, make_entry
 from tools.frsim.writers import TorchPickleWriter, python_pickle
 

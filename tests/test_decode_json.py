@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from hypothesis import event, given
 
-from fr_analyzer.dumps import DumpFile, Reader, build_rank, load_rank
-from fr_analyzer.dumps.decode import Decoded, Undecodable
-from fr_analyzer.dumps.decode_json import decode_json_or_why
-from fr_analyzer.model import UnreadableDump
+from fr_analyzer.load import DumpFile, build_rank, load_rank
+from fr_analyzer.load.decode import Decoded, Undecodable
+from fr_analyzer.load.decode_json import decode_json_or_why
+from fr_analyzer.model.dump import Reader
+from fr_analyzer.model.records import UnreadableDump
 from fr_analyzer.pipeline import Options, analyze
 from tests.builders import make_dump
 from tests.test_decode import PROPERTY, entries, fr_dumps, same_rank

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fr_analyzer import analyze, stragglers
+from fr_analyzer import analyze
+from fr_analyzer.diagnosis import stragglers
 from fr_analyzer.pipeline import Options
-from fr_analyzer.report import render_text
+from fr_analyzer.render.report import render_text
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run
 
@@ -86,7 +87,7 @@ def test_dumps_without_frames_say_so() -> None:
 def test_root_cause_in_json(tmp_path: Path) -> None:
     import json
 
-    from fr_analyzer.report_json import render_json
+    from fr_analyzer.render.report_json import render_json
 
     data = json.loads(render_json(analyze(SAMPLES / "nccl_wait_chain", Options(workers=1))))
     rc = data["root_cause"]

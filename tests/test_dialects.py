@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps.values import parse_name
 from fr_analyzer.errors import DiscoveryError
-from fr_analyzer.model import UNKNOWN_PEER, P2PKind
+from fr_analyzer.load.values import parse_name
+from fr_analyzer.model.records import UNKNOWN_PEER, P2PKind
 from fr_analyzer.pipeline import Options
 from tests.builders import make_dump, make_entry, write_dumps
 

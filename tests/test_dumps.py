@@ -16,19 +16,11 @@ import numpy as np
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps import (
-    RankDump,
-    Reader,
-    TableBuilder,
-    build_rank,
-    discover,
-    hosts,
-    load_rank,
-    read_raw,
-)
-from fr_analyzer.dumps.loading import _pack_arrays, _unpack_arrays
 from fr_analyzer.errors import DiscoveryError, DumpError
-from fr_analyzer.model import FindingKind, UnreadableDump
+from fr_analyzer.load import TableBuilder, build_rank, discover, hosts, load_rank, read_raw
+from fr_analyzer.load.loading import _pack_arrays, _unpack_arrays
+from fr_analyzer.model.dump import RankDump, Reader
+from fr_analyzer.model.records import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options
 from tests.builders import make_dump, make_entry, renumber, write_dumps
 
@@ -251,8 +243,8 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
 def test_fast_and_careful_normalization_agree_on_every_sample_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fr_analyzer.dumps import normalize
-    from fr_analyzer.dumps.columnar import Slower
+    from fr_analyzer.load import normalize
+    from fr_analyzer.load.columnar import Slower
 
     def refuse(*args: object) -> NoReturn:
         raise Slower("forced by the test")
@@ -424,7 +416,7 @@ def test_analysis_runs_inside_a_pool_worker_that_may_not_fork_children() -> None
 
 
 def test_small_pages_turn_numpys_huge_page_request_off_while_they_last() -> None:
-    from fr_analyzer.dumps import common
+    from fr_analyzer.load import common
 
     toggle = common._HUGE_PAGES
     if toggle is None:

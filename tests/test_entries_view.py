@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from fr_analyzer import cli
-from fr_analyzer.entries_view import MARK, NEVER, EntriesView, render_entries, render_styled
 from fr_analyzer.pipeline import Analysis
+from fr_analyzer.render.entries_view import MARK, NEVER, EntriesView, render_entries, render_styled
 from tests.builders import make_dump, make_entry
 from tests.conftest import Run
 

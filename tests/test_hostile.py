@@ -35,8 +35,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fr_analyzer import cli, dumps
-from fr_analyzer.model import UnreadableDump
+from fr_analyzer import cli
+from fr_analyzer import load as dumps
+from fr_analyzer.model.records import UnreadableDump
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"

@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer import dumps, pipeline
-from fr_analyzer.dumps.limits import LIMITS, MIB
-from fr_analyzer.dumps.normalize import text_held
+from fr_analyzer import load as dumps
+from fr_analyzer import pipeline
+from fr_analyzer.load.limits import LIMITS, MIB
+from fr_analyzer.load.normalize import text_held
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 MEMORY_CAP = 4 << 30

@@ -23,19 +23,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps import (
-    DumpFile,
-    RankDump,
-    Reader,
-    build_rank,
-    columnar,
-    discover,
-    load_rank,
-    reading,
-)
-from fr_analyzer.dumps.decode import _BINGET, Decoded, Undecodable
-from fr_analyzer.dumps.safety import decode_pickle as decode_any
 from fr_analyzer.errors import DumpError
+from fr_analyzer.load import DumpFile, build_rank, columnar, discover, load_rank, reading
+from fr_analyzer.load.decode import _BINGET, Decoded, Undecodable
+from fr_analyzer.load.safety import decode_pickle as decode_any
+from fr_analyzer.model.dump import RankDump, Reader
 from fr_analyzer.pipeline import Options
 from tests.test_decode import by_unpickler, same_rank, slot_of, torch_bytes
 from tests.test_decode_json import outcome, torch_json

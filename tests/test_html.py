@@ -18,10 +18,17 @@ import numpy as np
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.groups import GroupTable
-from fr_analyzer.model import Group, MembershipSource
+from fr_analyzer.model.groups import GroupTable
+from fr_analyzer.model.records import Group, MembershipSource
 from fr_analyzer.pipeline import Analysis, Options
-from fr_analyzer.report_html import UNSPANNED, MeshDim, Spot, infer_mesh, page_data, render_html
+from fr_analyzer.render.report_html import (
+    UNSPANNED,
+    MeshDim,
+    Spot,
+    infer_mesh,
+    page_data,
+    render_html,
+)
 from tests.builders import make_dump, make_entry, renumber, write_dumps
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fr_analyzer.conclusion import Role
-from fr_analyzer.model import FindingKind
+from fr_analyzer.model.records import FindingKind
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run
 

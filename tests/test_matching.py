@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fr_analyzer.matching.collectives import _by_group_and_seq, _signatures
-from fr_analyzer.model import FindingKind
+from fr_analyzer.match.collectives import _by_group_and_seq, _signatures
+from fr_analyzer.model.records import FindingKind
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run
 

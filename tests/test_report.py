@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer import report
 from fr_analyzer.pipeline import Analysis
-from fr_analyzer.report import render_text
-from fr_analyzer.report_json import report_dict
+from fr_analyzer.render import report
+from fr_analyzer.render.report import render_text
+from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run
 
@@ -81,7 +81,7 @@ def test_a_failing_section_still_prints_the_answer(
 
 
 def test_text_json_and_database_give_one_answer(strided: Analysis) -> None:
-    from fr_analyzer import database
+    from fr_analyzer.render import database
 
     data = report_dict(strided)
     db = database.build(strided)
@@ -163,7 +163,7 @@ def test_the_answer_block_takes_at_most_twenty_lines_and_no_line_is_wider_than_t
 
 
 def test_rank_ranges_are_never_broken_across_lines() -> None:
-    from fr_analyzer.presentation import wrap
+    from fr_analyzer.render.presentation import wrap
 
     ranks = ",".join(f"{r}-{r + 7}" for r in range(0, 2048, 16))
     lines = wrap(f"ranks {ranks} wait in all_reduce #3", 40)

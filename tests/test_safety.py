@@ -16,9 +16,9 @@ from typing import Any, NoReturn
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps import safety, sandbox
+from fr_analyzer.load import safety, sandbox
 from fr_analyzer.pipeline import Analysis, Options
-from fr_analyzer.report import render_text
+from fr_analyzer.render.report import render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"
@@ -58,7 +58,7 @@ def test_no_module_but_the_door_turns_bytes_into_objects() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE).as_posix()
-        if name == "dumps/safety.py":
+        if name == "load/safety.py":
             continue
         for line, what in _openers(ast.parse(path.read_text(), str(path))):
             if (name, what) not in EXEMPT:
@@ -136,7 +136,7 @@ def test_a_pickle_of_builtins_only_comes_back_whole_through_the_door() -> None:
 
 
 def _refuse(*args: Any, **kwargs: Any) -> NoReturn:
-    raise AssertionError("bytes became objects outside the door (fr_analyzer.dumps.safety)")
+    raise AssertionError("bytes became objects outside the door (fr_analyzer.load.safety)")
 
 
 class _RefusingUnpickler(pickle.Unpickler):

@@ -18,7 +18,7 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.pipeline import Options
-from fr_analyzer.report import render_text
+from fr_analyzer.render.report import render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"

@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer import live, pipeline, series
-from fr_analyzer.dumps import pystacks, stamps
-from fr_analyzer.dumps.sources import Directory
-from fr_analyzer.model import Status
+from fr_analyzer import pipeline
+from fr_analyzer.diagnosis import series
+from fr_analyzer.load import live, pystacks, stamps
+from fr_analyzer.load.sources import Directory
+from fr_analyzer.model.records import Status
 
 LIVE = Path(__file__).resolve().parent / "data" / "live"
 

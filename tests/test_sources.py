@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.dumps import open_source
+from fr_analyzer.load import open_source
 from fr_analyzer.pipeline import Options
-from fr_analyzer.report import render_text
+from fr_analyzer.render.report import render_text
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 SET_NAMES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
@@ -411,7 +411,7 @@ def test_a_tarball_read_without_worker_processes_gives_the_same_ranks(
 ) -> None:
     """Where no worker can be forked the parent reads each member itself, in archive order,
     holding one member's bytes at a time."""
-    from fr_analyzer.dumps import discover, load_all, sandbox
+    from fr_analyzer.load import discover, load_all, sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)
     archive = pack(SAMPLES / "nccl_not_joined", tmp_path / "d.tar.gz")

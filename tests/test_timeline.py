@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fr_analyzer import analyze, timeline
+from fr_analyzer import analyze
 from fr_analyzer.pipeline import Options
-from fr_analyzer.timeline import TimelineOptions, build, clock_offsets
+from fr_analyzer.render import timeline
+from fr_analyzer.render.timeline import TimelineOptions, build, clock_offsets
 from tests.trace_format import problems
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"

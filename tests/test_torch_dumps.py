@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer.dumps import DumpFile, RankDump, Reader, build_rank, discover, load_rank
-from fr_analyzer.dumps.decode import Decoded, decode
-from fr_analyzer.dumps.decode_json import decode_json_or_why
-from fr_analyzer.model import State
+from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
+from fr_analyzer.load.decode import Decoded, decode
+from fr_analyzer.load.decode_json import decode_json_or_why
+from fr_analyzer.model.dump import RankDump, Reader
+from fr_analyzer.model.records import State
 from tests.test_decode import by_decoder, by_unpickler, same_rank
 
 DATA = Path(__file__).resolve().parent / "data" / "torch213"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer.traces import MergeOptions, TraceError, inspect, load_trace, merge
+from fr_analyzer.render.traces import MergeOptions, TraceError, inspect, load_trace, merge
 from tests.trace_format import problems
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
@@ -143,8 +143,8 @@ def test_steps_window_from_profiler_step_annotations(tmp_path: Path) -> None:
 def test_flight_recorder_overlay_lines_up_with_the_profiler(tmp_path: Path) -> None:
     from fr_analyzer import analyze
     from fr_analyzer.pipeline import Options
-    from fr_analyzer.timeline import overlay as fr_overlay
-    from fr_analyzer.traces import expand_inputs, fr_shift_ns
+    from fr_analyzer.render.timeline import overlay as fr_overlay
+    from fr_analyzer.render.traces import expand_inputs, fr_shift_ns
 
     infos = [inspect(p) for p in expand_inputs([REAL])]
     overlay = fr_overlay(analyze(REAL_FR, Options(workers=1)), fr_shift_ns(infos))

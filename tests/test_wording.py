@@ -13,9 +13,9 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.conclusion import Conclusion, Role
-from fr_analyzer.model import Frame
+from fr_analyzer.diagnosis.positions import collapse, is_framework
+from fr_analyzer.model.records import Frame
 from fr_analyzer.pipeline import Analysis, Options
-from fr_analyzer.positions import collapse, is_framework
 from tests.builders import make_dump, make_entry
 from tests.conftest import Run
 

@@ -28,13 +28,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .. import stragglers, waits
-from ..dumps import EntryTable, RankDump
-from ..groups import GroupTable
-from ..matching import MatchResult
-from ..model import Finding
-from ..positions import Refs, last_per_rank, newest_per_rank, positions, stacks
-from ..series import Series
+from ..match import MatchResult
+from ..model.dump import RankDump
+from ..model.groups import GroupTable
+from ..model.records import Finding
+from ..model.table import EntryTable
+from . import stragglers, waits
+from .positions import Refs, last_per_rank, newest_per_rank, positions, stacks
 from .records import (
     Diagnosis,
     RankState,
@@ -46,6 +46,7 @@ from .records import (
     WaitStep,
 )
 from .rules import Candidate, Context, first_mismatch, straggler_root
+from .series import Series
 from .timing import judge_timing
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -8,17 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..ages import Age, DumpTime
-from ..model import (
-    Finding,
-    Group,
-    Stack,
-)
-from ..positions import (
-    OpRef,
-    Position,
-    StackGroup,
-)
+from ..model.records import Finding, Group, Stack
+from .ages import Age, DumpTime
+from .positions import OpRef, Position, StackGroup
 
 
 class RootKind(enum.StrEnum):

@@ -20,14 +20,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from .. import stragglers, waits
-from ..arrays import distinct
-from ..dumps import EntryTable, rank_starts
-from ..groups import GroupTable
-from ..matching import MatchResult
-from ..model import (
+from ..match import MatchResult
+from ..model.arrays import distinct
+from ..model.backends import NO_P2P_BACKENDS
+from ..model.groups import GroupTable
+from ..model.ranks import agree, by_count, counted, label
+from ..model.records import (
     MISMATCH_KINDS,
-    NO_P2P_BACKENDS,
     STATE_NAMES,
     Finding,
     FindingKind,
@@ -38,11 +37,9 @@ from ..model import (
     State,
     UnitKind,
 )
-from ..positions import (
-    OpRef,
-    Refs,
-)
-from ..ranks import agree, by_count, counted, label
+from ..model.table import EntryTable, rank_starts
+from . import stragglers, waits
+from .positions import OpRef, Refs
 from .records import RootCause, RootKind, RootTime, Thresholds, WaitStep
 from .timing import timing_on
 

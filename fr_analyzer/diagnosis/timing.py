@@ -9,15 +9,14 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from .. import waits
-from ..ages import DUMP_SPREAD_S, Age, DumpTime, Evidence, ages, dump_time
-from ..dumps import EntryTable, RankDump
-from ..model import (
-    State,
-)
-from ..ranks import by_count, counted, label
-from ..series import Series
+from ..model.dump import RankDump
+from ..model.ranks import by_count, counted, label
+from ..model.records import State
+from ..model.table import EntryTable
+from . import waits
+from .ages import DUMP_SPREAD_S, Age, DumpTime, Evidence, ages, dump_time
 from .records import Timing
+from .series import Series
 
 MIN_UNCHANGED_S = 1.0
 """However short the job's step, a rank unchanged for less than this is not called stuck."""

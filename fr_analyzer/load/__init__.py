@@ -1,0 +1,78 @@
+"""Find per-rank dump files, load them safely, and turn each into compact columns.
+
+The package, stage by stage: `opening` picks the source a path or URL names, and `sources` (a
+directory), `archives` (a tar or zip archive) or `remote` (an fsspec URL) lists it and says
+how each file is read, within `limits` (the table of every limit); `discovery` finds the rank
+files in it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
+`reading` loads one file (gzip, JSON, pickle), every object built through `safety`, the one
+door where bytes become objects; `normalize` turns its header and entries into
+a `RankDump` (`records`), its entries read by the fastest reader that takes them; `loading`
+runs that over every rank; `table` merges the ranks into one `EntryTable`. `schema` is the
+one table of an entry's keys that every reader follows.
+
+Three readers, fastest first, and each rank records which one read it (`Reader`) and why a
+faster one did not: the decoders read a dump laid out the way its writer lays it out straight
+into columns, with no unpickler or JSON parser over the entries and no dict per entry (`decode`:
+torch's pickler; `decode_python`: Python's; `decode_json`: torch's JSON, or Python's `json`);
+`columnar` reads unpickled or parsed JSON entries one key at a time, each distinct value
+validated once; `careful` reads anything
+else entry by entry and names every problem. The report's warnings name ranks that fell to the
+careful reader, and why.
+
+Hostile input is expected. Only regular files are opened; a file over `max_bytes` (or gzip
+data that inflates past it, or past `GZIP_MAX_RATIO` times its compressed size) is refused.
+The decoder's grammar has no global, no memo put out of order and no tuple of containers, so
+no bomb. Every other pickle, whatever a scan says of it, is unpickled by `safety`'s
+`NoGlobalsUnpickler`, which refuses every global and persistent id,
+in a worker process limited in CPU time and address space: a tuple that takes forever to
+hash, one nested deep enough to crash, or a memo index that allocates gigabytes costs that
+worker its file, and an opcode scan (`reading.explain_pickle`) then says which bomb it was.
+In a process that must survive any file (no fork, or `load_rank` called directly) the scan
+runs before unpickling instead. Normalization checks a value's type before it hashes it,
+reads each list once however often a pickle refers to it, counts the items it would expand
+to, and refuses a file whose entries expand far beyond its size. Every string taken from a
+dump is made printable. A problem with one entry skips that entry; a problem with the file
+makes the rank unreadable, with a reason; nothing raises past `load_rank`.
+"""
+
+from __future__ import annotations
+
+from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
+from ..model.ops import MARKER_OPS
+from ..model.table import EntryTable, rank_starts
+from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, parse_size, printable
+from .discovery import Discovery, discover
+from .loading import load_all, load_rank
+from .normalize import build_rank
+from .opening import open_source
+from .reading import read_raw
+from .safety import NoGlobalsUnpickler
+from .sources import DumpFile, Source
+from .table import TableBuilder
+
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_MAX_FILE_BYTES",
+    "MARKER_OPS",
+    "NO_TIME",
+    "Discovery",
+    "DumpFile",
+    "EntryTable",
+    "GroupClaim",
+    "NoGlobalsUnpickler",
+    "RankColumns",
+    "RankDump",
+    "RankTables",
+    "Reader",
+    "Source",
+    "TableBuilder",
+    "build_rank",
+    "discover",
+    "load_all",
+    "load_rank",
+    "open_source",
+    "parse_size",
+    "printable",
+    "rank_starts",
+    "read_raw",
+]

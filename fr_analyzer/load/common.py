@@ -1,0 +1,174 @@
+"""Limits, names and text helpers shared by the loader modules."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import re
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..model.records import State
+from .limits import LIMITS
+
+# Limits. Genuine dumps are far inside every one of them. The table is `limits.Limits`; the
+# names below are its values, kept for the modules that read them.
+DEFAULT_MAX_FILE_BYTES = LIMITS.max_file_bytes
+"""Largest rank file read, counted after gunzip (`--max-file-size`)."""
+MAX_SEQ_ID = 1 << 62
+"""Largest sequence id: a per-group counter never gets near it."""
+MAX_NUMEL = 1 << 40
+"""Largest number of elements in one tensor shape (2**40 elements is terabytes)."""
+MAX_DURATION_MS = 1e10
+"""Longest duration believed (115 days); longer, negative or NaN durations count as unknown."""
+MAX_DIMS = 64
+"""Most dimensions in one tensor shape."""
+GZIP_MAX_RATIO = LIMITS.gzip_max_ratio
+"""Refuse gzip data that inflates more than this many times (dumps compress about 5-30x)..."""
+GZIP_RATIO_FLOOR = LIMITS.gzip_ratio_floor
+"""...once it has produced this many bytes."""
+FAST_SCAN_TUPLES = 20_000
+"""Pickles with more tuples than this (a genuine one has one per entry) get the exact check."""
+MAX_TUPLE_NODES = 10_000
+"""Most tuples one tuple may hold, counted through nesting and repeats (hashing visits each)."""
+EXPANSION_FACTOR = LIMITS.expansion_factor
+EXPANSION_FLOOR = LIMITS.expansion_floor
+"""A file's entries may expand to at most FACTOR x its bytes + FLOOR items (entries, shapes,
+dimensions, dtypes, frames). Every item costs at least one byte unless the pickle refers to one
+list many times, so only such repetition (a memo bomb) gets near the limit."""
+MIN_ENTRY_BYTES = 16
+DENSE_FLOOR = 10_000
+"""More entries than max(DENSE_FLOOR, bytes / MIN_ENTRY_BYTES) cannot be real entries."""
+
+NO_TIME = -1
+_STATES = {
+    "scheduled": State.SCHEDULED,
+    "started": State.STARTED,
+    "completed": State.COMPLETED,
+}
+_INT64_MAX = (1 << 63) - 1
+_O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+_SIZE_RE = re.compile(
+    r"\s*([0-9]{1,30})(?:\.([0-9]{1,9}))?\s*([kmgt]?)(?:i?b)?\s*",
+    re.IGNORECASE | re.ASCII,
+)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """`"512M"` → 536870912: a byte count, or a number with K, M, G or T (powers of 1024)."""
+    match = _SIZE_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: give bytes, or e.g. 512M or 2G")
+    unit = _SIZE_UNITS[match[3].lower()]
+    fraction = match[2] or "0"
+    value: int = int(match[1]) * unit + int(fraction) * unit // 10 ** len(fraction)
+    if value < 1:
+        raise ValueError(f"{text!r} is not a size: it must be at least one byte")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Text from dumps
+
+
+def _escape(text: str) -> str:
+    """`text` with every unprintable character (controls, lone surrogates, ...) escaped."""
+    return "".join(ch if ch.isprintable() else _escape_char(ch) for ch in text)
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str) -> str:
+    """Safe to print and to encode as UTF-8: unprintable characters are escaped."""
+    return text if text.isprintable() else _escape(text)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """A bounded, printable description of any loaded value, for messages."""
+    if isinstance(value, str | bytes | bytearray):
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value) if -(10**30) < value < 10**30 else f"<{value.bit_length()}-bit integer>"
+    if isinstance(value, list | tuple | dict | set | frozenset):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return f"<{type(value).__name__}>"
+
+
+def _scalar_text(value: Any) -> str | None:
+    """Text for a non-str scalar (bytes, number, bool, None); None for containers."""
+    if isinstance(value, bytes | bytearray):
+        return printable(bytes(value).decode("utf-8", "replace"))
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return _short(value)
+    return None
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cycle collector off for a while (and back on after, if it was). A dump is ~100k small
+    containers, and a loaded job millions of objects that hold no cycles and live until the end;
+    each collector pass would walk all of them again. Reference counting frees the rest."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """numpy's large arrays allocated without its request for huge pages, for a while.
+
+    numpy asks the kernel for 2 MiB pages for each array of 4 MiB or more. Where the kernel
+    answers that request by compacting memory at the first write (transparent huge pages'
+    `defrag` set to `madvise`, as many distributions have it), and memory is full of page
+    cache (as it is once the dumps are read), each fresh array stalls on its first pages, and
+    filling the table a rank at a time and the stages after loading spend much of their CPU
+    so (the figures: benchmarks/README.md, "Measured in the code")."""
+    if _HUGE_PAGES is None:  # not in this numpy: nothing to turn off
+        yield
+        return
+    before = _HUGE_PAGES(False)
+    try:
+        yield
+    finally:
+        _HUGE_PAGES(before)
+
+
+_HUGE_PAGES = getattr(
+    getattr(getattr(np, "_core", None) or getattr(np, "core", None), "multiarray", None),
+    "_set_madvise_hugepage",
+    None,
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, from its `st_mode`: "a FIFO", ..."""
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"

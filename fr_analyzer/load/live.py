@@ -1,0 +1,532 @@
+"""Ask a running job: fetch every rank's Flight Recorder and Python stacks from PyTorch's debug
+server (`torch.distributed.debug.start_debug_server`), one snapshot after another, into
+dump folders the analysis reads like any other.
+
+The debug server runs a worker server on every rank, registered in the job's TCPStore as
+`debug_server/rank<N>` = `http://host:port`, and a frontend on rank 0 whose `/tcpstore` page
+lists those keys. A worker lists its handlers at `GET /handler/` and answers `POST
+/handler/<name>`: `fr_trace_json` (PyTorch's recorder), `dump_nccl_trace_json` (NCCL's),
+`torchcomms_fr_trace_json` (torchcomms') and `dump_traceback` (Python stacks). A worker
+answers while its rank is blocked in a collective; a rank that does not answer (stopped,
+swapping, dead host) is often the culprit, so it is named, never waited for past the timeout.
+
+Requests go straight to the workers, in parallel (at most `concurrency` at a time), each with
+its own timeout; torch is not needed. Each snapshot is a folder named by its local time
+(`YYYYmmdd_HHMMSS_ffffff`, as the debug server names its files) holding `rank_<N>` per rank
+that answered (the JSON it served, as a pickle of builtin types: what the recorder itself
+writes, and what torchfrtrace reads; its time set to the moment the rank answered),
+`stacks.txt` in the debug server's own layout and `fetch.json` (`MANIFEST`): when each rank
+answered, and why the others did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import os
+import pickle
+import re
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
+
+from ..errors import UsageError
+from .safety import parse_json
+
+_T = TypeVar("_T")
+
+MANIFEST = "fetch.json"
+MANIFEST_SCHEMA = "fr-analyze.fetch/1"
+STACKS = "stacks.txt"
+FR_HANDLERS = ("fr_trace_json", "dump_nccl_trace_json", "torchcomms_fr_trace_json")
+"""The handlers that serve a rank's Flight Recorder, in the order a tie is broken."""
+STACKS_HANDLER = "dump_traceback"
+MAX_BODY_BYTES = 1 << 30
+_RANK_KEY = re.compile(r"debug_server/rank(\d+): b(?:'|&#39;|\")([^'\"&<\s]+)")
+
+
+class FetchError(UsageError):
+    """The job's addresses could not be learned (nothing to analyze)."""
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One rank's worker server."""
+
+    rank: int
+    url: str  # http://host:port
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.hostname is None:
+            raise FetchError(f"rank {self.rank}: {self.url!r} is not an http://host:port address")
+        return parts.hostname, parts.port or 80
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one rank gave in one snapshot: the Flight Recorder body (None when it did not
+    answer), its stacks, when it answered and why it did not."""
+
+    rank: int
+    body: bytes | None  # None once saved in the snapshot's folder (`take` keeps none)
+    stacks: str | None
+    handler: str | None  # which Flight Recorder handler the body came from
+    time_ns: int | None  # when the rank's answer began to arrive
+    error: str | None  # why there is no body
+    entries: int = 0
+    size: int = 0  # bytes of the body (kept after the body is dropped)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One round of requests to every rank, and the folder it was saved in."""
+
+    folder: Path
+    started_ns: int
+    finished_ns: int
+    answers: tuple[Answer, ...]
+    handlers: tuple[str, ...]  # the Flight Recorder handlers the job serves
+    chosen: str | None  # the one whose bodies were saved (the most entries)
+    others: dict[str, int] = field(default_factory=dict)  # the rest: handler -> entries
+
+    @property
+    def unanswered(self) -> list[Answer]:
+        return [a for a in self.answers if a.handler is None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    snapshots: int = 2
+    interval_s: float = 10.0
+    timeout_s: float = 30.0
+    concurrency: int = 128
+
+
+# ---------------------------------------------------------------------------------------------
+# Addresses
+
+
+def workers(urls: Sequence[str], timeout_s: float) -> list[Worker]:
+    """The job's workers, in rank order: from the frontend's `/tcpstore` page when one URL is
+    given and it is not itself a worker, else the URLs as they are (rank = position)."""
+    bases = [_base(u) for u in urls]
+    if not bases:
+        raise UsageError("live: give the debug server's address (http://host:25999) or workers'")
+    if len(bases) > 1:
+        return [Worker(rank, base) for rank, base in enumerate(bases)]
+    base = bases[0]
+    status, body = asyncio.run(_one(base, "GET", "/tcpstore", timeout_s))
+    if status == 200:
+        found = _tcpstore_workers(body.decode("utf-8", "replace"))
+        if found:
+            return found
+    status, body = asyncio.run(_one(base, "GET", "/handler/", timeout_s))
+    if status == 200 and _handler_list(body) is not None:
+        return [Worker(0, base)]  # a single worker: a one-rank job, or one asked on purpose
+    raise FetchError(
+        f"{base}: neither a debug server frontend (no rank addresses at /tcpstore) nor a "
+        f"worker (no handler list at /handler/): {_status_text(status, body)}"
+    )
+
+
+def _base(url: str) -> str:
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise UsageError(f"live: {url!r} is not an http://host:port address")
+    return f"http://{parts.netloc}"
+
+
+def _tcpstore_workers(page: str) -> list[Worker]:
+    """The `debug_server/rank<N>` keys of the frontend's TCPStore page."""
+    by_rank = {int(m[1]): html.unescape(m[2]) for m in _RANK_KEY.finditer(page)}
+    return [Worker(rank, _base(url)) for rank, url in sorted(by_rank.items())]
+
+
+def _handler_list(body: bytes) -> list[str] | None:
+    try:
+        names = parse_json(body)
+    except ValueError:
+        return None
+    if isinstance(names, list) and all(isinstance(n, str) for n in names):
+        return names
+    return None
+
+
+def _status_text(status: int, body: bytes) -> str:
+    if status < 0:
+        return body.decode("utf-8", "replace")
+    line = body[:120].decode("utf-8", "replace").splitlines()[0] if body.strip() else ""
+    return f"HTTP {status}" + (f" ({line})" if line else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+async def _one(base: str, method: str, path: str, timeout_s: float) -> tuple[int, bytes]:
+    """One request on a fresh connection: (status, body), or (-1, why) when it failed."""
+    host, port = Worker(0, base).host_port
+    try:
+        async with _Connection(host, port, timeout_s) as conn:
+            status, body, _ = await conn.request(method, path)
+            return status, body
+    except _Failed as exc:
+        return -1, str(exc).encode()
+
+
+class _Failed(Exception):
+    pass
+
+
+class _Connection:
+    """A keep-alive HTTP/1.1 connection to one worker, every step under one deadline."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.host, self.port = host, port
+        self.deadline = time.monotonic() + timeout_s
+        self.timeout_s = timeout_s
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def __aenter__(self) -> _Connection:
+        self.reader, self.writer = await self._within(
+            asyncio.open_connection(self.host, self.port, limit=1 << 20), "connect"
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.writer is not None:
+            self.writer.close()  # not waited for: the peer's part is its own
+
+    async def _within(self, step: Awaitable[_T], what: str) -> _T:
+        # asyncio.timeout_at (3.11+): a timer on the running task, no new Task per step as
+        # asyncio.wait_for makes before 3.12. The loop's clock is time.monotonic.
+        try:
+            if self.deadline <= time.monotonic():
+                raise TimeoutError
+            async with asyncio.timeout_at(self.deadline):
+                return await step
+        except TimeoutError:
+            raise _Failed(f"did not answer within {self.timeout_s:g} s") from None
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise _Failed(f"could not be reached ({what}: {reason})") from None
+
+    async def request(self, method: str, path: str) -> tuple[int, bytes, int]:
+        """(status, body, when the answer began to arrive, ns)."""
+        assert self.reader is not None and self.writer is not None
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            "Content-Length: 0\r\nConnection: keep-alive\r\nAccept-Encoding: identity\r\n\r\n"
+        )
+        self.writer.write(head.encode())
+        if self.writer.transport.get_write_buffer_size():
+            await self._within(self.writer.drain(), "send")
+        try:  # the status line and headers at once
+            block: bytes = await self._within(self.reader.readuntil(b"\r\n\r\n"), "read")
+        except asyncio.IncompleteReadError as exc:
+            block = exc.partial  # the peer closed: what came, as readline would give it
+        except asyncio.LimitOverrunError:
+            raise _Failed("answered headers over 1 MiB") from None
+        when = time.time_ns()
+        lines = block.split(b"\n")
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+            raise _Failed("answered something that is not HTTP")
+        status = int(parts[1])
+        length: int | None = None
+        chunked = False
+        for header in lines[1:]:
+            name, _, value = header.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length" and value.strip().isdigit():
+                length = int(value.strip())
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+        if chunked:
+            body = await self._chunks()
+        elif length is not None:
+            if length > MAX_BODY_BYTES:
+                raise _Failed(f"answered {length} bytes, over {MAX_BODY_BYTES} bytes")
+            body = await self._within(self.reader.readexactly(length), "read")
+        else:
+            body = await self._within(self.reader.read(MAX_BODY_BYTES + 1), "read")
+        if len(body) > MAX_BODY_BYTES:
+            raise _Failed(f"answered more than {MAX_BODY_BYTES} bytes")
+        return status, body, when
+
+    async def _chunks(self) -> bytes:
+        assert self.reader is not None
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size_line: bytes = await self._within(self.reader.readline(), "read")
+            try:
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            except ValueError:
+                raise _Failed("answered a broken chunked body") from None
+            if size == 0:
+                await self._within(self.reader.readline(), "read")
+                return b"".join(parts)
+            total += size
+            if total > MAX_BODY_BYTES:
+                raise _Failed(f"answered more than {MAX_BODY_BYTES} bytes")
+            parts.append(await self._within(self.reader.readexactly(size + 2), "read"))
+            parts[-1] = parts[-1][:-2]
+
+
+async def _ask_rank(
+    worker: Worker, handlers: Sequence[str], stacks: bool, settings: Settings
+) -> tuple[int, dict[str, bytes], str | None, int | None, str | None]:
+    """One rank: (rank, handler -> body, stacks, when the first answer began, error)."""
+    host, port = worker.host_port
+    bodies: dict[str, bytes] = {}
+    when: int | None = None
+    error: str | None = None
+    text: str | None = None
+    try:
+        async with _Connection(host, port, settings.timeout_s) as conn:
+            for name in handlers:
+                status, body, at = await conn.request("POST", f"/handler/{name}")
+                when = at if when is None else when
+                if status == 200:
+                    bodies[name] = body
+                elif error is None:
+                    error = f"answered {_status_text(status, body)} for {name}"
+            if stacks:
+                status, body, _ = await conn.request("POST", f"/handler/{STACKS_HANDLER}")
+                if status == 200:
+                    text = body.decode("utf-8", "replace")
+    except _Failed as exc:
+        error = str(exc)
+    except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        error = f"closed the connection ({type(exc).__name__})"
+    if bodies:
+        error = None
+    return worker.rank, bodies, text, when, error
+
+
+async def _round(
+    fleet: Sequence[Worker], handlers: Sequence[str], stacks: bool, settings: Settings
+) -> list[tuple[int, dict[str, bytes], str | None, int | None, str | None]]:
+    gate = asyncio.Semaphore(max(1, settings.concurrency))
+
+    async def bounded(
+        w: Worker,
+    ) -> tuple[int, dict[str, bytes], str | None, int | None, str | None]:
+        async with gate:
+            return await _ask_rank(w, handlers, stacks, settings)
+
+    return list(await asyncio.gather(*(bounded(w) for w in fleet)))
+
+
+def served_handlers(fleet: Sequence[Worker], timeout_s: float) -> tuple[list[str], bool]:
+    """The Flight Recorder handlers the job serves (asked of the first ranks that answer) and
+    whether it serves stacks."""
+    for worker in fleet[:8]:
+        status, body = asyncio.run(_one(worker.url, "GET", "/handler/", timeout_s))
+        names = _handler_list(body) if status == 200 else None
+        if names is not None:
+            return [h for h in FR_HANDLERS if h in names], STACKS_HANDLER in names
+    return ["fr_trace_json"], True  # nobody listed them: ask for PyTorch's recorder
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshots
+
+
+def take(
+    fleet: Sequence[Worker],
+    into: Path,
+    settings: Settings = Settings(),
+    progress: Callable[[Snapshot], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Snapshot]:
+    """`settings.snapshots` snapshots of every rank, `interval_s` apart (from the start of
+    one to the start of the next), each saved in a new folder under `into`."""
+    handlers, stacks = served_handlers(fleet, settings.timeout_s)
+    if not handlers:
+        raise FetchError(
+            f"{fleet[0].url}: the job serves no Flight Recorder handler ("
+            + ", ".join(FR_HANDLERS)
+            + ")"
+        )
+    taken: list[Snapshot] = []
+    for index in range(settings.snapshots):
+        started = time.monotonic()
+        snap = _snapshot(fleet, handlers, stacks, into, settings)
+        taken.append(snap)
+        if progress is not None:
+            progress(snap)
+        if index + 1 < settings.snapshots:
+            sleep(max(0.0, settings.interval_s - (time.monotonic() - started)))
+    return taken
+
+
+def _snapshot(
+    fleet: Sequence[Worker], handlers: list[str], stacks: bool, into: Path, settings: Settings
+) -> Snapshot:
+    started = time.time_ns()
+    got = asyncio.run(_round(fleet, handlers, stacks, settings))
+    finished = time.time_ns()
+    totals = dict.fromkeys(handlers, 0)
+    counts: dict[tuple[int, str], int] = {}
+    for rank, bodies, *_ in got:
+        for name, body in bodies.items():
+            counts[rank, name] = n = _entry_count(body)
+            totals[name] += n
+    chosen = max(handlers, key=lambda h: (totals[h], -handlers.index(h)))
+    answers = tuple(
+        Answer(
+            rank,
+            bodies.get(chosen),
+            text,
+            chosen if chosen in bodies else None,
+            when,
+            error
+            if error is not None or chosen in bodies
+            else f"did not serve {chosen} (it served {', '.join(sorted(bodies)) or 'nothing'})",
+            counts.get((rank, chosen), 0),
+            len(bodies.get(chosen, b"")),
+        )
+        for rank, bodies, text, when, error in got
+    )
+    folder = _folder(into, started)
+    snap = Snapshot(
+        folder,
+        started,
+        finished,
+        answers,
+        tuple(handlers),
+        chosen,
+        {h: n for h, n in totals.items() if h != chosen},
+    )
+    _save(snap, fleet)
+    # the bodies are in the folder now: keep none (2 GB a snapshot at 16,384 ranks)
+    return replace(snap, answers=tuple(replace(a, body=None) for a in snap.answers))
+
+
+def _as_pickle(rank: int, body: bytes) -> tuple[str, bytes]:
+    """The rank's file: the JSON it served as the pickle the recorder itself writes
+    (`rank_<N>`, builtin types only), which torchfrtrace reads too; a body that is not a JSON
+    object is kept as it came (`rank_<N>.json`), for the reader to say what is wrong with it."""
+    try:
+        obj = parse_json(body)
+    except (ValueError, RecursionError):
+        return f"rank_{rank}.json", body
+    if not isinstance(obj, dict):
+        return f"rank_{rank}.json", body
+    return f"rank_{rank}", pickle.dumps(obj, protocol=2)
+
+
+def _entry_count(body: bytes) -> int:
+    """How many entries a Flight Recorder JSON body holds (counted without parsing it)."""
+    return body.count(b'"record_id"')
+
+
+def _folder(into: Path, started_ns: int) -> Path:
+    stamp = datetime.fromtimestamp(started_ns / 1e9).strftime("%Y%m%d_%H%M%S_%f")
+    folder = into / stamp
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = into / f"{stamp}-{n}"
+    return folder
+
+
+def _save(snap: Snapshot, fleet: Sequence[Worker]) -> None:
+    """The snapshot's folder: written under a temporary name, then renamed, so that a folder
+    with the final name is always whole."""
+    partial = snap.folder.with_name(snap.folder.name + ".partial")
+    partial.mkdir(parents=True)
+    urls = {w.rank: w.url for w in fleet}
+    for a in snap.answers:
+        if a.body is None:
+            continue
+        name, data = _as_pickle(a.rank, a.body)
+        path = partial / name
+        path.write_bytes(data)
+        if a.time_ns is not None:
+            os.utime(path, ns=(a.time_ns, a.time_ns))
+    lines: list[str] = []
+    for a in snap.answers:
+        lines.append(f"=== Rank {a.rank}: {urls.get(a.rank, '?')}/handler/{STACKS_HANDLER}? ===")
+        lines.append(a.stacks if a.stacks is not None else f"Error: {a.error or 'no stacks'}")
+    (partial / STACKS).write_text("\n".join(lines) + "\n")
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "started_ns": snap.started_ns,
+        "finished_ns": snap.finished_ns,
+        "world_size": len(fleet),
+        "handler": snap.chosen,
+        "handlers": list(snap.handlers),
+        "other_handlers": snap.others,
+        "ranks": {
+            str(a.rank): {"url": urls.get(a.rank), "time_ns": a.time_ns, "error": a.error}
+            for a in snap.answers
+        },
+    }
+    (partial / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    partial.rename(snap.folder)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a manifest back
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A saved snapshot's `fetch.json`."""
+
+    started_ns: int
+    world_size: int
+    times: dict[int, int]  # rank -> when it answered
+    errors: dict[int, str]  # rank -> why it did not
+    handler: str | None
+    others: dict[str, int]
+
+
+def read_manifest(folder: Path) -> Manifest | None:
+    """The snapshot's manifest, or None when the folder has none (or not a readable one)."""
+    path = folder / MANIFEST
+    try:
+        if path.stat().st_size > 64 << 20:
+            return None
+        data = parse_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+        return None
+    ranks = data.get("ranks")
+    if not isinstance(ranks, dict):
+        return None
+    times: dict[int, int] = {}
+    errors: dict[int, str] = {}
+    for key, info in ranks.items():
+        if not (isinstance(key, str) and key.isdigit() and isinstance(info, dict)):
+            continue
+        if isinstance(info.get("time_ns"), int):
+            times[int(key)] = info["time_ns"]
+        if isinstance(info.get("error"), str):
+            errors[int(key)] = info["error"][:300]
+    started = data.get("started_ns")
+    world = data.get("world_size")
+    others = data.get("other_handlers")
+    return Manifest(
+        started if isinstance(started, int) else 0,
+        world if isinstance(world, int) else 0,
+        times,
+        errors,
+        data.get("handler") if isinstance(data.get("handler"), str) else None,
+        {k: v for k, v in others.items() if isinstance(v, int)} if isinstance(others, dict) else {},
+    )

@@ -1,0 +1,456 @@
+"""Load every rank in worker processes, and hand each to the table builder in file order."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+import numpy as np
+
+from ..errors import DumpError, FrAnalyzerError
+from ..model.dump import RankColumns, RankDump
+from ..model.records import UnreadableDump
+from . import dialects, hosts, limits, sandbox, stamps, torchft
+from .archives import StreamedFiles
+from .columnar import Slower
+from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
+from .decode import Decoded, Undecodable
+from .limits import content_bytes
+from .normalize import build_rank
+from .reading import _Raw, _read, explain_pickle, read_unpacked
+from .sources import DumpFile
+from .values import EntryError
+
+
+def load_rank(
+    dump_file: DumpFile,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    *,
+    sandboxed: bool = False,
+    ft_group_world_size: int | None = None,
+) -> RankDump | UnreadableDump:
+    """Read and normalize one rank; any problem becomes an UnreadableDump record.
+
+    Pickles are scanned for bombs before they are unpickled, unless `sandboxed` (in a worker
+    process under resource limits, see `sandbox`, where the scan only explains a failure).
+    `ft_group_world_size`: a torchft job's replica size, its default groups made global
+    (`torchft`)."""
+    path = printable(dump_file.where)
+    fetch = dump_file.fetch
+    try:
+        with collector_paused():  # a dump: ~100k containers, no collector passes
+            guarded = not sandboxed
+            raw = _read(
+                dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
+            )
+            try:
+                built = _build(raw, dump_file.rank, path, raw.fallback, ft_group_world_size)
+            except Undecodable as exc:
+                raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
+                built = _build(raw, dump_file.rank, path, f"decoder: {exc}", ft_group_world_size)
+            return built
+    except DumpError as exc:
+        return UnreadableDump(path, dump_file.rank, exc.reason)
+    except RecursionError:
+        return UnreadableDump(path, dump_file.rank, "structure nested too deeply")
+    except MemoryError:
+        return UnreadableDump(path, dump_file.rank, "needs more memory than available")
+    except (
+        FrAnalyzerError,
+        Undecodable,
+        Slower,
+        EntryError,
+        pickle.UnpicklingError,
+        EOFError,
+        UnicodeError,
+        json.JSONDecodeError,
+        struct.error,
+        zlib.error,
+        OverflowError,
+    ) as exc:  # what the readers raise for bytes they cannot take: this file is bad, not the
+        # others; anything else (a TypeError, an AttributeError) is a bug in fr-analyze and
+        # goes up, never blamed on the dump
+        reason = printable(f"malformed dump: {type(exc).__name__}: {exc}")[:300]
+        return UnreadableDump(path, dump_file.rank, reason)
+
+
+def _file_time_ns(dump_file: DumpFile) -> int | None:
+    """When the rank's file was last modified: a local file's mtime, an archive member's, or
+    None where the source keeps none."""
+    if dump_file.fetch is not None:
+        found = getattr(dump_file.fetch, "mtime_ns", None)
+        return found if isinstance(found, int) else None
+    try:
+        return os.stat(dump_file.path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _name_time_ns(dump_file: DumpFile) -> int | None:
+    """A time written in the file's name, else in its folder's."""
+    path = dump_file.path
+    return stamps.name_time_ns(path.name) or stamps.name_time_ns(path.parent.name)
+
+
+def _build(
+    raw: _Raw, rank: int, path: str, fallback: str, ft_group_world_size: int | None
+) -> RankDump:
+    header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
+    notes = list(raw.notes)
+    dialect = dialects.Dialect.PYTORCH
+    if isinstance(header, dict):
+        if isinstance(raw.obj, Decoded) and dialects.needs_entries(header):
+            raise Undecodable("another recorder's dump, rewritten from its entries")
+        dialect = dialects.detect(header)
+        notes += dialects.rewrite(header, rank, dialect)
+        if ft_group_world_size is not None:
+            torchft.global_pg_config(header, rank, ft_group_world_size)
+    dump = build_rank(
+        raw.obj,
+        rank,
+        path,
+        nbytes=raw.nbytes,
+        notes=notes,
+        fallback=fallback,
+        dialect=dialect.value,
+    )
+    if ft_group_world_size is not None:
+        dump = replace(dump, groups=torchft.global_groups(dump.groups, rank, ft_group_world_size))
+    return dump
+
+
+def load_all(
+    files: Sequence[DumpFile],
+    workers: int | None = None,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    progress: Callable[[int, int], None] | None = None,
+    sink: Callable[[RankDump, Mapping[str, np.ndarray]], None] | None = None,
+    ft_group_world_size: int | None = None,
+) -> tuple[list[RankDump], list[UnreadableDump]]:
+    """Load every rank in worker processes (see `sandbox`), in file order.
+
+    Each loaded rank is handed to `sink` (if given) with its columns as soon as it arrives,
+    in file order: the table builder takes the columns then, while the workers go on. The
+    columns come by name, each in the narrowest integer type that holds its values (as they
+    travel from a worker), or as `RankColumns` has them. The ranks come back without their
+    entries (`RankDump.header`), each with its file's modification time (`file_time_ns`). A
+    file that kills its worker is reported unreadable, with the bomb it holds if a scan finds
+    one. Ranks outside the job (see `_outside_the_job`) are set aside; the caller leaves them
+    out of its table."""
+    if workers is None:
+        workers = os.cpu_count() or 1
+    workers = max(1, min(workers, len(files) // 4 or 1))
+    members = _Members()
+    loaded: list[RankDump] = []
+    unreadable: list[UnreadableDump] = []
+    results: Iterable[tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]]
+    streamed = files if isinstance(files, StreamedFiles) else None
+    if sandbox.available():
+        task = functools.partial(
+            _load_packed, max_bytes=max_bytes, ft_group_world_size=ft_group_world_size
+        )
+        retry = functools.partial(
+            _load_packed, max_bytes=max_bytes, ft_group_world_size=ft_group_world_size, scan=True
+        )
+        pool = sandbox.Sandbox(
+            task, _file_size, _after_death, workers, retry=retry, limits=limits.LIMITS
+        )
+
+        def arrivals() -> Iterator[
+            tuple[int, tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]]
+        ]:
+            for i, found in pool.run(files):
+                if streamed is not None:
+                    streamed.release(i)  # its bytes are no longer needed
+                yield i, members.unpack(*found)
+
+        results = _in_order(arrivals())
+    else:  # no fork: read in this process, every pickle scanned first
+
+        def in_turn() -> Iterator[
+            tuple[RankDump | UnreadableDump, Mapping[str, np.ndarray] | None]
+        ]:
+            for i in range(len(files)):
+                loaded = load_rank(files[i], max_bytes, ft_group_world_size=ft_group_world_size)
+                if streamed is not None:
+                    streamed.release(i)
+                columns = None
+                if isinstance(loaded, RankDump) and loaded.columns is not None:
+                    columns = loaded.columns.arrays()
+                yield members.share(loaded), columns
+
+        results = in_turn()
+    for index, (result, columns) in enumerate(results):  # in file order
+        if isinstance(result, RankDump):
+            if sink is not None and columns is not None:
+                sink(result, columns)
+            loaded.append(
+                replace(
+                    result.header(),
+                    file_time_ns=_file_time_ns(files[index]),
+                    name_time_ns=_name_time_ns(files[index]),
+                    host=result.host or hosts.host_in_name(files[index].path.name),
+                )
+            )
+        else:
+            unreadable.append(result)
+        if progress is not None:
+            progress(len(loaded) + len(unreadable), len(files))
+    loaded = _claims_within_the_job(loaded, unreadable, ft_group_world_size)
+    outside = _outside_the_job(loaded)
+    for dump, reason in outside:
+        loaded.remove(dump)
+        unreadable.append(UnreadableDump(dump.file, dump.rank, reason))
+    return loaded, unreadable
+
+
+def _in_order(arrivals: Iterable[tuple[int, _T]]) -> Iterator[_T]:
+    """Results in index order, each as soon as it and every one before it are in."""
+    waiting: dict[int, _T] = {}
+    following = 0
+    for index, result in arrivals:
+        waiting[index] = result
+        while following in waiting:
+            yield waiting.pop(following)
+            following += 1
+
+
+_T = TypeVar("_T")
+
+
+def _file_size(dump_file: DumpFile) -> int:
+    """The bytes of content a file holds, which set its worker's limits (a sparse file counts
+    by the blocks it occupies, not its length)."""
+    if dump_file.fetch is not None:
+        return dump_file.fetch.size
+    return content_bytes(dump_file.path)
+
+
+def _after_death(dump_file: DumpFile, death: sandbox.Death) -> _Loaded:
+    """The record of a file whose workers died reading it (the last attempt scanned it
+    first, in its worker, and found no bomb to name): how they died."""
+    return UnreadableDump(printable(dump_file.where), dump_file.rank, death.reason), {}, None
+
+
+def _scanned(dump_file: DumpFile, max_bytes: int) -> UnreadableDump | None:
+    """A file that killed a worker, scanned before it is read again: the record naming the
+    bomb it holds, if the scan finds one (the scan builds nothing; it runs in a worker, under
+    that file's limits)."""
+    try:
+        data = read_unpacked(dump_file.path, dump_file.rank, max_bytes, dump_file.fetch)
+        reason = explain_pickle(data)
+    except DumpError as exc:
+        reason = exc.reason
+    except (RecursionError, MemoryError):
+        return None  # the reading again finds what it finds
+    if reason is None:
+        return None
+    return UnreadableDump(printable(dump_file.where), dump_file.rank, reason)
+
+
+# Member lists between processes. Every rank's pg_config lists the world group, so sending
+# each rank's member lists back whole would move ranks x world-size integers through the pipes
+# (16,384 x 16,384 at 16,384 ranks). A worker sends a long list whole the first time and after
+# that only its digest; the parent keeps one tuple per digest, shared by every rank.
+_PACK_FROM = 64  # shorter lists always travel whole
+_Packed = dict[str, tuple[bytes, tuple[int, ...] | None]]
+_sent: set[bytes] = set()  # in a worker: digests of the lists this process has sent whole
+_digests: dict[int, tuple[tuple[int, ...], bytes]] = {}  # in a worker: by the list's identity
+
+
+# A rank's columns travel as one buffer: pickling two dozen small arrays one by one costs
+# more, on both ends, than the bytes themselves. (name, dtype, length) per column, in order.
+_Arrays = tuple[tuple[tuple[str, str, int], ...], bytes]
+_Loaded = tuple[RankDump | UnreadableDump, _Packed, _Arrays | None]
+"""A worker's answer: the rank without its columns, its packed member lists, its columns."""
+
+
+def _pack_arrays(columns: RankColumns) -> _Arrays:
+    """Integer columns travel in the narrowest type that holds their values (codes and
+    sequence ids mostly fit 16 bits): fewer bytes to copy through the pipe on both ends."""
+    arrays = []
+    for name, array in columns.arrays().items():
+        if array.dtype.kind == "i" and array.dtype.itemsize > 1 and len(array):
+            low, high = int(array.min()), int(array.max())
+            for narrow, least, most in _NARROW:
+                if narrow.itemsize < array.dtype.itemsize and least <= low <= high <= most:
+                    array = array.astype(narrow)
+                    break
+        arrays.append((name, np.ascontiguousarray(array)))
+    arrays.sort(key=lambda item: -item[1].dtype.itemsize)  # every column stays aligned
+    layout = tuple((name, array.dtype.str, len(array)) for name, array in arrays)
+    return layout, b"".join(array.data for _, array in arrays)
+
+
+def _unpack_arrays(arrays: _Arrays) -> dict[str, np.ndarray]:
+    """The columns by name, as they travelled (read-only views of the buffer, some in a
+    narrower type than their own): the table builder copies them into its own columns, which
+    widens them on the way, so no wide copy is made here."""
+    layout, data = arrays
+    offset = 0
+    found: dict[str, np.ndarray] = {}
+    for name, dtype, n in layout:
+        column = np.frombuffer(data, dtype=dtype, count=n, offset=offset)
+        offset += column.nbytes
+        found[name] = column
+    return found
+
+
+_NARROW = tuple(
+    (np.dtype(t), int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.int16, np.int32)
+)
+
+
+def _load_packed(
+    dump_file: DumpFile, max_bytes: int, ft_group_world_size: int | None = None, scan: bool = False
+) -> _Loaded:
+    """`load_rank` in a worker process, with its columns in one buffer and the long member
+    lists of its claims packed. `scan`: the file killed a worker before; look for a bomb
+    first (see `_scanned`)."""
+    bomb = _scanned(dump_file, max_bytes) if scan else None
+    if bomb is not None:
+        return bomb, {}, None
+    result = load_rank(
+        dump_file, max_bytes, sandboxed=True, ft_group_world_size=ft_group_world_size
+    )
+    if not isinstance(result, RankDump) or result.columns is None:
+        return result, {}, None
+    packed: _Packed = {}
+    claims = dict(result.claims)
+    for name, claim in result.claims.items():
+        if len(claim.ranks) < _PACK_FROM:
+            continue
+        digest = _digest(claim.ranks)
+        packed[name] = (digest, None if digest in _sent else claim.ranks)
+        _sent.add(digest)
+        claims[name] = replace(claim, ranks=())
+    arrays = _pack_arrays(result.columns)
+    return replace(result, claims=claims, columns=None), packed, arrays
+
+
+def _digest(ranks: tuple[int, ...]) -> bytes:
+    hit = _digests.get(id(ranks))
+    if hit is not None and hit[0] is ranks:
+        return hit[1]
+    digest = hashlib.blake2b(np.array(ranks, dtype=np.int64).tobytes(), digest_size=16).digest()
+    if len(_digests) >= 4096:
+        _digests.clear()
+    _digests[id(ranks)] = (ranks, digest)  # holds the tuple, so the identity stays its own
+    return digest
+
+
+class _Members:
+    """In the parent: one tuple per distinct member list, shared by every rank that lists it
+    (or memory grows with ranks squared: 16,384 ranks x 16,384 members)."""
+
+    def __init__(self) -> None:
+        self._by_value: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._by_digest: dict[bytes, tuple[int, ...]] = {}
+
+    def share(
+        self, result: RankDump | UnreadableDump, done: Iterable[str] = ()
+    ) -> RankDump | UnreadableDump:
+        """The rank with each claim's member list (but those named in `done`) swapped for the
+        shared copy."""
+        if not isinstance(result, RankDump) or not result.claims:
+            return result
+        skip = set(done)
+        claims = {
+            name: claim
+            if name in skip
+            else replace(claim, ranks=self._by_value.setdefault(claim.ranks, claim.ranks))
+            for name, claim in result.claims.items()
+        }
+        return replace(result, claims=claims)
+
+    def unpack(
+        self, result: RankDump | UnreadableDump, packed: _Packed, arrays: _Arrays | None
+    ) -> tuple[RankDump | UnreadableDump, dict[str, np.ndarray] | None]:
+        """A worker's rank whole again, its packed member lists unpacked, and its columns by
+        name (see `_unpack_arrays`). A digest is always known: a worker handles its files in
+        the order they were handed out, and results are taken in that order, so a list sent
+        whole is taken before any digest-only reference to it (a worker that dies takes its
+        list cache with it, and its successor starts from an empty one)."""
+        if not isinstance(result, RankDump):
+            return result, None
+        claims = dict(result.claims)
+        for name, (digest, ranks) in packed.items():
+            if ranks is None:
+                found = self._by_digest[digest]
+            else:
+                found = self._by_digest.setdefault(digest, self._by_value.setdefault(ranks, ranks))
+            claims[name] = replace(claims[name], ranks=found)
+        columns = _unpack_arrays(arrays) if arrays is not None else None
+        if packed:
+            result = replace(result, claims=claims)
+        return self.share(result, done=packed), columns
+
+
+def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
+    """Dumps whose rank (from the file name) is beyond every group that the other ranks'
+    pg_config lists: a stray file from a bigger job. Counted in, it would invent missing ranks
+    and split the groups it shares a name with."""
+    tops = {d.rank: max((c.ranks[-1] for c in d.claims.values()), default=-1) for d in loaded}
+    ordered = sorted(tops.values(), reverse=True)
+    if len(ordered) < 2:
+        return []
+    out = []
+    for dump in loaded:
+        others = ordered[1] if tops[dump.rank] == ordered[0] else ordered[0]
+        if 0 <= others < dump.rank:
+            reason = (
+                f"rank {dump.rank} (from the file name) is outside the job: the other ranks'"
+                f" process groups hold ranks up to {others}; not analyzed"
+            )
+            out.append((dump, reason))
+    return out if len(out) < len(loaded) else []
+
+
+def _claims_within_the_job(
+    loaded: Sequence[RankDump],
+    unreadable: Sequence[UnreadableDump],
+    ft_group_world_size: int | None = None,
+) -> list[RankDump]:
+    """The ranks, each without the groups of its pg_config that reach past every rank the
+    job shows otherwise: the rank's own number, the other files' ranks and the members of the
+    other ranks' groups. One rank's claim must not grow the job (a default group of a million
+    members where eight files exist) nor turn a healthy job's verdict: such a claim is set
+    aside with a warning, and the group is rebuilt as for a rank that lists none (from the
+    other ranks' pg_config or the entries). With one rank loaded nothing compares, and
+    nothing is set aside. In a torchft job (`ft_group_world_size`) a rank's own replica
+    group is the job as it shows too."""
+    if len(loaded) < 2:
+        return list(loaded)
+    tops = [max([d.rank, *(c.ranks[-1] for c in d.claims.values())]) for d in loaded]
+    files = max((u.rank for u in unreadable if u.rank is not None), default=-1)
+    ordered = sorted(tops, reverse=True)[:2]
+    replica = ft_group_world_size or 1
+    out = []
+    for dump, top in zip(loaded, tops, strict=True):
+        others = ordered[1] if top == ordered[0] else ordered[0]
+        bound = max(others, files, (dump.rank // replica + 1) * replica - 1)
+        if top <= bound:
+            out.append(dump)
+            continue
+        kept = {name: c for name, c in dump.claims.items() if c.ranks[-1] <= bound}
+        beyond = sorted(set(dump.claims) - set(kept))
+        shown = ", ".join(repr(name[:40]) for name in beyond[:3])
+        more = f" and {len(beyond) - 3:,} more" if len(beyond) > 3 else ""
+        note = (
+            f"rank {dump.rank}: pg_config group(s) {shown}{more} list members up to rank"
+            f" {top:,}, beyond every rank the other files and their groups show (up to"
+            f" {bound:,}): set aside, those groups rebuilt as if unlisted"
+        )
+        warnings = (*dump.warnings, printable(note))
+        out.append(
+            replace(dump, claims=kept, warnings=warnings, claims_set_aside=frozenset(beyond))
+        )
+    return out

@@ -1,0 +1,50 @@
+"""The state matching shares across its rules: the entry table, completion, caches built on
+first demand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model.groups import GroupTable
+from ..model.records import Group
+from ..model.table import EntryTable
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class MatchContext:
+    t: EntryTable
+    groups: GroupTable
+    done: npt.NDArray[np.bool_]
+    size_bad: npt.NDArray[np.bool_]
+    last_enqueued: dict[tuple[int, int], int]  # (rank, uid) → from pg_status
+    wrapped: dict[int, bool]
+    unavailable: frozenset[int]  # member ranks with no usable dump
+    # collective rows, by (group uid, seq)
+    coll_rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    # (rank, uid) → newest collective seq in the rank's buffer, for all pairs on first demand
+    newest: dict[tuple[int, int], int] | None = None
+    # group uid → highest collective seq id every member is known to have issued: a collective
+    # that some member completed (or, on gloo, got past) was issued by all of its members, so a
+    # member whose dump lacks it was dumped before it got there (or its buffer wrapped).
+    proof: dict[int, int] = field(default_factory=dict)
+    # (group uid, seq) → (start, end) into coll_rows, built on first demand (no-majority ties)
+    unit_at: dict[tuple[int, int], tuple[int, int]] | None = None
+    unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
+    skipped: set[int] = field(default_factory=set)  # ids of the gap rule's findings
+    unit_now: int = -1  # the unit `check_unit` is looking at
+    # distinct ranks holding each unit (aligned with `unit_bounds`)
+    unit_ranks: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    # units of groups that lost a member, their members left agreeing: (unit, group, seq,
+    # members present, rows), compared with groups alike once every unit is checked
+    alike_later: list[tuple[int, Group, int, tuple[int, ...], I64]] = field(default_factory=list)
+    busy: frozenset[int] | None = None  # ranks with an unretired op, on first demand
+    in_flight: dict[int, bool] = field(default_factory=dict)  # group uid → a member is busy
+    # rank → its (desc, size, local rank) in each group carrying send/recv, on first demand
+    stages: dict[int, set[tuple[str, int, int]]] | None = None
+    # (desc, size) → the groups of that description and size, built on first demand
+    alike: dict[tuple[str, int], list[Group]] | None = None

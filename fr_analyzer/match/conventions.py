@@ -1,0 +1,125 @@
+"""Completion and the recorders' size conventions: which rows finished, and which size
+differences are a recorder's layout rather than a mismatch."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model.backends import EXACT_LAYOUT_BACKENDS
+from ..model.groups import GroupTable
+from ..model.ops import ALL_GATHER_OPS, REDUCE_SCATTER_OPS, SAME_IN_OUT_OPS
+from ..model.records import State
+from ..model.table import EntryTable
+from .records import COLLECTIVE_UNITS, stateless
+
+I64 = npt.NDArray[np.int64]
+
+
+def completion(t: EntryTable) -> npt.NDArray[np.bool_]:
+    """Whether each row finished: the end marker's state for block members; gloo records no
+    states (always `scheduled`), so there `retired` is the only completion signal."""
+    if not t.n:
+        return np.zeros(0, dtype=bool)
+    head = t.marker.copy()  # plain ops are their own marker; -1 only for orphans
+    orphans = np.flatnonzero(head < 0)
+    head[orphans] = orphans
+    state = t.state[head]
+    retired = t.retired[head]
+    done: npt.NDArray[np.bool_] = np.where(stateless(t), retired, state == State.COMPLETED)
+    return done
+
+
+def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.bool_]:
+    """Rows whose own input/output sizes contradict their op for the group's size. Element
+    counts are looked up only for the rows that can be wrong: all_reduce rows whose shapes
+    differ, and all_gather and reduce_scatter rows."""
+    bad = np.zeros(t.n, dtype=bool)
+    if not t.n:
+        return bad
+    kind = np.zeros(len(t.ops), dtype=np.int8)
+    for code, op in enumerate(t.ops):
+        if op in SAME_IN_OUT_OPS:
+            kind[code] = 1
+        elif op in ALL_GATHER_OPS:
+            kind[code] = 2
+        elif op in REDUCE_SCATTER_OPS:
+            kind[code] = 3
+    k = kind[t.op]
+    rows = np.flatnonzero(((k == 1) & (t.in_shape != t.out_shape)) | (k >= 2))
+    if not len(rows):
+        return bad
+    k = k[rows]
+    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
+    gsize = sizes[groups.entry_group[rows]]
+    in_n = t.shape_numel[t.in_shape[rows]]
+    out_n = t.shape_numel[t.out_shape[rows]]
+    # gloo records reduce_scatter_tensor as all_reduce: accept the reduce-scatter shape there.
+    gloo = np.array([b == "gloo" for b in t.backends], dtype=bool)[t.backend[rows]]
+    bad[rows] = (
+        ((k == 1) & ~(gloo & (in_n == out_n * gsize)))
+        | ((k == 2) & (out_n != in_n * gsize))
+        | ((k == 3) & (in_n != out_n * gsize))
+    )
+    return bad
+
+
+def recorder_conventions(
+    t: EntryTable, groups: GroupTable, bad: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.bool_], tuple[str, ...]]:
+    """Size rules that the recorder itself breaks: `bad` without them, and a note for each.
+
+    A layout that every member of a collective records alike is how the recorder writes that
+    op, not a disagreement (gloo writes two `all_gather_into_tensor` of a coalescing block as
+    one all_gather whose output is `[[2] + shard]`); never on NCCL and its kin, whose layouts
+    are exact (`EXACT_LAYOUT_BACKENDS`). Learned from the evidence: an (op, input,
+    output, group size) signature that breaks the rule on every member that holds one
+    collective, at least two of them, is accepted wherever it appears. A member whose sizes
+    differ from its peers' is still caught by comparing the members."""
+    exact = np.array([b in EXACT_LAYOUT_BACKENDS for b in t.backends], dtype=bool)
+    rows = np.flatnonzero(bad & ~exact[t.backend]) if t.n else np.zeros(0, np.int64)
+    if not len(rows):
+        return bad, ()
+    uid = groups.entry_group[rows].astype(np.int64)
+    sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
+    keys = np.stack(
+        [t.backend[rows], t.op[rows], t.in_shape[rows], t.out_shape[rows], sizes[uid]], axis=1
+    ).astype(np.int64)
+    units = np.stack([uid, t.coll_seq[rows]], axis=1)
+    # Per (unit, signature): how many distinct ranks hold it; per unit: how many signatures.
+    unit_key = np.concatenate([units, keys], axis=1)
+    holding = np.unique(
+        np.concatenate([unit_key, t.rank[rows, None].astype(np.int64)], axis=1), axis=0
+    )
+    per_sig, holders = np.unique(holding[:, :-1], axis=0, return_counts=True)
+    unit_of_sig, sig_count = np.unique(per_sig[:, :2], axis=0, return_inverse=True)
+    n_sigs = np.bincount(sig_count.reshape(-1), minlength=len(unit_of_sig))
+    # Every rank that holds the collective at all must hold that layout: members with no
+    # dump, or that never issued it (a rank that stopped before it), are no evidence.
+    span = int(t.coll_seq.max()) + 1
+    wanted = unit_of_sig[:, 0] * span + unit_of_sig[:, 1]
+    all_rows = np.flatnonzero(np.isin(t.unit, COLLECTIVE_UNITS))
+    all_keys = groups.entry_group[all_rows].astype(np.int64) * span + t.coll_seq[all_rows]
+    keep = np.isin(all_keys, wanted)
+    pairs = np.unique(
+        np.stack([all_keys[keep], t.rank[all_rows[keep]].astype(np.int64)], axis=1), axis=0
+    )
+    unit_keys, holding = np.unique(pairs[:, 0], return_counts=True)
+    present = dict(zip(unit_keys.tolist(), holding.tolist(), strict=True))
+    members = np.array([present.get(k, 0) for k in wanted.tolist()])[sig_count.reshape(-1)]
+    learned = (n_sigs[sig_count.reshape(-1)] == 1) & (holders == members) & (holders >= 2)
+    if not learned.any():
+        return bad, ()
+    accepted = {tuple(k) for k in per_sig[learned, 2:].tolist()}
+    keep = np.array([tuple(k) not in accepted for k in keys.tolist()], dtype=bool)
+    out = bad.copy()
+    out[rows[~keep]] = False
+    notes = []
+    for backend, op, in_code, out_code, size in sorted(accepted):
+        notes.append(
+            f"{t.backends[backend]} records {t.ops[op]} on {size} ranks as input "
+            f"{[list(x) for x in t.shapes[in_code]]}, output "
+            f"{[list(x) for x in t.shapes[out_code]]} on every member alike: taken as the "
+            "recorder's layout, not a size mismatch"
+        )
+    return out, tuple(notes)

@@ -1,0 +1,150 @@
+"""What tells that an op finished when the recorder does not say.
+
+PyTorch's recorder says it with the op's state (NCCL: `completed`) or, on gloo, `retired`. Some
+recorders say neither:
+
+- torchcomms retires an op when the call returns (it is only enqueued then) and reads its state
+  once, at that moment (`dumps.dialects`);
+- some XCCL builds never mark an op completed (intel/torch-xpu-ops#5381: states stay
+  `scheduled`/`started`, `last_completed_collective` stays -1);
+- backends without a completion signal of their own retire ops when they are enqueued (every op
+  retired, none completed).
+
+"Nothing completed" on such a recorder is not a hang. A backend is taken as silent only on
+evidence across every rank: not one of its ops completed anywhere, and it is XCCL or every one
+of its ops is retired (an op that failed is retired without completing, but not every op of a
+backend on every rank). Its ops are then judged by what still tells progress: a collective
+every member issued is taken as passed, a send/recv the rank issued something after on the same
+group too, and `retired` (which meant "enqueued") is cleared. A rank that never issued what its
+peers issued still stands out; ranks that all stopped at the same op show no hang, and the
+report says why it cannot see one there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ..load.dialects import reports_completion
+from ..model.arrays import distinct
+from ..model.backends import NO_COMPLETION_BACKENDS
+from ..model.dump import RankDump
+from ..model.groups import GroupTable
+from ..model.ranks import agree, compact
+from ..model.records import P2PKind, State, UnitKind
+from ..model.table import EntryTable
+
+B = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Silent:
+    """Rows whose recorder does not say whether they finished, and what the report says."""
+
+    rows: B
+    notes: tuple[str, ...]
+
+
+def silent(t: EntryTable, dumps: Sequence[RankDump], no_state: B) -> Silent:
+    """The rows of ranks whose recorder reports no completion, and of backends that never
+    reported one on any rank (`no_state`: rows of backends that record no state, gloo)."""
+    rows = np.zeros(t.n, dtype=bool)
+    notes: list[str] = []
+    quiet = [d.rank for d in dumps if not reports_completion(d.dialect)]
+    if quiet and t.n:
+        rows |= np.isin(t.rank, np.array(quiet, dtype=np.int32))
+    completed = (t.state == State.COMPLETED) | (t.t_completed >= 0)
+    for code, name in enumerate(t.backends):
+        mine = (t.backend == code) & ~no_state & ~rows
+        if not mine.any() or bool(completed[mine].any()):
+            continue
+        every_retired = bool(t.retired[mine].all())
+        if name not in NO_COMPLETION_BACKENDS and not every_retired:
+            continue
+        rows |= mine
+        ranks = distinct(t.rank[mine]).tolist()
+        why = (
+            "every op is retired and none completed: it retires ops when they are enqueued"
+            if every_retired
+            else "known in some XCCL builds, intel/torch-xpu-ops#5381"
+        )
+        notes.append(
+            f"backend {name} never reported an op completed on {agree(ranks, 'rank', 'ranks')} "
+            f"{compact(ranks)} ({why})"
+        )
+    if rows.any():
+        notes.append(
+            "where the recorder does not say whether an op finished, progress is judged by what "
+            "every rank issued: a collective every member issued counts as passed, so a hang "
+            "inside the newest collective all members issued cannot be seen"
+        )
+    return Silent(rows, tuple(notes))
+
+
+def judged_by_issue(t: EntryTable, groups: GroupTable, done: B, silent_rows: B, collective: B) -> B:
+    """`done` with the silent rows judged by what was issued: a collective (`collective`
+    rows) when every member of its group issued its sequence id, a send/recv when its peer
+    issued the other half or its rank issued something after it on the same group. Clears
+    `retired` on the silent rows (in the table: downstream stages read it as "finished")."""
+    out = done.copy()
+    t.retired[silent_rows] = False
+    uid = groups.entry_group.astype(np.int64)
+    sizes = np.array([g.size for g in groups.groups] + [0], dtype=np.int64)
+    coll = np.flatnonzero(silent_rows & collective)
+    if len(coll):
+        # Distinct (group, seq, rank) per collective row, then members per (group, seq).
+        every = np.flatnonzero(collective & np.isin(uid, distinct(uid[coll])))
+        seq = t.coll_seq[every].astype(np.int64)
+        low = int(seq.min())
+        span = int(seq.max()) - low + 1
+        unit = uid[every] * span + (seq - low)
+        pairs = np.unique(np.stack([unit, t.rank[every].astype(np.int64)]), axis=1)
+        units, members = np.unique(pairs[0], return_counts=True)
+        full = units[members >= sizes[units // span]]
+        mine = uid[coll] * span + (t.coll_seq[coll].astype(np.int64) - low)
+        out[coll] = np.isin(mine, full) | done[coll]
+    other = np.flatnonzero(silent_rows & ~collective)
+    if len(other):
+        pair = t.pair.astype(np.int64)
+        last = np.full(int(pair.max()) + 1, -1, dtype=np.int64)
+        last[pair] = np.arange(t.n)  # rows in order: the last write is the pair's newest row
+        out[other] = (last[pair[other]] != other) | done[other] | _both_sides(t, groups, other)
+    return out
+
+
+def _both_sides(t: EntryTable, groups: GroupTable, rows: npt.NDArray[np.int64]) -> B:
+    """Whether each send/recv's other half was issued: the n-th send from a to b on a group
+    counts as issued by both when b issued at least n receives from a there."""
+    ends: list[tuple[int, int, int, bool]] = []  # (group uid, sender, receiver, is send)
+    for row in rows.tolist():
+        kind = int(t.p2p_kind[row])
+        group = groups.groups[int(groups.entry_group[row])]
+        local = int(t.peer_dst[row] if kind == P2PKind.SEND else t.peer_src[row])
+        me = int(t.rank[row])
+        if kind == P2PKind.NONE or not 0 <= local < group.size:
+            ends.append((-1, -1, -1, False))  # no known peer: judged by what came after
+            continue
+        peer = group.ranks[local]
+        sending = kind == P2PKind.SEND
+        ends.append((group.uid, me, peer, True) if sending else (group.uid, peer, me, False))
+    counts: dict[tuple[int, int, int, bool], int] = {}
+    for end in ends:
+        counts[end] = counts.get(end, 0) + 1
+    seen: dict[tuple[int, int, int, bool], int] = {}
+    out = np.zeros(len(ends), dtype=bool)
+    for i, end in enumerate(ends):  # rows in table order: each rank's in the order issued
+        if end[0] < 0:
+            continue
+        seen[end] = seen.get(end, 0) + 1
+        other = (end[0], end[1], end[2], not end[3])
+        out[i] = seen[end] <= counts.get(other, 0)
+    return out
+
+
+def collective_rows(t: EntryTable) -> B:
+    """Rows that belong to a collective (plain, or a coalesced block's member or marker)."""
+    kinds = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
+    return np.isin(t.unit, kinds) if t.n else np.zeros(0, dtype=bool)

@@ -1,0 +1,90 @@
+"""What matching produces: the collective units, the send/recv pairs, and the `MatchResult`
+every later stage reads; which backends record no states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model.backends import NO_STATE_BACKENDS
+from ..model.records import Finding, FindingKind, UnitKind
+from ..model.table import EntryTable
+
+I64 = npt.NDArray[np.int64]
+
+
+def stateless(t: EntryTable, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
+    """Whether each row (every row, or `rows`) comes from a backend that records no states."""
+    codes = t.backend if rows is None else t.backend[rows]
+    by_code = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
+    return by_code[codes] if len(by_code) else np.zeros(len(codes), dtype=bool)
+
+
+COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
+P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
+
+
+class Adder(Protocol):
+    """Records one finding for the unit being checked."""
+
+    def __call__(
+        self,
+        kind: FindingKind,
+        culprits: set[int],
+        detail: str,
+        name: str = ...,
+        ranks: tuple[int, ...] = ...,
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class CollectiveUnits:
+    """One row per (group, collective sequence id) seen on any rank."""
+
+    group: npt.NDArray[np.int32]
+    seq: I64
+    op: list[str]
+    ranks_present: npt.NDArray[np.int32]
+    ranks_expected: npt.NDArray[np.int32]
+    passed: npt.NDArray[np.bool_]
+    entry_unit: I64  # unit id of every EntryTable row, -1 for rows that are not collectives
+    not_joined: dict[int, tuple[int, ...]]  # unit id → members that never issued it
+    rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # rows sorted by unit
+    starts: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # unit u: rows[starts[u]:]
+
+    def find(self, uid: int, seq: int) -> int | None:
+        """The unit id of (group uid, collective seq id), if any rank issued it."""
+        low = int(np.searchsorted(self.group, uid, side="left"))
+        high = int(np.searchsorted(self.group, uid, side="right"))
+        at = low + int(np.searchsorted(self.seq[low:high], seq))
+        return at if at < high and int(self.seq[at]) == seq else None
+
+    def unit_rows(self, unit: int) -> I64:
+        """The EntryTable rows of one unit, by rank then record order."""
+        end = int(self.starts[unit + 1]) if unit + 1 < len(self.starts) else len(self.rows)
+        return self.rows[int(self.starts[unit]) : end]
+
+
+@dataclass(frozen=True)
+class P2PPairs:
+    send_row: I64
+    recv_row: I64
+    entry_pair: I64  # pair id of every EntryTable row, -1 when unmatched or not p2p
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    collectives: CollectiveUnits
+    p2p: P2PPairs
+    done: npt.NDArray[np.bool_]  # effective completion of every row (marker state, gloo retired)
+    findings: tuple[Finding, ...]
+    # group uid → highest collective seq id every member issued (see `proof`)
+    proven: dict[int, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # how progress was judged where completion is not recorded
+    # findings of ranks that skipped a collective and went on: not_joined ones whose culprits
+    # issued an op inside sequence ids every other member leaves unrecorded (`unrecorded_gap`),
+    # and mismatches whose culprits are their group's program one op ahead (`explain_skip`)
+    skipped: tuple[Finding, ...] = ()
