@@ -291,18 +291,21 @@ def say(rank: int, message: str) -> None:
 
 
 def _dump_bytes(fmt: str) -> bytes:
-    c10d = torch._C._distributed_c10d
+    c10d = torch._C._distributed_c10d  # its private Flight Recorder dumps are not in the stubs
     if fmt == "json":
-        data: bytes = c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+        data: bytes = c10d._dump_fr_trace_json(  # type: ignore[attr-defined, unused-ignore]
+            includeCollectives=True, onlyActive=False
+        )
         return data
-    raw: bytes = c10d._dump_fr_trace(
+    raw: bytes = c10d._dump_fr_trace(  # type: ignore[attr-defined, unused-ignore]
         includeCollectives=True, includeStackTraces=True, onlyActive=False
     )
     return gzip.compress(raw, mtime=0) if fmt == "gzip" else raw
 
 
 def _entry_count() -> int:
-    raw = torch._C._distributed_c10d._dump_fr_trace(
+    c10d = torch._C._distributed_c10d  # its private Flight Recorder dumps are not in the stubs
+    raw = c10d._dump_fr_trace(  # type: ignore[attr-defined, unused-ignore]
         includeCollectives=True, includeStackTraces=False, onlyActive=False
     )
     return len(pickle.loads(raw).get("entries", []))
@@ -609,11 +612,13 @@ def check_structure(dumps: dict[int, Dump], crashed: frozenset[int]) -> list[str
         desc_kind = next(
             (k for k in ("tp", "dp") if any(built_name(k, r) == name for r in ranks)), None
         )
-        want = set(range(WORLD_SIZE)) if name == WORLD_PG else set()
+        want_ranks = set(range(WORLD_SIZE)) if name == WORLD_PG else set()
         if desc_kind is not None:
-            want = set(members(desc_kind, min(ranks)))
-        if ranks != want - crashed:
-            problems.append(f"group {name!r} appears on ranks {sorted(ranks)}, not {sorted(want)}")
+            want_ranks = set(members(desc_kind, min(ranks)))
+        if ranks != want_ranks - crashed:
+            problems.append(
+                f"group {name!r} appears on ranks {sorted(ranks)}, not {sorted(want_ranks)}"
+            )
     if any(group_named(d, "pp") for d in dumps.values()):
         problems.append("a pp group (send/recv only) shows up in the entries")
     return problems
@@ -1387,8 +1392,8 @@ def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
         except Exception as exc:
             problems.append(f"rank {rank}: cannot load {path.name}: {exc}")
     if missing != set(scenario.plan.crashed):
-        want = sorted(scenario.plan.crashed)
-        problems.append(f"missing dumps {sorted(missing)}, expected {want}")
+        want_missing = sorted(scenario.plan.crashed)
+        problems.append(f"missing dumps {sorted(missing)}, expected {want_missing}")
     info = RunInfo(codes, logs, missing)
     outcome = Outcome(Expected("?"))
     if not problems:
@@ -1463,8 +1468,12 @@ def note_text(scenario: Scenario, outcome: Outcome, info: RunInfo, timeout_s: fl
 
 
 class _Runnable(Protocol):
-    name: str
-    attempts: int
+    """What `drive` needs of a scenario (read-only: the scenarios are frozen dataclasses)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
 
 
 def drive(

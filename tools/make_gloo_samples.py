@@ -29,11 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch_job import run_ranks  # a sibling: the script runs by its path
+
+if TYPE_CHECKING:  # mypy checks this script as a module of the `tools` package
+    from tools.torch_job import run_ranks
+else:
+    from torch_job import run_ranks  # a sibling: the script runs by its path
 
 WORLD_SIZE = 4
 DEFAULT_TIMEOUT_S = 5.0
@@ -372,11 +376,13 @@ def _store_barrier(store: Any, key: str, deadline: float) -> bool:
 
 
 def _dump_bytes(fmt: str) -> bytes:
-    c10d = torch._C._distributed_c10d
+    c10d = torch._C._distributed_c10d  # its private Flight Recorder dumps are not in the stubs
     if fmt == "json":
-        data: bytes = c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+        data: bytes = c10d._dump_fr_trace_json(  # type: ignore[attr-defined, unused-ignore]
+            includeCollectives=True, onlyActive=False
+        )
         return data
-    raw: bytes = c10d._dump_fr_trace(
+    raw: bytes = c10d._dump_fr_trace(  # type: ignore[attr-defined, unused-ignore]
         includeCollectives=True, includeStackTraces=True, onlyActive=False
     )
     return gzip.compress(raw, mtime=0) if fmt == "gzip" else raw

@@ -49,9 +49,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from torch_job import run_ranks  # a sibling: the script runs by its path
+if TYPE_CHECKING:  # mypy checks this script as a module of the `tools` package
+    from tools.torch_job import run_ranks
+else:
+    from torch_job import run_ranks  # a sibling: the script runs by its path
 
 try:
     import torch
