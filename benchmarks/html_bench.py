@@ -72,6 +72,7 @@ def browser_times(page_path: Path, repeat: int, screenshot: Path | None) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time `render_html` and Chromium's drawing of one dump set's page; print it as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "dumps", type=Path, help="a dump folder (e.g. /tmp/frb/16384-not_joined/dumps)"

@@ -254,6 +254,7 @@ def run_job(out_dir: Path) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: `--out`, and the internal worker options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--out",
@@ -269,6 +270,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the job and check its traces (or, with the internal `--worker`, be one rank); returns the
+    exit status."""
     args = parse_args(argv)
     if args.worker:
         status = run_worker(args.rank, args.store_port, args.out)
