@@ -67,10 +67,12 @@ class Outcome:
 
     @property
     def right(self) -> bool:
+        """Whether fr-analyze's answer matched the truth (no problems found)."""
         return not self.problems
 
 
 def answer(c: Conclusion) -> dict[str, Any]:
+    """The parts of a conclusion the campaign compares with the truth, as JSON-ready data."""
     root = c.root
     return {
         "status": c.status.value,
@@ -112,6 +114,7 @@ def judge(truth: Truth, got: dict[str, Any]) -> list[str]:
 
 
 def run_case(seed: int, shapes: Sequence[str] = ()) -> Outcome:
+    """Draw case `seed`, write its dumps, analyze them and compare the answer with the truth."""
     case = draw_case(seed, shapes)
     truth = case.truth
     started = time.perf_counter()
@@ -137,6 +140,7 @@ def run_case(seed: int, shapes: Sequence[str] = ()) -> Outcome:
 
 
 def run(seeds: Iterable[int], workers: int = 1, shapes: Sequence[str] = ()) -> list[Outcome]:
+    """Run the cases of `seeds`, in `workers` forked processes when more than one."""
     seeds = list(seeds)
     one = partial(run_case, shapes=tuple(shapes))
     if workers <= 1:
@@ -175,6 +179,8 @@ def _shape_table(outcomes: Sequence[Outcome]) -> str:
 
 
 def render(outcomes: Sequence[Outcome]) -> str:
+    """The campaign's report: right answers over the judged cases, then per fault kind and the wrong
+    and ambiguous cases."""
     judged = [o for o in outcomes if o.ambiguous is None]
     right = sum(o.right for o in judged)
     lines = [
@@ -247,6 +253,8 @@ def render(outcomes: Sequence[Outcome]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the campaign the command line asks for and print its report; returns 1 unless every
+    judged case is right."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=DEFAULT_CASES, help="number of cases")
     parser.add_argument("--first", type=int, default=0, help="seed of the first case")

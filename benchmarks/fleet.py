@@ -112,6 +112,8 @@ def tp_size(ranks: int) -> int:
 
 @dataclass(frozen=True)
 class Spec:
+    """The fake job: ranks, steps, fault, world list in pg_config, port, how long ago it hung."""
+
     ranks: int
     steps: int = 20
     fault: str = "behind"
@@ -207,6 +209,7 @@ class Bodies:
         self.tcpstore = b""
 
     def set_port(self, port: int) -> None:
+        """Set the port the fleet listens on, and the TCPStore page of the rank addresses on it."""
         self.port = port
         self.tcpstore = _response("200 OK", self._tcpstore_page(port), "text/html; charset=utf-8")
 
@@ -340,6 +343,8 @@ class Bodies:
 
 
 class Stats:
+    """Requests served per handler, connections accepted and bytes sent."""
+
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()
         self.connections = 0
@@ -551,6 +556,7 @@ class RunningFleet:
 
     @property
     def pid(self) -> int:
+        """The fleet's process id."""
         return self.proc.pid
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -634,6 +640,7 @@ def running(
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Serve a fake fleet of `--ranks` ranks until killed."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--port", type=int, default=0, help="0: any free port (printed when ready)")

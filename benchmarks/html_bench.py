@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from fr_analyzer import analyze
 from fr_analyzer.render.report_html import render_html
@@ -32,7 +32,16 @@ PAINTED = (
 """Milliseconds from navigation start to the second animation frame: the page is painted."""
 
 
-def top_to_picture(page: Any) -> dict[str, float]:
+class Clip(TypedDict):
+    """A screenshot's rectangle, in CSS pixels (playwright's `Clip`)."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+
+
+def top_to_picture(page: Any) -> Clip:
     """The page from its top to the end of the rank picture: the answer and every rank."""
     bottom = page.evaluate("document.getElementById('picture').getBoundingClientRect().bottom")
     return {"x": 0, "y": 0, "width": 1320, "height": bottom + 8}
@@ -63,6 +72,7 @@ def browser_times(page_path: Path, repeat: int, screenshot: Path | None) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time `render_html` and Chromium's drawing of one dump set's page; print it as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "dumps", type=Path, help="a dump folder (e.g. /tmp/frb/16384-not_joined/dumps)"

@@ -53,6 +53,8 @@ GIB = 1 << 30
 
 @dataclass
 class Row:
+    """One fleet size's measurements: fetch and save times, answers, resources and the verdict."""
+
     ranks: int
     snapshots: int
     concurrency: int
@@ -75,6 +77,7 @@ class Row:
     stderr_tail: str = ""
 
     def ok(self, limit_s: float) -> bool:
+        """Whether each snapshot came in `limit_s`, every rank answered and the verdict is right."""
         return (
             len(self.fetch_s) == self.snapshots
             and all(s <= limit_s for s in self.fetch_s)
@@ -117,6 +120,7 @@ class _Lines(threading.Thread):
 
 
 def measure(args: argparse.Namespace, ranks: int, scratch: Path) -> Row:
+    """Start a fleet of `ranks`, run `fr-analyze live` against it and measure the run."""
     row = Row(ranks, args.snapshots, args.concurrency, args.procs)
     save = scratch / "snapshots"
     report = scratch / "report.json"
@@ -219,6 +223,7 @@ def _fmt(values: list[float]) -> str:
 
 
 def table(rows: list[Row]) -> str:
+    """The rows as a Markdown table."""
     head = (
         "| ranks | snapshots | conc. | fetch s | answered | save s | before s | analysis s "
         "| wall s | CPU s | fleet CPU s | max RSS GiB | others' load | verdict |"
@@ -236,6 +241,7 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark for each fleet size asked for; returns 1 when a row is not ok."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", default="16384", help="comma list of fleet sizes")
     p.add_argument("--snapshots", type=int, default=2)

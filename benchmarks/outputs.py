@@ -55,6 +55,7 @@ class Target:
     rss_bytes: int | None = None  # the whole run's peak RSS
 
     def text(self) -> str:
+        """The target in words, e.g. "adds <= plain, run <= 60 s" ("-": none)."""
         parts = []
         if self.added_at_most_plain:
             parts.append("adds <= plain")
@@ -152,6 +153,7 @@ def run_one(
     scratch: Path,
     args: argparse.Namespace,
 ) -> Row:
+    """Run fr-analyze once with output `output` ("plain": none) on `directory` and measure it."""
     cmd = fr_analyze_cmd(None)
     target = scratch / TARGET_NAMES.get(output, "none")
     before, after = (
@@ -188,6 +190,7 @@ def run_one(
 
 
 def bench_size(ranks: int, args: argparse.Namespace, html: bool) -> list[Row]:
+    """Make (or reuse) a dump set of `ranks` ranks; measure the plain analysis and each output."""
     spec = Spec(world_size=ranks, fault=args.fault)
     _log(f"{ranks} ranks: dump set under {args.dumps}")
     manifest, _ = generate(spec, args.dumps, progress=stderr_progress)
@@ -222,6 +225,7 @@ def _s(x: float | None) -> str:
 
 
 def table(rows: Sequence[Row]) -> str:
+    """The rows as a text table."""
     headers = [
         "ranks",
         "output",
@@ -272,6 +276,7 @@ def _outputs(text: str) -> list[str]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line: sizes, outputs, fault, folders, limits and repeats."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.outputs", description=__doc__)
     p.add_argument("--sizes", type=_sizes, default=[1024, 16384])
     p.add_argument("--outputs", type=_outputs, default=list(OUTPUTS))
@@ -293,6 +298,7 @@ def _log(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Measure every output at every size, print the table and write the JSON results; returns 0."""
     args = parse_args(argv)
     # Each PSS sample walks the page tables of a process of several GiB: sampled five times a
     # second it took a quarter of a core from the run it measures.

@@ -326,6 +326,7 @@ def _warm(directory: Path) -> None:
 
 
 def load_floor(directory: Path, kind: str = "pickle") -> float:
+    """The load floor of a dump set: seconds a fresh Python takes just to read its files."""
     done = subprocess.run(
         [sys.executable, "-c", LOAD_FLOOR_CODE, str(directory), FILE_PREFIX, kind],
         check=True,
@@ -417,6 +418,8 @@ def _compile(root: Path) -> None:
 
 
 def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
+    """Generate (or reuse) the dump set of `spec` (skipped when the disk is short), then time its
+    load floor and the tools on it."""
     need = estimate_bytes(spec)
     args.data.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(args.data).free
@@ -581,6 +584,7 @@ def readers_text(readers: dict[str, int] | None) -> str:
 
 
 def table(results: Sequence[SizeResult], compare: bool) -> str:
+    """The results as a text table (with torchfrtrace's columns when `compare`)."""
     headers = [
         "ranks",
         "writer",
@@ -704,6 +708,7 @@ def _writers(text: str) -> list[str]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line: sizes, fault, frames, writer, repeats, limits, folders and `--rev`."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
         description="Time and memory of fr-analyze on generated dump sets of growing size.",
@@ -769,6 +774,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Benchmark every size asked for, print the table and write the JSON results; returns 1 when a
+    verdict is wrong."""
     args = parse_args(argv)
     results: list[SizeResult] = []
     started = time.time()

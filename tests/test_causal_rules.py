@@ -18,7 +18,7 @@ from fr_analyzer.pipeline import Options
 from tests.builders import make_dump, make_entry, renumber
 from tests.conftest import Run
 from tools.frsim import Layout, Output, ProgramSpec, SimSpec, faults, simulate, write_dumps
-from tools.frsim.program import Kind
+from tools.frsim.program import Backend, Kind
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 
@@ -442,7 +442,7 @@ def _startup_skew_job(delays_s: tuple[float, ...]) -> Any:
     [(0, 0.3, 4.5, 1.0, 0, 2.0, 0.2, 3.0), (6.0, 0, 0, 0), (0, 0, 0, 0, 0, 0, 0, 2.5)],
 )
 def test_ranks_that_reach_the_startup_barrier_seconds_apart_are_not_a_stall(
-    tmp_path: Path, backend: str, delays_s: tuple[float, ...]
+    tmp_path: Path, backend: Backend, delays_s: tuple[float, ...]
 ) -> None:
     """(a) A rank's first op has no previous op: arriving late there is start-up, not a
     stall of its own."""

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def desynced(tmp_path: Path) -> Path:
     d.mkdir()
     # Rank 1 stopped after all_reduce #1; rank 0 waits in #2 (the dumps say nothing of how
     # long, so it is taken as stuck, as a watchdog dump would be).
-    waiting = {"state": "scheduled", "retired": False}
+    waiting: dict[str, Any] = {"state": "scheduled", "retired": False}
     ranks = {
         0: [
             make_entry("all_reduce", s, record_id=s, **(waiting if s == 2 else {}))

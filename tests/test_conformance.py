@@ -74,7 +74,7 @@ def test_5_different_output_sizes_are_a_size_mismatch(run: Run) -> None:
 
 
 def test_6_all_reduce_with_input_unlike_output_is_a_size_mismatch(run: Run) -> None:
-    bad = {"in_sizes": [[4, 4]], "out_sizes": [[5, 4]]}
+    bad: dict[str, Any] = {"in_sizes": [[4, 4]], "out_sizes": [[5, 4]]}
     findings = pair(run, ev(**bad), ev(**bad))
     assert kinds(findings) == {FindingKind.SIZE_MISMATCH}
     assert findings[0].culprit_ranks == (0, 1)
@@ -311,7 +311,7 @@ def test_e2e_5_reduce_scatter_block_passes(run: Run) -> None:
 
 
 def test_e2e_6_block_that_one_rank_never_joined_is_a_finding(run: Run) -> None:
-    pending = {"state": "scheduled", "retired": False}
+    pending: dict[str, Any] = {"state": "scheduled", "retired": False}
     rank1 = [
         coll("all_reduce"),
         coll("_reduce_oop", "1", **pending),

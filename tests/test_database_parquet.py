@@ -98,7 +98,7 @@ def test_parquet_has_the_sqlite_tables_columns_and_values(name: str, tmp_path: P
 
 
 def test_columns_have_parquets_own_types(tmp_path: Path) -> None:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     database_parquet.write(load("nccl_not_joined"), tmp_path / "db.parquet")
     calls = pq.read_schema(tmp_path / "db.parquet" / "nccl_calls.parquet")

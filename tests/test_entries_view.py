@@ -22,6 +22,7 @@ def hung_at(seq: int, culprit: int, ranks: int = 8, total: int = 12) -> dict[int
     """Every rank issues all_reduce 1..total except `culprit`, which stops before `seq`; the
     others wait in `seq` onwards."""
     dumps = {}
+    waiting: dict[str, Any] = {"state": "scheduled", "retired": False}
     for rank in range(ranks):
         last = seq - 1 if rank == culprit else total
         entries = [
@@ -29,7 +30,7 @@ def hung_at(seq: int, culprit: int, ranks: int = 8, total: int = 12) -> dict[int
                 "all_reduce",
                 s,
                 record_id=s,
-                **({"state": "scheduled", "retired": False} if s >= seq else {}),
+                **(waiting if s >= seq else {}),
             )
             for s in range(1, last + 1)
         ]

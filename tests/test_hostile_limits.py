@@ -42,7 +42,7 @@ def _burn(task: float) -> str:
     return "done"
 
 
-def _dead(task: float, death: sandbox.Death) -> str:
+def _dead(task: object, death: sandbox.Death) -> str:
     return death.reason
 
 

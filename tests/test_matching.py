@@ -68,8 +68,8 @@ def test_unmatched_send_blames_the_receiver_that_never_posted_its_recv(run: Run)
 
 def test_batched_p2p_whose_first_op_is_a_recv_matches(run: Run) -> None:
     two = {"0": ("default_pg", [0, 1])}
-    marker = {"in_sizes": [], "out_sizes": [], "is_p2p": False}
-    pend = {"state": "scheduled", "retired": False}
+    marker: dict[str, Any] = {"in_sizes": [], "out_sizes": [], "is_p2p": False}
+    pend: dict[str, Any] = {"state": "scheduled", "retired": False}
     r0 = [
         p2p("send", 0, 1, 1, **pend),
         p2p("recv", 0, 1, 1, **pend),
@@ -203,7 +203,7 @@ def test_majority_decides_the_deviating_rank(run: Run) -> None:
 
 def test_later_repeats_of_one_problem_fold_into_the_first(run: Run) -> None:
     # Ranks 0, 2 and 3 went on without rank 1: their collectives from #2 on never complete.
-    pending = {"state": "scheduled", "retired": False}
+    pending: dict[str, Any] = {"state": "scheduled", "retired": False}
     entries = {
         r: [make_entry("all_reduce", s, group=PP, **(pending if s >= 2 else {})) for s in range(6)]
         for r in range(4)
@@ -325,8 +325,9 @@ def test_row_signatures_are_equal_exactly_when_all_five_codes_are(shapes: int) -
     )
     rows = rng.permutation(n)[:500]
     other = rng.permutation(n)[:500]
-    parts = list(_signatures(table, rows))
-    parts_other = list(_signatures(table, other))
+    # `table` stands in for an EntryTable with only the columns _signatures reads
+    parts = list(_signatures(table, rows))  # type: ignore[arg-type]
+    parts_other = list(_signatures(table, other))  # type: ignore[arg-type]
     assert len(parts) == (1 if shapes == 300 else 5)
     same = np.ones(len(rows), dtype=bool)
     for mine, theirs in zip(parts, parts_other, strict=True):

@@ -24,7 +24,7 @@ def strided_job(stuck: int = 264) -> dict[int, dict[str, Any]]:
     groups: dict[str, tuple[str, list[int]]] = {"0": ("default_pg", list(range(WORLD)))}
     for j in range(STRIDE):
         groups[str(1 + j)] = ("dp", list(range(j, WORLD, STRIDE)))
-    waiting = {"state": "scheduled", "retired": False}
+    waiting: dict[str, Any] = {"state": "scheduled", "retired": False}
     dumps = {}
     for r in range(WORLD):
         dp = ("1" if r % STRIDE == 0 else str(1 + r % STRIDE), "dp")
@@ -100,7 +100,7 @@ def test_symptoms_are_grouped_and_counted(run: Run) -> None:
     # Ranks 1-3 wait in world #1 for rank 0 and then nobody issues #2..#5 on rank 0: every
     # later collective they issued is the same hang, folded into one finding, one line.
     four = {"0": ("default_pg", [0, 1, 2, 3])}
-    waiting = {"state": "scheduled", "retired": False}
+    waiting: dict[str, Any] = {"state": "scheduled", "retired": False}
     dumps = {0: make_dump([make_entry("all_reduce", 0, group=("0", "default_pg"))], four)}
     for r in (1, 2, 3):
         entries = [make_entry("all_reduce", 0, group=("0", "default_pg"))]

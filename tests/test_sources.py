@@ -21,7 +21,7 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -52,7 +52,7 @@ def pack(folder: Path, archive: Path) -> Path:
                 if path.is_file():
                     z.write(path, path.relative_to(folder.parent).as_posix())
     else:
-        mode = "w:gz" if archive.name.endswith((".tar.gz", ".tgz")) else "w"
+        mode: Literal["w:gz", "w"] = "w:gz" if archive.name.endswith((".tar.gz", ".tgz")) else "w"
         with tarfile.open(archive, mode) as t:
             t.add(folder, folder.name)
     return archive
@@ -155,8 +155,8 @@ def test_hostile_tar_members_are_reported_and_the_rest_analyzed(tmp_path: Path) 
     out = result.stdout
     assert "ranks loaded: 6 (0-2,4-6)" in out
     assert f"unreadable: {archive}:d/nccl_trace_rank_3.gz (rank 3): gzip bomb" in out
-    link = f"unreadable: {archive}:d/nccl_trace_rank_7 (rank 7): a link in the archive"
-    assert f"{link} (to /etc/passwd): not followed" in out
+    link_line = f"unreadable: {archive}:d/nccl_trace_rank_7 (rank 7): a link in the archive"
+    assert f"{link_line} (to /etc/passwd): not followed" in out
     assert f"{archive}:../nccl_trace_rank_5 (rank 5) passed over: a member path with '..'" in out
     assert (
         f"{archive}:d/zeros.bin skipped: compression bomb: inflates more than 500x,"

@@ -26,7 +26,8 @@ def merged(tmp_path: Path, inputs: list[Path], **kw: Any) -> dict[str, Any]:
     out = tmp_path / "merged.json"
     overlay = kw.pop("overlay", None)
     merge(inputs, out, MergeOptions(**kw), overlay)
-    return json.loads(out.read_text())
+    trace: dict[str, Any] = json.loads(out.read_text())
+    return trace
 
 
 def test_real_traces_merge_into_a_valid_trace_with_pid_equal_to_rank(tmp_path: Path) -> None:

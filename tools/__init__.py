@@ -1,0 +1,1 @@
+"""Generators of the sample dump sets and test fixtures, and the frsim simulator; see README.md."""

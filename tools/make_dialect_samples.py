@@ -62,12 +62,16 @@ own recorder and writer, op names `xccl:*`; in affected builds no entry ever rea
 
 @dataclass(frozen=True)
 class DialectSet:
+    """A sample set in another recorder's dialect: an NCCL scenario's dumps rewritten as that
+    dialect writes them."""
+
     name: str
     base: Callable[[], Scenario]
     dialect: str  # torchcomms | hccl | xccl
     story: str
 
     def write(self, out: Path) -> None:
+        """Simulate the base scenario; write the set's dumps (as the dialect) and NOTE.md."""
         scenario = self.base()
         sim = scenario.sim
         directory = out / self.name
@@ -96,6 +100,7 @@ class DialectSet:
         (directory / NOTE).write_text(self.note(scenario, seq_map), encoding="utf-8")
 
     def note(self, scenario: Scenario, seq_map: dict[tuple[str, int], tuple[str, int]]) -> str:
+        """The set's NOTE.md: story, the dialect's facts and files, the answer in its names."""
         truth = scenario.truth
         line = expected_line(truth)
         if self.dialect == "torchcomms" and truth.group is not None and truth.seq is not None:
@@ -305,6 +310,7 @@ SETS = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Write every dialect set (or `--only` one) under `--out`; returns 0."""
     parser = argparse.ArgumentParser(prog="python -m tools.make_dialect_samples")
     parser.add_argument("--out", type=Path, default=Path("sample_dumps"))
     parser.add_argument("--only", default=None, help="one set's name")

@@ -97,6 +97,7 @@ def coords(rank: int) -> tuple[int, int, int]:
 
 
 def global_rank(stage: int, dp_index: int, tp_index: int) -> int:
+    """The global rank at pipeline stage `stage`, DP index `dp_index` and TP index `tp_index`."""
     return (stage * DP + dp_index) * TP + tp_index
 
 
@@ -116,6 +117,7 @@ def pp_groups() -> list[list[int]]:
 
 
 def members(kind: str, rank: int) -> list[int]:
+    """The members of `rank`'s group of `kind` ("tp", "dp" or "pp")."""
     table = {"tp": tp_groups, "dp": dp_groups, "pp": pp_groups}[kind]()
     return next(g for g in table if rank in g)
 
@@ -152,6 +154,8 @@ class Fault:
 
 @dataclass(frozen=True)
 class Plan:
+    """What every rank runs and which faults it meets: steps, micro-batches, compute, dumps."""
+
     steps: int = 3
     micro_batches: int = 3
     compute_s: float = 0.0
@@ -178,6 +182,7 @@ class Progress:
         self.finished = False
 
     def at(self, where: str) -> None:
+        """The main thread has reached `where` (now)."""
         self.since = time.monotonic()
         self.where = where
 
@@ -226,6 +231,8 @@ class Trainer:
     # -- the program ---------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The training program: per step, forwards, backwards, DP bucket all_reduces, world
+        all_gather (even steps) and all_reduce; an optional final barrier."""
         for step in range(self.plan.steps):
             for mb in range(self.plan.micro_batches):
                 self.forward(step, mb)
@@ -251,12 +258,15 @@ class Trainer:
         self.progress.at("done")
 
     def compute(self) -> None:
+        """Sleep for the micro-batch's compute; the higher the TP index, the longer."""
         # Uneven load: the higher a rank's TP index, the longer it computes, so its TP peers
         # spend part of every step inside an all_reduce waiting for it.
         if self.plan.compute_s:
             time.sleep(self.plan.compute_s * (1 + coords(self.rank)[2]) / 2)
 
     def forward(self, step: int, mb: int) -> None:
+        """The forward of micro-batch `mb`: recv from stage 0 (on stage 1), TP all_reduce, TP
+        all_gather, send to stage 1 (on stage 0)."""
         act = torch.full(ACT_SHAPE, float(mb))
         if self.stage == 1 and self.point("fwd.recv", step, mb) != "skip":
             dist.recv(act, src=self.peer, group=self.pp)
@@ -271,6 +281,8 @@ class Trainer:
             dist.send(act, dst=self.peer, group=self.pp)
 
     def backward(self, step: int, mb: int) -> None:
+        """The backward of micro-batch `mb`: recv from stage 1 (on stage 0), TP all_reduce, send to
+        stage 0 (on stage 1)."""
         grad = torch.full(ACT_SHAPE, 1.0)
         if self.stage == 0 and self.point("bwd.recv", step, mb) != "skip":
             dist.recv(grad, src=self.peer, group=self.pp)
@@ -287,22 +299,26 @@ class Trainer:
 
 
 def say(rank: int, message: str) -> None:
+    """Print `message` to the rank's log, prefixed with the rank."""
     print(f"rank {rank}: {message}", flush=True)
 
 
 def _dump_bytes(fmt: str) -> bytes:
-    c10d = torch._C._distributed_c10d
+    c10d = torch._C._distributed_c10d  # its private Flight Recorder dumps are not in the stubs
     if fmt == "json":
-        data: bytes = c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+        data: bytes = c10d._dump_fr_trace_json(  # type: ignore[attr-defined, unused-ignore]
+            includeCollectives=True, onlyActive=False
+        )
         return data
-    raw: bytes = c10d._dump_fr_trace(
+    raw: bytes = c10d._dump_fr_trace(  # type: ignore[attr-defined, unused-ignore]
         includeCollectives=True, includeStackTraces=True, onlyActive=False
     )
     return gzip.compress(raw, mtime=0) if fmt == "gzip" else raw
 
 
 def _entry_count() -> int:
-    raw = torch._C._distributed_c10d._dump_fr_trace(
+    c10d = torch._C._distributed_c10d  # its private Flight Recorder dumps are not in the stubs
+    raw = c10d._dump_fr_trace(  # type: ignore[attr-defined, unused-ignore]
         includeCollectives=True, includeStackTraces=False, onlyActive=False
     )
     return len(pickle.loads(raw).get("entries", []))
@@ -327,19 +343,23 @@ class Worker:
         self.store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=STORE_TIMEOUT)
 
     def count(self, key: str, add: int = 0) -> int:
+        """Add `add` to the store's counter `key`; returns its new value."""
         with self.store_lock:
             value: int = self.store.add(key, add)
             return value
 
     def post(self, key: str, value: str) -> None:
+        """Set store key `key` to `value`."""
         with self.store_lock:
             self.store.set(key, value)
 
     def poll(self, key: str) -> str | None:
+        """The value of store key `key`, or None while it is not set."""
         with self.store_lock:
             return self.store.get(key).decode() if self.store.check([key]) else None
 
     def wait_for(self, key: str, target: int, deadline: float) -> bool:
+        """Count this rank in at `key`, wait for `target` ranks; False if `deadline` passes."""
         self.count(key, 1)
         while self.count(key) < target:
             if time.monotonic() > deadline:
@@ -355,6 +375,7 @@ class Worker:
             say(self.rank, f"capture failed: {exc}")
 
     def dump(self, why: str) -> None:
+        """Write this rank's dump once (the captured one, else one taken now), logging `why`."""
         with self.lock:
             if self.dumped:
                 return
@@ -383,6 +404,7 @@ class Worker:
         os._exit(status)
 
     def watchdog(self, idle_s: float, deadline: float) -> None:
+        """Dump when the main thread idles `idle_s` in one place or `deadline` passes; finish."""
         while True:
             time.sleep(0.1)
             if self.dumped or self.progress.finished:
@@ -394,6 +416,7 @@ class Worker:
                 self.finish(0, deadline)
 
     def dump_mid_run(self) -> None:
+        """Wait for the time rank 0 posts, then dump at that time while the program runs."""
         while (posted := self.poll("dump_at")) is None:
             if self.progress.finished:
                 return
@@ -487,6 +510,7 @@ def dump_mid_run_or_now(worker: Worker, rank: int) -> None:
 
 
 def load_dump(path: Path, fmt: str) -> Dump:
+    """The dump file at `path` in format `fmt`, checked to be a dict."""
     loaded = parse_dump(path.read_bytes(), fmt)
     if not isinstance(loaded, dict):
         raise ValueError(f"{path}: top level is {type(loaded).__name__}, not dict")
@@ -505,6 +529,7 @@ def parse_dump(data: bytes, fmt: str) -> Any:
 
 
 def entries(dump: Dump, group: str | None = None) -> list[Dump]:
+    """The dump's entries, those of process group `group` only when given."""
     all_entries: list[Dump] = dump.get("entries", [])
     if group is None:
         return all_entries
@@ -512,23 +537,28 @@ def entries(dump: Dump, group: str | None = None) -> list[Dump]:
 
 
 def by_seq(dump: Dump, group: str) -> dict[int, Dump]:
+    """The entries of group `group` by collective seq id."""
     return {int(e["collective_seq_id"]): e for e in entries(dump, group)}
 
 
 def last_seq(dump: Dump, group: str) -> int:
+    """The last collective seq id of group `group` in the dump (0: none)."""
     return max(by_seq(dump, group), default=0)
 
 
 def op_of(entry: Dump) -> str:
+    """The op of an entry, e.g. "all_reduce" for "gloo:all_reduce"."""
     name: str = entry["profiling_name"]
     return name.split(":", 1)[1]
 
 
 def group_named(dump: Dump, desc: str) -> set[str]:
+    """The names of the groups whose entries in the dump have desc `desc`."""
     return {e["process_group"][0] for e in entries(dump) if e["process_group"][1] == desc}
 
 
 def ranks_range(values: Iterable[int]) -> str:
+    """'5' or '4-7': the lowest and highest of `values`."""
     low, high = min(values), max(values)
     return str(low) if low == high else f"{low}-{high}"
 
@@ -540,11 +570,14 @@ def ranks_label(ranks: Iterable[int]) -> str:
 
 
 def ranks_text(ranks: Iterable[int]) -> str:
+    """'4, 6, 7': the ranks sorted, comma-separated."""
     return ", ".join(str(r) for r in sorted(ranks))
 
 
 @dataclass
 class Expected:
+    """The answer fr-analyze should give on a dump set: status, root, culprits, group, seq, op."""
+
     status: str
     root: str | None = None
     culprits: tuple[int, ...] = ()
@@ -554,6 +587,8 @@ class Expected:
     op: str | None = None
 
     def line(self) -> str:
+        """The EXPECTED line of NOTE.md."""
+
         def v(x: object) -> str:
             return "-" if x is None or x == () else str(x)
 
@@ -609,11 +644,13 @@ def check_structure(dumps: dict[int, Dump], crashed: frozenset[int]) -> list[str
         desc_kind = next(
             (k for k in ("tp", "dp") if any(built_name(k, r) == name for r in ranks)), None
         )
-        want = set(range(WORLD_SIZE)) if name == WORLD_PG else set()
+        want_ranks = set(range(WORLD_SIZE)) if name == WORLD_PG else set()
         if desc_kind is not None:
-            want = set(members(desc_kind, min(ranks)))
-        if ranks != want - crashed:
-            problems.append(f"group {name!r} appears on ranks {sorted(ranks)}, not {sorted(want)}")
+            want_ranks = set(members(desc_kind, min(ranks)))
+        if ranks != want_ranks - crashed:
+            problems.append(
+                f"group {name!r} appears on ranks {sorted(ranks)}, not {sorted(want_ranks)}"
+            )
     if any(group_named(d, "pp") for d in dumps.values()):
         problems.append("a pp group (send/recv only) shows up in the entries")
     return problems
@@ -656,6 +693,7 @@ def _numel(shape: list[int]) -> int:
 
 
 def unretired(dump: Dump) -> list[Dump]:
+    """The dump's entries that are not retired."""
     return [e for e in entries(dump) if not e["retired"]]
 
 
@@ -681,6 +719,7 @@ def late_arrivals(dumps: dict[int, Dump], min_s: float) -> list[tuple[int, str, 
 
 
 def newest_ns(dump: Dump) -> int:
+    """When the dump's newest entry was created, in ns (0: no entries)."""
     return max((int(e["time_created_ns"]) for e in entries(dump)), default=0)
 
 
@@ -768,6 +807,7 @@ def _logged(info: RunInfo, rank: int, *texts: str) -> bool:
 
 
 def check_healthy(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the healthy run: every entry retired, the records agree, all ranks at one world seq."""
     problems = _all_retired(dumps) + _no_disagreement(dumps) + _size_rules(dumps)
     lasts = {r: last_seq(d, WORLD_PG) for r, d in dumps.items()}
     if len(set(lasts.values())) != 1:
@@ -780,6 +820,7 @@ def check_healthy(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
 
 
 def check_mid_step(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the mid-run dump: taken while the program ran, entries unretired, the records agree."""
     problems = _no_disagreement(dumps)
     open_ranks = {r: len(unretired(d)) for r, d in dumps.items() if unretired(d)}
     if not open_ranks:
@@ -816,6 +857,8 @@ BARRIER_RANK = 10
 
 
 def check_unretired_barrier(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the final-barrier run: every rank's last entry is the world barrier, unretired only on
+    the rank that dumped at once."""
     problems = _no_disagreement(dumps) + _size_rules(dumps)
     for rank, dump in dumps.items():
         last = entries(dump)[-1]
@@ -864,6 +907,8 @@ STUCK_RANK = 5
 
 
 def check_stuck_rank(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the stuck rank: its TP peers wait in an all_reduce it never joined, and the watchdog
+    dumped it in its hang."""
     name, seq, problems = _not_joined(dumps, STUCK_RANK, "tp")
     problems += _no_disagreement(dumps) + _size_rules(dumps)
     if not _logged(info, STUCK_RANK, "dumped (watchdog", "fwd.tp_all_reduce step 2 #2"):
@@ -891,6 +936,7 @@ SKIP_RANK = 6
 
 
 def check_skip_collective(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the skipped world all_reduce: the culprit ends one world seq short, the rest agree."""
     problems = _no_disagreement(dumps) + _size_rules(dumps)
     others = [r for r in dumps if r != SKIP_RANK]
     world = {r: last_seq(dumps[r], WORLD_PG) for r in others}
@@ -931,6 +977,7 @@ CRASH_RANK = 15
 
 
 def check_crash(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the crash: the rank wrote no dump and exited as planned; the others wait for it."""
     problems = _no_disagreement(dumps)
     if CRASH_RANK in dumps or CRASH_RANK not in info.missing:
         problems.append(f"rank {CRASH_RANK} has a dump file")
@@ -972,6 +1019,8 @@ STRAGGLER_RANK = 9
 
 
 def check_straggler(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the straggler: its TP all_reduce is created about the stall later than its peers', and
+    the job finished."""
     problems = _all_retired(dumps) + _no_disagreement(dumps) + _size_rules(dumps)
     name = built_name("tp", STRAGGLER_RANK)
     peers = [r for r in members("tp", STRAGGLER_RANK) if r != STRAGGLER_RANK]
@@ -1015,6 +1064,8 @@ PP_RANK = 12
 
 
 def check_pp_recv_missing(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the missing recv: the sender blocks in its send, the receiver hangs before its recv,
+    their TP peers wait."""
     name, seq, problems = _not_joined(dumps, PP_RANK, "tp")
     problems += _no_disagreement(dumps) + _size_rules(dumps)
     sender = members("pp", PP_RANK)[0]
@@ -1049,6 +1100,7 @@ DTYPE_RANK = 5
 
 
 def check_dp_dtype_mismatch(dumps: dict[int, Dump], info: RunInfo) -> Outcome:
+    """Check the dtype mismatch: the DP pair disagrees at one seq, in input_dtypes only."""
     problems = _all_retired(dumps) + _size_rules(dumps)
     name = built_name("dp", DTYPE_RANK)
     (partner,) = [r for r in members("dp", DTYPE_RANK) if r != DTYPE_RANK]
@@ -1096,6 +1148,8 @@ Check = Callable[[dict[int, Dump], RunInfo], Outcome]
 
 @dataclass(frozen=True)
 class Scenario:
+    """One sample dump set: the program, the dump format and file names, the story, its check."""
+
     name: str
     plan: Plan
     fmt: str
@@ -1109,6 +1163,7 @@ class Scenario:
     min_timeout_s: float = 0.0
 
     def timeout_for(self, requested: float) -> float:
+        """The process-group timeout to run with: `requested`, at least the scenario's minimum."""
         return max(requested, self.min_timeout_s)
 
 
@@ -1387,8 +1442,8 @@ def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
         except Exception as exc:
             problems.append(f"rank {rank}: cannot load {path.name}: {exc}")
     if missing != set(scenario.plan.crashed):
-        want = sorted(scenario.plan.crashed)
-        problems.append(f"missing dumps {sorted(missing)}, expected {want}")
+        want_missing = sorted(scenario.plan.crashed)
+        problems.append(f"missing dumps {sorted(missing)}, expected {want_missing}")
     info = RunInfo(codes, logs, missing)
     outcome = Outcome(Expected("?"))
     if not problems:
@@ -1411,6 +1466,7 @@ def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
 
 
 def note_text(scenario: Scenario, outcome: Outcome, info: RunInfo, timeout_s: float) -> str:
+    """The NOTE.md of a generated dump set: program, story, files, expected answer and facts."""
     plan = scenario.plan
     program = _PROGRAM.replace("@MB@", str(plan.micro_batches)).replace("@STEPS@", str(plan.steps))
     program = program.replace("@BARRIER@", ", then a world barrier" if plan.final_barrier else "")
@@ -1463,8 +1519,12 @@ def note_text(scenario: Scenario, outcome: Outcome, info: RunInfo, timeout_s: fl
 
 
 class _Runnable(Protocol):
-    name: str
-    attempts: int
+    """What `drive` needs of a scenario (read-only: the scenarios are frozen dataclasses)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
 
 
 def drive(
@@ -1525,6 +1585,7 @@ def drive(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Generate the scenarios asked for on the command line; returns the exit status."""
     return drive(argv, __doc__, SCENARIOS, run_once, launch, DEFAULT_TIMEOUT_S)
 
 

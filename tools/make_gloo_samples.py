@@ -29,11 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch_job import run_ranks  # a sibling: the script runs by its path
+
+if TYPE_CHECKING:  # mypy checks this script as a module of the `tools` package
+    from tools.torch_job import run_ranks
+else:
+    from torch_job import run_ranks  # a sibling: the script runs by its path
 
 WORLD_SIZE = 4
 DEFAULT_TIMEOUT_S = 5.0
@@ -193,6 +197,8 @@ HEALTHY_PAIR_OPS = 3
 
 
 def check_healthy(dumps: dict[int, Dump]) -> list[str]:
+    """Problems with the healthy dumps: the last seqs and descs of the world and pair groups, the
+    same world ops on every rank."""
     pairs = HEALTHY_PAIR_OPS
     problems = _expect_last_seqs(dumps, WORLD_PG, dict.fromkeys(range(4), HEALTHY_WORLD_OPS))
     problems += _expect_last_seqs(dumps, PAIR_01_PG, {0: pairs, 1: pairs, 2: 0, 3: 0})
@@ -212,12 +218,16 @@ def check_healthy(dumps: dict[int, Dump]) -> list[str]:
 
 
 def check_skip_collective(dumps: dict[int, Dump]) -> list[str]:
+    """Problems with gloo_skip_collective's dumps: rank 2 ends one world seq short, the others at an
+    all_reduce."""
     problems = _expect_last_seqs(dumps, WORLD_PG, {0: 4, 1: 4, 2: 3, 3: 4})
     problems += _expect_field(dumps, WORLD_PG, 4, "profiling_name", {0: "gloo:all_reduce"})
     return problems
 
 
 def check_size_mismatch(dumps: dict[int, Dump]) -> list[str]:
+    """Problems with gloo_size_mismatch's dumps: rank 1's world all_reduce at seq 3 is [[4]], the
+    others' [[8]]."""
     problems = _expect_last_seqs(dumps, WORLD_PG, dict.fromkeys(range(4), 3))
     sizes = {0: [[8]], 1: [[4]], 2: [[8]], 3: [[8]]}
     problems += _expect_field(dumps, WORLD_PG, 3, "input_sizes", sizes)
@@ -225,6 +235,7 @@ def check_size_mismatch(dumps: dict[int, Dump]) -> list[str]:
 
 
 def check_op_mismatch(dumps: dict[int, Dump]) -> list[str]:
+    """Problems with gloo_op_mismatch: rank 3 all_gathers at world seq 3, the others all_reduce."""
     problems = _expect_last_seqs(dumps, WORLD_PG, dict.fromkeys(range(4), 3))
     names = dict.fromkeys(range(3), "gloo:all_reduce") | {3: "gloo:all_gather"}
     problems += _expect_field(dumps, WORLD_PG, 3, "profiling_name", names)
@@ -232,6 +243,8 @@ def check_op_mismatch(dumps: dict[int, Dump]) -> list[str]:
 
 
 def check_subgroup_desync(dumps: dict[int, Dump]) -> list[str]:
+    """Problems with gloo_subgroup_desync's dumps: rank 3 ends one seq short on pair {2,3}, the
+    descs as named."""
     problems = _expect_last_seqs(dumps, WORLD_PG, dict.fromkeys(range(4), 3))
     problems += _expect_last_seqs(dumps, PAIR_01_PG, {0: 3, 1: 3, 2: 0, 3: 0})
     problems += _expect_last_seqs(dumps, PAIR_23_PG, {0: 0, 1: 0, 2: 3, 3: 2})
@@ -372,11 +385,13 @@ def _store_barrier(store: Any, key: str, deadline: float) -> bool:
 
 
 def _dump_bytes(fmt: str) -> bytes:
-    c10d = torch._C._distributed_c10d
+    c10d = torch._C._distributed_c10d  # its private Flight Recorder dumps are not in the stubs
     if fmt == "json":
-        data: bytes = c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+        data: bytes = c10d._dump_fr_trace_json(  # type: ignore[attr-defined, unused-ignore]
+            includeCollectives=True, onlyActive=False
+        )
         return data
-    raw: bytes = c10d._dump_fr_trace(
+    raw: bytes = c10d._dump_fr_trace(  # type: ignore[attr-defined, unused-ignore]
         includeCollectives=True, includeStackTraces=True, onlyActive=False
     )
     return gzip.compress(raw, mtime=0) if fmt == "gzip" else raw
@@ -465,6 +480,7 @@ def run_scenario(scenario: Scenario, out_dir: Path, timeout_s: float) -> list[st
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: `--out`, `--only`, `--timeout`, and the internal worker options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--out", type=Path, default=Path("sample_dumps"), help="output root (default: %(default)s)"
@@ -489,6 +505,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Generate the scenarios asked for (or, with the internal `--worker`, be one rank); returns the
+    exit status."""
     args = parse_args(argv)
     if args.worker is not None:
         status = run_worker(

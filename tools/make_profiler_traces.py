@@ -33,12 +33,16 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
-from torch_job import run_ranks  # a sibling: the script runs by its path
+
+if TYPE_CHECKING:  # mypy checks this script as a module of the `tools` package
+    from tools.torch_job import run_ranks
+else:
+    from torch_job import run_ranks  # a sibling: the script runs by its path
 
 WORLD_SIZE = 4
 STEPS = 6
@@ -136,7 +140,8 @@ def run_worker(rank: int, store_port: int, out_dir: Path) -> int:
         print(f"rank {rank}: the profiler never called on_trace_ready", flush=True)
         status = 2
     time.sleep(SETTLE_S)
-    raw: bytes = torch._C._distributed_c10d._dump_fr_trace(
+    c10d = torch._C._distributed_c10d  # its private Flight Recorder dumps are not in the stubs
+    raw: bytes = c10d._dump_fr_trace(  # type: ignore[attr-defined, unused-ignore]
         includeCollectives=True, includeStackTraces=True, onlyActive=False
     )
     (out_dir / FR_DIR / fr_name(rank)).write_bytes(raw)
@@ -249,6 +254,7 @@ def run_job(out_dir: Path) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: `--out`, and the internal worker options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--out",
@@ -264,6 +270,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the job and check its traces (or, with the internal `--worker`, be one rank); returns the
+    exit status."""
     args = parse_args(argv)
     if args.worker:
         status = run_worker(args.rank, args.store_port, args.out)

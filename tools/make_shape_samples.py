@@ -60,40 +60,73 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from make_gloo3d_samples import (  # a sibling: the script runs by its path
-    CRASH_EXIT,
-    HANG_S,
-    SETTLE_S,
-    STORE_TIMEOUT,
-    Dump,
-    Expected,
-    Fault,
-    Outcome,
-    Progress,
-    RunInfo,
-    Worker,
-    _dump_ways,
-    _warm_up_stack_capture,
-    agreement,
-    by_seq,
-    drive,
-    dump_mid_run_or_now,
-    entries,
-    last_seq,
-    load_dump,
-    op_of,
-    ranks_label,
-    ranks_range,
-    ranks_text,
-    run_ranks,
-    run_watched,
-    say,
-    unretired,
-)
+
+if TYPE_CHECKING:  # mypy checks this script as a module of the `tools` package
+    from tools.make_gloo3d_samples import (
+        CRASH_EXIT,
+        HANG_S,
+        SETTLE_S,
+        STORE_TIMEOUT,
+        Dump,
+        Expected,
+        Fault,
+        Outcome,
+        Progress,
+        RunInfo,
+        Worker,
+        _dump_ways,
+        _warm_up_stack_capture,
+        agreement,
+        by_seq,
+        drive,
+        dump_mid_run_or_now,
+        entries,
+        last_seq,
+        load_dump,
+        op_of,
+        ranks_label,
+        ranks_range,
+        ranks_text,
+        run_ranks,
+        run_watched,
+        say,
+        unretired,
+    )
+else:
+    from make_gloo3d_samples import (  # a sibling: the script runs by its path
+        CRASH_EXIT,
+        HANG_S,
+        SETTLE_S,
+        STORE_TIMEOUT,
+        Dump,
+        Expected,
+        Fault,
+        Outcome,
+        Progress,
+        RunInfo,
+        Worker,
+        _dump_ways,
+        _warm_up_stack_capture,
+        agreement,
+        by_seq,
+        drive,
+        dump_mid_run_or_now,
+        entries,
+        last_seq,
+        load_dump,
+        op_of,
+        ranks_label,
+        ranks_range,
+        ranks_text,
+        run_ranks,
+        run_watched,
+        say,
+        unretired,
+    )
 from torch import nn
 from torch.distributed.distributed_c10d import _coalescing_manager
 
@@ -148,6 +181,8 @@ def group_of(shape: str, desc: str, rank: int) -> tuple[str, list[int]]:
 
 @dataclass(frozen=True)
 class Plan:
+    """What every rank runs and which faults it meets: steps, faults, compute, a mid-run dump."""
+
     steps: int = 2
     faults: tuple[Fault, ...] = ()
     """Fault.action: "hang", "crash", "skip", or a shape's own ("float", "pad", "size",
@@ -207,11 +242,14 @@ class Program:
             time.sleep(self.plan.compute_s * (1 + self.rank) / 4)
 
     def run(self) -> None:
+        """Run the shape's training program (each subclass has its own)."""
         raise NotImplementedError
 
 
 @dataclass(frozen=True)
 class Layer:
+    """One FSDP layer: its name and the shard shape of each of its parameters."""
+
     name: str
     shards: tuple[tuple[int, ...], ...]
     """Shard shape of each parameter; two or more are gathered in one coalescing block."""
@@ -243,7 +281,9 @@ class FSDPProgram(Program):
         self.replicate_group: Any = None
 
     def group_size(self) -> int:
-        return dist.get_world_size(self.shard_group)
+        """The number of ranks in the shard group (the world for FSDP)."""
+        size: int = dist.get_world_size(self.shard_group)
+        return size
 
     def gather(self, phase: str, step: int, layer: int) -> Work | None:
         """Async all-gather of one layer's parameter shards (a coalescing block for two+)."""
@@ -279,6 +319,8 @@ class FSDPProgram(Program):
         return cm
 
     def run(self) -> None:
+        """Per step: forward all_gathers with prefetch, backward all_gathers and reduce-scatters,
+        HSDP's replicate all_reduces, the world loss all_reduce."""
         layers = range(len(FSDP_LAYERS))
         for step in range(self.plan.steps):
             # Forward: gather layer 0, then before computing each layer prefetch the next one.
@@ -318,11 +360,14 @@ class FSDPProgram(Program):
         self.progress.at("done")
 
     def wait(self, work: Work | None) -> None:
+        """Wait for `work`, if the op was issued (None: it was skipped)."""
         if work is not None:
             work.wait()
 
 
 class HSDPProgram(FSDPProgram):
+    """FSDP within a shard group, the gradients then all_reduced over the replicate group."""
+
     shape = "hsdp"
 
     def __init__(self, rank: int, plan: Plan, timeout: timedelta, progress: Progress) -> None:
@@ -360,6 +405,7 @@ class MoEProgram(Program):
         self.ep_index = dist.get_group_rank(self.ep, rank)
 
     def run(self) -> None:
+        """Per step: every MoE layer, then the world loss all_reduce."""
         for step in range(self.plan.steps):
             for layer in range(MOE_LAYERS):
                 self.layer(step, layer)
@@ -368,6 +414,8 @@ class MoEProgram(Program):
         self.progress.at("done")
 
     def layer(self, step: int, layer: int) -> None:
+        """One MoE layer: TP all_reduce, token count all_to_all, dispatch all_to_all, expert
+        compute, combine all_to_all."""
         if self.point("tp.all_reduce", step, layer) != "skip":
             dist.all_reduce(torch.full((16, HIDDEN), 1.0), group=self.tp)
         send = routing(step, layer, self.ep_index)
@@ -395,7 +443,8 @@ DDP_WIDTHS = (32, 64, 48, 32, 16, 4)  # Linear layers 32->64->48->32->16->4
 DDP_BUCKET_CAP_MB = 0.004
 
 
-class _SlowBackward(torch.autograd.Function):
+# the `misc` ignores: where torch is not installed, mypy sees it as Any (`make lint`)
+class _SlowBackward(torch.autograd.Function):  # type: ignore[misc, unused-ignore]
     """Identity whose backward sleeps: "compute" between a layer's gradients and the next."""
 
     @staticmethod
@@ -409,15 +458,19 @@ class _SlowBackward(torch.autograd.Function):
         return grad, None
 
 
-class Slow(nn.Module):
+class Slow(nn.Module):  # type: ignore[misc, unused-ignore]
+    """An identity layer whose backward sleeps `seconds` ("compute" between gradient buckets)."""
+
     def __init__(self, seconds: float) -> None:
         super().__init__()
         self.seconds = seconds
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`x` unchanged, through `_SlowBackward` when the layer has a backward to sleep in."""
         if not self.seconds:
             return x
-        out: torch.Tensor = _SlowBackward.apply(x, self.seconds)
+        apply = _SlowBackward.apply  # unannotated in torch
+        out: torch.Tensor = apply(x, self.seconds)  # type: ignore[no-untyped-call, unused-ignore]
         return out
 
 
@@ -444,6 +497,8 @@ class DDPProgram(Program):
         self.held: tuple[torch.Tensor, torch.futures.Future[torch.Tensor]] | None = None
 
     def hook(self, state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        """DDP's comm hook: all_reduce the bucket (averaged); a "reorder" fault holds it back until
+        the next bucket."""
         buffer = bucket.buffer()
         if self.point("ddp.bucket", self.step, bucket.index()) == "reorder":
             # Hold this bucket back and all_reduce it right after the next one.
@@ -459,17 +514,22 @@ class DDPProgram(Program):
                 try:
                     held.set_result(f.value())
                 except Exception as exc:
-                    held.set_exception(exc)
+                    # torch's stub types the argument as the result type T
+                    held.set_exception(exc)  # type: ignore[arg-type, unused-ignore]
 
             self.all_reduce(tensor).add_done_callback(fulfil)
         return future
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        """Average `tensor` over the world with an async all_reduce; a future of the result."""
         tensor.div_(WORLD_SIZE)
         work = dist.all_reduce(tensor, async_op=True)
-        return work.get_future().then(lambda f: f.value()[0])
+        reduced: torch.futures.Future[torch.Tensor] = work.get_future().then(lambda f: f.value()[0])
+        return reduced
 
     def run(self) -> None:
+        """Per step: forward, backward (the buckets all_reduced by `hook`), optimizer step, world
+        loss all_reduce."""
         optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
         for step in range(self.plan.steps):
             self.step = step
@@ -501,6 +561,7 @@ class SubgroupsProgram(Program):
         self.sub, _ = dist.new_subgroups(group_size=SUBGROUP, timeout=timeout)
 
     def run(self) -> None:
+        """A world all_reduce once; per step, three subgroup all_reduces and one all_gather."""
         dist.all_reduce(torch.tensor([float(self.rank)]))  # agree on a seed, once
         for step in range(self.plan.steps):
             for index in range(3):
@@ -518,6 +579,7 @@ class BarrierProgram(Program):
     shape = "barrier"
 
     def run(self) -> None:
+        """Per step: world all_reduce, monitored_barrier, all_gather and the loss all_reduce."""
         for step in range(self.plan.steps):
             if self.point("world.all_reduce", step, 0) != "skip":
                 dist.all_reduce(torch.full((64,), 1.0))
@@ -544,6 +606,7 @@ class ShapeWorker(Worker):
     """make_gloo3d_samples' Worker, waiting for the dumps of the ranks that did not die."""
 
     def finish(self, status: int, deadline: float) -> None:
+        """Stay connected until every rank has dumped or died, then leave without teardown."""
         # The launcher adds 1 to "gone" for each rank that exits without its dump (crash,
         # SIGABRT): they never count themselves in "dumped".
         while self.count("dumped") + self.count("gone") < WORLD_SIZE:
@@ -632,6 +695,8 @@ def launch(name: str, port: int, folder: str, timeout_s: float, logs_dir: str) -
 
 @dataclass
 class ShapeRunInfo(RunInfo):
+    """What the parent saw of a run, with the log tails of the ranks that died."""
+
     tails: dict[int, list[str]] = field(default_factory=dict)
     """The last lines of the log (stderr included) of each rank that died."""
 
@@ -750,10 +815,12 @@ def quote(entry: Dump) -> str:
 
 
 def entry_at(dump: Dump, group: str, seq: int) -> Dump | None:
+    """The entry of group `group` with collective seq id `seq` in the dump, or None."""
     return by_seq(dump, group).get(seq)
 
 
 def seqs_of(dump: Dump, group: str) -> list[int]:
+    """The collective seq ids of group `group`'s entries, in dump order."""
     return [int(e["collective_seq_id"]) for e in entries(dump, group)]
 
 
@@ -911,6 +978,7 @@ def _fsdp_conventions(dumps: dict[int, Dump], shape: str, rank: int) -> tuple[li
 
 
 def check_fsdp_healthy(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the healthy FSDP run: every entry retired, the records agree, collectives as built."""
     problems, facts = _healthy(dumps)
     more, conv = _fsdp_conventions(dumps, "fsdp", 0)
     facts = conv + facts + [_pg_status_fact(dumps, 0), _last_ops_fact(dumps)]
@@ -918,6 +986,7 @@ def check_fsdp_healthy(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
 
 
 def check_hsdp_healthy(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the healthy HSDP run: as FSDP, plus the replicate group's bf16 all_reduces."""
     problems, facts = _healthy(dumps)
     more, conv = _fsdp_conventions(dumps, "hsdp", 0)
     problems += more
@@ -939,10 +1008,12 @@ def check_hsdp_healthy(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
 
 
 def check_fsdp_mid_run(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the FSDP mid-run dump: taken while the program ran, all_gathers left unretired."""
     return _mid_run(dumps, info, "all_gather")
 
 
 def check_ddp_mid_run(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the DDP mid-run dump: taken mid-run, only bucket all_reduces unretired."""
     outcome = _mid_run(dumps, info, "all_reduce")
     buckets = {json.dumps(e["input_sizes"]) for d in dumps.values() for e in unretired(d)}
     if not buckets <= {json.dumps([[n]]) for n in DDP_BUCKETS}:
@@ -954,6 +1025,8 @@ SKIP_AG_RANK = 5
 
 
 def check_fsdp_skip_all_gather(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the skipped FSDP all_gather: the culprit's next all_gather sits at the seq where the
+    others gather the head."""
     culprit = SKIP_AG_RANK
     others = [r for r in dumps if r != culprit]
     seq, problems = _same_last_seq(dumps, WORLD_PG, others)
@@ -989,6 +1062,8 @@ CRASH_RANK = 3
 
 
 def check_fsdp_crash(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the FSDP crash: the crashed rank wrote no dump, the others end at the block's forward
+    all_gather of step 2."""
     seq, problems = _same_last_seq(dumps, WORLD_PG, dumps)
     problems += _no_disagreement(dumps)
     first = dumps[min(dumps)]
@@ -1016,6 +1091,7 @@ HANG_RS_RANK = 6
 
 
 def check_fsdp_hang_before_reduce_scatter(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the hang before a reduce_scatter: the others wait where the culprit never got."""
     culprit = HANG_RS_RANK
     others = [r for r in dumps if r != culprit]
     problems = _no_disagreement(dumps)
@@ -1054,6 +1130,7 @@ SIZE_RANK = 2
 
 
 def check_fsdp_size_mismatch(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the FSDP size mismatch: the ranks disagree at one world seq, in input/output sizes."""
     bad = disagreements(dumps)
     problems = []
     if len(bad) != 1:
@@ -1087,6 +1164,7 @@ DTYPE_RANK = 6
 
 
 def check_hsdp_dtype_mismatch(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the HSDP dtype mismatch: one float32 replicate all_reduce, the partner's bf16."""
     problems = _no_disagreement(dumps)
     name, ranks = group_of("hsdp", "replicate", DTYPE_RANK)
     (partner,) = [r for r in ranks if r != DTYPE_RANK]
@@ -1124,6 +1202,7 @@ def check_hsdp_dtype_mismatch(dumps: dict[int, Dump], info: ShapeRunInfo) -> Out
 
 
 def check_moe_healthy(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the healthy MoE run: every entry retired, the all_to_all splits as routed."""
     problems, facts = _healthy(dumps)
     quoted: dict[int, list[Dump]] = {}
     for rank, dump in dumps.items():
@@ -1157,6 +1236,8 @@ PAD_RANK = 4
 
 
 def check_moe_split_mismatch(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the MoE split mismatch: one padded dispatch all_to_all whose input total the peers do
+    not expect."""
     name, ranks = group_of("moe", "ep", PAD_RANK)
     peers = [r for r in ranks if r != PAD_RANK and r in dumps]
     mine = by_seq(dumps[PAD_RANK], name)
@@ -1214,6 +1295,7 @@ SKIP_A2A_RANK = 2
 
 
 def check_moe_skip_all_to_all(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the skipped MoE combine: the culprit's EP group ends one seq short of its peers'."""
     culprit = SKIP_A2A_RANK
     name, ranks = group_of("moe", "ep", culprit)
     peers = [r for r in ranks if r != culprit]
@@ -1277,6 +1359,7 @@ def _ddp_conventions(dumps: dict[int, Dump], rank: int) -> tuple[list[str], list
 
 
 def check_ddp_bucket_order(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the DDP bucket reorder: the culprit all_reduces two buckets in swapped order."""
     culprit = REORDER_RANK
     others = [r for r in dumps if r != culprit]
     more, facts = _ddp_conventions(dumps, min(dumps))
@@ -1325,6 +1408,8 @@ SUB_HANG_RANK = 1
 
 
 def check_subgroups_independent_hang(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the subgroup hang: its subgroup peers wait at the seq it never reached; the other
+    subgroup finished."""
     culprit = SUB_HANG_RANK
     name, ranks = group_of("subgroups", "undefined", culprit)
     other_name, other = group_of("subgroups", "undefined", WORLD_SIZE - 1)
@@ -1365,6 +1450,7 @@ def _barrier_op_ids(dump: Dump) -> list[int]:
 
 
 def check_barrier_healthy(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the healthy barrier run: the world seqs and op ids each monitored_barrier takes."""
     problems, facts = _healthy(dumps)
     steps = len(entries(dumps[0], WORLD_PG)) // len(BARRIER_SEQS)
     want = [s + 5 * i for i in range(steps) for s in BARRIER_SEQS]
@@ -1395,6 +1481,8 @@ BARRIER_SKIP_RANK = 5
 
 
 def check_barrier_skipped(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome:
+    """Check the skipped monitored_barrier: the culprit's world seqs run past those of the ranks
+    that called it."""
     culprit = BARRIER_SKIP_RANK
     others = [r for r in dumps if r != culprit]
     problems = _no_disagreement(dumps)
@@ -1440,6 +1528,8 @@ def check_barrier_skipped(dumps: dict[int, Dump], info: ShapeRunInfo) -> Outcome
 
 @dataclass(frozen=True)
 class Scenario:
+    """One sample dump set: the shape, the program run, the story and its check."""
+
     name: str
     shape: str
     plan: Plan
@@ -1449,6 +1539,7 @@ class Scenario:
     fmt: str = "pickle"
 
     def file_name(self, rank: int) -> str:
+        """The dump file name of rank `rank`: rank_<N>.pkl."""
         return f"rank_{rank}.pkl"
 
 
@@ -1830,6 +1921,7 @@ def run_once(scenario: Scenario, folder: Path, timeout_s: float) -> list[str]:
 
 
 def note_text(scenario: Scenario, outcome: Outcome, info: ShapeRunInfo, timeout_s: float) -> str:
+    """The NOTE.md of a generated dump set: program, story, files, expected answer and facts."""
     plan = scenario.plan
     program = PROGRAM_TEXT[scenario.shape].replace("@STEPS@", str(plan.steps))
     story = scenario.story.replace("@TIMEOUT@", f"{timeout_s:g}")
@@ -1870,6 +1962,7 @@ def note_text(scenario: Scenario, outcome: Outcome, info: ShapeRunInfo, timeout_
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Generate the scenarios asked for on the command line; returns the exit status."""
     return drive(argv, __doc__, SCENARIOS, run_once, launch, DEFAULT_TIMEOUT_S)
 
 

@@ -49,9 +49,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from torch_job import run_ranks  # a sibling: the script runs by its path
+if TYPE_CHECKING:  # mypy checks this script as a module of the `tools` package
+    from tools.torch_job import run_ranks
+else:
+    from torch_job import run_ranks  # a sibling: the script runs by its path
 
 try:
     import torch
@@ -110,10 +113,12 @@ class Ctx:
 
     @property
     def next(self) -> int:
+        """The next rank in the world's ring (global rank)."""
         return (self.rank + 1) % WORLD_SIZE
 
     @property
     def prev(self) -> int:
+        """The previous rank in the world's ring (global rank)."""
         return (self.rank - 1) % WORLD_SIZE
 
 
@@ -131,11 +136,13 @@ class Record:
     """(inputs, outputs) on rank 0 where the root's differ (gather, scatter)."""
 
     def sizes(self, rank: int) -> tuple[Shapes, Shapes]:
+        """(inputs, outputs) as rank `rank` records them (the root's own where they differ)."""
         if rank == 0 and self.on_root is not None:
             return self.on_root
         return self.inputs, self.outputs
 
     def text(self) -> str:
+        """The record as NOTE.md lists it, e.g. "gloo:all_reduce [[4]] -> [[4]]"."""
         dtype = "" if self.dtype == "Float" else f" {self.dtype}"
         root = ""
         if self.on_root is not None:
@@ -144,6 +151,7 @@ class Record:
 
 
 def rec(op: str, inputs: Shapes, outputs: Shapes | None = None, **more: Any) -> Record:
+    """A Record of `op`; the outputs are the inputs unless given."""
     return Record(op, inputs, inputs if outputs is None else outputs, **more)
 
 
@@ -410,6 +418,7 @@ class Run:
         return out
 
     def ops(self, group: str) -> int:
+        """How many entries the steps on group `group` ("world" or "pair") record."""
         return sum(len(s.records) for s in self.steps if s.group == group)
 
 
@@ -427,6 +436,7 @@ RUNS_BY_NAME = {r.name: r for r in RUNS}
 
 
 def say(rank: int, message: str) -> None:
+    """Print `message` to the rank's log, prefixed with the rank."""
     print(f"rank {rank}: {message}", flush=True)
 
 
@@ -724,6 +734,7 @@ onlyActive=False)."""
 
 
 def note(run: Run, folder: str) -> str:
+    """The NOTE.md of output folder `folder` of `run`: the job, its files, the expected entries."""
     is_json = folder.endswith("_json")
     files = JSON_FILES if is_json else PICKLE_FILES
     if run.name == "healthy":
@@ -775,11 +786,13 @@ def note(run: Run, folder: str) -> str:
 
 
 def folder_size(folder: Path) -> str:
+    """'N files, X KiB (largest Y)' of `folder`."""
     sizes = [p.stat().st_size for p in folder.iterdir()]
     return f"{len(sizes)} files, {sum(sizes) / 1024:.1f} KiB (largest {max(sizes) / 1024:.1f})"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run every job (or, with the internal `--worker`, be one of its ranks); returns the status."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--out",

@@ -69,6 +69,7 @@ class Scenario:
 
     @cached_property
     def sim(self) -> Simulation:
+        """The scenario's simulation, run once on first use."""
         return Simulation(self.spec)
 
     @cached_property
@@ -85,9 +86,12 @@ class Scenario:
         return truth
 
     def expected_line(self) -> str:
+        """The EXPECTED line of the scenario's NOTE.md."""
         return expected_line(self.truth)
 
     def note(self) -> str:
+        """The scenario's NOTE.md: the job, what went wrong (filled in from the truth), the files
+        and the expected answer."""
         t = self.truth
         fields = {
             "culprits": _ranks_words(t.culprits),
@@ -268,6 +272,7 @@ def _grid3d(seed: int, **spec: Any) -> SimSpec:
 
 
 def healthy() -> Scenario:
+    """2x2x2 job; nothing goes wrong."""
     spec = _grid(2, 2, 2, seed=101)
     return Scenario(
         "nccl_healthy",
@@ -280,6 +285,7 @@ def healthy() -> Scenario:
 
 
 def p2p_pipeline() -> Scenario:
+    """Pipeline of 4 stages; in the last step rank 2's host stops before a receive (not_joined)."""
     spec = _grid(1, 4, 1, seed=102, micro_batches=4)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 2), kind=Kind.RECV, site="recv_forward", step=last, nth=-1)
@@ -300,6 +306,8 @@ def p2p_pipeline() -> Scenario:
 
 
 def batched_p2p() -> Scenario:
+    """4 ranks pass blocks round a ring in batch_isend_irecv blocks ordered differently per rank;
+    nothing goes wrong."""
     job = CustomJob(world_size=4, gpus_per_host=4)
     cp = job.new_group("cp", range(4), gbps=100)
     kv = (2, 1, 1024, 8, 128)
@@ -350,6 +358,7 @@ def batched_p2p() -> Scenario:
 
 
 def coalesced() -> Scenario:
+    """Checkpoint all_gather as a coalesced block; rank 1's member has another size (mismatch)."""
     spec = _grid(4, 1, 1, seed=104, hosts=1)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 1), site="checkpoint", step=last, nth=-1)
@@ -369,6 +378,7 @@ def coalesced() -> Scenario:
 
 
 def wrapped() -> Scenario:
+    """2x2x2 job whose ring buffers wrap (48 entries); nothing goes wrong."""
     spec = _grid(2, 2, 2, seed=105, steps=3, capacity=48)
     return Scenario(
         "nccl_wrapped",
@@ -385,6 +395,8 @@ def wrapped() -> Scenario:
 
 
 def stuck_started() -> Scenario:
+    """Rank 2's GPU hangs inside the gradient-norm all_reduce after contributing, with timing
+    (stuck_collective)."""
     spec = _grid(2, 1, 2, seed=106, timing=True)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 2), role=Role.WORLD, site="grad_norm", step=last)
@@ -404,6 +416,7 @@ def stuck_started() -> Scenario:
 
 
 def not_joined() -> Scenario:
+    """Rank 5's host stops right before the gradient-norm all_reduce (not_joined)."""
     spec = _grid(2, 1, 4, seed=107)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 5), role=Role.WORLD, site="grad_norm", step=last)
@@ -422,6 +435,7 @@ def not_joined() -> Scenario:
 
 
 def missing_dump() -> Scenario:
+    """Rank 3's process dies at the start of the last step and writes no dump (dead_rank)."""
     spec = _grid(2, 1, 2, seed=108)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 3), step=last)
@@ -441,6 +455,7 @@ def missing_dump() -> Scenario:
 
 
 def op_mismatch_json() -> Scenario:
+    """Rank 0 all_gathers where the others all_reduce, dumped as JSON (mismatch)."""
     spec = _grid(2, 1, 2, seed=109)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 0), role=Role.WORLD, site="loss", step=last)
@@ -460,6 +475,7 @@ def op_mismatch_json() -> Scenario:
 
 
 def wait_chain() -> Scenario:
+    """Rank 3 (stage 1) stops before its last send back to rank 1; waiters chain (not_joined)."""
     spec = _grid(2, 2, 1, seed=110)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 3), kind=Kind.SEND, site="send_backward", step=last, nth=-1)
@@ -478,6 +494,7 @@ def wait_chain() -> Scenario:
 
 
 def deadlock() -> Scenario:
+    """2 ranks all_reduce gradients and metrics in opposite orders in step 3 (deadlock)."""
     job = CustomJob(world_size=2, gpus_per_host=2)
     grads = job.new_group("grads", [0, 1])
     metrics = job.new_group("metrics", [0, 1])
@@ -511,6 +528,7 @@ def deadlock() -> Scenario:
 
 
 def all_stuck() -> Scenario:
+    """The gradient-norm all_reduce starts on every rank and never completes (stuck_collective)."""
     spec = _grid(2, 1, 2, seed=112, timing=True)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 0), role=Role.WORLD, site="grad_norm", step=last)
@@ -529,6 +547,7 @@ def all_stuck() -> Scenario:
 
 
 def straggler() -> Scenario:
+    """Rank 6's host is 0.2 s late in every step; the job finishes (straggler)."""
     spec = _grid(2, 1, 4, seed=113, steps=10)
     first = _unit(_clean(spec, 6), site="attn_fwd", step=0)
     spec = replace(spec, fault=faults.stall(6, first, 0.2, repeat=spec.program.steps))
@@ -583,18 +602,22 @@ def _cascade(name: str, kind: str, timing: bool, seed: int) -> Scenario:
 
 
 def cascade_started() -> Scenario:
+    """16-rank 3D job: rank 5's GPU hangs inside a TP all_reduce, with timing (`started`)."""
     return _cascade("nccl3d_cascade_started", "in", True, 201)
 
 
 def cascade_scheduled() -> Scenario:
+    """16-rank 3D job: rank 5's GPU hangs just before a TP all_reduce (`scheduled`)."""
     return _cascade("nccl3d_cascade_scheduled", "before", True, 202)
 
 
 def cascade_timing_off() -> Scenario:
+    """16-rank 3D job: rank 5's GPU hangs inside a TP all_reduce, without timing."""
     return _cascade("nccl3d_cascade_timing_off", "in", False, 203)
 
 
 def mid_step() -> Scenario:
+    """16-rank 3D job dumped on demand mid-step; nothing goes wrong."""
     spec = _grid3d(204, dump="mid", skew_s=0.002)
     return Scenario(
         "nccl3d_mid_step",
@@ -609,6 +632,7 @@ def mid_step() -> Scenario:
 
 
 def skip_world() -> Scenario:
+    """16-rank 3D job: rank 5 skips the world loss all_reduce of step 1 (not_joined)."""
     spec = _grid3d(205)
     unit = _unit(_clean(spec, 5), role=Role.WORLD, site="loss", step=0)
     spec = replace(spec, fault=faults.skip(5, unit))
@@ -628,6 +652,7 @@ def skip_world() -> Scenario:
 
 
 def p2p_mismatch() -> Scenario:
+    """16-rank 3D job: rank 2 sends an activation of half the expected length (p2p mismatch)."""
     spec = _grid3d(206)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 2), kind=Kind.SEND, site="send_forward", step=last)
@@ -647,6 +672,8 @@ def p2p_mismatch() -> Scenario:
 
 
 def stall() -> Scenario:
+    """16-rank 3D job: rank 10's host stalls 5 s before a backward TP all_reduce; the job finishes
+    (straggler)."""
     spec = _grid3d(207)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 10), role=Role.TP, site="attn_bwd", step=last)
@@ -665,6 +692,8 @@ def stall() -> Scenario:
 
 
 def dp_pair_mismatch() -> Scenario:
+    """16-rank 3D job: rank 13's first gradient bucket has half the elements in a coalesced DP
+    all_reduce (mismatch)."""
     spec = _grid3d(208)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 13), role=Role.DP, kind=Kind.COALESCED, step=last)
@@ -685,6 +714,8 @@ def dp_pair_mismatch() -> Scenario:
 
 
 def crash() -> Scenario:
+    """16-rank 3D job: rank 3's process dies before a backward TP all_reduce and writes no dump
+    (dead_rank)."""
     spec = _grid3d(209)
     last = spec.program.steps - 1
     unit = _unit(_clean(spec, 3), role=Role.TP, site="mlp_bwd", step=last)
@@ -736,6 +767,7 @@ def write_scenario(name: str, directory: Path) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Write every simulated NCCL sample set (or `--only` one) under `--out`; returns 0."""
     parser = argparse.ArgumentParser(
         prog="python -m tools.nccl_scenarios",
         description="Write the simulated NCCL-format Flight Recorder sample sets.",

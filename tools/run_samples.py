@@ -78,6 +78,7 @@ class Outcome:
         return self.exit_code == (0 if self.got.status == "ok" else 1)
 
     def row(self) -> list[str]:
+        """The set's row of the summary table: name, expected, got, right."""
         if self.got is None or self.exit_code > 1:
             got = f"error (exit {self.exit_code}): {self.error}".rstrip(": ")
             got = got if len(got) <= 60 else got[:59] + "…"
@@ -150,6 +151,7 @@ def table(outcomes: Sequence[Outcome]) -> str:
 
 
 def summary(outcomes: Sequence[Outcome], out: Path) -> str:
+    """The closing lines: how many sets got their expected answer, and where the reports are."""
     right = sum(o.right for o in outcomes)
     failed = sum(o.failed for o in outcomes)
     line = f"{right} of {len(outcomes)} sets got their expected answer"
@@ -160,12 +162,15 @@ def summary(outcomes: Sequence[Outcome], out: Path) -> str:
 
 
 def exit_code(outcomes: Sequence[Outcome]) -> int:
+    """The exit status: 2 if fr-analyze failed on a set, 1 if a set got another answer, else 0."""
     if any(o.failed for o in outcomes):
         return 2
     return 0 if all(o.right for o in outcomes) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Analyze every sample set (or those named) and compare each answer with its NOTE.md; returns
+    the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dumps", type=Path, default=ROOT / "sample_dumps", help="sets folder")
     parser.add_argument("--out", type=Path, default=Path("run-reports"), help="reports folder")

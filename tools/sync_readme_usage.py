@@ -100,6 +100,8 @@ def _rewrite(block: re.Pattern[str], render: Callable[[], str]) -> Path:
 
 
 def main() -> int:
+    """Rewrite the docs' usage block from `fr-analyze --help` and limits block from `Limits`;
+    returns 1 when a block is missing."""
     usage = help_text()
     limits = limits_table()
     try:

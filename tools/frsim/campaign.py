@@ -143,17 +143,21 @@ class Case:
 
     @cached_property
     def sim(self) -> Simulation:
+        """The case's simulation, run once on first use."""
         return Simulation(self.spec)
 
     @property
     def truth(self) -> Truth:
+        """What a correct analyzer concludes about the case."""
         return self.sim.truth
 
     @property
     def backend(self) -> str:
+        """The case's backend: "nccl" or "gloo"."""
         return self.spec.backend
 
     def describe(self) -> str:
+        """The case in one line: seed, job, fault, output files and labels."""
         s, lay = self.spec, self.spec.layout
         fault = s.fault.describe() if s.fault is not None else "no fault"
         out = self.output
@@ -495,6 +499,8 @@ def parse_shapes(text: str) -> tuple[str, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Print the cases drawn for a range of seeds, and with `--out` write each one's dumps; returns
+    the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m tools.frsim.campaign", description="Draw (and write) campaign cases."
     )

@@ -281,6 +281,7 @@ class CustomJob:
         return self._ranks[rank]
 
     def ranks(self) -> range:
+        """Every rank of the job."""
         return range(self.world_size)
 
     # -- Topology -------------------------------------------------------------------------
@@ -291,6 +292,7 @@ class CustomJob:
 
     @property
     def group_count(self) -> int:
+        """How many groups the job created, the default group included."""
         return len(self._groups)
 
     def binding(self, rank: int) -> tuple[int, ...]:
@@ -302,6 +304,7 @@ class CustomJob:
         return found
 
     def group_size(self, gid: int) -> int:
+        """The number of ranks in group `gid`."""
         return self._groups[gid].size
 
     def role_of(self, gid: int) -> int:
@@ -309,15 +312,19 @@ class CustomJob:
         return self._groups[gid].role
 
     def local_rank(self, role: int, rank: int) -> int:
+        """`rank`'s group-local rank in group `role` (its index in the sorted members)."""
         return self._groups[role].local_rank(rank)
 
     def member_gids(self, rank: int) -> list[int]:
+        """The gids of the groups `rank` is a member of, in creation order."""
         return [gid for gid in self.binding(rank) if gid >= 0]
 
     def ranks_text(self, gid: int) -> str:
+        """The members of group `gid` as the dump's pg_config writes them: "[0, 1, ...]"."""
         return str(list(self._groups[gid].ranks))
 
     def host_of(self, rank: int) -> int:
+        """The host `rank` runs on (`gpus_per_host` consecutive ranks per host)."""
         return rank // self.gpus_per_host
 
     # -- programs -------------------------------------------------------------------------

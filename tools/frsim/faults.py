@@ -94,6 +94,7 @@ class Fault:
     """extra: the op issued after `op`."""
 
     def describe(self) -> str:
+        """The fault in one line: kind, rank, op and the details that apply to its kind."""
         text = f"{self.kind} on rank {self.rank} at op {self.op}"
         if self.kind == "stall":
             text += f" ({self.seconds:g} s" + (
@@ -120,22 +121,27 @@ class EngineFault:
 
 
 def stall(rank: int, op: int, seconds: float, repeat: int = 1) -> Fault:
+    """Rank's host spends `seconds` more before `op` (and that op of the next `repeat-1` steps)."""
     return Fault("stall", rank, op, seconds=seconds, repeat=repeat)
 
 
 def stop_host(rank: int, op: int) -> Fault:
+    """Rank's host never enqueues `op` or anything after it; its device drains and it dumps."""
     return Fault("stop_host", rank, op)
 
 
 def crash(rank: int, op: int) -> Fault:
+    """Rank's process dies when it would enqueue `op`; it writes no dump."""
     return Fault("crash", rank, op)
 
 
 def gpu_stuck_in(rank: int, op: int) -> Fault:
+    """Rank arrives at `op`, so its peers complete it, but its own op never completes."""
     return Fault("gpu_stuck_in", rank, op)
 
 
 def gpu_stuck_before(rank: int, op: int) -> Fault:
+    """Rank's stream hangs just before `op`: enqueued, never started."""
     return Fault("gpu_stuck_before", rank, op)
 
 
@@ -150,10 +156,12 @@ def swap(rank: int, op: int) -> Fault:
 
 
 def skip(rank: int, op: int) -> Fault:
+    """Rank omits `op`; the later seq ids of that group shift."""
     return Fault("skip", rank, op)
 
 
 def extra(rank: int, after: int, spec: ExtraOp = ExtraOp()) -> Fault:
+    """Rank issues one more op, `spec`, after op `after` (default: a world barrier)."""
     return Fault("extra", rank, after, extra=spec)
 
 
@@ -166,6 +174,8 @@ def mismatch(
     shape: tuple[int, ...] | None = None,
     grow: bool = False,
 ) -> Fault:
+    """Rank's record of collective `op` (or block member `member`) differs in `field`; it never
+    completes unless `completes`."""
     return Fault(
         "mismatch",
         rank,
@@ -185,6 +195,7 @@ def p2p_mismatch(
     member: int = 0,
     shape: tuple[int, ...] | None = None,
 ) -> Fault:
+    """Rank's side of send/recv `op` (or member `member`) differs in `field`; it never completes."""
     return Fault("p2p_mismatch", rank, op, field=field, member=member, shape=shape)
 
 

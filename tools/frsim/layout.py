@@ -66,10 +66,12 @@ class Group:
 
     @property
     def name(self) -> str:
+        """The group's name in the dumps: its creation index as text."""
         return str(self.gid)
 
     @property
     def size(self) -> int:
+        """The number of ranks in the group."""
         return len(self.ranks)
 
     def local_rank(self, rank: int) -> int:
@@ -101,30 +103,37 @@ class Layout:
 
     @property
     def world_size(self) -> int:
+        """The number of ranks: TP x PP x DP."""
         return self.tp * self.pp * self.dp
 
     def role_size(self, role: Role) -> int:
+        """The number of ranks in one group of `role` (the world's for Role.WORLD)."""
         return (self.world_size, self.tp, self.dp, self.pp)[role]
 
     def has_role(self, role: Role) -> bool:
+        """Whether the layout has groups of `role` (a TP, DP or PP of 1 has none)."""
         return self._first[role] >= 0
 
     @property
     def group_count(self) -> int:
+        """How many groups every rank creates: the world, then every TP, DP and PP group."""
         w = self.world_size
         return 1 + sum(
             w // self.role_size(r) for r in (Role.TP, Role.DP, Role.PP) if self.has_role(r)
         )
 
     def coords(self, rank: int) -> Coords:
+        """`rank`'s (pipeline stage, DP index, TP index)."""
         stage, rest = divmod(rank, self.dp * self.tp)
         dp_index, tp_index = divmod(rest, self.tp)
         return Coords(stage, dp_index, tp_index)
 
     def rank_of(self, stage: int, dp_index: int, tp_index: int) -> int:
+        """The global rank at (pipeline stage, DP index, TP index)."""
         return (stage * self.dp + dp_index) * self.tp + tp_index
 
     def host_of(self, rank: int) -> int:
+        """The host `rank` runs on (`gpus_per_host` consecutive ranks per host)."""
         return rank // self.gpus_per_host
 
     def binding(self, rank: int) -> tuple[int, int, int, int]:
@@ -142,15 +151,18 @@ class Layout:
         return (rank, c.tp_index, c.dp_index, c.stage)[role]
 
     def group_size(self, gid: int) -> int:
+        """The number of ranks in group `gid`."""
         return self.role_size(self.role_of(gid))
 
     def role_of(self, gid: int) -> Role:
+        """The role of group `gid`, from its place in the creation order."""
         for role in (Role.PP, Role.DP, Role.TP):
             if 0 <= self._first[role] <= gid:
                 return role
         return Role.WORLD
 
     def group(self, gid: int) -> Group:
+        """The group with creation index `gid`."""
         return _group(self, gid)
 
     def groups(self) -> list[Group]:

@@ -45,6 +45,8 @@ Backend = Literal["nccl", "gloo"]
 
 
 class Kind(IntEnum):
+    """A program unit's kind: collective, send, recv, batch_isend_irecv block, coalesced block."""
+
     COLL = 0
     SEND = 1
     RECV = 2
@@ -162,6 +164,7 @@ class Template:
         return ("match", self.op, self.match, self.in_dtypes, self.out_dtypes)
 
     def numel(self) -> int:
+        """The number of elements the op's inputs hold (its outputs' when it has no inputs)."""
         total = 0
         for shape in self.in_sizes if self.in_sizes else self.out_sizes:
             count = 1
@@ -291,6 +294,7 @@ class Catalog:
         return sid
 
     def add(self, t: Template) -> int:
+        """Intern template `t` (and its signatures); returns its id."""
         tid = self._tid.get(t)
         if tid is None:
             tid = self._tid[t] = len(self.templates)
@@ -300,6 +304,7 @@ class Catalog:
         return tid
 
     def add_block(self, block: Block) -> int:
+        """Intern `block` and its signature; returns its id."""
         bid = self._bid.get(block)
         if bid is None:
             bid = self._bid[block] = len(self.blocks)
@@ -429,6 +434,7 @@ class Program:
 
     @classmethod
     def empty(cls, catalog: Catalog, backend: Backend, group_sizes: tuple[int, ...]) -> Program:
+        """A program with no units, for `backend` and groups of `group_sizes`."""
         return cls(
             catalog, backend, group_sizes,
             [], [], [], [], [], [], [], [], [], [], [], [], [],
@@ -806,6 +812,7 @@ class Builder:
 
     @contextmanager
     def coalesced(self, role: int, marker: str, site: str) -> Iterator[None]:
+        """A coalesced block on `role`, closed by a `marker` entry; ops issued inside join it."""
         with self._open(Kind.COALESCED, role, marker, site):
             yield
 

@@ -143,6 +143,7 @@ def clock_offset(settings: Settings, rank: int) -> int:
 
 
 def poll_phase(settings: Settings, rank: int) -> int:
+    """Where in the watchdog's polling period rank `rank` polls, in ns (seeded per rank)."""
     return mix(settings.seed, 0x9011, rank) % (settings.poll_ms * 1_000_000)
 
 
@@ -160,6 +161,7 @@ def first_poll_at_or_after(t: int, phase: int, period: int) -> int:
 
 
 def last_poll_at_or_before(t: int, phase: int, period: int) -> int:
+    """The last watchdog poll at or before time `t` (polls at phase + k * period)."""
     return phase + (t - phase) // period * period
 
 
@@ -224,6 +226,8 @@ def _float32(value: float) -> float:
 
 
 def pg_config(settings: Settings, rank: int) -> list[tuple[str, str, str, str]]:
+    """The pg_config rows of `rank`'s dump: (key, name, desc, members) of each group it is in;
+    gloo's single row keyed by ''."""
     layout = settings.layout
     if settings.backend == "gloo":
         # gloo keys every group by '' and later groups overwrite earlier ones: once any

@@ -92,6 +92,7 @@ class ShapeSpec:
             raise ValueError("steps >= 1, layers >= 2, buckets >= 3")
 
     def describe(self) -> str:
+        """The job in a few words, e.g. "hsdp 4x2 L3 s2"."""
         w, g = self.world, self.group
         text = {
             "fsdp": f"fsdp w{w}{' group' if self.explicit_group else ''} L{self.layers}",
@@ -144,6 +145,7 @@ SITE_CATEGORY: dict[str, str] = {
 
 
 def site_category(site: str) -> str:
+    """The site category of call site `site` ("other" for a site the campaign does not name)."""
     return SITE_CATEGORY.get(site, "other")
 
 
@@ -484,6 +486,7 @@ def draw_spec(rng: random.Random, shape: ShapeName, backend: Backend, entries: i
 
 
 def shape_of(text: str) -> ShapeName:
+    """The shape named `text`; raises ValueError for a name not in SHAPES."""
     for shape in SHAPES:
         if text == shape:
             return shape
@@ -491,4 +494,5 @@ def shape_of(text: str) -> ShapeName:
 
 
 def shapes_from(texts: Sequence[str]) -> tuple[ShapeName, ...]:
+    """The shapes named in `texts` (see `shape_of`)."""
     return tuple(shape_of(t) for t in texts)

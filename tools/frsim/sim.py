@@ -62,9 +62,11 @@ class SimSpec:
 
     @property
     def backend(self) -> Backend:
+        """The program's backend: "nccl" or "gloo"."""
         return self.program.backend
 
     def settings(self) -> Settings:
+        """The recorder's settings for this spec (timing only on NCCL)."""
         return Settings(
             layout=self.layout,
             backend=self.backend,
@@ -115,6 +117,7 @@ class Job:
         return self._faulty
 
     def engine_faults(self) -> dict[int, EngineFault]:
+        """By rank, the faults the engine applies as it runs (the others edit a program)."""
         fault = self.spec.fault
         if fault is None:
             return {}
@@ -168,6 +171,7 @@ class Simulation:
 
     @property
     def world_size(self) -> int:
+        """The number of ranks in the job."""
         return self.spec.layout.world_size
 
     @property
@@ -184,10 +188,12 @@ class Simulation:
 
     @cached_property
     def truth(self) -> Truth:
+        """What a correct analyzer concludes about this run."""
         from .truth import compute_truth
 
         return compute_truth(self)
 
 
 def simulate(spec: SimSpec) -> Simulation:
+    """Run the job of `spec` once; dumps and truth are computed on demand."""
     return Simulation(spec)

@@ -308,4 +308,5 @@ def stack(site: str, api: str) -> tuple[RawFrame, ...]:
 
 
 def is_autograd(site: str) -> bool:
+    """Whether ops at call site `site` are issued from the autograd engine's thread."""
     return SITES[site].autograd

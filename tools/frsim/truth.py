@@ -91,6 +91,7 @@ class Truth:
     ambiguous: str | None = None
 
     def describe(self) -> str:
+        """The truth in one line: status, root, culprits, group, seq and what stays ambiguous."""
         parts: list[str] = [self.status]
         if self.root is not None:
             parts.append(self.root)
@@ -110,12 +111,14 @@ class Truth:
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
+        """The truth as JSON-ready data (culprits as a list)."""
         out = asdict(self)
         out["culprits"] = list(self.culprits)
         return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Truth:
+        """The truth read back from `to_dict`'s data."""
         return cls(**{**d, "culprits": tuple(d.get("culprits") or ())})
 
 
@@ -302,6 +305,7 @@ _ABORTED = "rank r aborted (gloo: it received more bytes than it posted): its re
 
 
 def compute_truth(sim: Simulation) -> Truth:
+    """What a correct analyzer concludes about `sim`: status, root cause, culprits, group, seq."""
     fault = sim.spec.fault
     if fault is None:
         return Truth("ok", ambiguous=_gloo_caught_mid_collective(sim))

@@ -64,10 +64,12 @@ class Output:
     frames: Frames = "shared"
 
     def name(self, rank: int, host: int = 0) -> str:
+        """The file name of rank `rank` (on host `host`), with ".gz" when gzipped."""
         base = self.pattern.format(rank=rank, host=host)
         return base + ".gz" if self.gzip else base
 
     def encode(self, dump: RankDump) -> bytes:
+        """`dump` as the bytes of its file: in the output's format, gzipped if asked."""
         shared = self.frames == "shared"
         if self.fmt == "torch":
             data = torch_pickle(dump, shared)
@@ -156,6 +158,7 @@ def dump_object(dump: RankDump, shared_frames: bool = True) -> dict[str, Any]:
 
 
 def python_pickle(dump: RankDump, shared_frames: bool = True) -> bytes:
+    """`dump` pickled by Python's pickler; `shared_frames`: stack frames shared by identity."""
     return pickle.dumps(dump_object(dump, shared_frames), protocol=PICKLE_PROTOCOL)
 
 
@@ -184,6 +187,7 @@ def json_object(dump: RankDump) -> dict[str, Any]:
 
 
 def json_bytes(dump: RankDump) -> bytes:
+    """`dump` as compact JSON, keys sorted."""
     return json.dumps(json_object(dump), sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -220,6 +224,7 @@ class TorchPickleWriter:
         return b"j" + index
 
     def string(self, value: str) -> None:
+        """Write string `value`: BINUNICODE and a memo put the first time, a memo get after."""
         ref = self.strings.get(value)
         if ref is not None:
             self.buf += ref
@@ -229,6 +234,7 @@ class TorchPickleWriter:
         self.strings[value] = self._put()
 
     def integer(self, value: int) -> None:
+        """Write int `value` in the smallest of BININT1, BININT2, BININT and LONG1 that holds it."""
         if 0 <= value < 256:
             self.buf += b"K" + bytes((value,))
         elif 0 <= value < 65_536:
@@ -293,6 +299,7 @@ class TorchPickleWriter:
             self.fragments[key] = bytes(self.buf[start:])
 
     def finish(self) -> bytes:
+        """End the pickle (the top-level dict memoized too, as torch does); returns its bytes."""
         self._put()  # torch memoizes the top-level dict too
         self.buf += b"."
         return bytes(self.buf)
