@@ -132,6 +132,8 @@ class Outputs:
     html: Path | None = None  # --html
 
     def paths(self) -> list[Path]:
+        """The files asked for, in the order they are written."""
+        """The files asked for, in the order they are written."""
         return [p for p in (self.json, self.html, self.database) if p is not None]
 
     def to_stdout(self) -> bool:

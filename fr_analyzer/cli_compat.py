@@ -31,10 +31,12 @@ class Command(Protocol):
     """What is read of the main command (click's group, as typer builds it)."""
 
     @property
-    def params(self) -> Sequence[Any]: ...
+    def params(self) -> Sequence[Any]:
+        """The command's parameters (click's `Command.params`)."""
 
     @property
-    def commands(self) -> Mapping[str, Any]: ...
+    def commands(self) -> Mapping[str, Any]:
+        """The group's subcommands by name (click's `Group.commands`)."""
 
 
 LISTS = ("--selected-ranks", "--pg-filters")

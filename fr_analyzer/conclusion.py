@@ -38,6 +38,8 @@ IN_FLIGHT_KINDS = frozenset(
 
 
 class Role(enum.StrEnum):
+    """What a finding is to the answer: the root cause, explained by it, or apart from it."""
+
     ROOT = "root"  # states the root cause (or is its evidence: the dead rank's missing dump)
     SYMPTOM = "symptom"  # explained by the root cause
     INDEPENDENT = "independent"  # not explained by it
@@ -58,6 +60,7 @@ class Judged:
 
     @property
     def explained(self) -> bool:
+        """Whether the root cause accounts for this finding (it is the root or a symptom of it)."""
         return self.role in (Role.ROOT, Role.SYMPTOM)
 
 
@@ -86,9 +89,11 @@ class Conclusion:
 
     @property
     def root_finding(self) -> Finding | None:
+        """The finding that states the root cause, if one does."""
         return next((j.finding for j in self.findings if j.role == Role.ROOT), None)
 
     def having(self, role: Role) -> list[Judged]:
+        """The findings that play `role`, in report order."""
         return [j for j in self.findings if j.role == role]
 
 
@@ -99,6 +104,7 @@ def conclude(
     matches: MatchResult,
     groups: GroupTable,
 ) -> Conclusion:
+    """The one answer: the job's status, its root cause and the role of every finding."""
     units = matches.collectives
     stats = (
         f"{counted(len(units.seq), 'collective')} and "

@@ -71,9 +71,11 @@ class RankColumns:
 
     @property
     def n(self) -> int:
+        """How many entries (rows) the columns hold."""
         return len(self.record_id)
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """Every column by name, in `COLUMNS` order."""
         return {name: getattr(self, name) for name in COLUMNS}
 
 

@@ -30,6 +30,8 @@ WORLD_DESCS = frozenset({"default_pg"})
 
 @dataclass(frozen=True)
 class GroupTable:
+    """The job's process groups, each a name and a member set, and the group of every table row."""
+
     groups: tuple[Group, ...]
     entry_group: npt.NDArray[np.int32]  # group uid of every row of the EntryTable
     loaded_ranks: tuple[int, ...]
@@ -39,6 +41,7 @@ class GroupTable:
     pair_uid: npt.NDArray[np.int32]  # group uid of each (rank, group) pair of the EntryTable
 
     def members(self, uid: int) -> tuple[int, ...]:
+        """The global ranks of group `uid`, ascending."""
         return self.groups[uid].ranks
 
 
@@ -77,6 +80,7 @@ def _holds(members: tuple[int, ...], rank: int) -> bool:
 def build_groups(
     dumps: Sequence[RankDump], table: EntryTable, unreadable: Sequence[UnreadableDump]
 ) -> GroupTable:
+    """Rebuild the process groups and their members from every rank's view of them."""
     loaded = tuple(sorted(d.rank for d in dumps))
     sets = _MemberSets()
     claimed: dict[tuple[int, str], int] = {}  # (rank, group name) → member set id

@@ -44,6 +44,8 @@ class UnitKind(enum.IntEnum):
 
 
 class P2PKind(enum.IntEnum):
+    """Whether a row is a send, a recv, or no point-to-point op."""
+
     NONE = 0
     SEND = 1
     RECV = 2
@@ -67,6 +69,8 @@ class MembershipSource(enum.StrEnum):
 
 
 class FindingKind(enum.StrEnum):
+    """The kinds of problem a finding states; `KIND_ORDER` orders them in reports."""
+
     NOT_JOINED = "not_joined"
     OP_TYPE_MISMATCH = "op_type_mismatch"
     SIZE_MISMATCH = "size_mismatch"
@@ -149,6 +153,7 @@ class Group:
 
     @property
     def size(self) -> int:
+        """The number of member ranks."""
         return len(self.ranks)
 
 

@@ -39,15 +39,19 @@ def build(analysis: Analysis) -> dict[str, Any]:
 
 
 def write(analysis: Analysis, path: Path) -> None:
+    """Write the pickle database of `analysis` to `path`, atomically."""
     write_atomic(path, pickle.dumps(build(analysis), protocol=4))
 
 
 @dataclass(frozen=True)
 class Table:
+    """One table of a database read back: its column names and its rows."""
+
     columns: tuple[str, ...]
     rows: list[list[Any]]
 
     def records(self) -> list[dict[str, Any]]:
+        """The rows as dicts keyed by column name."""
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 

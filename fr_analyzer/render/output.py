@@ -52,6 +52,8 @@ class How(enum.Enum):
 
 @dataclass(frozen=True)
 class Destination:
+    """Where and how one output is written, decided before anything is."""
+
     path: Path  # where the bytes go (a symlink's target, for REPLACE)
     how: How
     descriptor: int | None = None  # for DESCRIPTOR

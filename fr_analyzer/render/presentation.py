@@ -216,6 +216,7 @@ class SymptomFold:
     waiting_for: tuple[int, ...]  # the root's ranks they wait for, directly or not
 
     def sentence(self) -> str:
+        """The fold as one sentence: how many findings of its kind, where, at which seq ids."""
         where = (
             f"group {self.groups[0]!r} ({self.family})"
             if len(self.groups) == 1
@@ -276,6 +277,7 @@ class NextStep:
     hint: str = ""
 
     def command(self) -> str:
+        """The step as one shell command line (or its hint when it has no command)."""
         return " ".join(shlex.quote(a) for a in self.argv) if self.argv else self.hint
 
 
@@ -341,6 +343,7 @@ def place_record(
 
 
 def finding_record(f: Finding) -> dict[str, Any]:
+    """A finding as the JSON report and the databases write it."""
     return (
         {"kind": f.kind.value}
         | place_record(f.group, f.collective_seq_id, f.p2p_seq_id, f.op)
@@ -349,6 +352,7 @@ def finding_record(f: Finding) -> dict[str, Any]:
 
 
 def judged_record(j: Judged) -> dict[str, Any]:
+    """A judged finding's record: the finding's, plus its role and what it waits for."""
     return finding_record(j.finding) | {
         "explained_by_root_cause": j.explained,
         "role": j.role.value,
@@ -359,6 +363,7 @@ def judged_record(j: Judged) -> dict[str, Any]:
 
 
 def root_cause_record(root: RootCause | None) -> dict[str, Any] | None:
+    """The root cause as the JSON report writes it, or None when there is none."""
     if root is None:
         return None
     return {
@@ -425,6 +430,7 @@ def verdict_record(c: Conclusion) -> dict[str, Any]:
 
 
 def when_where_record(facts: WhenWhere) -> dict[str, Any]:
+    """When and where the root happened, as the JSON report writes it."""
     return {
         "root_time_ns": facts.root_time_ns,
         "root_time_utc": utc(facts.root_time_ns),

@@ -575,6 +575,7 @@ def render_stacks(diagnosis: Diagnosis, limit: int = 6, width: int | None = None
 
 
 def render_positions(diagnosis: Diagnosis, width: int | None = None) -> str:
+    """The table of where every rank stands in each group, for `--verbose` text reports."""
     body = []
     for p in diagnosis.positions:
         body.append(
@@ -616,6 +617,7 @@ def render_positions(diagnosis: Diagnosis, width: int | None = None) -> str:
 
 
 def render_groups(groups: GroupTable, width: int | None = None) -> str:
+    """The table of the job's process groups and their members."""
     rows = [
         [g.uid, g.name, g.desc, g.size, compact(g.ranks), g.source.value] for g in groups.groups
     ]

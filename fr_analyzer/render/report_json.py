@@ -53,6 +53,7 @@ def python_stacks_json(analysis: Analysis) -> dict[str, Any] | None:
 
 
 def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]:
+    """The JSON report (`fr-analyze.report/1`) as a dict, at most `cap` findings listed."""
     s = analysis.summary
     c = analysis.conclusion
     units = analysis.matches.collectives
@@ -130,4 +131,5 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
 
 
 def render_json(analysis: Analysis, *, cap: int | None = None) -> str:
+    """The JSON report as indented text."""
     return json.dumps(report_dict(analysis, cap=cap), indent=2) + "\n"

@@ -192,6 +192,7 @@ class Columns:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The table's column names, in order."""
         return COLUMNS[self.name]
 
     def rows(self, start: int = 0, stop: int | None = None) -> list[list[Any]]:

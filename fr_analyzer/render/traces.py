@@ -51,6 +51,8 @@ class TraceInfo:
 
 @dataclass(frozen=True)
 class MergeOptions:
+    """Which part of the profiler traces to keep: a time window or a range of profiler steps."""
+
     start_us: float | None = None
     end_us: float | None = None
     steps: tuple[int, int] | None = None  # ProfilerStep#A..#B inclusive
@@ -69,6 +71,8 @@ class RankReport:
 
 @dataclass
 class MergeReport:
+    """What a merge did: the clock it aligned the ranks on, each rank's trace, the output."""
+
     clock_source: str
     ranks: list[RankReport]
     output: str
