@@ -111,3 +111,13 @@ def test_no_module_imports_another_modules_private_names() -> None:
             if private:
                 wrong.append(f"{path.relative_to(PACKAGE)}: {'.'.join(target)} {private}")
     assert not wrong, f"{len(wrong)} cross-module private imports:\n" + "\n".join(wrong)
+
+
+def test_a_module_over_600_lines_says_why_in_its_docstring() -> None:
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if lines > 600 and "over 600 lines because" not in " ".join(doc.split()):
+            long.append(f"{path.relative_to(PACKAGE)} ({lines} lines)")
+    assert not long, "modules over 600 lines whose docstring does not say why: " + ", ".join(long)

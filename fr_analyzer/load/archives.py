@@ -7,6 +7,10 @@ read; each is reported with its reason, like an unreadable file. Archive members
 per-file limits: their size after decompression, and the ratio of a compression bomb, which
 costs only its own member (`limits.Limits.tar_bomb_max_bytes` bounds what skipping bombs may
 cost in all).
+
+It is over 600 lines because tar (streamed from its start) and zip (read by its directory),
+each local or remote and each with its own bomb checks, are one source kind with one
+member-safety rule; splitting them would split that rule.
 """
 
 from __future__ import annotations

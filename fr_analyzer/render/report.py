@@ -9,6 +9,9 @@ as its last line. Every line fits `width` (none is cut when `width` is None). `v
 every finding, the positions of every rank and the process groups. The answer is rendered first
 and on its own: if a later section fails on something unexpected, that section says so and the
 rest of the report is still printed.
+
+It is over 600 lines because each section of the report and its own failure handling is one
+function here, at the width it is given; the sentences come from `presentation`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ ask for everything (`all_ranks`), the trace is a window around the root cause: t
 the members of its process groups (all but the world-sized ones), the ops that overlap the
 root group's sequence ids a few either side of the root's, and the culprit's newest ops. The
 built trace says so in `otherData["notes"]`, which the CLI prints.
+
+It is over 600 lines because the window, the clock alignment, the slices, the flow arrows
+and the markers are parts of one trace that share its track and row bookkeeping, which
+`overlay` reuses for `merge-traces`.
 """
 
 from __future__ import annotations
