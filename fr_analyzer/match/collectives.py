@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..model.arrays import distinct
+from ..model.backends import ABORTS_ON_OVERSIZED_RECEIVE_BACKENDS, NO_MONITORED_BARRIER_BACKENDS
 from ..model.ops import (
     ALL_TO_ALL_OPS,
     GATHER_OPS,
@@ -489,7 +490,8 @@ def check_unit(
     if gap is not None:
         first, after, width = gap
         barrier = width == 2 and any(
-            ctx.t.backends[int(b)] == "gloo" for b in ctx.t.backend[unit_rows].tolist()
+            ctx.t.backends[int(b)] in NO_MONITORED_BARRIER_BACKENDS
+            for b in ctx.t.backend[unit_rows].tolist()
         )
         unrecorded = "monitored_barrier" if barrier else f"unrecorded collective ({width} ids)"
         why = (
@@ -649,10 +651,13 @@ def _check_against_alike(
             for op, i, o, di, _ in v
         )
 
-    gloo = any(t.backends[int(b)] == "gloo" for b in t.backend[grid.reshape(-1)].tolist())
+    aborts = any(
+        t.backends[int(b)] in ABORTS_ON_OVERSIZED_RECEIVE_BACKENDS
+        for b in t.backend[grid.reshape(-1)].tolist()
+    )
     why = (
         " (gloo aborts, with no dump, a rank that receives more bytes than it posted)"
-        if gloo
+        if aborts
         else ""
     )
     findings.append(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ..model.backends import EXACT_LAYOUT_BACKENDS
+from ..model.backends import EXACT_LAYOUT_BACKENDS, REDUCE_SCATTER_AS_ALL_REDUCE_BACKENDS
 from ..model.groups import GroupTable
 from ..model.ops import ALL_GATHER_OPS, REDUCE_SCATTER_OPS, SAME_IN_OUT_OPS
 from ..model.records import State
@@ -55,9 +55,9 @@ def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.b
     in_n = t.shape_numel[t.in_shape[rows]]
     out_n = t.shape_numel[t.out_shape[rows]]
     # gloo records reduce_scatter_tensor as all_reduce: accept the reduce-scatter shape there.
-    gloo = np.array([b == "gloo" for b in t.backends], dtype=bool)[t.backend[rows]]
+    as_rs = np.array([b in REDUCE_SCATTER_AS_ALL_REDUCE_BACKENDS for b in t.backends], dtype=bool)
     bad[rows] = (
-        ((k == 1) & ~(gloo & (in_n == out_n * gsize)))
+        ((k == 1) & ~(as_rs[t.backend[rows]] & (in_n == out_n * gsize)))
         | ((k == 2) & (out_n != in_n * gsize))
         | ((k == 3) & (in_n != out_n * gsize))
     )
