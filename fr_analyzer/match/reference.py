@@ -1,8 +1,8 @@
 """The peer reference: what the other ranks do, asked by matching and by the diagnosis.
 
 One module answers "what do the ranks like this one do here, and who left it?", with one set
-of limits (below). It holds two votes, because they answer two questions and merging them
-would change answers:
+of limits (below) and one notion of groups alike (`groups_alike`: the same description and
+size). It holds two votes, because they answer two questions:
 
 - **The value at one unit** (`deviants`, matching): ranks disagree at one collective (op,
   sizes, dtypes) with no majority. The *groups* alike (same description and size, the same
@@ -15,10 +15,16 @@ would change answers:
   ops in (`PeerOrder.before`, `PeerOrder.order`), or say what came next by their own history
   (`PeerOrder.own_next`).
 
-Their notions of a pipeline stage differ on purpose: matching's is a group's (the positions
-its members hold in the groups that carry send/recv, world-size ones included), the
-diagnosis' a rank's (its positions in every group, not the world's, whose description is one
-that carries send/recv). Taking either for both moves answers of the accuracy campaign.
+The two votes cannot be one: they count different things (groups with one value each
+against ranks with one order each), stop at different limits, and fall back differently (a
+group's history of values against a rank's history of ops). Their notions of a pipeline stage
+differ too, and are kept as they were: matching's is a group's (the positions its members hold
+in the groups that recorded send/recv, the world included), the diagnosis' a rank's (its
+positions in every group but the world whose description is one that recorded send/recv).
+They part on a pipeline whose group is the world and on pipeline groups whose buffers hold no
+send/recv; neither the fault campaign nor the golden reports has such a job (taking
+matching's notion for both leaves their answers as they are), so merging them would be a
+change of behaviour nothing checks, left for a change that adds those jobs.
 """
 
 from __future__ import annotations
@@ -56,6 +62,15 @@ DUE_CANDIDATES = 8  # ops waited in, compared to find the one a rank was due to 
 MIRRORS = 4  # ranks in the same role consulted for that
 PATH_OPS = 24  # a rank's latest collectives another rank must share to be a reference
 HISTORY_MATCH = 6  # latest ops matched against a rank's own history to say what comes next
+
+
+def groups_alike(groups: GroupTable) -> dict[tuple[str, int], list[Group]]:
+    """The groups of each (description, size), in the table's order: groups alike run the
+    same program on other ranks (data-parallel replicas of a tensor-parallel group, say)."""
+    alike: dict[tuple[str, int], list[Group]] = {}
+    for group in groups.groups:
+        alike.setdefault((group.desc, group.size), []).append(group)
+    return alike
 
 
 # -- the value at one unit (matching) ---------------------------------------------------------
@@ -128,9 +143,7 @@ def sibling_votes(
         if (v := uniform_value(ctx, group.uid, k, ops)) is not None
     ][:ALIKE_UNITS]
     if ctx.alike is None:
-        ctx.alike = {}
-        for other in ctx.groups.groups:
-            ctx.alike.setdefault((other.desc, other.size), []).append(other)
+        ctx.alike = groups_alike(ctx.groups)
     # Groups of this pipeline stage vote; those of other stages only when none of this one
     # does (they share the first step's short history, not the program).
     stage = group_stage(ctx, group)
@@ -255,6 +268,13 @@ class PeerOrder:
         self._paths: dict[int, list[tuple[str, int]]] = {}
         self._descs: np.ndarray | None = None  # each group's description, by group code
         self._path_index: dict[int, dict[tuple[str, int], int]] = {}
+        self._alike: dict[tuple[str, int], list[Group]] | None = None
+
+    def alike(self, group: Group) -> list[Group]:
+        """The groups alike `group` (itself included), in the table's order."""
+        if self._alike is None:
+            self._alike = groups_alike(self.groups)
+        return self._alike.get((group.desc, group.size), [])
 
     def rows_of(self, rank: int) -> range:
         """A rank's rows of the entry table (empty for a rank with no dump)."""
@@ -351,12 +371,7 @@ class PeerOrder:
         """Each rank's row of op `key` (group uid, seq id) or of the same seq id of a group
         alike (same description and size): what ranks in the same role issued there."""
         uid, seq = key
-        group = self.groups.groups[uid]
-        siblings = [
-            g.uid
-            for g in self.groups.groups
-            if g.uid != uid and g.desc == group.desc and g.size == group.size
-        ]
+        siblings = [g.uid for g in self.alike(self.groups.groups[uid]) if g.uid != uid]
         alike = [uid, *siblings[:REFERENCE_UNITS]]
         out: dict[int, int] = {}
         units = self.units
@@ -406,10 +421,7 @@ class PeerOrder:
         """The group alike `group` that `mirror` is in (the same one if it is a member)."""
         if mirror in group.ranks:
             return group
-        for other in self.groups.groups:
-            if other.desc == group.desc and other.size == group.size and mirror in other.ranks:
-                return other
-        return None
+        return next((other for other in self.alike(group) if mirror in other.ranks), None)
 
     def counterpart_on(self, rank: int, mirror: int, row: int) -> int | None:
         """The row on `mirror` (a rank in `rank`'s role) of the op at `row` as `rank` sees it:
