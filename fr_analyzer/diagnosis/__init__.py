@@ -21,6 +21,12 @@ The rules, in the order they are applied:
    straight on to the op they wait for it in (else the one whose activity stopped first), and
    the others (stages starved of their input) are taken to wait for it.
 6. With nothing hung and no disagreement, a rank that made the others wait (`stragglers`).
+
+One module per rule family: `mismatch` (1), `cycles` (3), `stuck` (4's roots), `idle` (5, and
+the op an idle rank was due to issue), `p2p` (send/recv that left the schedule), `hang` (3 to 5
+weighed against each other), `stragglers` (6); `sentences` words them, `aftermath` says what
+the root explains, `context` is what they all read, and the order the other ranks follow comes
+from `match.reference`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,10 @@ from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.records import Finding
 from ..model.table import EntryTable
-from . import stragglers, waits
+from . import aftermath, stragglers, waits
+from .context import Context
+from .hang import Candidate, hang_root
+from .mismatch import first_mismatch, mismatch_root, skipped_root
 from .positions import Refs, last_per_rank, newest_per_rank, positions, stacks
 from .records import (
     Diagnosis,
@@ -45,7 +54,6 @@ from .records import (
     Timing,
     WaitStep,
 )
-from .rules import Candidate, Context, first_mismatch, straggler_root
 from .series import Series
 from .timing import judge_timing
 
@@ -74,6 +82,7 @@ def diagnose(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     series: Series | None = None,
 ) -> Diagnosis:
+    """Where every rank stands, the root cause (if any), and whether the job is hung."""
     t = table
     newest_ns = newest_per_rank(t)
     graph = waits.build(t, groups, matches)
@@ -90,23 +99,34 @@ def diagnose(
         for rank in groups.loaded_ranks
     }
     timing = judge_timing(t, graph, dumps, series)
-    ctx = Context(t, groups, matches, graph, newest_ns, last_row, refs, thresholds)
-    ctx.wrapped = frozenset(d.rank for d in dumps if d.wrapped)
+    ctx = Context(
+        t=t,
+        groups=groups,
+        m=matches,
+        graph=graph,
+        newest_ns=newest_ns,
+        last_row=last_row,
+        refs=refs,
+        th=thresholds,
+        wrapped=frozenset(d.rank for d in dumps if d.wrapped),
+    )
     root: RootCause | None = None
+    read_on = graph  # the wait graph the root was read on (the hang rules resolve cycles)
     first = first_mismatch(ctx, findings)
     if first is not None:
-        root = ctx.mismatch_root(first)
+        root = mismatch_root(ctx, first)
     elif matches.skipped:
-        root = ctx.skipped_root(matches.skipped[0])
+        root = skipped_root(ctx, matches.skipped[0])
     elif graph.frontier and timing.hung:
-        root = ctx.hang_root()
+        hang = hang_root(ctx)
+        root, read_on = hang.root, hang.view.graph
     if root is None and not (graph.frontier and timing.hung):
         slow = stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
         if slow is not None:
-            root = straggler_root(slow)
-    behind = frozenset(ctx.behind(root)) if root is not None else frozenset()
+            root = stragglers.straggler_root(slow)
+    behind = frozenset(aftermath.behind(ctx, root, read_on)) if root is not None else frozenset()
     if root is not None:
-        root = replace(root, time=ctx.root_time(root))
+        root = replace(root, time=aftermath.root_time(ctx, root))
     shown = {r: s.blocked or s.newest for r, s in states.items() if s.blocked or s.newest}
     return Diagnosis(
         positions(refs, incomplete),

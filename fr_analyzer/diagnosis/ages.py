@@ -62,6 +62,8 @@ class Evidence(enum.StrEnum):
 
 
 class Age(enum.StrEnum):
+    """How old an unfinished op is at the dump: stuck, in flight, or not known."""
+
     OLD = "old"  # ran past its timeout, or timed out / failed
     YOUNG = "young"  # in flight: below its timeout at a known dump time
     UNKNOWN = "unknown"  # the dumps do not say when they were taken

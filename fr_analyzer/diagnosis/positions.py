@@ -53,6 +53,7 @@ class OpRef:
         return self.state + (f", {end}" if end else "")
 
     def describe(self) -> str:
+        """The op in a few words: `all_reduce #8 (completed, retired)`."""
         seq = f"#{self.collective_seq_id}" if self.p2p_seq_id is None else f"p#{self.p2p_seq_id}"
         return f"{self.op} {seq} ({self.flags})"
 

@@ -14,6 +14,8 @@ from .positions import OpRef, Position, StackGroup
 
 
 class RootKind(enum.StrEnum):
+    """What kind of thing the root cause is."""
+
     MISMATCH = "mismatch"
     NOT_JOINED = "not_joined"
     DEAD_RANK = "dead_rank"
@@ -34,6 +36,8 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class RankState:
+    """One rank's standing: where it is blocked, its newest op, whom it waits for."""
+
     rank: int
     blocked: OpRef | None  # the oldest op that did not complete
     newest: OpRef | None  # the newest op in its buffer
@@ -93,6 +97,8 @@ class Timing:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """What the diagnosis found: positions, ranks, stacks, the root cause, the timing."""
+
     positions: tuple[Position, ...]
     ranks: tuple[RankState, ...]
     stacks: tuple[StackGroup, ...]

@@ -78,6 +78,7 @@ class Series:
 
     @property
     def span_s(self) -> float | None:
+        """Seconds from the first snapshot to the last, when both times are known."""
         first, last = self.times_ns[0], self.times_ns[-1]
         return None if first is None or last is None else (last - first) / 1e9
 

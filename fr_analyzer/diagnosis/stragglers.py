@@ -30,6 +30,8 @@ from ..model.groups import GroupTable
 from ..model.ranks import label
 from ..model.records import Group, UnitKind
 from ..model.table import EntryTable, rank_starts
+from . import sentences
+from .records import RootCause, RootKind
 
 _MEDIAN_CHUNK = 1 << 22  # values gathered at once per partition
 EXPLAINED_SHARE = 0.5  # a late arrival is the rank's own when its host's gap is this share
@@ -334,3 +336,19 @@ def _medians_by_rank(
             block.partition(mid, axis=1)
             medians[part] = (block[:, mid[0]] + block[:, mid[1]]) / 2
     return dict(zip(rank[starts].tolist(), medians.tolist(), strict=True))
+
+
+def straggler_root(slow: Slowness) -> RootCause:
+    """The root cause of a slow job: the rank that made the others wait."""
+    return RootCause(
+        kind=RootKind.STRAGGLER,
+        ranks=(slow.rank,),
+        group=slow.group,
+        collective_seq_id=slow.collective_seq_id,
+        p2p_seq_id=slow.p2p_seq_id,
+        op=slow.op,
+        sentence=sentences.straggler(slow),
+        evidence=slow.evidence,
+        wait_chain=(),
+        lateness_s=slow.lateness_s,
+    )

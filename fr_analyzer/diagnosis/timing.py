@@ -28,6 +28,7 @@ def judge_timing(
     dumps: Sequence[RankDump] = (),
     series: Series | None = None,
 ) -> Timing:
+    """Whether the unfinished ops are stuck or in flight: by one dump's ages, or by snapshots."""
     when = dump_time(t, dumps)
     rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
     if not len(rows):

@@ -51,10 +51,12 @@ class WaitGraph:
     unavailable: frozenset[int]  # member ranks with no usable dump
 
     def waits_for(self, rank: int) -> tuple[int, ...]:
+        """The ranks `rank` waits for (none when it is not blocked)."""
         node = self.node_of.get(rank)
         return () if node is None else self.waits[node].waits_for
 
     def blocked(self, rank: int) -> bool:
+        """Whether `rank` has an op that did not complete."""
         return rank in self.frontier
 
     def waited_on(self) -> set[int]:

@@ -1,9 +1,9 @@
 """Collectives joined on (group, collective sequence id), checked by vectorized rules, and
 the few that desynced looked at one by one (sizes, ops, skips, the peer vote on who deviated).
 
-It is over 600 lines because the per-unit checks and the peer vote share one context and many
-helpers; moving the vote to one peer-order oracle shared with `diagnosis` is issue 35's next
-step.
+The peer vote on who deviated lives in `reference`, shared with the diagnosis. It is over 600
+lines because the per-unit checks (ops, sizes, dtypes, all-to-all inputs, skips, lost members)
+share one context and many helpers; each is one function.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..model.ops import (
     UNEVEN_INPUT_OPS,
     UNEVEN_OUTPUT_OPS,
 )
-from ..model.ranks import agree, by_count, counted, label
+from ..model.ranks import agree, counted, label
 from ..model.records import (
     MISMATCH_KINDS,
     STATE_NAMES,
@@ -35,11 +35,23 @@ from ..model.records import (
     FindingKind,
     Group,
     State,
-    UnitKind,
 )
 from ..model.table import EntryTable
 from .context import MatchContext
 from .records import COLLECTIVE_UNITS, Adder, CollectiveUnits, stateless
+from .reference import (
+    HISTORY_UNITS,
+    NEWEST_UNITS,
+    Value,
+    ValueOf,
+    at_position,
+    deviants,
+    ops_value,
+    rank_rows,
+    sibling_votes,
+    uniform_value,
+    unit_span,
+)
 
 I64 = npt.NDArray[np.int64]
 
@@ -87,6 +99,7 @@ def _by_group_and_seq(uid: I64, seq: I64) -> tuple[I64, I64, I64]:
 
 
 def match_collectives(ctx: MatchContext, findings: list[Finding]) -> CollectiveUnits:
+    """Every collective joined on (group, seq id), its findings appended to `findings`."""
     t, groups = ctx.t, ctx.groups
     unit_kind = t.unit if t.n else np.zeros(0, dtype=np.int8)
     wanted = np.isin(unit_kind, COLLECTIVE_UNITS)
@@ -250,181 +263,6 @@ def proof(
 _UNEVEN_OPS = GATHER_OPS | SCATTER_OPS | ALL_TO_ALL_OPS | UNEVEN_INPUT_OPS | UNEVEN_OUTPUT_OPS
 """Ops whose sizes may differ from rank to rank: each unit gets the per-unit look."""
 
-Value = tuple[Any, ...]
-"""What ranks are compared on at one unit: op names, or (op, sizes), or (op, dtypes)."""
-ValueOf = Callable[[I64], dict[int, Value]]
-"""Reads one value per rank from a unit's rows."""
-
-_HISTORY_UNITS = 32  # earlier units of a group searched for a rank's own history
-_NEWEST_UNITS = 8  # a group's newest units compared with groups alike when a member is lost
-_MOST_VOTES = 16  # groups alike asked at most (at 16,384 ranks a group has thousands)
-_ALIKE_UNITS = 6  # earlier units another group must agree on to count as alike
-
-
-def _deviants(
-    ctx: MatchContext, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
-) -> tuple[set[int], str]:
-    """Ranks whose value deviates, and, when that is not a plain majority, what the judgement
-    rests on. With no majority (a pair that disagrees), the groups of the same description and
-    size at the same seq id vote, then each rank's own history in this group; the lower rank is
-    never taken as the reference by default."""
-    counts = Counter(values.values())
-    ranked = counts.most_common()
-    leaders = [v for v, c in ranked if c == ranked[0][1]]
-    if len(leaders) == 1:
-        return {r for r, v in values.items() if v != leaders[0]}, ""
-    reference, basis = _sibling_reference(ctx, group, seq, value_of, leaders)
-    if reference is None:
-        reference, basis = _history_reference(ctx, group, seq, values, value_of)
-    if reference is None:
-        return set(values), (
-            " (no majority, and neither groups alike nor the ranks' own history tell which "
-            "side deviates: all are named)"
-        )
-    return {r for r, v in values.items() if v != reference}, f" (no majority; {basis})"
-
-
-def _unit_span(ctx: MatchContext, uid: int, seq: int) -> tuple[int, int] | None:
-    """Where unit (group uid, seq) lies in `coll_rows`."""
-    if ctx.unit_at is None:
-        ctx.unit_at = {}
-        if ctx.unit_bounds is not None:
-            uids, seqs, starts, ends = ctx.unit_bounds
-            ctx.unit_at = {
-                (u, q): (a, b)
-                for u, q, a, b in zip(
-                    uids.tolist(), seqs.tolist(), starts.tolist(), ends.tolist(), strict=True
-                )
-            }
-    return ctx.unit_at.get((uid, seq))
-
-
-def _uniform_value(ctx: MatchContext, uid: int, seq: int, value_of: ValueOf) -> Value | None:
-    """The one value every rank of unit (uid, seq) has, or None."""
-    span = _unit_span(ctx, uid, seq)
-    if span is None:
-        return None
-    found = set(value_of(ctx.coll_rows[span[0] : span[1]]).values())
-    return found.pop() if len(found) == 1 else None
-
-
-def _sibling_votes(
-    ctx: MatchContext, group: Group, seq: int, value_of: ValueOf, same_stage: bool = False
-) -> Counter[Value]:
-    """What the groups like this one (same description and size, the same ops before this
-    seq id) each hold at this seq id, when all their members agree: one vote per group.
-    Groups of other pipeline stages vote only when none of this one does, and never with
-    `same_stage`."""
-    votes: Counter[Value] = Counter()
-    ops = _ops_value(ctx.t)
-    mine = [
-        (k, v)
-        for k in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1)
-        if (v := _uniform_value(ctx, group.uid, k, ops)) is not None
-    ][:_ALIKE_UNITS]
-    if ctx.alike is None:
-        ctx.alike = {}
-        for other in ctx.groups.groups:
-            ctx.alike.setdefault((other.desc, other.size), []).append(other)
-    # Groups of this pipeline stage vote; those of other stages only when none of this one
-    # does (they share the first step's short history, not the program).
-    stage = _stage_of(ctx, group)
-    elsewhere: Counter[Value] = Counter()
-    for other in ctx.alike.get((group.desc, group.size), []):
-        if other.uid == group.uid:
-            continue
-        # Alike only if it issued the same ops before this seq id: groups of different pipeline
-        # stages share a description but not a program.
-        if any(_uniform_value(ctx, other.uid, k, ops) != v for k, v in mine):
-            continue
-        value = _uniform_value(ctx, other.uid, seq, value_of)
-        if value is not None:
-            (votes if _stage_of(ctx, other) == stage else elsewhere)[value] += 1
-            if votes.total() >= _MOST_VOTES:
-                break
-    return votes if same_stage else votes or elsewhere
-
-
-def _stage_of(ctx: MatchContext, group: Group) -> frozenset[tuple[str, int, int]]:
-    """The pipeline position of a group's members: (desc, size, local rank) in each group
-    that carries send/recv. Groups of different stages share a description and often a short
-    history (the first step's), but not a program."""
-    if ctx.stages is None:
-        t = ctx.t
-        p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
-        p2p_uids = distinct(ctx.groups.entry_group[p2p_rows]).tolist()
-        ctx.stages = {}
-        for uid in p2p_uids:
-            pipe = ctx.groups.groups[int(uid)]
-            for local, rank in enumerate(pipe.ranks):
-                ctx.stages.setdefault(rank, set()).add((pipe.desc, pipe.size, local))
-    return frozenset(p for r in group.ranks for p in ctx.stages.get(r, ()))
-
-
-def _sibling_reference(
-    ctx: MatchContext, group: Group, seq: int, value_of: ValueOf, leaders: list[Value]
-) -> tuple[Value | None, str]:
-    """The value that groups like this one (same description and size) agree on at this seq
-    id, if it is one of the tied values."""
-    votes = _sibling_votes(ctx, group, seq, value_of)
-    ranked = [(v, c) for v, c in votes.most_common() if v in leaders]
-    if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
-        return None, ""
-    value, count = ranked[0]
-    return value, (
-        f"{counted(count, 'other group')} {group.desc!r} of {group.size} "
-        f"{by_count(count, 'agrees', 'agree')} at #{seq}"
-    )
-
-
-def _history_reference(
-    ctx: MatchContext, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
-) -> tuple[Value | None, str]:
-    """The tied value that equals what this group agreed on the last time it issued the same
-    op before this seq id (values carry the op name, so sizes of an all_reduce are compared
-    with an earlier all_reduce's): a rank that changed what it sends deviates."""
-    for earlier in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
-        span = _unit_span(ctx, group.uid, earlier)
-        if span is None:
-            continue
-        before = value_of(ctx.coll_rows[span[0] : span[1]])
-        if set(before) != set(values) or len(set(before.values())) != 1:
-            continue
-        value = next(iter(before.values()))
-        if value in values.values():
-            return value, f"this group used it at #{earlier}, the same op"
-    return None, ""
-
-
-def _rank_rows(t: EntryTable, rows: I64) -> dict[int, list[int]]:
-    """A unit's rows per rank (rows come by rank, then record order)."""
-    out: dict[int, list[int]] = {}
-    for rank, row in zip(t.rank[rows].tolist(), rows.tolist(), strict=True):
-        out.setdefault(rank, []).append(row)
-    return out
-
-
-def _ops_value(t: EntryTable) -> ValueOf:
-    def value_of(rows: I64) -> dict[int, Value]:
-        return {
-            rank: tuple(t.ops[int(t.op[r])] for r in rs) for rank, rs in _rank_rows(t, rows).items()
-        }
-
-    return value_of
-
-
-def _at_position(t: EntryTable, pos: int, read: Callable[[int], Value]) -> ValueOf:
-    """Each rank's value of its row at block position `pos`, with the op's name."""
-
-    def value_of(rows: I64) -> dict[int, Value]:
-        return {
-            rank: (t.ops[int(t.op[rs[pos]])], read(rs[pos]))
-            for rank, rs in _rank_rows(t, rows).items()
-            if pos < len(rs)
-        }
-
-    return value_of
-
 
 def _per_rank(t: EntryTable, unit_rows: I64) -> tuple[npt.NDArray[np.int32], I64, I64]:
     """A unit's rows come grouped by rank (ascending), each rank's in record order: their
@@ -527,7 +365,7 @@ def check_unit(
 
     # Op types, member by member for blocks.
     if kinds > 1:
-        culprits, note = _deviants(ctx, group, seq, dict(ops_of.items()), _ops_value(t))
+        culprits, note = deviants(ctx, group, seq, dict(ops_of.items()), ops_value(t))
         agreed = [v for r, v in ops_of.items() if r not in culprits]
         if agreed:
             main_ops = agreed[0]
@@ -596,7 +434,7 @@ def _signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
                 )
                 for r in rs
             )
-            for rank, rs in _rank_rows(t, rows).items()
+            for rank, rs in rank_rows(t, rows).items()
         }
 
     return value_of
@@ -619,7 +457,7 @@ def _check_against_alike(
     one that failed), when no group alike agrees with the members left and one disagrees."""
     t = ctx.t
     lost = sorted(set(group.ranks) & ctx.unavailable)
-    if not lost or _newest_unit_seq(ctx, group.uid) - seq >= _NEWEST_UNITS:
+    if not lost or _newest_unit_seq(ctx, group.uid) - seq >= NEWEST_UNITS:
         return False
     value_of = _signature_value(t, free_outputs=True)
     mine = set(value_of(grid.reshape(-1)).values())
@@ -627,7 +465,7 @@ def _check_against_alike(
         return False
     value = mine.pop()
     # Only groups of the same pipeline stage: another stage runs another program.
-    votes = _sibling_votes(ctx, group, seq, value_of, same_stage=True)
+    votes = sibling_votes(ctx, group, seq, value_of, same_stage=True)
     if not votes or value in votes:
         return False
     reference, count = votes.most_common(1)[0]
@@ -723,13 +561,13 @@ def _skipped_in_place(
         return None
     reference = counts[0][0]
     minority = {rank for rank, v in values.items() if v != reference}
-    for before in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
-        if _uniform_value(ctx, group.uid, before, value_of) != reference:
+    for before in range(seq - 1, max(seq - 1 - HISTORY_UNITS, -1), -1):
+        if uniform_value(ctx, group.uid, before, value_of) != reference:
             continue
         matched = 0
         for step in range(seq - before - 1):
-            expected = _uniform_value(ctx, group.uid, before + 1 + step, value_of)
-            span = _unit_span(ctx, group.uid, seq + step)
+            expected = uniform_value(ctx, group.uid, before + 1 + step, value_of)
+            span = unit_span(ctx, group.uid, seq + step)
             if expected is None or span is None:
                 break
             held = value_of(ctx.coll_rows[span[0] : span[1]])
@@ -759,11 +597,11 @@ def unrecorded_gap(
     whole = (ctx.unit_ranks[mine] == len(set(group.ranks))) & (seqs[mine] < seq)
     full = seqs[mine][whole].tolist()  # units every member holds, by seq id
     value_of = _signature_value(ctx.t)
-    before = _uniform_value(ctx, group.uid, seq - 1, value_of)
+    before = uniform_value(ctx, group.uid, seq - 1, value_of)
     if before is None:
         return None
     for a, b in zip(full[-2::-1], full[:0:-1], strict=True):
-        if b - a > 1 and _uniform_value(ctx, group.uid, a, value_of) == before:
+        if b - a > 1 and uniform_value(ctx, group.uid, a, value_of) == before:
             return a, b, b - a - 1
     return None
 
@@ -891,7 +729,7 @@ def _check_sizes(
 
         sizes = {rank: (op, sizes_of(r)) for rank, r in rows_at.items()}
         if len(set(sizes.values())) > 1:
-            culprits, note = _deviants(ctx, group, seq, sizes, _at_position(t, pos, sizes_of))
+            culprits, note = deviants(ctx, group, seq, sizes, at_position(t, pos, sizes_of))
             add(
                 FindingKind.SIZE_MISMATCH,
                 culprits,
@@ -910,7 +748,7 @@ def _check_sizes(
         if d[0] or d[1]:
             comparable[rank] = (op, d)
     if len(set(comparable.values())) > 1:
-        culprits, note = _deviants(ctx, group, seq, comparable, _at_position(t, pos, dtypes_of))
+        culprits, note = deviants(ctx, group, seq, comparable, at_position(t, pos, dtypes_of))
         add(
             FindingKind.DTYPE_MISMATCH,
             culprits,
@@ -953,9 +791,9 @@ def _check_all_to_all_inputs(
     counts = Counter(values.values()).most_common()
     if len(counts) < 2:
         return False
-    in_value = _at_position(t, pos, lambda r: (int(t.in_shape[r]),))
-    out_value = _at_position(t, pos, lambda r: (int(t.out_shape[r]),))
-    votes = _sibling_votes(ctx, group, seq, in_value)
+    in_value = at_position(t, pos, lambda r: (int(t.in_shape[r]),))
+    out_value = at_position(t, pos, lambda r: (int(t.out_shape[r]),))
+    votes = sibling_votes(ctx, group, seq, in_value)
     majority = counts[0][1] * 2 > len(values) and counts[0][1] >= 2
     if majority:
         reference = counts[0][0]
@@ -967,8 +805,8 @@ def _check_all_to_all_inputs(
     uneven_out = len({int(t.out_shape[r]) for r in rows_at.values()}) > 1
     history: bool | None = None  # this group's last exchange of the same kind agrees
     earlier = -1
-    for earlier in range(seq - 1, max(seq - 1 - _HISTORY_UNITS, -1), -1):
-        span = _unit_span(ctx, group.uid, earlier)
+    for earlier in range(seq - 1, max(seq - 1 - HISTORY_UNITS, -1), -1):
+        span = unit_span(ctx, group.uid, earlier)
         if span is None:
             continue
         rows = ctx.coll_rows[span[0] : span[1]]
