@@ -48,8 +48,10 @@ run: $(STAMP) ## Analyze every bundled sample dump set in sample_dumps/
 check: lint ## The loop while editing: lint, then the fast tests (not those marked slow), on every core
 	$(BIN)/python -m pytest -m "not slow" -n auto
 
-test: $(LIVE_STAMP) $(BROWSER_STAMP) ## Run the whole test suite, the slow tests too (with the remote extra, moto's S3 server, torch and chromium)
-	$(BIN)/python -m pytest
+# one worker per core; each test file stays on one worker, so a file's torch job, S3 server or
+# browser is started once and its tests never compete with one another
+test: $(LIVE_STAMP) $(BROWSER_STAMP) ## Run the whole test suite, the slow tests too (with the remote extra, moto's S3 server, torch and chromium), on every core
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 lint: $(REMOTE_STAMP) ## ruff and mypy (strict; with the remote extra, whose types it checks)
 	$(BIN)/ruff check fr_analyzer tests tools benchmarks

@@ -40,6 +40,7 @@ __all__ = [
 
 
 def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
+    """Match every collective and send/recv across ranks: the units, the pairs and the findings."""
     done = completion(t)
     quiet = progress.silent(t, dumps, stateless(t))
     if quiet.rows.any():

@@ -17,6 +17,8 @@ I64 = npt.NDArray[np.int64]
 
 @dataclass
 class MatchContext:
+    """What the collective and p2p matchers share: the table, the groups, completion, lookups."""
+
     t: EntryTable
     groups: GroupTable
     done: npt.NDArray[np.bool_]

@@ -160,6 +160,7 @@ def _waiting_on(
 
 
 def describe_group(group: Group | None) -> str:
+    """A group as the report names it: its name, description and ranks (or `the job`)."""
     if group is None:
         return "the job"
     desc = f" ({group.desc})" if group.desc else ""

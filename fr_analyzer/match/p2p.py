@@ -19,6 +19,7 @@ I64 = npt.NDArray[np.int64]
 
 
 def match_p2p(ctx: MatchContext, findings: list[Finding]) -> P2PPairs:
+    """Pair the n-th send a→b with the n-th recv on b from a, per group; findings for the rest."""
     t, groups = ctx.t, ctx.groups
     entry_pair = np.full(t.n, -1, dtype=np.int64)
     if not t.n:

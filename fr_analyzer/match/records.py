@@ -37,7 +37,8 @@ class Adder(Protocol):
         detail: str,
         name: str = ...,
         ranks: tuple[int, ...] = ...,
-    ) -> None: ...
+    ) -> None:
+        """Record one finding."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class CollectiveUnits:
 
 @dataclass(frozen=True)
 class P2PPairs:
+    """Matched send/recv pairs: their rows, and the pair id of every table row."""
+
     send_row: I64
     recv_row: I64
     entry_pair: I64  # pair id of every EntryTable row, -1 when unmatched or not p2p
@@ -77,6 +80,8 @@ class P2PPairs:
 
 @dataclass(frozen=True)
 class MatchResult:
+    """What matching found: the collective units, the p2p pairs, completion and the findings."""
+
     collectives: CollectiveUnits
     p2p: P2PPairs
     done: npt.NDArray[np.bool_]  # effective completion of every row (marker state, gloo retired)
