@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from benchmarks.gen import Spec, simulation, torch_pickle
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
+from fr_analyzer.load.columns import Decoded, run_ints
 from fr_analyzer.load.common import MAX_SEQ_ID
-from fr_analyzer.load.decode import Decoded, Undecodable, _run_ints, decode
+from fr_analyzer.load.decode import Undecodable, decode
 from fr_analyzer.load.decode_python import decode_python_or_why
 from fr_analyzer.load.safety import decode_pickle as decode_any
 from fr_analyzer.model.dump import RankDump, Reader
@@ -325,7 +326,7 @@ def test_integers_of_every_pickled_width_decode_exactly() -> None:
     caps = [pickle.dumps(v, protocol=2)[2:-1] for v in values]  # the opcode and its argument
     caps.append(b"N")
     values.append(-1)
-    ((column,),) = _run_ints([(caps, ())])
+    ((column,),) = run_ints([(caps, ())])
     assert column.tolist() == values
     # Runs of three, with a short and a long key reference between them.
     third = len(caps) // 3
@@ -333,7 +334,7 @@ def test_integers_of_every_pickled_width_decode_exactly() -> None:
         caps[0 : 3 * third : 3], caps[1 : 3 * third : 3], caps[2 : 3 * third : 3], strict=True
     )
     run = [a + b"h\x05" + b + b"j\x00\x01\x00\x00" + c for a, b, c in triples]
-    (columns, (alone,)) = _run_ints([(run, (2, 5)), (caps[::-1], ())])
+    (columns, (alone,)) = run_ints([(run, (2, 5)), (caps[::-1], ())])
     assert [c.tolist() for c in columns] == [values[i : 3 * third : 3] for i in range(3)]
     assert alone.tolist() == values[::-1]
 

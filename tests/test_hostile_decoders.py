@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 from fr_analyzer import analyze
 from fr_analyzer.errors import DumpError
 from fr_analyzer.load import DumpFile, build_rank, columnar, discover, load_rank, reading
-from fr_analyzer.load.decode import _BINGET, Decoded, Undecodable
+from fr_analyzer.load.columns import Decoded
+from fr_analyzer.load.decode import Undecodable
+from fr_analyzer.load.opcodes import BINGET
 from fr_analyzer.load.safety import decode_pickle as decode_any
 from fr_analyzer.model.dump import RankDump, Reader
 from fr_analyzer.pipeline import Options
@@ -243,7 +245,7 @@ def odd_dtypes(dump: dict[str, Any], at: int) -> bytes:
 def flipped_dtype_byte(data: bytes) -> bytes:
     """Torch's own bytes with one byte flipped: the last `input_dtypes: [Float]`, a memo
     reference to the string, made to refer to a container (the first slot holding one)."""
-    ref = bytes([_BINGET, slot_of(data, "input_dtypes")]) + b"](h"
+    ref = bytes([BINGET, slot_of(data, "input_dtypes")]) + b"](h"
     ref += bytes([slot_of(data, "Float")]) + b"e"
     where = data.rindex(ref) + 5
     for slot in range(256):

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
-from fr_analyzer.load.decode import Decoded, decode
+from fr_analyzer.load.columns import Decoded
+from fr_analyzer.load.decode import decode
 from fr_analyzer.load.decode_json import decode_json_or_why
 from fr_analyzer.model.dump import RankDump, Reader
 from fr_analyzer.model.records import State

@@ -30,7 +30,7 @@ from typing import IO, Any, Protocol
 
 from ..errors import DiscoveryError
 from . import limits
-from .common import _O_FLAGS, GZIP_MAX_RATIO, GZIP_RATIO_FLOOR, printable
+from .common import GZIP_MAX_RATIO, GZIP_RATIO_FLOOR, O_FLAGS, printable
 from .sources import DumpFile, Fetch, Listed, Refused, Source, SourceError
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
@@ -104,7 +104,7 @@ class LocalFile:
     name: str
 
     def open(self) -> IO[bytes]:
-        fd = os.open(self.name, _O_FLAGS)
+        fd = os.open(self.name, O_FLAGS)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError(0, "not a regular file")

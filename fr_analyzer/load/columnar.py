@@ -22,8 +22,8 @@ from ..model.backends import KNOWN_BACKENDS
 from ..model.dump import COLUMNS
 from ..model.ops import KNOWN_OPS, MARKER_OPS
 from ..model.records import Frame, P2PKind
-from .common import _INT64_MAX, _STATES, MAX_SEQ_ID, NO_TIME, printable
-from .decode import EntryColumns, distinct_codes
+from .columns import EntryColumns, distinct_codes
+from .common import INT64_MAX, MAX_SEQ_ID, NO_TIME, STATES, printable
 from .schema import KEPT_KEYS
 from .values import EntryError, ValueReader, as_int, duration, plain, plain_shape
 
@@ -157,12 +157,12 @@ def _state_codes(states: Sequence[Any] | _CodedColumn) -> npt.NDArray[np.int8] |
     """The state code of each entry; None when a state is not a known one."""
     if (
         not set(map(type, _distinct(states))) <= {str}
-        or not set(_distinct(states)) <= _STATES.keys()
+        or not set(_distinct(states)) <= STATES.keys()
     ):
         return None
     if isinstance(states, _CodedColumn):
-        return _codes(states.values, _STATES).astype(np.int8)[states.codes]
-    return _codes(states, _STATES).astype(np.int8)
+        return _codes(states.values, STATES).astype(np.int8)[states.codes]
+    return _codes(states, STATES).astype(np.int8)
 
 
 def _durations(values: Sequence[Any] | _CodedColumn) -> npt.NDArray[np.float64]:
@@ -293,7 +293,7 @@ def _keyed(entries: Any, read: ValueReader) -> _Keyed:
         shapes = sum(map(len, ins)) + sum(map(len, outs))
         dims = sum(map(len, chain.from_iterable(ins))) + sum(map(len, chain.from_iterable(outs)))
         items = 5 * n + shapes + dims + sum(map(len, filter(None, frames)))
-        if items > (read.limit if read.limit is not None else _INT64_MAX):
+        if items > (read.limit if read.limit is not None else INT64_MAX):
             raise read.bomb()
         if shapes > 16 * n:
             raise Slower("more than 16 shapes per entry")
@@ -486,9 +486,9 @@ def _coded_columns(keyed: _Keyed, read: ValueReader) -> _Fast:
         raise Slower("an is_p2p entry that is neither send nor recv")
     coll = _ints(cols["collective_seq_id"], -1, MAX_SEQ_ID)
     p2p = _ints(cols["p2p_seq_id"], -1, MAX_SEQ_ID)
-    record = _ints(cols["record_id"], -_INT64_MAX, _INT64_MAX)
-    op_id = _ints(cols["op_id"], -_INT64_MAX, _INT64_MAX)
-    timeout = _ints(cols["timeout_ms"], -_INT64_MAX, _INT64_MAX)
+    record = _ints(cols["record_id"], -INT64_MAX, INT64_MAX)
+    op_id = _ints(cols["op_id"], -INT64_MAX, INT64_MAX)
+    timeout = _ints(cols["timeout_ms"], -INT64_MAX, INT64_MAX)
     created = _stamps(cols["time_created_ns"])
     started = _stamps(cols["time_discovered_started_ns"])
     completed = _stamps(cols["time_discovered_completed_ns"])
@@ -561,7 +561,7 @@ def _fast_stacks(frames: Sequence[Any], read: ValueReader) -> list[int]:
                     plain(name, 256)
                     and plain(filename, 256)
                     and type(line) is int
-                    and -_INT64_MAX <= line <= _INT64_MAX
+                    and -INT64_MAX <= line <= INT64_MAX
                 ):
                     raise Slower("a long or unprintable frame")
                 frame = by_value.get(value)

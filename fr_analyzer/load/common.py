@@ -45,13 +45,16 @@ DENSE_FLOOR = 10_000
 """More entries than max(DENSE_FLOOR, bytes / MIN_ENTRY_BYTES) cannot be real entries."""
 
 NO_TIME = -1
-_STATES = {
+STATES = {
     "scheduled": State.SCHEDULED,
     "started": State.STARTED,
     "completed": State.COMPLETED,
 }
-_INT64_MAX = (1 << 63) - 1
-_O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+"""An entry's `state` text → its `State`."""
+INT64_MAX = (1 << 63) - 1
+"""The largest int64: a bound on the integers the columns hold."""
+O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+"""The flags a dump file is opened with: read-only, never blocking on a FIFO, not inherited."""
 
 
 _SIZE_RE = re.compile(
@@ -95,7 +98,7 @@ def printable(text: str) -> str:
     return text if text.isprintable() else _escape(text)
 
 
-def _short(value: Any, limit: int = 40) -> str:
+def short(value: Any, limit: int = 40) -> str:
     """A bounded, printable description of any loaded value, for messages."""
     if isinstance(value, str | bytes | bytearray):
         return repr(value[:limit]) + ("..." if len(value) > limit else "")
@@ -108,14 +111,14 @@ def _short(value: Any, limit: int = 40) -> str:
     return f"<{type(value).__name__}>"
 
 
-def _scalar_text(value: Any) -> str | None:
+def scalar_text(value: Any) -> str | None:
     """Text for a non-str scalar (bytes, number, bool, None); None for containers."""
     if isinstance(value, bytes | bytearray):
         return printable(bytes(value).decode("utf-8", "replace"))
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return repr(value)
     if isinstance(value, int):
-        return _short(value)
+        return short(value)
     return None
 
 

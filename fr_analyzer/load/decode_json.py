@@ -12,7 +12,7 @@ instead:
   capturing each varying integer on its own and each run of adjacent repeating keys (group,
   op, shapes, dtypes, stack, state, flags) as bytes;
 - each distinct capture of a repeating run is decoded once by `json.loads`, and the entries
-  share one code per combination of captures (`decode._Columns`); the integers are parsed
+  share one code per combination of captures (`columns.Columns`); the integers are parsed
   column by column.
 
 Exactness. The expression tokenizes JSON strictly (strings with their escapes, numbers,
@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .decode import Decoded, _Columns, _IntRuns, _Outside, _Run, _Slow, _VaryingRuns, keep_slow
+from .columns import Columns, Decoded, IntRuns, Slow, VaryingRuns, keep_slow
+from .grammar import Run
+from .outcomes import Outside
 from .safety import parse_json, parse_json_prefix
 from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
 
@@ -88,16 +90,16 @@ class _Layout:
             return rb"(?:" + bodies[_KIND.get(name, Kind.SCALAR)] + rb")"
 
         fields: list[bytes] = []  # each `"key": (value ...)`, joined by the separator
-        runs: list[_Run] = []
+        runs: list[Run] = []
         for varying, group in itertools.groupby(keys, lambda name: name in VARYING_KEYS):
             names = list(group)
             if varying:  # each integer a capture of its own
                 fields += [key(name) + rb"(" + body(name) + rb")" for name in names]
-                runs += [_Run((name,), True, ()) for name in names]
+                runs += [Run((name,), True, ()) for name in names]
                 continue
             inside = [body(names[0])] + [key(name) + body(name) for name in names[1:]]
             fields.append(key(names[0]) + rb"(" + re.escape(sep).join(inside) + rb")")
-            runs.append(_Run(tuple(names), False, ()))
+            runs.append(Run(tuple(names), False, ()))
         # An entry ends with its separator, or (the last) before the array's end.
         end = rb"\}(?:" + re.escape(sep) + rb"|(?=\]))"
         pattern = rb"\{" + re.escape(sep).join(fields) + end
@@ -119,7 +121,7 @@ def _layout(keys: tuple[str, ...], sep: bytes, colon: bytes) -> _Layout:
 
 
 class _Runs:
-    """Decodes the distinct captures of a repeating run (`decode._Columns` asks): the run's
+    """Decodes the distinct captures of a repeating run (`columns.Columns` asks): the run's
     values, in order. JSON has no memo."""
 
     def __init__(self) -> None:
@@ -128,11 +130,11 @@ class _Runs:
     def run(self, data: bytes, size: int) -> list[Any]:
         found = parse_json(b'{"":' + data + b"}")
         if type(found) is not dict or len(found) != size:
-            raise _Outside("a run of keys that is not whole")
+            raise Outside("a run of keys that is not whole")
         return list(found.values())
 
     def entry(self, pos: int) -> tuple[Any, int]:
-        raise _Outside("no entry is read at a position")  # `_Columns` never asks
+        raise Outside("no entry is read at a position")  # `Columns` never asks
 
 
 def decode_json_or_why(data: bytes) -> Decoded | str:
@@ -145,22 +147,22 @@ def decode_json_or_why(data: bytes) -> Decoded | str:
     layout = "torch's JSON layout" if sep == b"," else "Python's JSON layout"
     try:
         return _decode(data, pos, sep, colon)
-    except _Outside as exc:
+    except Outside as exc:
         return f"{layout}, but {exc.args[0]}"
     except (ValueError, RecursionError, OverflowError) as exc:  # JSONDecodeError, UnicodeError
         return f"{layout}, but malformed ({type(exc).__name__})"
 
 
 def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
-    slow: list[_Slow] = []
-    runs: tuple[_Run, ...] = ()
+    slow: list[Slow] = []
+    runs: tuple[Run, ...] = ()
     captured: list[list[bytes]] = []
     fast = 0
     tail = data[pos:]
     if tail[:1] != b"]":
         layout = _layout(_first_keys(tail), sep, colon)
         if layout.regex.match(tail) is None:
-            raise _Outside("the first entry laid out otherwise (spaces, or an odd value)")
+            raise Outside("the first entry laid out otherwise (spaces, or an odd value)")
         parts = layout.regex.split(tail)
         stride = len(layout.runs) + 1
         fast = (len(parts) - 1) // stride
@@ -174,15 +176,15 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         # After the last match: more entries (the match took a separator) or the array's end
         # (it did not), else a separator after the last entry, which JSON does not allow.
         if (tail.lstrip(b" \t\n\r")[:1] == b"]") == data.endswith(sep, pos, pos + read):
-            raise _Outside("a separator after the last entry, or none before the next")
+            raise Outside("a separator after the last entry, or none before the next")
     text = data[:pos] + tail  # the header, with the entries the expression left
     header = _header(text)
     rest = header.pop("entries", None)
     if type(rest) is not list:
-        raise _Outside("not one entry list at the top level")
+        raise Outside("not one entry list at the top level")
     for entry in rest:
         keep_slow(entry, slow, fast)
-    columns = _Columns(_Runs(), fast, slow).build(zip(runs, captured, strict=True), ints=_ints)
+    columns = Columns(_Runs(), fast, slow).build(zip(runs, captured, strict=True), ints=_ints)
     return Decoded(header, columns)
 
 
@@ -206,7 +208,7 @@ def _header(text: bytes) -> dict[str, Any]:
 
         found = parse_json(text, object_pairs_hook=pairs)
     if type(found) is not dict or named != 1:
-        raise _Outside("not one entry list at the top level")
+        raise Outside("not one entry list at the top level")
     return found
 
 
@@ -217,7 +219,7 @@ def _first_keys(tail: bytes) -> tuple[str, ...]:
     except ValueError:
         first, _ = parse_json_prefix(tail.decode("utf-8", "replace"))
     if type(first) is not dict or not first:
-        raise _Outside("an entry that is not an object")
+        raise Outside("an entry that is not an object")
     return tuple(first)
 
 
@@ -234,16 +236,16 @@ def _entries_start(data: bytes) -> tuple[int, bytes, bytes] | str:
     return "not torch's JSON layout (an entry list laid out otherwise)"
 
 
-def _gap_entries(gap: bytes, sep: bytes, slow: list[_Slow], fast_before: int) -> None:
+def _gap_entries(gap: bytes, sep: bytes, slow: list[Slow], fast_before: int) -> None:
     """The whole entries between two matches, each followed by its separator."""
     found = parse_json(b"[" + gap[: -len(sep)] + b"]") if gap.endswith(sep) else None
     if not found:  # a stray separator, or an entry read outside its layout
-        raise _Outside("an entry read outside its layout")
+        raise Outside("an entry read outside its layout")
     for entry in found:
         keep_slow(entry, slow, fast_before)
 
 
-def _ints(runs: _VaryingRuns) -> _IntRuns:
+def _ints(runs: VaryingRuns) -> IntRuns:
     """The integers of the varying captures (decimal, or `null` for an unset optional one:
     -1), a column per run; an integer past int64 is refused (OverflowError)."""
     columns = []

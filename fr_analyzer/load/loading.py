@@ -21,11 +21,12 @@ from ..model.records import UnreadableDump
 from . import dialects, hosts, limits, sandbox, stamps, torchft
 from .archives import StreamedFiles
 from .columnar import Slower
+from .columns import Decoded
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
-from .decode import Decoded, Undecodable
+from .decode import Undecodable
 from .limits import content_bytes
 from .normalize import build_rank
-from .reading import _Raw, _read, explain_pickle, read_unpacked
+from .reading import Raw, explain_pickle, read_dump, read_unpacked
 from .sources import DumpFile
 from .values import EntryError
 
@@ -48,13 +49,15 @@ def load_rank(
     try:
         with collector_paused():  # a dump: ~100k containers, no collector passes
             guarded = not sandboxed
-            raw = _read(
+            raw = read_dump(
                 dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
             )
             try:
                 built = _build(raw, dump_file.rank, path, raw.fallback, ft_group_world_size)
             except Undecodable as exc:
-                raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
+                raw = read_dump(
+                    dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch
+                )
                 built = _build(raw, dump_file.rank, path, f"decoder: {exc}", ft_group_world_size)
             return built
     except DumpError as exc:
@@ -101,7 +104,7 @@ def _name_time_ns(dump_file: DumpFile) -> int | None:
 
 
 def _build(
-    raw: _Raw, rank: int, path: str, fallback: str, ft_group_world_size: int | None
+    raw: Raw, rank: int, path: str, fallback: str, ft_group_world_size: int | None
 ) -> RankDump:
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)

@@ -23,8 +23,9 @@ from ..model.records import UnitKind
 from .blocks import find_blocks
 from .careful import careful_columns
 from .columnar import Slower, fast_columns
-from .common import _INT64_MAX, DENSE_FLOOR, MIN_ENTRY_BYTES
-from .decode import Decoded, EntryColumns, Undecodable
+from .columns import Decoded, EntryColumns
+from .common import DENSE_FLOOR, INT64_MAX, MIN_ENTRY_BYTES
+from .decode import Undecodable
 from .hosts import host_in_header
 from .values import Bomb, EntryError, ValueReader, as_int, int_or_unset, parse_ranks
 
@@ -105,7 +106,7 @@ def _build_rank(
     if not usable:
         claims = {}
 
-    limit = read.limit if read.limit is not None else _INT64_MAX
+    limit = read.limit if read.limit is not None else INT64_MAX
     reader = Reader.DECODER if isinstance(entries, EntryColumns) else Reader.COLUMNS
     errors: list[tuple[int, str]] = []
     try:

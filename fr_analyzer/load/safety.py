@@ -30,7 +30,7 @@ from .decode_python import decode_python_or_why
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .decode import Decoded
+    from .columns import Decoded
 
 # Bound once, as `NoGlobalsUnpickler`'s base is: what this module calls is what the interpreter
 # had when the package was loaded.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .common import _O_FLAGS, file_kind, printable
+from .common import O_FLAGS, file_kind, printable
 
 
 class SourceError(Exception):
@@ -140,7 +140,7 @@ class Directory(Source):
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):
                 return b""
-            fd = os.open(path, _O_FLAGS)
+            fd = os.open(path, O_FLAGS)
             try:
                 return os.read(fd, 16)
             finally:

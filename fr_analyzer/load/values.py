@@ -15,17 +15,17 @@ from ..model.ops import P2P_OPS, UNPAIRED_P2P_OPS
 from ..model.ranks import MAX_RANK
 from ..model.records import ANY_SOURCE, UNKNOWN_PEER, Frame, P2PKind
 from .common import (
-    _INT64_MAX,
     EXPANSION_FACTOR,
     EXPANSION_FLOOR,
+    INT64_MAX,
     MAX_DIMS,
     MAX_DURATION_MS,
     MAX_NUMEL,
     MAX_SEQ_ID,
     NO_TIME,
-    _scalar_text,
-    _short,
     printable,
+    scalar_text,
+    short,
 )
 from .limits import LIMITS, MIB
 
@@ -53,9 +53,9 @@ def as_int(value: Any, what: str) -> int:
     ):
         result = int(value)
     else:
-        raise EntryError(f"{what} is not an integer: {_short(value)}")
-    if not -_INT64_MAX <= result <= _INT64_MAX:
-        raise EntryError(f"{what} out of range: {_short(result)}")
+        raise EntryError(f"{what} is not an integer: {short(value)}")
+    if not -INT64_MAX <= result <= INT64_MAX:
+        raise EntryError(f"{what} out of range: {short(result)}")
     return result
 
 
@@ -64,7 +64,7 @@ def seq_id(value: Any, what: str) -> int:
     if result < -1:
         raise EntryError("negative sequence id")
     if result > MAX_SEQ_ID:
-        raise EntryError(f"{what} out of range: {_short(result)}")
+        raise EntryError(f"{what} out of range: {short(result)}")
     return result
 
 
@@ -79,7 +79,7 @@ def timestamp(value: Any) -> int:
 
 
 def int_or_unset(value: Any) -> int:
-    if type(value) is int and -_INT64_MAX <= value <= _INT64_MAX:
+    if type(value) is int and -INT64_MAX <= value <= INT64_MAX:
         return value
     try:
         return as_int(value, "value")
@@ -155,10 +155,10 @@ def parse_name(pname: str) -> tuple[str, str, int, int, int]:
     """`"nccl:send 0->1"` → (backend, op, p2p kind, local src, local dst)."""
     backend, sep, rest = pname.partition(":")
     if not sep:
-        raise EntryError(f"profiling_name {_short(pname, 60)} has no '<backend>:' prefix")
+        raise EntryError(f"profiling_name {short(pname, 60)} has no '<backend>:' prefix")
     op, _, peer = rest.strip().partition(" ")
     if not op:
-        raise EntryError(f"profiling_name {_short(pname, 60)} names no op")
+        raise EntryError(f"profiling_name {short(pname, 60)} names no op")
     backend, op = printable(backend), printable(op)
     if op == "send" and "->" in peer:
         src, _, dst = peer.partition("->")
@@ -172,7 +172,7 @@ def parse_name(pname: str) -> tuple[str, str, int, int, int]:
         kind = P2PKind.SEND if op == "send" else P2PKind.RECV
         return backend, op, kind, UNKNOWN_PEER, UNKNOWN_PEER
     if op in P2P_OPS:
-        raise EntryError(f"profiling_name {_short(pname, 60)} has a malformed peer")
+        raise EntryError(f"profiling_name {short(pname, 60)} has a malformed peer")
     return backend, op, P2PKind.NONE, -1, -1
 
 
@@ -181,7 +181,7 @@ def _peer(text: str) -> int:
     if text == "?":
         return ANY_SOURCE
     if not (text.isascii() and text.isdigit()) or len(text) > 7 or int(text) > MAX_RANK:
-        raise EntryError(f"bad peer rank {_short(text, 20)}")
+        raise EntryError(f"bad peer rank {short(text, 20)}")
     return int(text)
 
 
@@ -243,7 +243,7 @@ class ValueReader:
             if len(value) <= 64 and value.isprintable():
                 return value
         elif type(value) is not bytes:
-            return None if isinstance(value, bytearray) else _scalar_text(value)
+            return None if isinstance(value, bytearray) else scalar_text(value)
         cached = self.texts.get(value)  # long or odd text is cleaned once, however often used
         if cached is None:
             text = value if type(value) is str else value.decode("utf-8", "replace")
@@ -282,7 +282,7 @@ class ValueReader:
             elif isinstance(value, str | bytes):
                 found = (self.dtypes((self.text(value) or "",)), 1)
             elif not isinstance(value, list | tuple):
-                raise EntryError(f"dtypes are not a list: {_short(value)}")
+                raise EntryError(f"dtypes are not a list: {short(value)}")
             else:
                 text = self.text
                 names = tuple(
@@ -318,7 +318,7 @@ class ValueReader:
                             and len(filename) <= 256
                             and name.isprintable()
                             and filename.isprintable()
-                            and -_INT64_MAX <= line <= _INT64_MAX
+                            and -INT64_MAX <= line <= INT64_MAX
                         )
                         frame = Frame(*key) if plain else self._frame(name, filename, line)
                         frames[key] = frame
@@ -350,7 +350,7 @@ class ValueReader:
         return hit
 
     def _frame(self, name: Any, filename: Any, line: Any) -> Frame:
-        if type(line) is not int or not -_INT64_MAX <= line <= _INT64_MAX:
+        if type(line) is not int or not -INT64_MAX <= line <= INT64_MAX:
             line = int_or_unset(line)
         key = (self.text(name) or "?", self.text(filename) or "?", line)
         frame = self.clean_frames.get(key)
@@ -368,7 +368,7 @@ def dims(shape: Any, what: str) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise EntryError(f"{what} has a negative dimension")
     if math.prod(dims) > MAX_NUMEL:
-        shown = ", ".join(_short(d) for d in dims[:8]) + (", ..." if len(dims) > 8 else "")
+        shown = ", ".join(short(d) for d in dims[:8]) + (", ..." if len(dims) > 8 else "")
         raise EntryError(f"{what} has an absurd shape [{shown}]")
     return dims
 
