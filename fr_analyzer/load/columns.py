@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from .grammar import Run
 from .opcodes import BININT, BININT1, BININT2, LONG1, NONE
-from .outcomes import Outside
+from .outcomes import outside, past_limit
 from .schema import ENTRY_KEYS, REQUIRED_KEYS, Kind, keys_of
 
 MAX_SLOW_ENTRIES = 256
@@ -103,7 +103,7 @@ class ExactReader(Protocol):
 def slow_entry(reader: ExactReader, pos: int, slow: list[Slow], fast_before: int) -> int:
     """Read one entry exactly; `fast_before` entries read by the expression come before it."""
     if len(slow) >= MAX_SLOW_ENTRIES:
-        raise Outside("too many entries outside the layout (over 256)")
+        raise past_limit("too many entries outside the layout (over 256)")
     entry, pos = reader.entry(pos)
     keep_slow(entry, slow, fast_before)
     return pos
@@ -112,9 +112,9 @@ def slow_entry(reader: ExactReader, pos: int, slow: list[Slow], fast_before: int
 def keep_slow(entry: Any, slow: list[Slow], fast_before: int) -> None:
     """Keep an entry read exactly (not by the expression), in its row; at most 256 of them."""
     if len(slow) >= MAX_SLOW_ENTRIES:
-        raise Outside("too many entries outside the layout (over 256)")
+        raise past_limit("too many entries outside the layout (over 256)")
     if type(entry) is not dict or not entry.keys() >= REQUIRED_KEYS:
-        raise Outside("an entry that lacks a required key")
+        raise outside("an entry that lacks a required key")
     slow.append(Slow(fast_before + len(slow), entry))
 
 
@@ -177,7 +177,7 @@ class Columns:
         for name in _INT_COLUMNS:
             if name not in self.ints:  # in every entry's layout: only when no entry has one
                 if nfast:
-                    raise Outside("an entry without an integer key the others have")
+                    raise outside("an entry without an integer key the others have")
                 self.int_column(name, np.empty(0, dtype=np.int64))
         return EntryColumns(self.n, self.ints, self.coded, self.items)
 
@@ -205,7 +205,7 @@ class Columns:
             if value is None and name in _OPTIONAL_INT_KEYS:
                 value = -1
             if type(value) is not int or not -(1 << 63) < value < (1 << 63):
-                raise Outside(
+                raise outside(
                     "an integer key holding something else"
                 )  # an odd value: the careful path names it
             column[s.row] = value
@@ -241,7 +241,7 @@ class Columns:
                 values = [values[k] for k in order]
             if name in _INT_KEYS:  # pg_id, timeout_ms: repeating integers
                 if not all(type(v) is int and -(1 << 63) < v < (1 << 63) for v in values):
-                    raise Outside(
+                    raise outside(
                         "an integer key holding something else"
                     )  # an odd value: the careful path names it
                 self.ints[name] = np.array(values, dtype=np.int64)[codes]

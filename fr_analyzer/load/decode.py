@@ -23,7 +23,7 @@ order; and every entry a dict with the same keys in the same order. So:
 The grammar has no global, no memo put out of order, no tuple holding a container, and dict
 keys are only strings or ints: none of the bombs the opcode scan guards against can be written
 in it, so a file it accepts needs no scan. Anything outside it (other protocols, Python's own
-pickler, odd values) gives None, and the file takes the general path.
+pickler, odd values) raises `outcomes.NotDecoded`, and the file takes the general path.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model.dump import Fallback, Writer
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import MAX_DEPTH, Layout, Run, layout_of
 from .opcodes import (
@@ -53,6 +54,7 @@ from .opcodes import (
     LONG_BINGET,
     MARK,
     NONE,
+    PROTO,
     PUTS,
     SETITEMS,
     SHORT_BINUNICODE,
@@ -63,14 +65,9 @@ from .opcodes import (
     TUPLE2,
     TUPLE3,
 )
-from .outcomes import Outside
+from .outcomes import NotDecoded, outside, past_limit
 
 _SCALARS = (type(None), bool, int, float, str)
-
-
-class Undecodable(Exception):
-    """Decoded entries hold something only the careful per-entry path reads, and it needs them
-    as dicts: the file is read again the general way."""
 
 
 class _Decoder:
@@ -104,7 +101,7 @@ class _Decoder:
             size = int.from_bytes(data[pos : pos + width], "little")
             end = pos + width + size
             if end > len(data):
-                raise Outside("a string runs past the end")
+                raise outside("a string runs past the end")
             value = data[pos + width : end].decode("utf-8", "surrogatepass")
             pos = end
         elif op == BININT1:
@@ -116,7 +113,7 @@ class _Decoder:
         elif op == LONG1:
             size = data[pos]
             if size > 8:
-                raise Outside("an integer wider than 8 bytes")
+                raise outside("an integer wider than 8 bytes")
             value = int.from_bytes(data[pos + 1 : pos + 1 + size], "little", signed=True)
             pos += 1 + size
         elif op == NONE:
@@ -127,28 +124,28 @@ class _Decoder:
             value, pos = struct.unpack(">d", data[pos : pos + 8])[0], pos + 8
         elif op in (EMPTY_LIST, EMPTY_DICT):
             if depth >= MAX_DEPTH or data[pos] != MARK:
-                raise Outside("containers nested too deeply")
+                raise past_limit("containers nested too deeply")
             end = APPENDS if op == EMPTY_LIST else SETITEMS
             items, pos = self.items(pos + 1, end, depth + 1)
             if op == EMPTY_LIST:
                 value = items
             else:
                 if len(items) % 2:
-                    raise Outside("a dict with an odd number of items")
+                    raise outside("a dict with an odd number of items")
                 keys = items[::2]
                 if not all(type(k) is str or type(k) is int for k in keys):
-                    raise Outside(
+                    raise outside(
                         "a dict key that is not a string or an integer"
                     )  # no key whose hash could explode
                 value = dict(zip(keys, items[1::2], strict=True))
             if data[pos] == MARK:
-                raise Outside(
+                raise outside(
                     "a second batch of items (Python's pickler writes those)"
                 )  # a second batch of items: Python's pickler, not torch's
         elif op == EMPTY_TUPLE:
             value = ()
         else:
-            raise Outside("an opcode torch's pickler does not write")
+            raise outside("an opcode torch's pickler does not write")
         if data[pos] in PUTS:
             pos = self.put(value, pos)
         return value, pos
@@ -163,7 +160,7 @@ class _Decoder:
         width = 1 if data[pos] == BINPUT else 4
         slot = int.from_bytes(data[pos + 1 : pos + 1 + width], "little")
         if slot != len(self.memo) or len(data) < pos + 1 + width:
-            raise Outside(
+            raise outside(
                 "a memo slot written out of order (not torch's pickler)"
             )  # written out of order (or twice): not torch's pickler
         self.memo.append(value)
@@ -188,7 +185,7 @@ class _Decoder:
             elif op in (TUPLE1, TUPLE2, TUPLE3):
                 size = op - TUPLE1 + 1
                 if len(items) < size:
-                    raise Outside("a tuple with too few items")
+                    raise outside("a tuple with too few items")
                 items[-size:] = [self.scalars(items[-size:])]
                 pos += 1
                 if data[pos] in PUTS:
@@ -206,7 +203,7 @@ class _Decoder:
     def scalars(items: list[Any]) -> tuple[Any, ...]:
         """The items as a tuple; only scalars (a tuple of containers could be a hash bomb)."""
         if not all(type(v) in _SCALARS for v in items):
-            raise Outside(
+            raise outside(
                 "a tuple holding a container"
             )  # a tuple of containers could be a hash bomb
         return tuple(items)
@@ -216,32 +213,42 @@ class _Decoder:
         value, ...), decoded with this decoder's memo (it may write the next memo slots)."""
         found, pos = self.fragment(data + b".").items(0, STOP, 0)
         if len(found) != 2 * size - 1 or pos != len(data) + 1:
-            raise Outside("a run of keys that is not whole")
+            raise outside("a run of keys that is not whole")
         return found[::2]
 
 
-def decode(data: bytes) -> Decoded | None:
-    """The dump, or None when the bytes are not in the form torch writes (the general path
-    reads them then, and reports what is wrong with them)."""
-    found = decode_or_why(data)
-    return found if isinstance(found, Decoded) else None
+_TORCH = "torch's pickle layout"
+_START = bytes((PROTO, 2))
+_TOP = bytes((EMPTY_DICT, MARK))
 
 
-def decode_or_why(data: bytes) -> Decoded | str:
-    """The dump, or why the bytes are not in the form torch writes."""
-    if data[:2] != b"\x80\x02":
-        if data[:1] == b"\x80" and len(data) > 1:
-            return f"pickle protocol {data[1]}: not torch's pickle layout (protocol 2)"
-        return "not torch's pickle layout"
-    if data[2:4] != b"}(":
-        return "not torch's pickle layout (the top level is not a dict)"
+def decode_torch(data: bytes) -> Decoded:
+    """The dump, decoded from bytes laid out the way torch's pickler writes them; `NotDecoded`
+    (why, in the words the rank records) when they are not."""
+    if data[:2] != _START:
+        if data[:1] == _START[:1] and len(data) > 1:
+            raise NotDecoded(
+                Fallback.NOT_THIS_LAYOUT,
+                f"pickle protocol {data[1]}: not torch's pickle layout (protocol 2)",
+            )
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not torch's pickle layout")
+    if data[2:4] != _TOP:
+        raise NotDecoded(
+            Fallback.NOT_THIS_LAYOUT, "not torch's pickle layout (the top level is not a dict)"
+        )
     try:
         found = _decode(data)
-    except Outside as exc:
-        return f"torch's pickle layout, but {exc.args[0] if exc.args else 'not read'}"
+    except NotDecoded as exc:
+        raise exc.within(Writer.TORCH_PICKLE, _TORCH) from None
     except (IndexError, UnicodeDecodeError, struct.error, RecursionError) as exc:
-        return f"torch's pickle layout, but malformed ({type(exc).__name__})"
-    return found if found is not None else "torch's pickle layout, but not ending where it should"
+        raise NotDecoded(
+            Fallback.MALFORMED,
+            f"{_TORCH}, but malformed ({type(exc).__name__})",
+            Writer.TORCH_PICKLE,
+        ) from None
+    if found is None:
+        raise outside("not ending where it should").within(Writer.TORCH_PICKLE, _TORCH)
+    return found
 
 
 def _decode(data: bytes) -> Decoded | None:
@@ -252,15 +259,15 @@ def _decode(data: bytes) -> Decoded | None:
     while data[pos] != SETITEMS:
         key, pos = reader.value(pos)
         if type(key) is not str:
-            raise Outside("a top-level key that is not a string")
+            raise outside("a top-level key that is not a string")
         if key != "entries":
             header[key], pos = reader.value(pos)
         elif data[pos : pos + 2] == b"](" and entries is None:
             entries, pos = _entries(reader, pos + 2)
             if data[pos] in PUTS or data[pos] == MARK:
-                raise Outside("a second entry list")
+                raise outside("a second entry list")
         else:
-            raise Outside("entries that are not a list")
+            raise outside("entries that are not a list")
     pos += 1
     if data[pos] in PUTS:  # torch memoizes the top-level dict too; nothing refers to it
         pos = reader.put(None, pos)
@@ -330,7 +337,7 @@ def _in_order(
             while at < len(gaps[k]):
                 at = slow_entry(gap, at, slow, k)
             if at != len(gaps[k]):
-                raise Outside("an entry read outside its layout")
+                raise outside("an entry read outside its layout")
         code = code_list[k]
         if firsts[code] != k:
             continue
@@ -343,8 +350,8 @@ def _in_order(
                 if len(memo) > size:
                     writes.add(key)
                     if entries[code] > 1:
-                        raise Outside("a memo slot written twice")
+                        raise outside("a memo slot written twice")
             elif key in writes:
-                raise Outside("a memo slot written twice")
+                raise outside("a memo slot written twice")
             values[code].append(hit)
     return Combos(order.distinct, order.codes, values)

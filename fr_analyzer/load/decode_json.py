@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from ..model.dump import Fallback, Writer
 from .columns import Columns, Decoded, IntRuns, Slow, VaryingRuns, keep_slow
 from .grammar import Run
-from .outcomes import Outside
+from .outcomes import NotDecoded, outside
 from .safety import parse_json, parse_json_prefix
 from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
 
@@ -130,27 +131,28 @@ class _Runs:
     def run(self, data: bytes, size: int) -> list[Any]:
         found = parse_json(b'{"":' + data + b"}")
         if type(found) is not dict or len(found) != size:
-            raise Outside("a run of keys that is not whole")
+            raise outside("a run of keys that is not whole")
         return list(found.values())
 
     def entry(self, pos: int) -> tuple[Any, int]:
-        raise Outside("no entry is read at a position")  # `Columns` never asks
+        raise outside("no entry is read at a position")  # `Columns` never asks
 
 
-def decode_json_or_why(data: bytes) -> Decoded | str:
-    """The dump, or why the bytes are not JSON laid out the way torch (or Python's `json`)
-    writes it."""
-    found = _entries_start(data)
-    if isinstance(found, str):
-        return found
-    pos, sep, colon = found
-    layout = "torch's JSON layout" if sep == b"," else "Python's JSON layout"
+def decode_json_layout(data: bytes) -> Decoded:
+    """The dump, decoded from JSON laid out the way torch (or Python's `json`) writes it;
+    `NotDecoded` (why, in the words the rank records) when it is not."""
+    pos, sep, colon = _entries_start(data)
+    torch = sep == b","
+    layout = "torch's JSON layout" if torch else "Python's JSON layout"
+    writer = Writer.TORCH_JSON if torch else Writer.PYTHON_JSON
     try:
         return _decode(data, pos, sep, colon)
-    except Outside as exc:
-        return f"{layout}, but {exc.args[0]}"
+    except NotDecoded as exc:
+        raise exc.within(writer, layout) from None
     except (ValueError, RecursionError, OverflowError) as exc:  # JSONDecodeError, UnicodeError
-        return f"{layout}, but malformed ({type(exc).__name__})"
+        raise NotDecoded(
+            Fallback.MALFORMED, f"{layout}, but malformed ({type(exc).__name__})", writer
+        ) from None
 
 
 def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
@@ -162,7 +164,7 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
     if tail[:1] != b"]":
         layout = _layout(_first_keys(tail), sep, colon)
         if layout.regex.match(tail) is None:
-            raise Outside("the first entry laid out otherwise (spaces, or an odd value)")
+            raise outside("the first entry laid out otherwise (spaces, or an odd value)")
         parts = layout.regex.split(tail)
         stride = len(layout.runs) + 1
         fast = (len(parts) - 1) // stride
@@ -176,12 +178,12 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         # After the last match: more entries (the match took a separator) or the array's end
         # (it did not), else a separator after the last entry, which JSON does not allow.
         if (tail.lstrip(b" \t\n\r")[:1] == b"]") == data.endswith(sep, pos, pos + read):
-            raise Outside("a separator after the last entry, or none before the next")
+            raise outside("a separator after the last entry, or none before the next")
     text = data[:pos] + tail  # the header, with the entries the expression left
     header = _header(text)
     rest = header.pop("entries", None)
     if type(rest) is not list:
-        raise Outside("not one entry list at the top level")
+        raise outside("not one entry list at the top level")
     for entry in rest:
         keep_slow(entry, slow, fast)
     columns = Columns(_Runs(), fast, slow).build(zip(runs, captured, strict=True), ints=_ints)
@@ -208,7 +210,7 @@ def _header(text: bytes) -> dict[str, Any]:
 
         found = parse_json(text, object_pairs_hook=pairs)
     if type(found) is not dict or named != 1:
-        raise Outside("not one entry list at the top level")
+        raise outside("not one entry list at the top level")
     return found
 
 
@@ -219,28 +221,30 @@ def _first_keys(tail: bytes) -> tuple[str, ...]:
     except ValueError:
         first, _ = parse_json_prefix(tail.decode("utf-8", "replace"))
     if type(first) is not dict or not first:
-        raise Outside("an entry that is not an object")
+        raise outside("an entry that is not an object")
     return tuple(first)
 
 
-def _entries_start(data: bytes) -> tuple[int, bytes, bytes] | str:
-    """Where the entry array's first element starts, and the separators the file uses; or
-    why the file is not laid out so."""
+def _entries_start(data: bytes) -> tuple[int, bytes, bytes]:
+    """Where the entry array's first element starts, and the separators the file uses;
+    `NotDecoded` when the file is not laid out so."""
     at = data.find(_ENTRIES)
     if at < 1 or data[at - 1 : at] not in (b"{", b",", b" "):
-        return "not torch's JSON layout (no entry list)"
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not torch's JSON layout (no entry list)")
     for sep, colon in _STYLES:
         opening = _ENTRIES + colon + b"["
         if data.startswith(opening, at):
             return at + len(opening), sep, colon
-    return "not torch's JSON layout (an entry list laid out otherwise)"
+    raise NotDecoded(
+        Fallback.NOT_THIS_LAYOUT, "not torch's JSON layout (an entry list laid out otherwise)"
+    )
 
 
 def _gap_entries(gap: bytes, sep: bytes, slow: list[Slow], fast_before: int) -> None:
     """The whole entries between two matches, each followed by its separator."""
     found = parse_json(b"[" + gap[: -len(sep)] + b"]") if gap.endswith(sep) else None
     if not found:  # a stray separator, or an entry read outside its layout
-        raise Outside("an entry read outside its layout")
+        raise outside("an entry read outside its layout")
     for entry in found:
         keep_slow(entry, slow, fast_before)
 

@@ -32,6 +32,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from ..model.dump import Fallback, Writer
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import MAX_DEPTH, layout_of
 from .opcodes import (
@@ -53,6 +54,7 @@ from .opcodes import (
     MARK,
     MEMOIZE,
     NONE,
+    PROTO,
     SETITEM,
     SETITEMS,
     SHORT_BINUNICODE,
@@ -62,7 +64,7 @@ from .opcodes import (
     TUPLE1,
     TUPLE3,
 )
-from .outcomes import Outside
+from .outcomes import NotDecoded, outside, past_limit
 
 _SCALARS = (str, int, float, bool, type(None))
 _MAX_MARKS = 64
@@ -80,19 +82,28 @@ the unpickler puts the list: a file where that is not the top-level dict's `entr
 nested `{"entries": [...]}` read first, a second `entries` key) is read the general way."""
 
 
-def decode_python_or_why(data: bytes) -> Decoded | str:
-    """The dump, or why the bytes are not in the form Python's pickler writes."""
-    if data[:1] != b"\x80" or len(data) < 2 or data[1] not in (4, 5):
-        return "not Python's pickle layout (protocol 4 or 5)"
+_PYTHON = "Python's pickle layout"
+_TOP = bytes((EMPTY_DICT, MEMOIZE, MARK))
+
+
+def decode_python(data: bytes) -> Decoded:
+    """The dump, decoded from bytes laid out the way Python's pickler writes them (protocol 4
+    or 5); `NotDecoded` (why, in the words the rank records) when they are not."""
+    if data[:1] != bytes((PROTO,)) or len(data) < 2 or data[1] not in (4, 5):
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not Python's pickle layout (protocol 4 or 5)")
     try:
         body = _unframe(data)
-        if body[:3] != b"}\x94(":
-            return "Python's pickle layout, but the top level is not a dict"
+        if body[:3] != _TOP:
+            raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
         return _decode(body)
-    except Outside as exc:
-        return f"Python's pickle layout, but {exc.args[0] if exc.args else 'not read'}"
+    except NotDecoded as exc:
+        raise exc.within(Writer.PYTHON_PICKLE, _PYTHON) from None
     except (IndexError, UnicodeDecodeError, struct.error, RecursionError) as exc:
-        return f"Python's pickle layout, but malformed ({type(exc).__name__})"
+        raise NotDecoded(
+            Fallback.MALFORMED,
+            f"{_PYTHON}, but malformed ({type(exc).__name__})",
+            Writer.PYTHON_PICKLE,
+        ) from None
 
 
 def _unframe(data: bytes) -> bytes:
@@ -110,9 +121,9 @@ def _unframe(data: bytes) -> bytes:
         elif data[pos] == BINUNICODE:
             start, size = pos, 5 + int.from_bytes(data[pos + 1 : pos + 5], "little")
         else:
-            raise Outside("data outside a frame")
+            raise outside("data outside a frame")
         if start + size > end:
-            raise Outside("a frame that runs past the end")
+            raise outside("a frame that runs past the end")
         parts.append(data[start : start + size])
         pos = start + size
     return b"".join(parts)
@@ -124,17 +135,17 @@ def _decode(body: bytes) -> Decoded:
 
     def entries(pos: int) -> int:
         if found:
-            raise Outside("a second entry list")
+            raise outside("a second entry list")
         columns, pos = _entries(machine, pos)
         found.append(columns)
         return pos
 
     stack, pos = machine.exec(0, len(body), entries=entries)
     if pos != len(body) or len(stack) != 1 or type(stack[0]) is not dict or not found:
-        raise Outside("not ending where it should")
+        raise outside("not ending where it should")
     header = stack[0]
     if header.get("entries") is not _THE_ENTRIES:  # the list read is not the unpickler's
-        raise Outside("an entry list that is not the top-level dict's entries")
+        raise outside("an entry list that is not the top-level dict's entries")
     del header["entries"]
     return Decoded(header, found[0])
 
@@ -168,14 +179,14 @@ class _Machine:
         reader = self.fragment(data)
         found, pos = reader.exec(0, len(data))
         if len(found) != 2 * size - 1 or pos != len(data):
-            raise Outside("a run of keys that is not whole")
+            raise outside("a run of keys that is not whole")
         return found[::2]
 
     def entry(self, pos: int) -> tuple[Any, int]:
         """The entry dict that starts at `pos`, and the position after it."""
         found, pos = self.exec(pos, len(self.data), one=True)
         if len(found) != 1:
-            raise Outside("an entry that is not whole")
+            raise outside("an entry that is not whole")
         return found[0], pos
 
     def _ref(self, value: Any) -> Any:
@@ -183,7 +194,7 @@ class _Machine:
             box = self.boxes[id(value)]
             box[2] = True
         elif type(value) is _Entry:
-            raise Outside("a reference to an entry or to the entry list")
+            raise outside("a reference to an entry or to the entry list")
         return value
 
     def _place(self, parent: Any, children: Any) -> None:
@@ -191,14 +202,14 @@ class _Machine:
         boxes = self.boxes
         box = boxes[id(parent)]
         if box[2]:
-            raise Outside("a container changed after it is referred to")
+            raise outside("a container changed after it is referred to")
         for child in children:
             if type(child) is list or type(child) is dict:
                 inner = boxes[id(child)]
                 inner[2] = True
                 if inner[1] >= box[1]:
                     if inner[1] >= MAX_DEPTH:
-                        raise Outside("containers nested too deeply")
+                        raise past_limit("containers nested too deeply")
                     box[1] = inner[1] + 1
 
     def exec(
@@ -233,7 +244,7 @@ class _Machine:
                 width = 1 if op == SHORT_BINUNICODE else 4
                 size = int.from_bytes(data[pos : pos + width], "little")
                 if pos + width + size > end:
-                    raise Outside("a string runs past the end")
+                    raise outside("a string runs past the end")
                 stack.append(
                     data[pos + width : pos + width + size].decode("utf-8", "surrogatepass")
                 )
@@ -262,42 +273,42 @@ class _Machine:
                 stack.append(container)
             elif op == APPEND:
                 if len(stack) - 2 < (marks[-1] if marks else 0):
-                    raise Outside("an append with no list")
+                    raise outside("an append with no list")
                 value = stack.pop()
                 target = stack[-1]
                 if type(target) is not list:
-                    raise Outside("an append to something other than a list")
+                    raise outside("an append to something other than a list")
                 self._place(target, (value,))
                 target.append(value)
             elif op == MARK:
                 if len(marks) >= _MAX_MARKS:
-                    raise Outside("containers nested too deeply")
+                    raise past_limit("containers nested too deeply")
                 marks.append(len(stack))
             elif op in (APPENDS, SETITEMS, SETITEM):
                 if op == SETITEM:
                     at = len(stack) - 2
                     if at - 1 < (marks[-1] if marks else 0):
-                        raise Outside("an item with no dict")
+                        raise outside("an item with no dict")
                 else:
                     if not marks:
-                        raise Outside("items without a mark")
+                        raise outside("items without a mark")
                     at = marks.pop()
                 if at < 1:
-                    raise Outside("items with no container")
+                    raise outside("items with no container")
                 items = stack[at:]
                 del stack[at:]
                 target = stack[-1]
                 if op == APPENDS:
                     if type(target) is not list:
-                        raise Outside("items appended to something other than a list")
+                        raise outside("items appended to something other than a list")
                     self._place(target, items)
                     target.extend(items)
                 else:
                     if type(target) is not dict or len(items) % 2:
-                        raise Outside("dict items that are not key and value pairs")
+                        raise outside("dict items that are not key and value pairs")
                     keys = items[::2]
                     if not all(type(k) is str or type(k) is int for k in keys):
-                        raise Outside("a dict key that is not a string or an integer")
+                        raise outside("a dict key that is not a string or an integer")
                     values = items[1::2]
                     self._place(target, values)
                     target.update(zip(keys, values, strict=True))
@@ -317,7 +328,7 @@ class _Machine:
             elif op == LONG1:
                 size = data[pos]
                 if size > 8:
-                    raise Outside("an integer wider than 8 bytes")
+                    raise outside("an integer wider than 8 bytes")
                 stack.append(int.from_bytes(data[pos + 1 : pos + 1 + size], "little", signed=True))
                 pos += 1 + size
             elif op == BINFLOAT:
@@ -326,15 +337,15 @@ class _Machine:
             elif TUPLE1 <= op <= TUPLE3 or op == TUPLE:
                 if op == TUPLE:
                     if not marks:
-                        raise Outside("a tuple without a mark")
+                        raise outside("a tuple without a mark")
                     at = marks.pop()
                 else:
                     at = len(stack) - (op - TUPLE1 + 1)
                     if at < (marks[-1] if marks else 0):
-                        raise Outside("a tuple with too few items")
+                        raise outside("a tuple with too few items")
                 items = stack[at:]
                 if not all(type(v) in _SCALARS for v in items):
-                    raise Outside("a tuple holding a container")  # could be a hash bomb
+                    raise outside("a tuple holding a container")  # could be a hash bomb
                 del stack[at:]
                 stack.append(tuple(items))
             elif op == EMPTY_TUPLE:
@@ -342,9 +353,9 @@ class _Machine:
             elif op == STOP:
                 break
             else:
-                raise Outside(f"an opcode Python's pickler does not write for a dump ({op:#x})")
+                raise outside(f"an opcode Python's pickler does not write for a dump ({op:#x})")
         if marks:
-            raise Outside("a mark left open")
+            raise outside("a mark left open")
         return stack, pos
 
 
@@ -362,7 +373,7 @@ def _next_entry(data: bytes, pos: int) -> int | None:
         return pos + 1 if after == EMPTY_DICT else None
     if op == APPEND:
         return None
-    raise Outside("an entry list holding something other than entries")
+    raise outside("an entry list holding something other than entries")
 
 
 def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
@@ -427,10 +438,10 @@ def _replay(
             while at < len(gaps[k]):
                 start = _next_entry(gap.data, at)
                 if start is None:
-                    raise Outside("the entry list ends between entries of one layout")
+                    raise outside("the entry list ends between entries of one layout")
                 at = start if start == len(gaps[k]) else slow_entry(gap, start, slow, k)
             if at != len(gaps[k]):
-                raise Outside("an entry read outside its layout")
+                raise outside("an entry read outside its layout")
         code = code_list[k]
         if firsts[code] == k:
             base = len(memo)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DumpError
-from .columns import Decoded
 from .common import (
     DEFAULT_MAX_FILE_BYTES,
     FAST_SCAN_TUPLES,
@@ -34,6 +33,7 @@ from .common import (
     short,
 )
 from .limits import LIMITS, memory_available
+from .outcomes import NotDecoded
 from .safety import decode_json, decode_pickle, parse_json, unpickle
 from .sources import Fetch, SourceError
 
@@ -41,12 +41,12 @@ from .sources import Fetch, SourceError
 @dataclass
 class Raw:
     """A loaded file: the object, how many bytes it was parsed from, notes for warnings, and
-    why the decoder did not read it ("" if it did, or was not asked to)."""
+    why the decoder did not read it (None if it did, or was not asked to)."""
 
     obj: Any
     nbytes: int
     notes: list[str]
-    fallback: str = ""
+    not_decoded: NotDecoded | None = None
 
 
 def read_raw(path: Path, rank: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Any:
@@ -74,19 +74,19 @@ def read_dump(
     where = printable(fetch.where if fetch is not None else str(path))
     data = _utf8_json(read_unpacked(path, rank, max_bytes, fetch), where, rank)
     notes: list[str] = []
-    why = ""
+    why: NotDecoded | None = None
     if starts_like_json(data):
         if fast:
-            decoded = decode_json(data)
-            if isinstance(decoded, Decoded):
-                return Raw(decoded, len(data), notes)
-            why = f"decoder: {decoded}"
+            try:
+                return Raw(decode_json(data), len(data), notes)
+            except NotDecoded as exc:
+                why = exc
         return Raw(_load_json(data, where, rank, notes), len(data), notes, why)
     if fast:
-        decoded = decode_pickle(data)
-        if isinstance(decoded, Decoded):
-            return Raw(decoded, len(data), notes)
-        why = f"decoder: {decoded}"
+        try:
+            return Raw(decode_pickle(data), len(data), notes)
+        except NotDecoded as exc:
+            why = exc
     if guarded:
         reason = explain_pickle(data) or _too_big_here(len(data))
         if reason is not None:

@@ -24,8 +24,8 @@ import pickle
 from typing import TYPE_CHECKING, Any
 
 from .common import printable
-from .decode import decode_or_why
-from .decode_python import decode_python_or_why
+from .decode import decode_torch
+from .decode_python import decode_python
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -84,17 +84,18 @@ def parse_json_prefix(text: str) -> tuple[Any, int]:
     return _JSON_PREFIX(text)
 
 
-def decode_pickle(data: bytes) -> Decoded | str:
+def decode_pickle(data: bytes) -> Decoded:
     """A pickle decoded straight into columns by the decoder of its pickler's layout (torch
-    writes protocol 2; Python's pickler, 4 or 5), or why it is not."""
+    writes protocol 2; Python's pickler, 4 or 5); `NotDecoded` (`outcomes`) says why not."""
     if data[:2] in (b"\x80\x04", b"\x80\x05"):
-        return decode_python_or_why(data)
-    return decode_or_why(data)
+        return decode_python(data)
+    return decode_torch(data)
 
 
-def decode_json(data: bytes) -> Decoded | str:
-    """JSON in torch's (or Python's `json`) layout decoded straight into columns, or why not."""
+def decode_json(data: bytes) -> Decoded:
+    """JSON in torch's (or Python's `json`) layout decoded straight into columns;
+    `NotDecoded` (`outcomes`) says why not."""
     # `decode_json` parses its pieces through this module: imported here, not at the top.
-    from .decode_json import decode_json_or_why
+    from .decode_json import decode_json_layout
 
-    return decode_json_or_why(data)
+    return decode_json_layout(data)
