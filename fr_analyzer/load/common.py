@@ -15,34 +15,22 @@ import numpy as np
 from ..model.records import State
 from .limits import LIMITS
 
-# Limits. Genuine dumps are far inside every one of them. The table is `limits.Limits`; the
-# names below are its values, kept for the modules that read them.
+# Limits. Genuine dumps are far inside every one of them. Each is a field of the one table,
+# `limits.Limits` (its docstrings say what each bounds); the names below are its values, bound
+# once for the modules that read them in their loops.
 DEFAULT_MAX_FILE_BYTES = LIMITS.max_file_bytes
-"""Largest rank file read, counted after gunzip (`--max-file-size`)."""
-MAX_SEQ_ID = 1 << 62
-"""Largest sequence id: a per-group counter never gets near it."""
-MAX_NUMEL = 1 << 40
-"""Largest number of elements in one tensor shape (2**40 elements is terabytes)."""
-MAX_DURATION_MS = 1e10
-"""Longest duration believed (115 days); longer, negative or NaN durations count as unknown."""
-MAX_DIMS = 64
-"""Most dimensions in one tensor shape."""
+MAX_SEQ_ID = LIMITS.max_seq_id
+MAX_NUMEL = LIMITS.max_numel
+MAX_DURATION_MS = LIMITS.max_duration_ms
+MAX_DIMS = LIMITS.max_dims
 GZIP_MAX_RATIO = LIMITS.gzip_max_ratio
-"""Refuse gzip data that inflates more than this many times (dumps compress about 5-30x)..."""
 GZIP_RATIO_FLOOR = LIMITS.gzip_ratio_floor
-"""...once it has produced this many bytes."""
-FAST_SCAN_TUPLES = 20_000
-"""Pickles with more tuples than this (a genuine one has one per entry) get the exact check."""
-MAX_TUPLE_NODES = 10_000
-"""Most tuples one tuple may hold, counted through nesting and repeats (hashing visits each)."""
+FAST_SCAN_TUPLES = LIMITS.fast_scan_tuples
+MAX_TUPLE_NODES = LIMITS.max_tuple_nodes
 EXPANSION_FACTOR = LIMITS.expansion_factor
 EXPANSION_FLOOR = LIMITS.expansion_floor
-"""A file's entries may expand to at most FACTOR x its bytes + FLOOR items (entries, shapes,
-dimensions, dtypes, frames). Every item costs at least one byte unless the pickle refers to one
-list many times, so only such repetition (a memo bomb) gets near the limit."""
-MIN_ENTRY_BYTES = 16
-DENSE_FLOOR = 10_000
-"""More entries than max(DENSE_FLOOR, bytes / MIN_ENTRY_BYTES) cannot be real entries."""
+MIN_ENTRY_BYTES = LIMITS.min_entry_bytes
+DENSE_FLOOR = LIMITS.dense_floor
 
 NO_TIME = -1
 STATES = {

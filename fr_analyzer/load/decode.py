@@ -220,6 +220,7 @@ class _Decoder:
 _TORCH = "torch's pickle layout"
 _START = bytes((PROTO, 2))
 _TOP = bytes((EMPTY_DICT, MARK))
+_LIST = bytes((EMPTY_LIST, MARK))
 
 
 def decode_torch(data: bytes) -> Decoded:
@@ -262,7 +263,7 @@ def _decode(data: bytes) -> Decoded | None:
             raise outside("a top-level key that is not a string")
         if key != "entries":
             header[key], pos = reader.value(pos)
-        elif data[pos : pos + 2] == b"](" and entries is None:
+        elif data[pos : pos + 2] == _LIST and entries is None:
             entries, pos = _entries(reader, pos + 2)
             if data[pos] in PUTS or data[pos] == MARK:
                 raise outside("a second entry list")

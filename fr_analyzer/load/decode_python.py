@@ -67,7 +67,6 @@ from .opcodes import (
 from .outcomes import NotDecoded, outside, past_limit
 
 _SCALARS = (str, int, float, bool, type(None))
-_MAX_MARKS = 64
 
 
 class _Entry:
@@ -84,6 +83,8 @@ nested `{"entries": [...]}` read first, a second `entries` key) is read the gene
 
 _PYTHON = "Python's pickle layout"
 _TOP = bytes((EMPTY_DICT, MEMOIZE, MARK))
+_LIST_STARTS = (bytes((MEMOIZE, MARK)), bytes((MEMOIZE, EMPTY_DICT)))  # a batch, or one entry
+_AN_ENTRY_STARTS = bytes((EMPTY_DICT,))
 
 
 def decode_python(data: bytes) -> Decoded:
@@ -262,7 +263,7 @@ class _Machine:
                     and len(marks) == 1
                     and (len(stack) - marks[0]) % 2
                     and stack[-1] == "entries"
-                    and data[pos : pos + 2] in (b"\x94(", b"\x94}")  # a batch, or one entry
+                    and data[pos : pos + 2] in _LIST_STARTS  # a batch, or one entry
                 ):
                     memo.append(_AN_ENTRY)  # the list: nothing refers to it
                     pos = entries(pos + 1 + (data[pos + 1] == MARK))
@@ -281,7 +282,7 @@ class _Machine:
                 self._place(target, (value,))
                 target.append(value)
             elif op == MARK:
-                if len(marks) >= _MAX_MARKS:
+                if len(marks) >= MAX_DEPTH:
                     raise past_limit("containers nested too deeply")
                 marks.append(len(stack))
             elif op in (APPENDS, SETITEMS, SETITEM):
@@ -433,7 +434,7 @@ def _replay(
         memo.extend(itertools.chain.from_iterable(map(added.__getitem__, code_list[done:k])))
         done = k
         if gaps[k]:
-            gap = machine.fragment(gaps[k] + b"}")  # the next entry's first byte: a lookahead
+            gap = machine.fragment(gaps[k] + _AN_ENTRY_STARTS)  # the next entry's first byte
             at = 0
             while at < len(gaps[k]):
                 start = _next_entry(gap.data, at)

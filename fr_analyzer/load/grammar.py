@@ -11,39 +11,73 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .limits import LIMITS
+from .opcodes import CODES
 from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
 
-MAX_DEPTH = 64
-"""Containers nested deeper than this are left to the general path."""
+MAX_DEPTH = LIMITS.max_nesting
+"""Containers nested deeper than this are left to the general path (`Limits.max_nesting`)."""
 
-# How the entry expression reads the value of each key.
-_INT_BODY = (
-    rb"K.|M..|J....|\x8a(?:\x00|\x01.|\x02..|\x03...|\x04....|\x05.{5}|\x06.{6}|\x07.{7}|\x08.{8})"
+
+# How the entry expression reads the value of each key. Each `<NAME>` is that opcode's byte
+# (`opcodes`); the other bytes are data (lengths, memo slots, values).
+def _ops(template: bytes) -> bytes:
+    """`template` with each `<NAME>` replaced by the byte of that opcode, escaped."""
+    return re.sub(rb"<([A-Z0-9_]+)>", lambda m: re.escape(bytes([CODES[m[1].decode()]])), template)
+
+
+_INT_BODY = _ops(
+    rb"<BININT1>.|<BININT2>..|<BININT>....|<LONG1>"
+    rb"(?:\x00|\x01.|\x02..|\x03...|\x04....|\x05.{5}|\x06.{6}|\x07.{7}|\x08.{8})"
 )
-_REF_BODY = rb"h.|j...."
+_REF_BODY = _ops(rb"<BINGET>.|<LONG_BINGET>....")
 # A string first written inside an entry (a new op name or frame): BINUNICODE of up to 255
 # bytes, then its memo put. And a frame dict first written inside an entry's frames: its keys
 # and values references, new strings or integers, then its memo put.
-_PUT = rb"(?:q.|r....)"
+_PUT = _ops(rb"(?:<BINPUT>.|<LONG_BINPUT>....)")
 _TEXT = (
-    b"X(?:"
+    _ops(b"<BINUNICODE>(?:")
     + b"|".join(re.escape(bytes([n])) + b"\x00\x00\x00.{%d}" % n for n in range(256))
     + b")"
     + _PUT
 )
 _REF_OR_TEXT = _REF_BODY + b"|" + _TEXT
-_FRAME = _REF_BODY + rb"|\}\((?:" + _REF_OR_TEXT + b"|N|" + _INT_BODY + rb")*+u" + _PUT
+_NEW_DICT, _NEW_LIST = _ops(b"<EMPTY_DICT><MARK>"), _ops(b"<EMPTY_LIST><MARK>")
+_NONE, _SETITEMS, _APPENDS = _ops(b"<NONE>"), _ops(b"<SETITEMS>"), _ops(b"<APPENDS>")
+_FRAME = (
+    _REF_BODY
+    + b"|"
+    + _NEW_DICT
+    + b"(?:"
+    + _REF_OR_TEXT
+    + b"|"
+    + _NONE
+    + b"|"
+    + _INT_BODY
+    + b")*+"
+    + _SETITEMS
+    + _PUT
+)
 _BODY = {
     "int": _INT_BODY,
-    "optional int": b"N|" + _INT_BODY,
-    "flag": rb"[\x88\x89N]",
+    "optional int": _NONE + b"|" + _INT_BODY,
+    "flag": _ops(b"[<NEWTRUE><NEWFALSE><NONE>]"),
     "ref": _REF_OR_TEXT,
-    "refs": rb"\]\((?:" + _REF_OR_TEXT + rb")*+e",
-    "frames": rb"\]\((?:" + _FRAME + rb")*+e",
-    "shapes": rb"\]\((?:\]\((?:" + _INT_BODY + rb")*+e)*+e",  # a dimension past 2**31: LONG1
-    "pair": rb"(?:" + _REF_OR_TEXT + rb")(?:" + _REF_OR_TEXT + rb")\x86",
-    "float": rb"N|G.{8}",
-    "scalar": b"N|[\\x88\\x89]|G.{8}|" + _REF_BODY + b"|" + _INT_BODY,
+    "refs": _NEW_LIST + b"(?:" + _REF_OR_TEXT + b")*+" + _APPENDS,
+    "frames": _NEW_LIST + b"(?:" + _FRAME + b")*+" + _APPENDS,
+    # a dimension past 2**31: LONG1
+    "shapes": _NEW_LIST
+    + b"(?:"
+    + _NEW_LIST
+    + b"(?:"
+    + _INT_BODY
+    + b")*+"
+    + _APPENDS
+    + b")*+"
+    + _APPENDS,
+    "pair": b"(?:" + _REF_OR_TEXT + b")(?:" + _REF_OR_TEXT + b")" + _ops(b"<TUPLE2>"),
+    "float": _ops(b"<NONE>|<BINFLOAT>.{8}"),
+    "scalar": _ops(b"<NONE>|[<NEWTRUE><NEWFALSE>]|<BINFLOAT>.{8}|") + _REF_BODY + b"|" + _INT_BODY,
 }
 # Keys whose values differ from entry to entry (`Key.varying`): their runs are read as integers
 # with numpy. The values of the other keys repeat, and a run of them is decoded once per
@@ -85,38 +119,103 @@ class Layout:
 # How Python's pickler (protocols 4 and 5) writes the same values: every list, dict and tuple
 # is memoized (MEMOIZE, no slot number: equal values stay equal bytes), a list of one item is
 # appended alone (APPEND), and a list, tuple or frames list met before is a memo reference.
+_MEMO_LIST, _MEMOIZE = _ops(b"<EMPTY_LIST><MEMOIZE>"), _ops(b"<MEMOIZE>")
+_MARK, _APPEND = _ops(b"<MARK>"), _ops(b"<APPEND>")
 _PY_INTS = b"(?:" + _INT_BODY + b")"
-_PY_SHAPE = rb"(?:\]\x94(?:\(" + _PY_INTS + rb"++e|" + _PY_INTS + rb"a)?|" + _REF_BODY + rb")"
+_PY_SHAPE = (
+    b"(?:"
+    + _MEMO_LIST
+    + b"(?:"
+    + _MARK
+    + _PY_INTS
+    + b"++"
+    + _APPENDS
+    + b"|"
+    + _PY_INTS
+    + _APPEND
+    + b")?|"
+    + _REF_BODY
+    + b")"
+)
 # A string written again (another object of the same value: some writers build one per
 # entry), or first written inside an entry, instead of referred to: SHORT_BINUNICODE (up to
 # 255 bytes), then MEMOIZE.
 _PY_TEXT = (
-    b"\x8c(?:" + b"|".join(re.escape(bytes([n])) + b".{%d}" % n for n in range(256)) + b")\x94"
+    _ops(b"<SHORT_BINUNICODE>(?:")
+    + b"|".join(re.escape(bytes([n])) + b".{%d}" % n for n in range(256))
+    + b")"
+    + _MEMOIZE
 )
 _PY_REF_OR_TEXT = _REF_BODY + b"|" + _PY_TEXT
 # A frame dict first written inside an entry's frames (Python's pickler writes each distinct
 # frame once, where it is first met): its keys and values references, new strings or integers.
-_PY_FRAME = _REF_BODY + rb"|\}\x94\((?:" + _PY_REF_OR_TEXT + b"|N|" + _INT_BODY + rb")*+u"
+_PY_FRAME = (
+    _REF_BODY
+    + b"|"
+    + _ops(b"<EMPTY_DICT><MEMOIZE><MARK>")
+    + b"(?:"
+    + _PY_REF_OR_TEXT
+    + b"|"
+    + _NONE
+    + b"|"
+    + _INT_BODY
+    + b")*+"
+    + _SETITEMS
+)
+
+
+def _py_list(item: bytes) -> bytes:
+    """A list as Python's pickler writes it: memoized, then its items in a batch, one item
+    appended alone, or none; or a reference to one met before."""
+    return (
+        _MEMO_LIST
+        + b"(?:"
+        + _MARK
+        + b"(?:"
+        + item
+        + b")++"
+        + _APPENDS
+        + b"|(?:"
+        + item
+        + b")"
+        + _APPEND
+        + b")?|"
+        + _REF_BODY
+    )
+
+
 _PY_BODY = _BODY | {
     "ref": _PY_REF_OR_TEXT,
     "scalar": _BODY["scalar"] + b"|" + _PY_TEXT,
-    "refs": rb"\]\x94(?:\((?:"
-    + _PY_REF_OR_TEXT
-    + rb")++e|(?:"
-    + _PY_REF_OR_TEXT
-    + rb")a)?|"
+    "refs": _py_list(_PY_REF_OR_TEXT),
+    "frames": _py_list(_PY_FRAME),
+    "shapes": _MEMO_LIST
+    + b"(?:"
+    + _MARK
+    + _PY_SHAPE
+    + b"++"
+    + _APPENDS
+    + b"|"
+    + _PY_SHAPE
+    + _APPEND
+    + b")?|"
     + _REF_BODY,
-    "frames": rb"\]\x94(?:\((?:" + _PY_FRAME + rb")++e|(?:" + _PY_FRAME + rb")a)?|" + _REF_BODY,
-    "shapes": rb"\]\x94(?:\(" + _PY_SHAPE + rb"++e|" + _PY_SHAPE + rb"a)?|" + _REF_BODY,
     # The reference first: it is what every entry but the first holds, and tried second it
     # would cost a failed tuple on each.
-    "pair": _REF_BODY + rb"|(?:" + _PY_REF_OR_TEXT + rb")(?:" + _PY_REF_OR_TEXT + rb")\x86\x94",
+    "pair": _REF_BODY
+    + b"|(?:"
+    + _PY_REF_OR_TEXT
+    + b")(?:"
+    + _PY_REF_OR_TEXT
+    + b")"
+    + _ops(b"<TUPLE2><MEMOIZE>"),
 }
 # An entry of Python's: its dict memoized. The entry list's batch boundaries (Python's pickler
 # appends a thousand items at a time) are left between two matches, where the exact reader
 # takes them: an expression that began with an optional boundary would be tried at every byte,
 # where one that begins with a fixed string is only tried where that string is (10% of a split).
-_START = {False: rb"\}\(", True: rb"\}\x94\("}
+_START = {False: _NEW_DICT, True: _ops(b"<EMPTY_DICT><MEMOIZE><MARK>")}
+_END = _SETITEMS
 
 _LAYOUTS: dict[tuple[bool, tuple[tuple[str, int], ...]], Layout] = {}  # compiled, per process
 _LAYOUTS_MOST = 64
@@ -146,7 +245,7 @@ def layout_of(keys: Sequence[tuple[str, int]], python: bool = False) -> Layout:
                 names.append(name)
             parts.append(b")")
             runs.append(Run(tuple(names), varying, tuple(refs)))
-        parts.append(b"u")
+        parts.append(_END)
         if len(_LAYOUTS) >= _LAYOUTS_MOST:
             _LAYOUTS.clear()
         found = _LAYOUTS[ident] = Layout(tuple(runs), re.compile(b"".join(parts), re.DOTALL))

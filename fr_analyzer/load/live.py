@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import UsageError
+from .limits import LIMITS
 from .safety import parse_json
 
 _T = TypeVar("_T")
@@ -46,7 +47,7 @@ STACKS = "stacks.txt"
 FR_HANDLERS = ("fr_trace_json", "dump_nccl_trace_json", "torchcomms_fr_trace_json")
 """The handlers that serve a rank's Flight Recorder, in the order a tie is broken."""
 STACKS_HANDLER = "dump_traceback"
-MAX_BODY_BYTES = 1 << 30
+MAX_BODY_BYTES = LIMITS.live_max_body_bytes
 _RANK_KEY = re.compile(r"debug_server/rank(\d+): b(?:'|&#39;|\")([^'\"&<\s]+)")
 
 

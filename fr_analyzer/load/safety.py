@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .common import printable
 from .decode import decode_torch
 from .decode_python import decode_python
+from .opcodes import PROTO
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 # had when the package was loaded.
 _JSON_LOADS = json.loads
 _JSON_PREFIX = json.JSONDecoder().raw_decode
-_FRAMED = (b"\x80\x04", b"\x80\x05")  # PROTO 4 and 5: the pickle is cut into frames
+_FRAMED = (bytes((PROTO, 4)), bytes((PROTO, 5)))  # protocols 4 and 5: cut into frames
 
 
 class NoGlobalsUnpickler(pickle.Unpickler):
@@ -87,7 +88,7 @@ def parse_json_prefix(text: str) -> tuple[Any, int]:
 def decode_pickle(data: bytes) -> Decoded:
     """A pickle decoded straight into columns by the decoder of its pickler's layout (torch
     writes protocol 2; Python's pickler, 4 or 5); `NotDecoded` (`outcomes`) says why not."""
-    if data[:2] in (b"\x80\x04", b"\x80\x05"):
+    if data[:2] in _FRAMED:
         return decode_python(data)
     return decode_torch(data)
 
