@@ -79,6 +79,7 @@ _DECOMPRESSORS: dict[str, Callable[[IO[bytes]], io.BufferedIOBase]] = {
 
 
 def archive_source(kind: str, opener: Opener, label: str) -> Source:
+    """The source of the archive `opener` opens: a zip, or a tar (`kind`: `tar.<compression>`)."""
     if kind == "zip":
         return ZipArchive(opener, label)
     return TarArchive(opener, label, kind.partition(".")[2])
@@ -89,10 +90,14 @@ def archive_source(kind: str, opener: Opener, label: str) -> Source:
 
 
 class Opener(Protocol):
-    @property
-    def name(self) -> str: ...
+    """What opens an archive: a local file, or a URL's bytes."""
 
-    def open(self) -> IO[bytes]: ...
+    @property
+    def name(self) -> str:
+        """The archive's name, for messages."""
+
+    def open(self) -> IO[bytes]:
+        """The archive opened for random access."""
 
     def stream(self) -> IO[bytes]:
         """Opened to be read once from the start (a URL without range requests)."""
@@ -101,9 +106,12 @@ class Opener(Protocol):
 
 @dataclass(frozen=True)
 class LocalFile:
+    """An archive on the local disk, opened only if it is a regular file."""
+
     name: str
 
     def open(self) -> IO[bytes]:
+        """The file opened for reading; an OSError if it is not a regular file."""
         fd = os.open(self.name, O_FLAGS)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -111,6 +119,7 @@ class LocalFile:
         return open(fd, "rb")
 
     def stream(self) -> IO[bytes]:
+        """The file opened for reading (a local file is read in place either way)."""
         return self.open()
 
 
@@ -129,6 +138,7 @@ def _member_problem(name: str, is_file: bool, link: str | None, what: str) -> st
 
 
 def over_limit(size: int, max_bytes: int) -> str:
+    """Why a member of `size` bytes is refused under `max_bytes` (`""` if it is not)."""
     return (
         f"member is {size} bytes, over the {max_bytes}-byte limit (see --max-file-size)"
         if size > max_bytes
@@ -165,6 +175,8 @@ def _read_bounded(stream: IO[bytes], max_bytes: int, packed: int = 0) -> bytes:
 
 @dataclass(frozen=True)
 class ZipMember:
+    """A member of a zip archive, read from the archive when asked."""
+
     archive: Opener
     name: str
     where: str
@@ -173,6 +185,7 @@ class ZipMember:
     mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
+        """The member's bytes, inflated; a SourceError past the size or ratio limits."""
         if problem := over_limit(self.size, max_bytes):
             raise SourceError(problem)
         if self.size > GZIP_RATIO_FLOOR and self.size > GZIP_MAX_RATIO * max(self.packed, 1):
@@ -205,6 +218,8 @@ def _zip(opener: Opener) -> zipfile.ZipFile:
 
 
 class ZipArchive(Source):
+    """A zip archive as a source of dump files."""
+
     kind = "zip"
 
     def __init__(self, opener: Opener, label: str) -> None:
@@ -212,6 +227,7 @@ class ZipArchive(Source):
         self.label = label
 
     def listing(self, problems: list[str]) -> Iterator[Listed]:
+        """The members, each with its problem (`""` if none); archive-wide ones in `problems`."""
         try:
             with self.opener.open() as stream, zipfile.ZipFile(stream) as archive:
                 infos = archive.infolist()
@@ -230,6 +246,7 @@ class ZipArchive(Source):
             yield Listed(info.filename, where, problem, info)
 
     def head(self, item: Listed) -> bytes:
+        """The member's first bytes, to sniff its format (`b""` when it cannot be read)."""
         try:
             with _zip(self.opener).open(item.handle) as stream:
                 return stream.read(16)
@@ -237,6 +254,7 @@ class ZipArchive(Source):
             return b""
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
+        """The member as the dump file of `rank`, read from the archive when fetched."""
         info: zipfile.ZipInfo = item.handle
         fetch: Fetch
         if item.problem:
@@ -253,6 +271,7 @@ class ZipArchive(Source):
         return DumpFile(rank, Path(item.name), fetch)
 
     def owns(self, path: Path) -> bool:
+        """Whether `path` is this archive's own file."""
         return isinstance(self.opener, LocalFile) and _same_file(path, Path(self.opener.name))
 
 
@@ -433,6 +452,7 @@ class TarMember:
     mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
+        """The member's bytes, read at its offset; a SourceError past the limit or if truncated."""
         if problem := over_limit(self.size, max_bytes):
             raise SourceError(problem)
         try:
@@ -459,6 +479,7 @@ class Streamed:
     mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
+        """The bytes handed over with the task; a SourceError with the reason they could not be."""
         if self.problem:
             raise SourceError(self.problem)
         if problem := over_limit(self.size, max_bytes):
@@ -469,6 +490,8 @@ class Streamed:
 
 
 class TarArchive(Source):
+    """A tar archive (plain or compressed) as a source of dump files."""
+
     def __init__(self, opener: Opener, label: str, compression: str) -> None:
         self.opener = opener
         self.label = label
@@ -534,10 +557,12 @@ class TarArchive(Source):
         return skipped + ([self.stopped] if self.stopped else [])
 
     def head(self, item: Listed) -> bytes:
+        """The member's first bytes, kept when the archive was listed."""
         tar_item: _TarItem = item.handle
         return tar_item.head
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
+        """The member as the dump file of `rank`: read in place (plain tar) or streamed."""
         tar_item: _TarItem = item.handle
         self.taken.add(item.where)
         fetch: Fetch
@@ -552,11 +577,13 @@ class TarArchive(Source):
         return DumpFile(rank, Path(item.name), fetch)
 
     def tasks(self, files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
+        """The files as tasks: a compressed tar's read in one pass, in order (`StreamedFiles`)."""
         if not self.compression:
             return files
         return StreamedFiles(self, files, max_bytes)
 
     def owns(self, path: Path) -> bool:
+        """Whether `path` is this archive's own file."""
         return isinstance(self.opener, LocalFile) and _same_file(path, Path(self.opener.name))
 
 
@@ -608,6 +635,7 @@ class StreamedFiles(Sequence[DumpFile]):
         return self._held.get(i) or self._files[i]  # released: its result is already in
 
     def release(self, i: int) -> None:
+        """Forget the bytes of file `i`: its result is in."""
         self._held.pop(i, None)
 
     def _read_next(self) -> None:

@@ -64,6 +64,7 @@ class Worker:
 
     @property
     def host_port(self) -> tuple[str, int]:
+        """The debug server's host and port, from its URL; a FetchError if it has none."""
         parts = urllib.parse.urlsplit(self.url)
         if parts.hostname is None:
             raise FetchError(f"rank {self.rank}: {self.url!r} is not an http://host:port address")
@@ -99,11 +100,14 @@ class Snapshot:
 
     @property
     def unanswered(self) -> list[Answer]:
+        """The answers from ranks that no handler answered."""
         return [a for a in self.answers if a.handler is None]
 
 
 @dataclass(frozen=True)
 class Settings:
+    """How a live job is polled: snapshots, their interval, timeouts and concurrency."""
+
     snapshots: int = 2
     interval_s: float = 10.0
     timeout_s: float = 30.0

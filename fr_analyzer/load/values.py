@@ -31,6 +31,8 @@ from .limits import LIMITS, MIB
 
 
 class EntryError(Exception):
+    """One entry's value cannot be read; the message says which and why."""
+
     pass
 
 
@@ -60,6 +62,7 @@ def as_int(value: Any, what: str) -> int:
 
 
 def seq_id(value: Any, what: str) -> int:
+    """A sequence id from `value` (-1 unset); an EntryError if negative or out of range."""
     result = value if type(value) is int else as_int(value, what)
     if result < -1:
         raise EntryError("negative sequence id")
@@ -69,6 +72,7 @@ def seq_id(value: Any, what: str) -> int:
 
 
 def timestamp(value: Any) -> int:
+    """A timestamp in ns from `value`, or NO_TIME when it is unset, zero or not an integer."""
     if value is None or value == 0 or isinstance(value, bool):
         return NO_TIME
     try:
@@ -79,6 +83,7 @@ def timestamp(value: Any) -> int:
 
 
 def int_or_unset(value: Any) -> int:
+    """An int64 from `value`, or -1 when it is unset or not an integer."""
     if type(value) is int and -INT64_MAX <= value <= INT64_MAX:
         return value
     try:
@@ -88,6 +93,7 @@ def int_or_unset(value: Any) -> int:
 
 
 def duration(value: Any) -> float:
+    """A duration in ms from `value`, or NaN when it is unset, negative or past MAX_DURATION_MS."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return math.nan
     try:
@@ -144,6 +150,7 @@ class Interner:
         self.values: list[Any] = []
 
     def __call__(self, value: Any) -> int:
+        """The code of `value`, a new one if it is new."""
         code = self.codes.get(value)
         if code is None:
             code = self.codes[value] = len(self.values)
@@ -220,6 +227,7 @@ class ValueReader:
         self.stack_lists: dict[int, _Cached] = {}
 
     def bomb(self) -> Bomb:
+        """The Bomb refusing this file: its entries expand past the limit."""
         return Bomb(
             f"refused: its entries expand to over {self.limit} items (shape dimensions, dtypes,"
             f" frames) from {self.nbytes} bytes: a pickle that repeats references to big lists"
@@ -251,6 +259,7 @@ class ValueReader:
         return cached
 
     def name(self, pname: str) -> tuple[str, str, int, int, int] | EntryError:
+        """The parts of a profiling name (cached), or the EntryError it gives."""
         try:
             parsed: tuple[str, str, int, int, int] | EntryError = parse_name(pname)
         except EntryError as exc:
@@ -262,6 +271,7 @@ class ValueReader:
     # the list's id; the caller looks the id up first.
 
     def shapes_of(self, value: Any, what: str) -> _Cached:
+        """The code of a list of shapes (cached per object), and the items it holds."""
         try:
             if value is None:
                 found: _Cached = (self.shapes(()), 0)
@@ -276,6 +286,7 @@ class ValueReader:
         return found
 
     def dtypes_of(self, value: Any) -> _Cached:
+        """The code of a list of dtypes (cached per object), and the items it holds."""
         try:
             if value is None:
                 found: _Cached = (self.dtypes(()), 0)
@@ -300,6 +311,7 @@ class ValueReader:
         return found
 
     def stack_of(self, value: Any) -> _Cached:
+        """The code of a stack of frames (cached per object), and the items it holds."""
         if not isinstance(value, list | tuple) or not value:
             found: _Cached = (-1, 0)
         else:
@@ -360,6 +372,7 @@ class ValueReader:
 
 
 def dims(shape: Any, what: str) -> tuple[int, ...]:
+    """A shape's dimensions; an EntryError for a non-list, negative or absurd shape."""
     if not isinstance(shape, list | tuple):
         raise EntryError(f"{what} holds a non-list shape")
     if len(shape) > MAX_DIMS:

@@ -92,9 +92,11 @@ class RankColumns:
 
     @property
     def n(self) -> int:
+        """The number of entries."""
         return len(self.record_id)
 
     def arrays(self) -> dict[str, np.ndarray]:
+        """Every column, by name."""
         return {name: getattr(self, name) for name in COLUMNS}
 
 
