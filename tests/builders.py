@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fr_analyzer.load.columns import Decoded
+from fr_analyzer.load.decoders.columns import Decoded
 from fr_analyzer.load.outcomes import NotDecoded
 
 

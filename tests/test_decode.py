@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from benchmarks.gen import Spec, simulation, torch_pickle
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
-from fr_analyzer.load.columns import Decoded, run_ints
 from fr_analyzer.load.common import MAX_SEQ_ID
-from fr_analyzer.load.decode import decode_torch
-from fr_analyzer.load.decode_python import decode_python
+from fr_analyzer.load.decoders.columns import Decoded, run_ints
+from fr_analyzer.load.decoders.decode import decode_torch
+from fr_analyzer.load.decoders.decode_python import decode_python
 from fr_analyzer.load.outcomes import NotDecoded
 from fr_analyzer.load.safety import decode_pickle
 from fr_analyzer.model.dump import RankDump, Reader

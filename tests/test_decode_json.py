@@ -12,8 +12,8 @@ import pytest
 from hypothesis import event, given
 
 from fr_analyzer.load import DumpFile, build_rank, load_rank
-from fr_analyzer.load.columns import Decoded
-from fr_analyzer.load.decode_json import decode_json_layout
+from fr_analyzer.load.decoders.columns import Decoded
+from fr_analyzer.load.decoders.decode_json import decode_json_layout
 from fr_analyzer.load.outcomes import NotDecoded
 from fr_analyzer.model.dump import Reader
 from fr_analyzer.model.records import UnreadableDump

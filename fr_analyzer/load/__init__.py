@@ -12,11 +12,11 @@ one table of an entry's keys that every reader follows.
 
 Three readers, fastest first, and each rank records which one read it (`Reader`) and why a
 faster one did not: the decoders read a dump laid out the way its writer lays it out straight
-into columns, with no unpickler or JSON parser over the entries and no dict per entry (`decode`:
-torch's pickler; `decode_python`: Python's; `decode_json`: torch's JSON, or Python's `json`),
-over what they share: `opcodes` (each opcode's byte, from `pickletools`), `grammar` (the layout
-expressions of both picklers), `columns` (the columns builder) and `outcomes` (`NotDecoded`: why
-a reader did not read a file, as a `Fallback` reason every decision is made on); `columnar`
+into columns, with no unpickler or JSON parser over the entries and no dict per entry
+(`decoders`: one reader per format, `decode` for torch's pickler, `decode_python` for Python's,
+`decode_json` for torch's JSON or Python's `json`, over the `opcodes`, `grammar` and `columns`
+they share); a reader that does not read a file raises `outcomes.NotDecoded`, whose `Fallback`
+reason every decision is made on; `columnar`
 reads unpickled or parsed JSON entries one key at a time, each distinct value validated once;
 `careful` reads anything else entry by entry and names every problem. The report's warnings
 name ranks that fell to the careful reader, and why.

@@ -23,8 +23,8 @@ from ..model.backends import KNOWN_BACKENDS
 from ..model.dump import COLUMNS
 from ..model.ops import KNOWN_OPS, MARKER_OPS
 from ..model.records import Frame, P2PKind
-from .columns import EntryColumns, distinct_codes
 from .common import INT64_MAX, MAX_SEQ_ID, NO_TIME, STATES, printable
+from .decoders.columns import EntryColumns, distinct_codes
 from .outcomes import slower
 from .schema import KEPT_KEYS
 from .values import EntryError, ValueReader, as_int, duration, plain, plain_shape

@@ -20,8 +20,8 @@ from ..model.dump import Fallback, RankColumns, RankDump
 from ..model.records import UnreadableDump
 from . import dialects, hosts, limits, sandbox, stamps, torchft
 from .archives import StreamedFiles
-from .columns import Decoded
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
+from .decoders.columns import Decoded
 from .limits import content_bytes
 from .normalize import build_rank
 from .outcomes import NotDecoded

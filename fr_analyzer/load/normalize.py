@@ -23,8 +23,8 @@ from ..model.records import UnitKind
 from .blocks import find_blocks
 from .careful import careful_columns
 from .columnar import fast_columns
-from .columns import Decoded, EntryColumns
 from .common import DENSE_FLOOR, INT64_MAX, MIN_ENTRY_BYTES
+from .decoders.columns import Decoded, EntryColumns
 from .hosts import host_in_header
 from .outcomes import NotDecoded
 from .values import Bomb, EntryError, ValueReader, as_int, int_or_unset, parse_ranks

@@ -24,14 +24,14 @@ import pickle
 from typing import TYPE_CHECKING, Any
 
 from .common import printable
-from .decode import decode_torch
-from .decode_python import decode_python
-from .opcodes import PROTO
+from .decoders.decode import decode_torch
+from .decoders.decode_python import decode_python
+from .decoders.opcodes import PROTO
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .columns import Decoded
+    from .decoders.columns import Decoded
 
 # Bound once, as `NoGlobalsUnpickler`'s base is: what this module calls is what the interpreter
 # had when the package was loaded.
@@ -97,6 +97,6 @@ def decode_json(data: bytes) -> Decoded:
     """JSON in torch's (or Python's `json`) layout decoded straight into columns;
     `NotDecoded` (`outcomes`) says why not."""
     # `decode_json` parses its pieces through this module: imported here, not at the top.
-    from .decode_json import decode_json_layout
+    from .decoders.decode_json import decode_json_layout
 
     return decode_json_layout(data)

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..model.dump import Fallback, Writer
+from ...model.dump import Fallback, Writer
+from ..outcomes import NotDecoded, outside, past_limit
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import MAX_DEPTH, Layout, Run, layout_of
 from .opcodes import (
@@ -65,7 +66,6 @@ from .opcodes import (
     TUPLE2,
     TUPLE3,
 )
-from .outcomes import NotDecoded, outside, past_limit
 
 _SCALARS = (type(None), bool, int, float, str)
 

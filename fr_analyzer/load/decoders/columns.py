@@ -14,11 +14,11 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ..limits import LIMITS
+from ..outcomes import outside, past_limit
+from ..schema import ENTRY_KEYS, REQUIRED_KEYS, Kind, keys_of
 from .grammar import Run
-from .limits import LIMITS
 from .opcodes import BININT, BININT1, BININT2, LONG1, NONE
-from .outcomes import outside, past_limit
-from .schema import ENTRY_KEYS, REQUIRED_KEYS, Kind, keys_of
 
 MAX_SLOW_ENTRIES = LIMITS.max_entries_outside_layout
 """Entries read by the exact decoder before the unpickler is cheaper (`Limits`)."""

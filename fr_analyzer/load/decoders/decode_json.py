@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from ..model.dump import Fallback, Writer
+from ...model.dump import Fallback, Writer
+from ..outcomes import NotDecoded, outside
+from ..safety import parse_json, parse_json_prefix
+from ..schema import ENTRY_KEYS, VARYING_KEYS, Kind
 from .columns import Columns, Decoded, IntRuns, Slow, VaryingRuns, keep_slow
 from .grammar import Run
-from .outcomes import NotDecoded, outside
-from .safety import parse_json, parse_json_prefix
-from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
 
 _INT = rb"-?(?:0|[1-9][0-9]*+)"
 _NUMBER = _INT + rb"(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?|NaN|-?Infinity"

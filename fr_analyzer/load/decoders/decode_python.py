@@ -32,7 +32,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from ..model.dump import Fallback, Writer
+from ...model.dump import Fallback, Writer
+from ..outcomes import NotDecoded, outside, past_limit
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import MAX_DEPTH, layout_of
 from .opcodes import (
@@ -64,7 +65,6 @@ from .opcodes import (
     TUPLE1,
     TUPLE3,
 )
-from .outcomes import NotDecoded, outside, past_limit
 
 _SCALARS = (str, int, float, bool, type(None))
 

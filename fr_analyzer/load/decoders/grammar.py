@@ -11,9 +11,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .limits import LIMITS
+from ..limits import LIMITS
+from ..schema import ENTRY_KEYS, VARYING_KEYS, Kind
 from .opcodes import CODES
-from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
 
 MAX_DEPTH = LIMITS.max_nesting
 """Containers nested deeper than this are left to the general path (`Limits.max_nesting`)."""
