@@ -29,7 +29,7 @@ from fr_analyzer.load.decoders.decode import decode_torch
 from fr_analyzer.load.decoders.decode_python import decode_python
 from fr_analyzer.load.outcomes import NotDecoded
 from fr_analyzer.load.safety import decode_pickle
-from fr_analyzer.model.dump import RankDump, Reader
+from fr_analyzer.model.dump import Fallback, RankDump, Reader, Writer
 from fr_analyzer.model.records import UnreadableDump
 from tests.builders import make_dump, make_entry, or_why
 from tools.frsim.writers import TorchPickleWriter, python_pickle
@@ -721,3 +721,22 @@ def test_a_shapes_list_shared_by_input_and_output_sizes_names_the_right_key() ->
     rows[1]["input_sizes"] = shared
     dump = make_dump(rows)  # Python's pickle keeps `shared` one list; torch's writes it twice
     same_rank(by_unpickler(pickle.dumps(dump, protocol=4)), by_unpickler(torch_bytes(dump)))
+
+
+def test_a_decoder_says_why_not_as_a_reason_and_the_writer_whose_layout_it_found() -> None:
+    # GIVEN a dump in torch's layout, cut short, and a dump Python's pickler wrote
+    data = torch_bytes(make_dump(entries(4)))
+    cut, other = data[: len(data) // 2], pickle.dumps(make_dump(entries(4)), protocol=4)
+    # WHEN torch's decoder reads them
+    with pytest.raises(NotDecoded) as in_torch:
+        decode_torch(cut)
+    with pytest.raises(NotDecoded) as not_torch:
+        decode_torch(other)
+    # THEN each says why as a reason (the words unchanged), and in whose layout it found them
+    assert in_torch.value.reason is Fallback.OUTSIDE_GRAMMAR
+    assert in_torch.value.writer is Writer.TORCH_PICKLE
+    assert str(in_torch.value) == "torch's pickle layout, but a string runs past the end"
+    assert not_torch.value.reason is Fallback.NOT_THIS_LAYOUT and not_torch.value.writer is None
+    assert str(not_torch.value) == "pickle protocol 4: not torch's pickle layout (protocol 2)"
+    # AND Python's decoder finds the second in Python's layout
+    assert isinstance(decode_any(other), Decoded)
