@@ -22,7 +22,7 @@ from .load.remote import Remote
 from .load.sources import Directory, Source
 from .match import MatchResult, match
 from .match.findings import collect
-from .model.dump import RankDump, Reader
+from .model.dump import RankDump, Reader, Writer
 from .model.groups import GroupTable, build_groups
 from .model.ranks import agree, compact
 from .model.records import DumpSummary, Finding, UnreadableDump
@@ -282,7 +282,8 @@ def _dialects(loaded: list[RankDump]) -> list[str]:
     ]
 
 
-_TORCH_LAYOUT_BUT = ("decoder: torch's pickle layout, but", "decoder: torch's JSON layout, but")
+_TORCH_WRITERS = frozenset({Writer.TORCH_PICKLE, Writer.TORCH_JSON})
+"""A rank in torch's own layout that the decoder did not read is worth a warning."""
 
 
 def _slow_readers(loaded: list[RankDump]) -> list[str]:
@@ -294,7 +295,7 @@ def _slow_readers(loaded: list[RankDump]) -> list[str]:
             by_reason.setdefault(("read entry by entry (slower)", dump.fallback), []).append(
                 dump.rank
             )
-        elif dump.fallback.startswith(_TORCH_LAYOUT_BUT):
+        elif dump.fallback_writer in _TORCH_WRITERS:
             by_reason.setdefault(("not decoded", dump.fallback), []).append(dump.rank)
     return [
         f"{agree(ranks, 'rank', 'ranks')} {compact(ranks)} {how}: {reason}"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from fr_analyzer.load.decoders.columns import Decoded
+from fr_analyzer.load.outcomes import NotDecoded
 
 
 def make_entry(
@@ -104,3 +107,15 @@ def write_dumps(
         else:
             (directory / f"{prefix}{rank}").write_bytes(pickle.dumps(dump))
     return directory
+
+
+def or_why(decoder: Callable[[bytes], Decoded]) -> Callable[[bytes], Decoded | str]:
+    """`decoder`, giving the words a rank records (`NotDecoded`'s) instead of raising them."""
+
+    def decode(data: bytes) -> Decoded | str:
+        try:
+            return decoder(data)
+        except NotDecoded as exc:
+            return str(exc)
+
+    return decode

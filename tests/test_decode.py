@@ -24,13 +24,25 @@ from hypothesis import strategies as st
 from benchmarks.gen import Spec, simulation, torch_pickle
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
 from fr_analyzer.load.common import MAX_SEQ_ID
-from fr_analyzer.load.decode import Decoded, Undecodable, _run_ints, decode
-from fr_analyzer.load.decode_python import decode_python_or_why
-from fr_analyzer.load.safety import decode_pickle as decode_any
-from fr_analyzer.model.dump import RankDump, Reader
+from fr_analyzer.load.decoders.columns import Decoded, run_ints
+from fr_analyzer.load.decoders.decode import decode_torch
+from fr_analyzer.load.decoders.decode_python import decode_python
+from fr_analyzer.load.outcomes import NotDecoded
+from fr_analyzer.load.safety import decode_pickle
+from fr_analyzer.model.dump import Fallback, RankDump, Reader, Writer
 from fr_analyzer.model.records import UnreadableDump
-from tests.builders import make_dump, make_entry
+from tests.builders import make_dump, make_entry, or_why
 from tools.frsim.writers import TorchPickleWriter, python_pickle
+
+decode_any = or_why(decode_pickle)
+decode_python_or_why = or_why(decode_python)
+
+
+def decode(data: bytes) -> Decoded | None:
+    """The dump torch's decoder reads from `data`, or None when it does not."""
+    found = or_why(decode_torch)(data)
+    return found if isinstance(found, Decoded) else None
+
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 
@@ -96,9 +108,9 @@ def same_rank(a: RankDump | UnreadableDump, b: RankDump | UnreadableDump) -> Non
         other = getattr(b.columns, name)
         assert value.dtype == other.dtype and np.array_equal(value, other, equal_nan=True), name
     assert a.tables == b.tables
-    assert replace(a, reader=b.reader, fallback=b.fallback, columns=None, tables=None) == replace(
-        b, columns=None, tables=None
-    )
+    a = replace(a, reader=b.reader, fallback=b.fallback, fallback_reason=b.fallback_reason)
+    a = replace(a, fallback_writer=b.fallback_writer, columns=None, tables=None)
+    assert a == replace(b, columns=None, tables=None)
 
 
 def by_unpickler(data: bytes, rank: int = 0) -> RankDump:
@@ -325,7 +337,7 @@ def test_integers_of_every_pickled_width_decode_exactly() -> None:
     caps = [pickle.dumps(v, protocol=2)[2:-1] for v in values]  # the opcode and its argument
     caps.append(b"N")
     values.append(-1)
-    ((column,),) = _run_ints([(caps, ())])
+    ((column,),) = run_ints([(caps, ())])
     assert column.tolist() == values
     # Runs of three, with a short and a long key reference between them.
     third = len(caps) // 3
@@ -333,7 +345,7 @@ def test_integers_of_every_pickled_width_decode_exactly() -> None:
         caps[0 : 3 * third : 3], caps[1 : 3 * third : 3], caps[2 : 3 * third : 3], strict=True
     )
     run = [a + b"h\x05" + b + b"j\x00\x01\x00\x00" + c for a, b, c in triples]
-    (columns, (alone,)) = _run_ints([(run, (2, 5)), (caps[::-1], ())])
+    (columns, (alone,)) = run_ints([(run, (2, 5)), (caps[::-1], ())])
     assert [c.tolist() for c in columns] == [values[i : 3 * third : 3] for i in range(3)]
     assert alone.tolist() == values[::-1]
 
@@ -422,7 +434,7 @@ def test_odd_values_in_decoded_entries_go_through_the_careful_path(tmp_path: Pat
     data = torch_bytes(make_dump(rows))
     decoded = decode(data)
     assert decoded is not None
-    with pytest.raises(Undecodable):
+    with pytest.raises(NotDecoded):
         build_rank(decoded, 0, "f", nbytes=len(data))
     result = load_rank(file_of(tmp_path, data))
     assert isinstance(result, RankDump)
@@ -654,7 +666,7 @@ def test_the_decoder_and_the_unpickler_give_the_same_columns(dump: dict[str, Any
     expected = by_unpickler(data)
     try:
         decoded = by_decoder(data)
-    except Undecodable:
+    except NotDecoded:
         # A value only the careful reader takes: the loader reads the file again as dicts.
         # The column-wise reader must leave the unpickled entries to it as well.
         event("left to the careful reader")
@@ -679,7 +691,7 @@ def test_pythons_pickler_is_decoded_alike_or_left_to_the_unpickler(dump: dict[st
         found = decode_any(data)
         if isinstance(found, Decoded):
             event(f"Python's protocol {protocol}: decoded")
-            with contextlib.suppress(Undecodable):
+            with contextlib.suppress(NotDecoded):
                 same_rank(build_rank(found, 0, "f", nbytes=len(data)), unpickled)
         elif protocol >= 4:
             event(f"Python's protocol {protocol}: {found.split(' (')[0]}")
@@ -709,3 +721,22 @@ def test_a_shapes_list_shared_by_input_and_output_sizes_names_the_right_key() ->
     rows[1]["input_sizes"] = shared
     dump = make_dump(rows)  # Python's pickle keeps `shared` one list; torch's writes it twice
     same_rank(by_unpickler(pickle.dumps(dump, protocol=4)), by_unpickler(torch_bytes(dump)))
+
+
+def test_a_decoder_says_why_not_as_a_reason_and_the_writer_whose_layout_it_found() -> None:
+    # GIVEN a dump in torch's layout, cut short, and a dump Python's pickler wrote
+    data = torch_bytes(make_dump(entries(4)))
+    cut, other = data[: len(data) // 2], pickle.dumps(make_dump(entries(4)), protocol=4)
+    # WHEN torch's decoder reads them
+    with pytest.raises(NotDecoded) as in_torch:
+        decode_torch(cut)
+    with pytest.raises(NotDecoded) as not_torch:
+        decode_torch(other)
+    # THEN each says why as a reason (the words unchanged), and in whose layout it found them
+    assert in_torch.value.reason is Fallback.OUTSIDE_GRAMMAR
+    assert in_torch.value.writer is Writer.TORCH_PICKLE
+    assert str(in_torch.value) == "torch's pickle layout, but a string runs past the end"
+    assert not_torch.value.reason is Fallback.NOT_THIS_LAYOUT and not_torch.value.writer is None
+    assert str(not_torch.value) == "pickle protocol 4: not torch's pickle layout (protocol 2)"
+    # AND Python's decoder finds the second in Python's layout
+    assert isinstance(decode_any(other), Decoded)

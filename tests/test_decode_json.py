@@ -12,12 +12,13 @@ import pytest
 from hypothesis import event, given
 
 from fr_analyzer.load import DumpFile, build_rank, load_rank
-from fr_analyzer.load.decode import Decoded, Undecodable
-from fr_analyzer.load.decode_json import decode_json_or_why
+from fr_analyzer.load.decoders.columns import Decoded
+from fr_analyzer.load.decoders.decode_json import decode_json_layout
+from fr_analyzer.load.outcomes import NotDecoded
 from fr_analyzer.model.dump import Reader
 from fr_analyzer.model.records import UnreadableDump
 from fr_analyzer.pipeline import Options, analyze
-from tests.builders import make_dump
+from tests.builders import make_dump, or_why
 from tests.test_decode import PROPERTY, entries, fr_dumps, same_rank
 
 
@@ -35,7 +36,7 @@ def python_json(dump: dict[str, Any]) -> bytes:
 def outcome(data: bytes) -> str:
     """`decoded` (and then the columns are exactly json.loads's), `declined` (valid JSON the
     decoder leaves to the general path) or `invalid` (refused by both)."""
-    found = decode_json_or_why(data)
+    found = or_why(decode_json_layout)(data)
     try:
         expected = json.loads(data)
     except ValueError:
@@ -46,7 +47,7 @@ def outcome(data: bytes) -> str:
     by_json = build_rank(expected, 0, "f", nbytes=len(data))
     try:
         decoded = build_rank(found, 0, "f", nbytes=len(data))
-    except Undecodable:  # only the careful reader takes it: the loader reads the file again
+    except NotDecoded:  # only the careful reader takes it: the loader reads the file again
         assert by_json.reader is Reader.PER_ENTRY
         return "decoded"
     same_rank(decoded, by_json)
@@ -66,7 +67,7 @@ def test_json_is_decoded_to_exactly_what_json_loads_gives(dump: dict[str, Any]) 
         found = outcome(data)
         event(f"{name}: {found}")
         if found == "declined":
-            why = decode_json_or_why(data)
+            why = or_why(decode_json_layout)(data)
             assert isinstance(why, str)
             assert "malformed (OverflowError)" in why or "too many entries" in why, why
 
@@ -178,5 +179,5 @@ def test_a_first_entry_longer_than_64_kib_gives_the_layout_all_the_same() -> Non
     ]
     text = torch_json(make_dump(rows))
     assert text.index(b"}]", text.index(b'"frames"')) > 1 << 16
-    assert isinstance(decode_json_or_why(text), Decoded)
+    assert isinstance(or_why(decode_json_layout)(text), Decoded)
     assert outcome(text) == "decoded"

@@ -244,10 +244,10 @@ def test_fast_and_careful_normalization_agree_on_every_sample_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from fr_analyzer.load import normalize
-    from fr_analyzer.load.columnar import Slower
+    from fr_analyzer.load.outcomes import slower
 
     def refuse(*args: object) -> NoReturn:
-        raise Slower("forced by the test")
+        raise slower("forced by the test")
 
     samples = Path(__file__).resolve().parent.parent / "sample_dumps"
     files = [f for d in sorted(samples.iterdir()) for f in discover(d).files]

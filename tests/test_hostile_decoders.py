@@ -16,7 +16,7 @@ import pickle
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -25,13 +25,18 @@ from hypothesis import strategies as st
 from fr_analyzer import analyze
 from fr_analyzer.errors import DumpError
 from fr_analyzer.load import DumpFile, build_rank, columnar, discover, load_rank, reading
-from fr_analyzer.load.decode import _BINGET, Decoded, Undecodable
-from fr_analyzer.load.safety import decode_pickle as decode_any
-from fr_analyzer.model.dump import RankDump, Reader
+from fr_analyzer.load.decoders.columns import Decoded
+from fr_analyzer.load.decoders.opcodes import BINGET
+from fr_analyzer.load.outcomes import NotDecoded
+from fr_analyzer.load.safety import decode_pickle
+from fr_analyzer.model.dump import Fallback, RankDump, Reader
 from fr_analyzer.pipeline import Options
+from tests.builders import or_why
 from tests.test_decode import by_unpickler, same_rank, slot_of, torch_bytes
 from tests.test_decode_json import outcome, torch_json
 from tests.test_scenarios import Expected
+
+decode_any = or_why(decode_pickle)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 HEALTHY = "gloo_healthy"  # EXPECTED: ok
@@ -106,10 +111,15 @@ def answer(job: Path, decoders: bool = True) -> tuple[str, str]:
     return analysis.conclusion.status.value, analysis.conclusion.answer
 
 
+def _switched_off(data: bytes) -> NoReturn:
+    """A decoder that reads nothing."""
+    raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "decoders switched off")
+
+
 def decoders_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every file read the general way (the loader's workers fork, and inherit this)."""
     for name in ("decode_pickle", "decode_json"):  # the door's decoders, as `reading` calls them
-        monkeypatch.setattr(reading, name, lambda data: "decoders switched off")
+        monkeypatch.setattr(reading, name, _switched_off)
 
 
 def assert_genuine_answer(job: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,7 +253,7 @@ def odd_dtypes(dump: dict[str, Any], at: int) -> bytes:
 def flipped_dtype_byte(data: bytes) -> bytes:
     """Torch's own bytes with one byte flipped: the last `input_dtypes: [Float]`, a memo
     reference to the string, made to refer to a container (the first slot holding one)."""
-    ref = bytes([_BINGET, slot_of(data, "input_dtypes")]) + b"](h"
+    ref = bytes([BINGET, slot_of(data, "input_dtypes")]) + b"](h"
     ref += bytes([slot_of(data, "Float")]) + b"e"
     where = data.rindex(ref) + 5
     for slot in range(256):
@@ -277,7 +287,7 @@ def test_an_unhashable_decoded_value_hands_the_rank_to_the_general_path_which_ke
     assert isinstance(decode_any(data), Decoded)  # in the decoders' grammar
     job = job_with(tmp_path, HEALTHY, 0, data)
     # THEN the decoded columns are refused as such, not as a malformed dump
-    with pytest.raises(Undecodable, match="of an odd type"):
+    with pytest.raises(NotDecoded, match="of an odd type"):
         build_rank(decode_any(data), 0, "f", nbytes=len(data))
     # AND the rank is read again and kept, the odd entry skipped with its reason
     found = loaded_as_by_the_general_path(rank_file(job, 0), 0)
@@ -300,7 +310,7 @@ def test_an_unforeseen_type_error_on_decoded_columns_is_a_reread_not_a_lost_rank
     path = tmp_path / "rank_0.pkl"
     path.write_bytes(data)
     # THEN the TypeError met on the decoded columns hands the rank to the general path
-    with pytest.raises(Undecodable, match="TypeError: unhashable type"):
+    with pytest.raises(NotDecoded, match="TypeError: unhashable type"):
         build_rank(decode_any(data), 0, "f", nbytes=len(data))
     found = loaded_as_by_the_general_path(path, 0)
     assert "does not take (TypeError: unhashable type" in found.fallback, found.fallback
@@ -422,7 +432,7 @@ def pickle_outcome(data: bytes) -> str:
         return "declined"
     try:
         decoded = build_rank(found, 0, "f", nbytes=len(data))
-    except Undecodable:
+    except NotDecoded:
         assert isinstance(expected, RankDump) and expected.reader is Reader.PER_ENTRY
         return "decoded, left to the careful reader"
     except DumpError as exc:
@@ -468,7 +478,7 @@ def test_odd_values_the_decoders_take_never_lose_the_rank(
 ) -> None:
     """Values of odd types anywhere an entry's coded columns come from (shared objects, as
     Python's pickler writes them by memo reference): the loader (decoder, then the general
-    path on `Undecodable`) gives what the unpickler and the general path give."""
+    path on `NotDecoded`) gives what the unpickler and the general path give."""
     dump = sample(HEALTHY, 0)
     shared = {"name": "x", "filename": "y", "line": 1}
     dump["shared"] = shared
@@ -483,7 +493,7 @@ def test_odd_values_the_decoders_take_never_lose_the_rank(
     try:
         decoded = build_rank(found, 0, "f", nbytes=len(data))
         event("decoded")
-    except Undecodable:
+    except NotDecoded:
         decoded = expected  # the loader reads the file again: the general path's
         event("read again")
     same_rank(decoded, expected)

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
-from fr_analyzer.load.decode import Decoded, decode
-from fr_analyzer.load.decode_json import decode_json_or_why
+from fr_analyzer.load.decoders.columns import Decoded
+from fr_analyzer.load.decoders.decode import decode_torch
+from fr_analyzer.load.decoders.decode_json import decode_json_layout
 from fr_analyzer.model.dump import RankDump, Reader
 from fr_analyzer.model.records import State
+from tests.builders import or_why
 from tests.test_decode import by_decoder, by_unpickler, same_rank
 
 DATA = Path(__file__).resolve().parent / "data" / "torch213"
@@ -110,7 +112,7 @@ def test_torch_written_pickles_take_the_decoder_and_give_what_the_unpickler_give
 ) -> None:
     for file in rank_files(name):
         data = file.path.read_bytes()
-        assert decode(data) is not None, file.path.name
+        assert isinstance(or_why(decode_torch)(data), Decoded), file.path.name
         same_rank(by_decoder(data, file.rank), by_unpickler(data, file.rank))
         assert pickle.loads(data)["entries"], file.path.name
 
@@ -118,7 +120,7 @@ def test_torch_written_pickles_take_the_decoder_and_give_what_the_unpickler_give
 def test_torch_written_json_takes_the_decoder_and_gives_what_json_loads_gives() -> None:
     for file in rank_files("healthy_json"):
         data = file.path.read_bytes()
-        decoded = decode_json_or_why(data)
+        decoded = or_why(decode_json_layout)(data)
         assert isinstance(decoded, Decoded), decoded
         by_json = build_rank(json.loads(data), file.rank, "f", nbytes=len(data))
         same_rank(build_rank(decoded, file.rank, "f", nbytes=len(data)), by_json)

@@ -34,7 +34,7 @@ from typing import IO, Any, Protocol
 
 from ..errors import DiscoveryError
 from . import limits
-from .common import _O_FLAGS, GZIP_MAX_RATIO, GZIP_RATIO_FLOOR, printable
+from .common import GZIP_MAX_RATIO, GZIP_RATIO_FLOOR, O_FLAGS, printable
 from .sources import DumpFile, Fetch, Listed, Refused, Source, SourceError
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
@@ -83,6 +83,7 @@ _DECOMPRESSORS: dict[str, Callable[[IO[bytes]], io.BufferedIOBase]] = {
 
 
 def archive_source(kind: str, opener: Opener, label: str) -> Source:
+    """The source of the archive `opener` opens: a zip, or a tar (`kind`: `tar.<compression>`)."""
     if kind == "zip":
         return ZipArchive(opener, label)
     return TarArchive(opener, label, kind.partition(".")[2])
@@ -93,10 +94,14 @@ def archive_source(kind: str, opener: Opener, label: str) -> Source:
 
 
 class Opener(Protocol):
-    @property
-    def name(self) -> str: ...
+    """What opens an archive: a local file, or a URL's bytes."""
 
-    def open(self) -> IO[bytes]: ...
+    @property
+    def name(self) -> str:
+        """The archive's name, for messages."""
+
+    def open(self) -> IO[bytes]:
+        """The archive opened for random access."""
 
     def stream(self) -> IO[bytes]:
         """Opened to be read once from the start (a URL without range requests)."""
@@ -105,16 +110,20 @@ class Opener(Protocol):
 
 @dataclass(frozen=True)
 class LocalFile:
+    """An archive on the local disk, opened only if it is a regular file."""
+
     name: str
 
     def open(self) -> IO[bytes]:
-        fd = os.open(self.name, _O_FLAGS)
+        """The file opened for reading; an OSError if it is not a regular file."""
+        fd = os.open(self.name, O_FLAGS)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError(0, "not a regular file")
         return open(fd, "rb")
 
     def stream(self) -> IO[bytes]:
+        """The file opened for reading (a local file is read in place either way)."""
         return self.open()
 
 
@@ -133,6 +142,7 @@ def _member_problem(name: str, is_file: bool, link: str | None, what: str) -> st
 
 
 def over_limit(size: int, max_bytes: int) -> str:
+    """Why a member of `size` bytes is refused under `max_bytes` (`""` if it is not)."""
     return (
         f"member is {size} bytes, over the {max_bytes}-byte limit (see --max-file-size)"
         if size > max_bytes
@@ -169,6 +179,8 @@ def _read_bounded(stream: IO[bytes], max_bytes: int, packed: int = 0) -> bytes:
 
 @dataclass(frozen=True)
 class ZipMember:
+    """A member of a zip archive, read from the archive when asked."""
+
     archive: Opener
     name: str
     where: str
@@ -177,6 +189,7 @@ class ZipMember:
     mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
+        """The member's bytes, inflated; a SourceError past the size or ratio limits."""
         if problem := over_limit(self.size, max_bytes):
             raise SourceError(problem)
         if self.size > GZIP_RATIO_FLOOR and self.size > GZIP_MAX_RATIO * max(self.packed, 1):
@@ -209,6 +222,8 @@ def _zip(opener: Opener) -> zipfile.ZipFile:
 
 
 class ZipArchive(Source):
+    """A zip archive as a source of dump files."""
+
     kind = "zip"
 
     def __init__(self, opener: Opener, label: str) -> None:
@@ -216,6 +231,7 @@ class ZipArchive(Source):
         self.label = label
 
     def listing(self, problems: list[str]) -> Iterator[Listed]:
+        """The members, each with its problem (`""` if none); archive-wide ones in `problems`."""
         try:
             with self.opener.open() as stream, zipfile.ZipFile(stream) as archive:
                 infos = archive.infolist()
@@ -234,6 +250,7 @@ class ZipArchive(Source):
             yield Listed(info.filename, where, problem, info)
 
     def head(self, item: Listed) -> bytes:
+        """The member's first bytes, to sniff its format (`b""` when it cannot be read)."""
         try:
             with _zip(self.opener).open(item.handle) as stream:
                 return stream.read(16)
@@ -241,6 +258,7 @@ class ZipArchive(Source):
             return b""
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
+        """The member as the dump file of `rank`, read from the archive when fetched."""
         info: zipfile.ZipInfo = item.handle
         fetch: Fetch
         if item.problem:
@@ -257,6 +275,7 @@ class ZipArchive(Source):
         return DumpFile(rank, Path(item.name), fetch)
 
     def owns(self, path: Path) -> bool:
+        """Whether `path` is this archive's own file."""
         return isinstance(self.opener, LocalFile) and _same_file(path, Path(self.opener.name))
 
 
@@ -437,6 +456,7 @@ class TarMember:
     mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
+        """The member's bytes, read at its offset; a SourceError past the limit or if truncated."""
         if problem := over_limit(self.size, max_bytes):
             raise SourceError(problem)
         try:
@@ -463,6 +483,7 @@ class Streamed:
     mtime_ns: int | None = None  # the member's modification time: when it was dumped, or later
 
     def read(self, max_bytes: int) -> bytes:
+        """The bytes handed over with the task; a SourceError with the reason they could not be."""
         if self.problem:
             raise SourceError(self.problem)
         if problem := over_limit(self.size, max_bytes):
@@ -473,6 +494,8 @@ class Streamed:
 
 
 class TarArchive(Source):
+    """A tar archive (plain or compressed) as a source of dump files."""
+
     def __init__(self, opener: Opener, label: str, compression: str) -> None:
         self.opener = opener
         self.label = label
@@ -538,10 +561,12 @@ class TarArchive(Source):
         return skipped + ([self.stopped] if self.stopped else [])
 
     def head(self, item: Listed) -> bytes:
+        """The member's first bytes, kept when the archive was listed."""
         tar_item: _TarItem = item.handle
         return tar_item.head
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
+        """The member as the dump file of `rank`: read in place (plain tar) or streamed."""
         tar_item: _TarItem = item.handle
         self.taken.add(item.where)
         fetch: Fetch
@@ -556,11 +581,13 @@ class TarArchive(Source):
         return DumpFile(rank, Path(item.name), fetch)
 
     def tasks(self, files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
+        """The files as tasks: a compressed tar's read in one pass, in order (`StreamedFiles`)."""
         if not self.compression:
             return files
         return StreamedFiles(self, files, max_bytes)
 
     def owns(self, path: Path) -> bool:
+        """Whether `path` is this archive's own file."""
         return isinstance(self.opener, LocalFile) and _same_file(path, Path(self.opener.name))
 
 
@@ -612,6 +639,7 @@ class StreamedFiles(Sequence[DumpFile]):
         return self._held.get(i) or self._files[i]  # released: its result is already in
 
     def release(self, i: int) -> None:
+        """Forget the bytes of file `i`: its result is in."""
         self._held.pop(i, None)
 
     def _read_next(self) -> None:

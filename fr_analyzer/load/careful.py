@@ -15,7 +15,7 @@ from ..model.backends import KNOWN_BACKENDS
 from ..model.dump import READ_COLUMNS
 from ..model.ops import KNOWN_OPS, MARKER_OPS
 from ..model.records import P2PKind, State
-from .common import _INT64_MAX, _STATES, MAX_SEQ_ID, _short
+from .common import INT64_MAX, MAX_SEQ_ID, STATES, short
 from .values import EntryError, ValueReader, as_int, duration, int_or_unset, seq_id, timestamp
 
 
@@ -53,17 +53,17 @@ def careful_columns(entries: Any, read: ValueReader, limit: int) -> Careful:
                 raise EntryError("entry is not a mapping")
             pg = entry.get("process_group")
             if not isinstance(pg, list | tuple) or len(pg) != 2:
-                raise EntryError(f"bad process_group {_short(pg)}")
+                raise EntryError(f"bad process_group {short(pg)}")
             pg_name, pg_desc = pg
             if type(pg_name) is not str or len(pg_name) > 64 or not pg_name.isprintable():
                 pg_name = text(pg_name)
             if type(pg_desc) is not str or len(pg_desc) > 64 or not pg_desc.isprintable():
                 pg_desc = text(pg_desc)
             if pg_name is None or pg_desc is None:
-                raise EntryError(f"bad process_group {_short(pg[0])}, {_short(pg[1])}")
+                raise EntryError(f"bad process_group {short(pg[0])}, {short(pg[1])}")
             pname = entry.get("profiling_name")
             if type(pname) is not str:
-                raise EntryError(f"bad profiling_name {_short(pname, 60)}")
+                raise EntryError(f"bad profiling_name {short(pname, 60)}")
             parsed = names.get(pname) or read.name(pname)
             if isinstance(parsed, EntryError):
                 raise parsed
@@ -75,10 +75,10 @@ def careful_columns(entries: Any, read: ValueReader, limit: int) -> Careful:
             if type(p2p_seq) is not int or not -1 <= p2p_seq <= MAX_SEQ_ID:
                 p2p_seq = seq_id(p2p_seq, "p2p_seq_id")
             record_id = entry.get("record_id", i)
-            if type(record_id) is not int or not -_INT64_MAX <= record_id <= _INT64_MAX:
+            if type(record_id) is not int or not -INT64_MAX <= record_id <= INT64_MAX:
                 record_id = as_int(record_id, "record_id")
             state_text = entry.get("state")
-            state = _STATES.get(state_text) if type(state_text) is str else None
+            state = STATES.get(state_text) if type(state_text) is str else None
             in_shape, counted = read.shape_code(entry.get("input_sizes"), "input_sizes")
             items += counted
             out_shape, counted = read.shape_code(entry.get("output_sizes"), "output_sizes")
@@ -94,7 +94,7 @@ def careful_columns(entries: Any, read: ValueReader, limit: int) -> Careful:
             stack_code = hit[0]
             items += hit[1]
             if p2p_kind == P2PKind.NONE and entry.get("is_p2p") is True and op not in MARKER_OPS:
-                raise EntryError(f"is_p2p entry {_short(pname, 60)} is neither send nor recv")
+                raise EntryError(f"is_p2p entry {short(pname, 60)} is neither send nor recv")
             group_code = group_code_of((pg_name, pg_desc))
             pg_id = entry.get("pg_id")
             if type(pg_id) is int:
@@ -104,7 +104,7 @@ def careful_columns(entries: Any, read: ValueReader, limit: int) -> Careful:
             continue
         if state is None:
             state = State.UNKNOWN
-            odd_states[_short(state_text, 20)] += 1
+            odd_states[short(state_text, 20)] += 1
         if backend not in KNOWN_BACKENDS:
             unknown_backends.add(backend)
         if op not in KNOWN_OPS:

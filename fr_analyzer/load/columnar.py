@@ -2,8 +2,9 @@
 loops, each distinct value (op, group, shapes, dtypes, stack) validated once.
 
 It takes entries unpickled or parsed from JSON (lists of dicts), and the columns that `decode`
-reads from torch-layout pickles. Anything unusual raises `Slower` with the reason, and the
-careful per-entry reader (`careful`) reads the rank instead, naming every problem.
+reads from torch-layout pickles. Anything unusual raises `NotDecoded` (`outcomes.slower`) with
+the reason, and the careful per-entry reader (`careful`) reads the rank instead, naming every
+problem.
 """
 
 from __future__ import annotations
@@ -22,15 +23,11 @@ from ..model.backends import KNOWN_BACKENDS
 from ..model.dump import COLUMNS
 from ..model.ops import KNOWN_OPS, MARKER_OPS
 from ..model.records import Frame, P2PKind
-from .common import _INT64_MAX, _STATES, MAX_SEQ_ID, NO_TIME, printable
-from .decode import EntryColumns, distinct_codes
+from .common import INT64_MAX, MAX_SEQ_ID, NO_TIME, STATES, printable
+from .decoders.columns import EntryColumns, distinct_codes
+from .outcomes import slower
 from .schema import KEPT_KEYS
 from .values import EntryError, ValueReader, as_int, duration, plain, plain_shape
-
-
-class Slower(Exception):
-    """The column-wise reader does not take this rank; the message says why."""
-
 
 _Fast = tuple[dict[str, Any], dict[int, int], set[str], set[str]]
 
@@ -157,12 +154,12 @@ def _state_codes(states: Sequence[Any] | _CodedColumn) -> npt.NDArray[np.int8] |
     """The state code of each entry; None when a state is not a known one."""
     if (
         not set(map(type, _distinct(states))) <= {str}
-        or not set(_distinct(states)) <= _STATES.keys()
+        or not set(_distinct(states)) <= STATES.keys()
     ):
         return None
     if isinstance(states, _CodedColumn):
-        return _codes(states.values, _STATES).astype(np.int8)[states.codes]
-    return _codes(states, _STATES).astype(np.int8)
+        return _codes(states.values, STATES).astype(np.int8)[states.codes]
+    return _codes(states, STATES).astype(np.int8)
 
 
 def _durations(values: Sequence[Any] | _CodedColumn) -> npt.NDArray[np.float64]:
@@ -203,7 +200,7 @@ _SIGNATURE_KEYS = (
 
 def fast_columns(entries: Any, read: ValueReader, limit: int) -> _Fast:
     """Columns of a rank whose entries are all well formed, one pass per key in C-level loops,
-    each distinct value validated once. Anything unusual raises `Slower`: the careful
+    each distinct value validated once. Anything unusual raises `NotDecoded`: the careful
     per-entry path reads the rank then, and names every problem."""
     if not isinstance(entries, EntryColumns):
         keyed = _keyed(entries, read)
@@ -218,11 +215,11 @@ def fast_columns(entries: Any, read: ValueReader, limit: int) -> _Fast:
     except (TypeError, ValueError) as exc:
         # `_keyed_columns` hands on only the plain values `_keyed` checks for, so this is a
         # decoded value nobody foresaw, or a bug of ours. Either way the rank is read again
-        # from dicts (Undecodable), and the reason stays in its `fallback`: an odd value is
+        # from dicts (`NotDecoded`), and the reason stays in its `fallback`: an odd value is
         # then named per entry, a bug in the code both paths share fails there as before
         # (not hidden), and one in the decoded path alone costs speed, not the rank.
         reason = printable(f"{type(exc).__name__}: {exc}")[:200]
-        raise Slower(f"a decoded value the column-wise reader does not take ({reason})") from exc
+        raise slower(f"a decoded value the column-wise reader does not take ({reason})") from exc
 
 
 def _keyed_columns(entries: EntryColumns) -> _Keyed:
@@ -278,48 +275,48 @@ def _keyed(entries: Any, read: ValueReader) -> _Keyed:
     a plain one (a tuple from a pickle could take forever to hash)."""
     n = len(entries)
     if not n:
-        raise Slower("no entries")
+        raise slower("no entries")
     if not isinstance(entries, list) or set(map(type, entries)) != {dict}:
-        raise Slower("an entry is not a mapping")
+        raise slower("an entry is not a mapping")
     try:
         cols = _fetch(entries)
         ins, outs, frames = cols["input_sizes"], cols["output_sizes"], cols["frames"]
         if not set(map(type, ins)) | set(map(type, outs)) <= {list}:
-            raise Slower("input or output sizes that are not lists")
+            raise slower("input or output sizes that are not lists")
         if not set(map(type, frames)) <= {list, type(None)}:
-            raise Slower("frames that are not lists")
+            raise slower("frames that are not lists")
         # The expansion bound first: len() of a list repeated by memo references is O(1), so a
         # memo bomb is caught here before anything is copied.
         shapes = sum(map(len, ins)) + sum(map(len, outs))
         dims = sum(map(len, chain.from_iterable(ins))) + sum(map(len, chain.from_iterable(outs)))
         items = 5 * n + shapes + dims + sum(map(len, filter(None, frames)))
-        if items > (read.limit if read.limit is not None else _INT64_MAX):
+        if items > (read.limit if read.limit is not None else INT64_MAX):
             raise read.bomb()
         if shapes > 16 * n:
-            raise Slower("more than 16 shapes per entry")
+            raise slower("more than 16 shapes per entry")
         every_shape = chain(chain.from_iterable(ins), chain.from_iterable(outs))
         if not set(map(type, every_shape)) <= {list}:
-            raise Slower("a shape that is not a list")
+            raise slower("a shape that is not a list")
         every_dim = chain.from_iterable(chain(chain.from_iterable(ins), chain.from_iterable(outs)))
         if not set(map(type, every_dim)) <= {int}:
-            raise Slower("a dimension that is not an integer")
+            raise slower("a dimension that is not an integer")
         in_keys = [tuple(map(tuple, v)) for v in ins]
         out_keys = [tuple(map(tuple, v)) for v in outs]
         in_dt, out_dt = _dtype_lists(cols["input_dtypes"]), _dtype_lists(cols["output_dtypes"])
         every_dtype = chain(chain.from_iterable(in_dt), chain.from_iterable(out_dt))
         if not set(map(type, every_dtype)) <= {str}:
-            raise Slower("a dtype that is not a string")
+            raise slower("a dtype that is not a string")
         pgs = cols["process_group"]
         if not set(map(type, pgs)) <= {tuple, list} or set(map(len, pgs)) != {2}:
-            raise Slower("a process_group that is not a (name, desc) pair")
+            raise slower("a process_group that is not a (name, desc) pair")
         if not set(map(type, chain.from_iterable(pgs))) <= {str}:
-            raise Slower("a process_group name or desc that is not a string")
+            raise slower("a process_group name or desc that is not a string")
         pg_keys = pgs if set(map(type, pgs)) == {tuple} else list(map(tuple, pgs))
         if not set(map(type, cols["profiling_name"])) <= {str}:
-            raise Slower("a profiling_name that is not a string")
+            raise slower("a profiling_name that is not a string")
         stack_keys = _stack_keys(frames)
     except (TypeError, KeyError):
-        raise Slower("an entry lacks a key, or holds a value of an odd type") from None
+        raise slower("an entry lacks a key, or holds a value of an odd type") from None
     try:
         signature: dict[str, tuple[npt.NDArray[np.int32], Sequence[Any]]] = {
             name: _coded(keys)
@@ -333,7 +330,7 @@ def _keyed(entries: Any, read: ValueReader) -> _Keyed:
             )
         }
     except TypeError:  # never: every key above is made of plain values
-        raise Slower("an unhashable value") from None
+        raise slower("an unhashable value") from None
     stack_codes, distinct = _coded(stack_keys)
     by_key = dict(zip(stack_keys, frames, strict=True))
     signature["frames"] = (stack_codes, [by_key[key] for key in distinct])
@@ -350,7 +347,7 @@ def _dtype_lists(values: Sequence[Any]) -> Sequence[Any]:
     if kinds <= {list}:
         return values
     if not kinds <= {list, str}:
-        raise Slower("dtypes that are not lists")
+        raise slower("dtypes that are not lists")
     return [[v] if type(v) is str else v for v in values]
 
 
@@ -365,13 +362,13 @@ def _stack_keys(frames: Sequence[Any]) -> list[Any]:
         return [tuple(map(id, f)) if f else None for f in frames]
     listed = list(chain.from_iterable(filter(None, frames)))
     if not set(map(type, listed)) <= {dict}:
-        raise Slower("a frame that is not a mapping")
+        raise slower("a frame that is not a mapping")
     get = operator.itemgetter("name", "filename", "line")
     names, files, lines = zip(*map(get, listed), strict=True) if listed else ((), (), ())
     if not set(map(type, names)) | set(map(type, files)) <= {str}:
-        raise Slower("a frame name or file name that is not a string")
+        raise slower("a frame name or file name that is not a string")
     if not set(map(type, lines)) <= {int}:
-        raise Slower("a frame line that is not an integer")
+        raise slower("a frame line that is not an integer")
     return [tuple(map(get, f)) if f else None for f in frames]
 
 
@@ -429,28 +426,28 @@ def _coded_columns(keyed: _Keyed, read: ValueReader) -> _Fast:
         )
         stack = signature[-1]
         if _ODD in (pname, pg, in_key, out_key, in_dt, out_dt):
-            raise Slower("a profiling_name, shape, dtype or process_group of an odd type")
+            raise slower("a profiling_name, shape, dtype or process_group of an odd type")
         for key in (in_key, out_key):
             if key not in shape_code:
                 if not all(plain_shape(shape) for shape in key):
-                    raise Slower("a shape out of bounds")
+                    raise slower("a shape out of bounds")
                 shape_code[key] = read.shapes(key)
         for key in (in_dt, out_dt):
             if key not in dtype_code:
                 if not all(plain(d, 64) for d in key):
-                    raise Slower("a long or unprintable dtype")
+                    raise slower("a long or unprintable dtype")
                 dtype_code[key] = read.dtypes(key)
         if pg not in group_code:
             if len(pg) != 2 or not (plain(pg[0], 64) and plain(pg[1], 64)):
-                raise Slower("a long or unprintable process group name")
+                raise slower("a long or unprintable process group name")
             group_code[pg] = read.groups(pg)
         fields = parsed.get(pname)
         if fields is None:
             if not plain(pname, 64):
-                raise Slower("a long or unprintable profiling_name")
+                raise slower("a long or unprintable profiling_name")
             found = read.names.get(pname) or read.name(pname)
             if isinstance(found, EntryError):
-                raise Slower(f"a malformed entry ({found})")
+                raise slower(f"a malformed entry ({found})")
             backend, op, kind, src, dst = found
             if backend not in KNOWN_BACKENDS:
                 unknown_backends.add(backend)
@@ -478,17 +475,17 @@ def _coded_columns(keyed: _Keyed, read: ValueReader) -> _Fast:
         )
     states = _state_codes(cols["state"])
     if states is None:
-        raise Slower("an unknown state")
+        raise slower("an unknown state")
     table = np.array(rows, dtype=np.int64).reshape(-1, len(_SIGNATURE_COLUMNS))[inverse]
     is_p2p = _flags(cols["is_p2p"])
     sig = {name: table[:, i] for i, name in enumerate(_SIGNATURE_COLUMNS)}
     if bool((is_p2p & (sig["p2p_kind"] == P2PKind.NONE) & (sig["is_marker"] == 0)).any()):
-        raise Slower("an is_p2p entry that is neither send nor recv")
+        raise slower("an is_p2p entry that is neither send nor recv")
     coll = _ints(cols["collective_seq_id"], -1, MAX_SEQ_ID)
     p2p = _ints(cols["p2p_seq_id"], -1, MAX_SEQ_ID)
-    record = _ints(cols["record_id"], -_INT64_MAX, _INT64_MAX)
-    op_id = _ints(cols["op_id"], -_INT64_MAX, _INT64_MAX)
-    timeout = _ints(cols["timeout_ms"], -_INT64_MAX, _INT64_MAX)
+    record = _ints(cols["record_id"], -INT64_MAX, INT64_MAX)
+    op_id = _ints(cols["op_id"], -INT64_MAX, INT64_MAX)
+    timeout = _ints(cols["timeout_ms"], -INT64_MAX, INT64_MAX)
     created = _stamps(cols["time_created_ns"])
     started = _stamps(cols["time_discovered_started_ns"])
     completed = _stamps(cols["time_discovered_completed_ns"])
@@ -499,7 +496,7 @@ def _coded_columns(keyed: _Keyed, read: ValueReader) -> _Fast:
             *("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"),
         )
         odd = [name for name, c in zip(names, columns, strict=True) if c is None]
-        raise Slower(f"{odd[0]} values that are not plain integers in range")
+        raise slower(f"{odd[0]} values that are not plain integers in range")
     assert coll is not None and p2p is not None and record is not None  # for the type checker
     assert op_id is not None and timeout is not None and created is not None
     assert started is not None and completed is not None
@@ -544,13 +541,13 @@ def _fast_stacks(frames: Sequence[Any], read: ValueReader) -> list[int]:
             codes.append(-1)
             continue
         if type(found) is not list:
-            raise Slower("frames that are not lists")
+            raise slower("frames that are not lists")
         stack = []
         for raw in found:
             frame = made.get(id(raw))
             if frame is None:
                 if type(raw) is not dict:
-                    raise Slower("a frame that is not a mapping")
+                    raise slower("a frame that is not a mapping")
                 value: tuple[Any, Any, Any] = (
                     raw.get("name"),
                     raw.get("filename"),
@@ -561,9 +558,9 @@ def _fast_stacks(frames: Sequence[Any], read: ValueReader) -> list[int]:
                     plain(name, 256)
                     and plain(filename, 256)
                     and type(line) is int
-                    and -_INT64_MAX <= line <= _INT64_MAX
+                    and -INT64_MAX <= line <= INT64_MAX
                 ):
-                    raise Slower("a long or unprintable frame")
+                    raise slower("a long or unprintable frame")
                 frame = by_value.get(value)
                 if frame is None:
                     frame = by_value[value] = Frame(name, filename, line)

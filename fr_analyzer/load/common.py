@@ -15,43 +15,34 @@ import numpy as np
 from ..model.records import State
 from .limits import LIMITS
 
-# Limits. Genuine dumps are far inside every one of them. The table is `limits.Limits`; the
-# names below are its values, kept for the modules that read them.
+# Limits. Genuine dumps are far inside every one of them. Each is a field of the one table,
+# `limits.Limits` (its docstrings say what each bounds); the names below are its values, bound
+# once for the modules that read them in their loops.
 DEFAULT_MAX_FILE_BYTES = LIMITS.max_file_bytes
-"""Largest rank file read, counted after gunzip (`--max-file-size`)."""
-MAX_SEQ_ID = 1 << 62
-"""Largest sequence id: a per-group counter never gets near it."""
-MAX_NUMEL = 1 << 40
-"""Largest number of elements in one tensor shape (2**40 elements is terabytes)."""
-MAX_DURATION_MS = 1e10
-"""Longest duration believed (115 days); longer, negative or NaN durations count as unknown."""
-MAX_DIMS = 64
-"""Most dimensions in one tensor shape."""
+MAX_SEQ_ID = LIMITS.max_seq_id
+MAX_NUMEL = LIMITS.max_numel
+MAX_DURATION_MS = LIMITS.max_duration_ms
+MAX_DIMS = LIMITS.max_dims
 GZIP_MAX_RATIO = LIMITS.gzip_max_ratio
-"""Refuse gzip data that inflates more than this many times (dumps compress about 5-30x)..."""
 GZIP_RATIO_FLOOR = LIMITS.gzip_ratio_floor
-"""...once it has produced this many bytes."""
-FAST_SCAN_TUPLES = 20_000
-"""Pickles with more tuples than this (a genuine one has one per entry) get the exact check."""
-MAX_TUPLE_NODES = 10_000
-"""Most tuples one tuple may hold, counted through nesting and repeats (hashing visits each)."""
+FAST_SCAN_TUPLES = LIMITS.fast_scan_tuples
+MAX_TUPLE_NODES = LIMITS.max_tuple_nodes
 EXPANSION_FACTOR = LIMITS.expansion_factor
 EXPANSION_FLOOR = LIMITS.expansion_floor
-"""A file's entries may expand to at most FACTOR x its bytes + FLOOR items (entries, shapes,
-dimensions, dtypes, frames). Every item costs at least one byte unless the pickle refers to one
-list many times, so only such repetition (a memo bomb) gets near the limit."""
-MIN_ENTRY_BYTES = 16
-DENSE_FLOOR = 10_000
-"""More entries than max(DENSE_FLOOR, bytes / MIN_ENTRY_BYTES) cannot be real entries."""
+MIN_ENTRY_BYTES = LIMITS.min_entry_bytes
+DENSE_FLOOR = LIMITS.dense_floor
 
 NO_TIME = -1
-_STATES = {
+STATES = {
     "scheduled": State.SCHEDULED,
     "started": State.STARTED,
     "completed": State.COMPLETED,
 }
-_INT64_MAX = (1 << 63) - 1
-_O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+"""An entry's `state` text → its `State`."""
+INT64_MAX = (1 << 63) - 1
+"""The largest int64: a bound on the integers the columns hold."""
+O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+"""The flags a dump file is opened with: read-only, never blocking on a FIFO, not inherited."""
 
 
 _SIZE_RE = re.compile(
@@ -95,7 +86,7 @@ def printable(text: str) -> str:
     return text if text.isprintable() else _escape(text)
 
 
-def _short(value: Any, limit: int = 40) -> str:
+def short(value: Any, limit: int = 40) -> str:
     """A bounded, printable description of any loaded value, for messages."""
     if isinstance(value, str | bytes | bytearray):
         return repr(value[:limit]) + ("..." if len(value) > limit else "")
@@ -108,14 +99,14 @@ def _short(value: Any, limit: int = 40) -> str:
     return f"<{type(value).__name__}>"
 
 
-def _scalar_text(value: Any) -> str | None:
+def scalar_text(value: Any) -> str | None:
     """Text for a non-str scalar (bytes, number, bool, None); None for containers."""
     if isinstance(value, bytes | bytearray):
         return printable(bytes(value).decode("utf-8", "replace"))
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return repr(value)
     if isinstance(value, int):
-        return _short(value)
+        return short(value)
     return None
 
 

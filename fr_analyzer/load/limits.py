@@ -32,6 +32,35 @@ class Limits:
     is skipped only by inflating it: at most this many bytes of such members in all, then
     the archive is read no further."""
 
+    # --- one file's entries -----------------------------------------------------------------
+    min_entry_bytes: int = 16
+    """A file holds at most one entry per this many bytes..."""
+    dense_floor: int = 10_000
+    """...or this many entries, when that is more: more cannot be real entries."""
+    max_seq_id: int = 1 << 62
+    """Largest sequence id: a per-group counter never gets near it."""
+    max_numel: int = 1 << 40
+    """Most elements in one tensor shape (2**40 elements is terabytes)."""
+    max_dims: int = 64
+    """Most dimensions in one tensor shape."""
+    max_duration_ms: float = 1e10
+    """Longest duration believed (115 days); longer, negative or NaN durations count as
+    unknown."""
+
+    # --- reading a pickle ---------------------------------------------------------------
+    fast_scan_tuples: int = 20_000
+    """Pickles with more tuples than this (a genuine one has one per entry) get the exact
+    check..."""
+    max_tuple_nodes: int = 10_000
+    """...that no tuple holds more than this many tuples, counted through nesting and repeats
+    (hashing visits each)."""
+    max_nesting: int = 64
+    """Containers (or marks) nested deeper than this are left by the decoders to the general
+    path, which unpickles in a worker."""
+    max_entries_outside_layout: int = 256
+    """Entries a decoder reads one at a time, outside the layout its expression reads: past
+    this many, the unpickler is cheaper and the file is read the general way."""
+
     # --- a worker reading one file ------------------------------------------------------
     cpu_base_s: float = 3.0
     """CPU seconds one file may take: this much..."""
@@ -67,6 +96,13 @@ class Limits:
     text_expansion_floor: int = 64 * MIB
     """...plus this many: one long string shared by every entry through memo references would
     otherwise multiply in every output (the rank is refused, with its reason)."""
+
+    # --- a live job ----------------------------------------------------------------------
+    live_max_body_bytes: int = GIB
+    """Largest response read from a live job's debug server."""
+    stacks_max_bytes: int = 64 * MIB
+    """A Python stacks file larger than this is not read (the debug server's are kilobytes per
+    rank)."""
 
     # --- URLs ---------------------------------------------------------------------------
     url_connect_timeout_s: float = 10.0

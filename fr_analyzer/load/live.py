@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import UsageError
+from .limits import LIMITS
 from .safety import parse_json
 
 _T = TypeVar("_T")
@@ -46,7 +47,7 @@ STACKS = "stacks.txt"
 FR_HANDLERS = ("fr_trace_json", "dump_nccl_trace_json", "torchcomms_fr_trace_json")
 """The handlers that serve a rank's Flight Recorder, in the order a tie is broken."""
 STACKS_HANDLER = "dump_traceback"
-MAX_BODY_BYTES = 1 << 30
+MAX_BODY_BYTES = LIMITS.live_max_body_bytes
 _RANK_KEY = re.compile(r"debug_server/rank(\d+): b(?:'|&#39;|\")([^'\"&<\s]+)")
 
 
@@ -63,6 +64,7 @@ class Worker:
 
     @property
     def host_port(self) -> tuple[str, int]:
+        """The debug server's host and port, from its URL; a FetchError if it has none."""
         parts = urllib.parse.urlsplit(self.url)
         if parts.hostname is None:
             raise FetchError(f"rank {self.rank}: {self.url!r} is not an http://host:port address")
@@ -98,11 +100,14 @@ class Snapshot:
 
     @property
     def unanswered(self) -> list[Answer]:
+        """The answers from ranks that no handler answered."""
         return [a for a in self.answers if a.handler is None]
 
 
 @dataclass(frozen=True)
 class Settings:
+    """How a live job is polled: snapshots, their interval, timeouts and concurrency."""
+
     snapshots: int = 2
     interval_s: float = 10.0
     timeout_s: float = 30.0

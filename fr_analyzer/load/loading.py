@@ -16,16 +16,16 @@ from typing import TypeVar
 import numpy as np
 
 from ..errors import DumpError, FrAnalyzerError
-from ..model.dump import RankColumns, RankDump
+from ..model.dump import Fallback, RankColumns, RankDump
 from ..model.records import UnreadableDump
 from . import dialects, hosts, limits, sandbox, stamps, torchft
 from .archives import StreamedFiles
-from .columnar import Slower
 from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
-from .decode import Decoded, Undecodable
+from .decoders.columns import Decoded
 from .limits import content_bytes
 from .normalize import build_rank
-from .reading import _Raw, _read, explain_pickle, read_unpacked
+from .outcomes import NotDecoded
+from .reading import Raw, explain_pickle, read_dump, read_unpacked
 from .sources import DumpFile
 from .values import EntryError
 
@@ -48,14 +48,18 @@ def load_rank(
     try:
         with collector_paused():  # a dump: ~100k containers, no collector passes
             guarded = not sandboxed
-            raw = _read(
+            raw = read_dump(
                 dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
             )
             try:
-                built = _build(raw, dump_file.rank, path, raw.fallback, ft_group_world_size)
-            except Undecodable as exc:
-                raw = _read(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
-                built = _build(raw, dump_file.rank, path, f"decoder: {exc}", ft_group_world_size)
+                built = _build(raw, dump_file.rank, path, raw.not_decoded, ft_group_world_size)
+            except NotDecoded as exc:
+                if exc.reason not in _READ_AGAIN:
+                    raise
+                raw = read_dump(
+                    dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch
+                )
+                built = _build(raw, dump_file.rank, path, exc, ft_group_world_size)
             return built
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)
@@ -65,8 +69,7 @@ def load_rank(
         return UnreadableDump(path, dump_file.rank, "needs more memory than available")
     except (
         FrAnalyzerError,
-        Undecodable,
-        Slower,
+        NotDecoded,
         EntryError,
         pickle.UnpicklingError,
         EOFError,
@@ -100,15 +103,25 @@ def _name_time_ns(dump_file: DumpFile) -> int | None:
     return stamps.name_time_ns(path.name) or stamps.name_time_ns(path.parent.name)
 
 
+_READ_AGAIN = frozenset({Fallback.SLOWER_READER_NEEDED, Fallback.ENTRIES_NEEDED})
+"""A decoded file whose entries only a slower reader takes is read again the general way."""
+
+
 def _build(
-    raw: _Raw, rank: int, path: str, fallback: str, ft_group_world_size: int | None
+    raw: Raw,
+    rank: int,
+    path: str,
+    not_decoded: NotDecoded | None,
+    ft_group_world_size: int | None,
 ) -> RankDump:
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)
     dialect = dialects.Dialect.PYTORCH
     if isinstance(header, dict):
         if isinstance(raw.obj, Decoded) and dialects.needs_entries(header):
-            raise Undecodable("another recorder's dump, rewritten from its entries")
+            raise NotDecoded(
+                Fallback.ENTRIES_NEEDED, "another recorder's dump, rewritten from its entries"
+            )
         dialect = dialects.detect(header)
         notes += dialects.rewrite(header, rank, dialect)
         if ft_group_world_size is not None:
@@ -119,7 +132,8 @@ def _build(
         path,
         nbytes=raw.nbytes,
         notes=notes,
-        fallback=fallback,
+        fallback=f"decoder: {not_decoded}" if not_decoded is not None else "",
+        not_decoded=not_decoded,
         dialect=dialect.value,
     )
     if ft_group_world_size is not None:

@@ -22,10 +22,11 @@ from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables,
 from ..model.records import UnitKind
 from .blocks import find_blocks
 from .careful import careful_columns
-from .columnar import Slower, fast_columns
-from .common import _INT64_MAX, DENSE_FLOOR, MIN_ENTRY_BYTES
-from .decode import Decoded, EntryColumns, Undecodable
+from .columnar import fast_columns
+from .common import DENSE_FLOOR, INT64_MAX, MIN_ENTRY_BYTES
+from .decoders.columns import Decoded, EntryColumns
 from .hosts import host_in_header
+from .outcomes import NotDecoded
 from .values import Bomb, EntryError, ValueReader, as_int, int_or_unset, parse_ranks
 
 
@@ -37,23 +38,31 @@ def build_rank(
     nbytes: int | None = None,
     notes: Sequence[str] = (),
     fallback: str = "",
+    not_decoded: NotDecoded | None = None,
     dialect: str = "pytorch",
 ) -> RankDump:
     """Normalize one loaded dump into columns. Whole-dump problems raise DumpError; decoded
-    entries that only the careful reader takes raise `Undecodable` (read the file again).
+    entries that only the careful reader takes raise `NotDecoded` (read the file again).
 
     `nbytes` (the size the dump was parsed from) enables the checks against dumps that expand
     far beyond their size; `notes` become warnings; `fallback` says why a faster reader did not
-    read the file (the decoder, say); `dialect` the recorder that wrote it (`dialects`)."""
+    read the file (the decoder, say), and `not_decoded` the decoder's reason; `dialect` the
+    recorder that wrote it (`dialects`)."""
     try:
-        dump = _build_rank(raw, rank, file, nbytes, notes, fallback)
+        dump = _build_rank(raw, rank, file, nbytes, notes, fallback, not_decoded)
     except Bomb as exc:
         raise DumpError(file, rank, str(exc)) from None
     return dump if dialect == dump.dialect else replace(dump, dialect=dialect)
 
 
 def _build_rank(
-    raw: Any, rank: int, file: str, nbytes: int | None, notes: Sequence[str], fallback: str
+    raw: Any,
+    rank: int,
+    file: str,
+    nbytes: int | None,
+    notes: Sequence[str],
+    fallback: str,
+    not_decoded: NotDecoded | None,
 ) -> RankDump:
     if isinstance(raw, Decoded):
         raw, entries = raw.header, raw.entries
@@ -105,14 +114,16 @@ def _build_rank(
     if not usable:
         claims = {}
 
-    limit = read.limit if read.limit is not None else _INT64_MAX
+    limit = read.limit if read.limit is not None else INT64_MAX
     reader = Reader.DECODER if isinstance(entries, EntryColumns) else Reader.COLUMNS
     errors: list[tuple[int, str]] = []
     try:
         arrays, pg_ids, unknown_backends, unknown_ops = fast_columns(entries, read, limit)
-    except Slower as exc:
+    except NotDecoded as exc:
         if isinstance(entries, EntryColumns):
-            raise Undecodable(str(exc)) from None  # the careful path needs the entries as dicts
+            raise  # the careful path needs the entries as dicts: the file is read again
+        if not_decoded is None:
+            not_decoded = exc
         careful = careful_columns(entries, read, limit)
         arrays, pg_ids = careful.arrays, careful.pg_ids
         unknown_backends, unknown_ops = careful.unknown_backends, careful.unknown_ops
@@ -161,6 +172,8 @@ def _build_rank(
         groups=read.groups.values,
         reader=reader,
         fallback=fallback,
+        fallback_reason=not_decoded.reason if not_decoded is not None else None,
+        fallback_writer=not_decoded.writer if not_decoded is not None else None,
         entries=columns.n,
         tables=tables,
         columns=columns,

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .common import printable
+from .limits import LIMITS
 
-MAX_BYTES = 64 << 20
-"""A stacks file larger than this is not read (the debug server's are kilobytes per rank)."""
+MAX_BYTES = LIMITS.stacks_max_bytes
+"""A stacks file larger than this is not read (`Limits.stacks_max_bytes`)."""
 MAX_FRAMES = 12
 """Frames kept per thread, innermost first."""
 MAX_THREADS = 8

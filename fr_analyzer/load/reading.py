@@ -21,40 +21,40 @@ from typing import Any
 
 from ..errors import DumpError
 from .common import (
-    _O_FLAGS,
     DEFAULT_MAX_FILE_BYTES,
     FAST_SCAN_TUPLES,
     GZIP_MAX_RATIO,
     GZIP_RATIO_FLOOR,
     MAX_TUPLE_NODES,
-    _short,
+    O_FLAGS,
     collector_paused,
     file_kind,
     printable,
+    short,
 )
-from .decode import Decoded
 from .limits import LIMITS, memory_available
+from .outcomes import NotDecoded
 from .safety import decode_json, decode_pickle, parse_json, unpickle
 from .sources import Fetch, SourceError
 
 
 @dataclass
-class _Raw:
+class Raw:
     """A loaded file: the object, how many bytes it was parsed from, notes for warnings, and
-    why the decoder did not read it ("" if it did, or was not asked to)."""
+    why the decoder did not read it (None if it did, or was not asked to)."""
 
     obj: Any
     nbytes: int
     notes: list[str]
-    fallback: str = ""
+    not_decoded: NotDecoded | None = None
 
 
 def read_raw(path: Path, rank: int | None, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Any:
     """Bytes of one file → the dump object, refusing globals; errors name the file and rank."""
-    return _read(path, rank, max_bytes).obj
+    return read_dump(path, rank, max_bytes).obj
 
 
-def _read(
+def read_dump(
     path: Path,
     rank: int | None,
     max_bytes: int,
@@ -62,7 +62,7 @@ def _read(
     fast: bool = False,
     guarded: bool = True,
     fetch: Fetch | None = None,
-) -> _Raw:
+) -> Raw:
     """The file's dump object; with `fast`, a pickle or JSON laid out the way torch (or
     Python) writes it comes back as a `Decoded` (see `decode`, `decode_python`, `decode_json`).
 
@@ -74,24 +74,24 @@ def _read(
     where = printable(fetch.where if fetch is not None else str(path))
     data = _utf8_json(read_unpacked(path, rank, max_bytes, fetch), where, rank)
     notes: list[str] = []
-    why = ""
+    why: NotDecoded | None = None
     if starts_like_json(data):
         if fast:
-            decoded = decode_json(data)
-            if isinstance(decoded, Decoded):
-                return _Raw(decoded, len(data), notes)
-            why = f"decoder: {decoded}"
-        return _Raw(_load_json(data, where, rank, notes), len(data), notes, why)
+            try:
+                return Raw(decode_json(data), len(data), notes)
+            except NotDecoded as exc:
+                why = exc
+        return Raw(_load_json(data, where, rank, notes), len(data), notes, why)
     if fast:
-        decoded = decode_pickle(data)
-        if isinstance(decoded, Decoded):
-            return _Raw(decoded, len(data), notes)
-        why = f"decoder: {decoded}"
+        try:
+            return Raw(decode_pickle(data), len(data), notes)
+        except NotDecoded as exc:
+            why = exc
     if guarded:
         reason = explain_pickle(data) or _too_big_here(len(data))
         if reason is not None:
             raise DumpError(where, rank, reason)
-    return _Raw(_unpickle(data, where, rank, explain=not guarded), len(data), notes, why)
+    return Raw(_unpickle(data, where, rank, explain=not guarded), len(data), notes, why)
 
 
 def _too_big_here(size: int) -> str | None:
@@ -223,7 +223,7 @@ def _read_bytes(path: Path, where: str, rank: int | None, max_bytes: int) -> byt
                 f"file is {info.st_size} bytes, over the {max_bytes}-byte limit"
                 " (see --max-file-size)",
             )
-        with open(os.open(path, _O_FLAGS), "rb", buffering=0) as stream:
+        with open(os.open(path, O_FLAGS), "rb", buffering=0) as stream:
             info = os.fstat(stream.fileno())
             if not stat.S_ISREG(info.st_mode):  # replaced between stat and open
                 raise DumpError(where, rank, f"not a regular file ({file_kind(info.st_mode)})")
@@ -507,7 +507,7 @@ def _scan_pickle(data: bytes) -> _Scan:
 
 def _memo_bomb(index: int, pos: int) -> str:
     return (
-        f"refused: pickle memo index {_short(index)} at byte {pos} is beyond anything the file"
+        f"refused: pickle memo index {short(index)} at byte {pos} is beyond anything the file"
         " holds (the unpickler would allocate gigabytes for it)"
     )
 

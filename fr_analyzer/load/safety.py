@@ -24,19 +24,20 @@ import pickle
 from typing import TYPE_CHECKING, Any
 
 from .common import printable
-from .decode import decode_or_why
-from .decode_python import decode_python_or_why
+from .decoders.decode import decode_torch
+from .decoders.decode_python import decode_python
+from .decoders.opcodes import PROTO
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .decode import Decoded
+    from .decoders.columns import Decoded
 
 # Bound once, as `NoGlobalsUnpickler`'s base is: what this module calls is what the interpreter
 # had when the package was loaded.
 _JSON_LOADS = json.loads
 _JSON_PREFIX = json.JSONDecoder().raw_decode
-_FRAMED = (b"\x80\x04", b"\x80\x05")  # PROTO 4 and 5: the pickle is cut into frames
+_FRAMED = (bytes((PROTO, 4)), bytes((PROTO, 5)))  # protocols 4 and 5: cut into frames
 
 
 class NoGlobalsUnpickler(pickle.Unpickler):
@@ -84,17 +85,18 @@ def parse_json_prefix(text: str) -> tuple[Any, int]:
     return _JSON_PREFIX(text)
 
 
-def decode_pickle(data: bytes) -> Decoded | str:
+def decode_pickle(data: bytes) -> Decoded:
     """A pickle decoded straight into columns by the decoder of its pickler's layout (torch
-    writes protocol 2; Python's pickler, 4 or 5), or why it is not."""
-    if data[:2] in (b"\x80\x04", b"\x80\x05"):
-        return decode_python_or_why(data)
-    return decode_or_why(data)
+    writes protocol 2; Python's pickler, 4 or 5); `NotDecoded` (`outcomes`) says why not."""
+    if data[:2] in _FRAMED:
+        return decode_python(data)
+    return decode_torch(data)
 
 
-def decode_json(data: bytes) -> Decoded | str:
-    """JSON in torch's (or Python's `json`) layout decoded straight into columns, or why not."""
+def decode_json(data: bytes) -> Decoded:
+    """JSON in torch's (or Python's `json`) layout decoded straight into columns;
+    `NotDecoded` (`outcomes`) says why not."""
     # `decode_json` parses its pieces through this module: imported here, not at the top.
-    from .decode_json import decode_json_or_why
+    from .decoders.decode_json import decode_json_layout
 
-    return decode_json_or_why(data)
+    return decode_json_layout(data)

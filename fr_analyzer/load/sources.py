@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .common import _O_FLAGS, file_kind, printable
+from .common import O_FLAGS, file_kind, printable
 
 
 class SourceError(Exception):
@@ -29,12 +29,15 @@ class Fetch(Protocol):
     """How a worker reads one file that is not a plain local file (picklable)."""
 
     @property
-    def where(self) -> str: ...
+    def where(self) -> str:
+        """Where the file is, for messages."""
 
     @property
-    def size(self) -> int: ...  # bytes expected (0: unknown), for the worker's limits
+    def size(self) -> int:
+        """The bytes expected (0: unknown), for the worker's limits."""
 
-    def read(self, max_bytes: int) -> bytes: ...
+    def read(self, max_bytes: int) -> bytes:
+        """The file's bytes, refused past `max_bytes`."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class Source:
     kind: str  # "directory", "tar", "tar.gz", "zip", "url", ...
 
     def listing(self, problems: list[str]) -> Iterator[Listed]:
+        """Every candidate file, with its problem (`""` if none); source-wide ones in `problems`."""
         raise NotImplementedError
 
     def head(self, item: Listed) -> bytes:
@@ -76,6 +80,7 @@ class Source:
         raise NotImplementedError
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
+        """The candidate as the dump file of `rank`."""
         raise NotImplementedError
 
     def tasks(self, files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
@@ -112,6 +117,8 @@ class Directory(Source):
         self.label = printable(str(path))
 
     def listing(self, problems: list[str]) -> Iterator[Listed]:
+        """Every file under the directory (symlinks to directories not followed)."""
+
         # os.walk does not follow directory symlinks, so symlink loops cannot trap us.
         # Directories that cannot be listed are reported, not silently skipped.
         def onerror(exc: OSError) -> None:
@@ -130,17 +137,19 @@ class Directory(Source):
                 yield Listed(relative, printable(str(path)), problem, _LocalItem(path, mtime))
 
     def recency(self, item: Listed) -> float:
+        """The file's modification time, to order candidates by."""
         local: _LocalItem = item.handle
         return local.mtime
 
     def head(self, item: Listed) -> bytes:
+        """The file's first bytes, to sniff its format (`b""` for one never opened)."""
         if item.problem:
             return b""  # never opened: it may lead outside, or block
         path = item.handle.path
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):
                 return b""
-            fd = os.open(path, _O_FLAGS)
+            fd = os.open(path, O_FLAGS)
             try:
                 return os.read(fd, 16)
             finally:
@@ -149,16 +158,19 @@ class Directory(Source):
             return b""
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
+        """The file as the dump file of `rank` (refused with its reason when it has a problem)."""
         local: _LocalItem = item.handle
         if item.problem:  # reported with its reason, never opened
             return DumpFile(rank, local.path, Refused(item.where, item.problem))
         return DumpFile(rank, local.path)
 
     def owns(self, path: Path) -> bool:
+        """Whether `path` lies inside this directory."""
         return _inside(path, self.path)
 
     @property
     def what(self) -> str:
+        """What kind of source this is, for messages (nothing for a directory)."""
         return ""
 
 
@@ -209,4 +221,5 @@ class Refused:
     size: int = 0
 
     def read(self, max_bytes: int) -> bytes:
+        """Never the bytes: a SourceError with the reason the file is refused."""
         raise SourceError(self.reason)

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from ..model.dump import RankDump
 from ..model.table import TABLE_COLUMNS, EntryTable
-from .common import _INT64_MAX, small_pages
+from .common import INT64_MAX, small_pages
 from .values import Interner
 
 # ---------------------------------------------------------------------------------------------
@@ -171,4 +171,4 @@ def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:
     total = 0
     for shape in shapes:
         total += math.prod(shape)
-    return min(total, _INT64_MAX)
+    return min(total, INT64_MAX)

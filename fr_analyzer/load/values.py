@@ -15,22 +15,24 @@ from ..model.ops import P2P_OPS, UNPAIRED_P2P_OPS
 from ..model.ranks import MAX_RANK
 from ..model.records import ANY_SOURCE, UNKNOWN_PEER, Frame, P2PKind
 from .common import (
-    _INT64_MAX,
     EXPANSION_FACTOR,
     EXPANSION_FLOOR,
+    INT64_MAX,
     MAX_DIMS,
     MAX_DURATION_MS,
     MAX_NUMEL,
     MAX_SEQ_ID,
     NO_TIME,
-    _scalar_text,
-    _short,
     printable,
+    scalar_text,
+    short,
 )
 from .limits import LIMITS, MIB
 
 
 class EntryError(Exception):
+    """One entry's value cannot be read; the message says which and why."""
+
     pass
 
 
@@ -53,22 +55,24 @@ def as_int(value: Any, what: str) -> int:
     ):
         result = int(value)
     else:
-        raise EntryError(f"{what} is not an integer: {_short(value)}")
-    if not -_INT64_MAX <= result <= _INT64_MAX:
-        raise EntryError(f"{what} out of range: {_short(result)}")
+        raise EntryError(f"{what} is not an integer: {short(value)}")
+    if not -INT64_MAX <= result <= INT64_MAX:
+        raise EntryError(f"{what} out of range: {short(result)}")
     return result
 
 
 def seq_id(value: Any, what: str) -> int:
+    """A sequence id from `value` (-1 unset); an EntryError if negative or out of range."""
     result = value if type(value) is int else as_int(value, what)
     if result < -1:
         raise EntryError("negative sequence id")
     if result > MAX_SEQ_ID:
-        raise EntryError(f"{what} out of range: {_short(result)}")
+        raise EntryError(f"{what} out of range: {short(result)}")
     return result
 
 
 def timestamp(value: Any) -> int:
+    """A timestamp in ns from `value`, or NO_TIME when it is unset, zero or not an integer."""
     if value is None or value == 0 or isinstance(value, bool):
         return NO_TIME
     try:
@@ -79,7 +83,8 @@ def timestamp(value: Any) -> int:
 
 
 def int_or_unset(value: Any) -> int:
-    if type(value) is int and -_INT64_MAX <= value <= _INT64_MAX:
+    """An int64 from `value`, or -1 when it is unset or not an integer."""
+    if type(value) is int and -INT64_MAX <= value <= INT64_MAX:
         return value
     try:
         return as_int(value, "value")
@@ -88,6 +93,7 @@ def int_or_unset(value: Any) -> int:
 
 
 def duration(value: Any) -> float:
+    """A duration in ms from `value`, or NaN when it is unset, negative or past MAX_DURATION_MS."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return math.nan
     try:
@@ -144,6 +150,7 @@ class Interner:
         self.values: list[Any] = []
 
     def __call__(self, value: Any) -> int:
+        """The code of `value`, a new one if it is new."""
         code = self.codes.get(value)
         if code is None:
             code = self.codes[value] = len(self.values)
@@ -155,10 +162,10 @@ def parse_name(pname: str) -> tuple[str, str, int, int, int]:
     """`"nccl:send 0->1"` → (backend, op, p2p kind, local src, local dst)."""
     backend, sep, rest = pname.partition(":")
     if not sep:
-        raise EntryError(f"profiling_name {_short(pname, 60)} has no '<backend>:' prefix")
+        raise EntryError(f"profiling_name {short(pname, 60)} has no '<backend>:' prefix")
     op, _, peer = rest.strip().partition(" ")
     if not op:
-        raise EntryError(f"profiling_name {_short(pname, 60)} names no op")
+        raise EntryError(f"profiling_name {short(pname, 60)} names no op")
     backend, op = printable(backend), printable(op)
     if op == "send" and "->" in peer:
         src, _, dst = peer.partition("->")
@@ -172,7 +179,7 @@ def parse_name(pname: str) -> tuple[str, str, int, int, int]:
         kind = P2PKind.SEND if op == "send" else P2PKind.RECV
         return backend, op, kind, UNKNOWN_PEER, UNKNOWN_PEER
     if op in P2P_OPS:
-        raise EntryError(f"profiling_name {_short(pname, 60)} has a malformed peer")
+        raise EntryError(f"profiling_name {short(pname, 60)} has a malformed peer")
     return backend, op, P2PKind.NONE, -1, -1
 
 
@@ -181,7 +188,7 @@ def _peer(text: str) -> int:
     if text == "?":
         return ANY_SOURCE
     if not (text.isascii() and text.isdigit()) or len(text) > 7 or int(text) > MAX_RANK:
-        raise EntryError(f"bad peer rank {_short(text, 20)}")
+        raise EntryError(f"bad peer rank {short(text, 20)}")
     return int(text)
 
 
@@ -220,6 +227,7 @@ class ValueReader:
         self.stack_lists: dict[int, _Cached] = {}
 
     def bomb(self) -> Bomb:
+        """The Bomb refusing this file: its entries expand past the limit."""
         return Bomb(
             f"refused: its entries expand to over {self.limit} items (shape dimensions, dtypes,"
             f" frames) from {self.nbytes} bytes: a pickle that repeats references to big lists"
@@ -243,7 +251,7 @@ class ValueReader:
             if len(value) <= 64 and value.isprintable():
                 return value
         elif type(value) is not bytes:
-            return None if isinstance(value, bytearray) else _scalar_text(value)
+            return None if isinstance(value, bytearray) else scalar_text(value)
         cached = self.texts.get(value)  # long or odd text is cleaned once, however often used
         if cached is None:
             text = value if type(value) is str else value.decode("utf-8", "replace")
@@ -251,6 +259,7 @@ class ValueReader:
         return cached
 
     def name(self, pname: str) -> tuple[str, str, int, int, int] | EntryError:
+        """The parts of a profiling name (cached), or the EntryError it gives."""
         try:
             parsed: tuple[str, str, int, int, int] | EntryError = parse_name(pname)
         except EntryError as exc:
@@ -262,6 +271,7 @@ class ValueReader:
     # the list's id; the caller looks the id up first.
 
     def shapes_of(self, value: Any, what: str) -> _Cached:
+        """The code of a list of shapes (cached per object), and the items it holds."""
         try:
             if value is None:
                 found: _Cached = (self.shapes(()), 0)
@@ -276,13 +286,14 @@ class ValueReader:
         return found
 
     def dtypes_of(self, value: Any) -> _Cached:
+        """The code of a list of dtypes (cached per object), and the items it holds."""
         try:
             if value is None:
                 found: _Cached = (self.dtypes(()), 0)
             elif isinstance(value, str | bytes):
                 found = (self.dtypes((self.text(value) or "",)), 1)
             elif not isinstance(value, list | tuple):
-                raise EntryError(f"dtypes are not a list: {_short(value)}")
+                raise EntryError(f"dtypes are not a list: {short(value)}")
             else:
                 text = self.text
                 names = tuple(
@@ -300,6 +311,7 @@ class ValueReader:
         return found
 
     def stack_of(self, value: Any) -> _Cached:
+        """The code of a stack of frames (cached per object), and the items it holds."""
         if not isinstance(value, list | tuple) or not value:
             found: _Cached = (-1, 0)
         else:
@@ -318,7 +330,7 @@ class ValueReader:
                             and len(filename) <= 256
                             and name.isprintable()
                             and filename.isprintable()
-                            and -_INT64_MAX <= line <= _INT64_MAX
+                            and -INT64_MAX <= line <= INT64_MAX
                         )
                         frame = Frame(*key) if plain else self._frame(name, filename, line)
                         frames[key] = frame
@@ -350,7 +362,7 @@ class ValueReader:
         return hit
 
     def _frame(self, name: Any, filename: Any, line: Any) -> Frame:
-        if type(line) is not int or not -_INT64_MAX <= line <= _INT64_MAX:
+        if type(line) is not int or not -INT64_MAX <= line <= INT64_MAX:
             line = int_or_unset(line)
         key = (self.text(name) or "?", self.text(filename) or "?", line)
         frame = self.clean_frames.get(key)
@@ -360,6 +372,7 @@ class ValueReader:
 
 
 def dims(shape: Any, what: str) -> tuple[int, ...]:
+    """A shape's dimensions; an EntryError for a non-list, negative or absurd shape."""
     if not isinstance(shape, list | tuple):
         raise EntryError(f"{what} holds a non-list shape")
     if len(shape) > MAX_DIMS:
@@ -368,7 +381,7 @@ def dims(shape: Any, what: str) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise EntryError(f"{what} has a negative dimension")
     if math.prod(dims) > MAX_NUMEL:
-        shown = ", ".join(_short(d) for d in dims[:8]) + (", ..." if len(dims) > 8 else "")
+        shown = ", ".join(short(d) for d in dims[:8]) + (", ..." if len(dims) > 8 else "")
         raise EntryError(f"{what} has an absurd shape [{shown}]")
     return dims
 

@@ -29,6 +29,27 @@ class Reader(Enum):
     PER_ENTRY = "per_entry"  # the careful path: something unusual, each entry read and checked
 
 
+class Fallback(Enum):
+    """Why a faster reader did not read a rank's file (or its entries): every decision is made
+    on this; the words beside it (`RankDump.fallback`) are for people."""
+
+    NOT_THIS_LAYOUT = "not this layout"  # not laid out the way the reader's writer lays it out
+    OUTSIDE_GRAMMAR = "outside the grammar"  # that layout, but a value or form the reader lacks
+    OUTSIDE_LIMITS = "outside the limits"  # that layout, but past one of the reader's limits
+    MALFORMED = "malformed"  # that layout, but bytes that do not parse
+    SLOWER_READER_NEEDED = "slower reader needed"  # entries only a slower reader takes
+    ENTRIES_NEEDED = "entries needed"  # another recorder's dump, rewritten from its entries
+
+
+class Writer(Enum):
+    """Whose layout a decoder found a file in (torch's or Python's pickler or JSON writer)."""
+
+    TORCH_PICKLE = "torch's pickle"
+    PYTHON_PICKLE = "Python's pickle"
+    TORCH_JSON = "torch's JSON"
+    PYTHON_JSON = "Python's JSON"
+
+
 @dataclass(frozen=True)
 class GroupClaim:
     """What one rank's usable pg_config says about a group."""
@@ -132,6 +153,10 @@ class RankDump:
     # else the host its file's name carries (`nccl_trace_rank_<host>_<rank>`); None: unknown.
     # Printable and at most `HOST_CHARS` characters (`dumps.hosts`).
     host: str | None = None
+    # Why the decoder did not read it (None: it did, or was not asked to), and the writer whose
+    # layout it found the file in (None: no writer's): `load.outcomes.NotDecoded`.
+    fallback_reason: Fallback | None = None
+    fallback_writer: Writer | None = None
 
     def header(self) -> RankDump:
         """The same dump without its entries' tables and columns."""

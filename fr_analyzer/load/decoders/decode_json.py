@@ -12,7 +12,7 @@ instead:
   capturing each varying integer on its own and each run of adjacent repeating keys (group,
   op, shapes, dtypes, stack, state, flags) as bytes;
 - each distinct capture of a repeating run is decoded once by `json.loads`, and the entries
-  share one code per combination of captures (`decode._Columns`); the integers are parsed
+  share one code per combination of captures (`columns.Columns`); the integers are parsed
   column by column.
 
 Exactness. The expression tokenizes JSON strictly (strings with their escapes, numbers,
@@ -34,9 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from .decode import Decoded, _Columns, _IntRuns, _Outside, _Run, _Slow, _VaryingRuns, keep_slow
-from .safety import parse_json, parse_json_prefix
-from .schema import ENTRY_KEYS, VARYING_KEYS, Kind
+from ...model.dump import Fallback, Writer
+from ..outcomes import NotDecoded, outside
+from ..safety import parse_json, parse_json_prefix
+from ..schema import ENTRY_KEYS, VARYING_KEYS, Kind
+from .columns import Columns, Decoded, IntRuns, Slow, VaryingRuns, keep_slow
+from .grammar import Run
 
 _INT = rb"-?(?:0|[1-9][0-9]*+)"
 _NUMBER = _INT + rb"(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?|NaN|-?Infinity"
@@ -88,16 +91,16 @@ class _Layout:
             return rb"(?:" + bodies[_KIND.get(name, Kind.SCALAR)] + rb")"
 
         fields: list[bytes] = []  # each `"key": (value ...)`, joined by the separator
-        runs: list[_Run] = []
+        runs: list[Run] = []
         for varying, group in itertools.groupby(keys, lambda name: name in VARYING_KEYS):
             names = list(group)
             if varying:  # each integer a capture of its own
                 fields += [key(name) + rb"(" + body(name) + rb")" for name in names]
-                runs += [_Run((name,), True, ()) for name in names]
+                runs += [Run((name,), True, ()) for name in names]
                 continue
             inside = [body(names[0])] + [key(name) + body(name) for name in names[1:]]
             fields.append(key(names[0]) + rb"(" + re.escape(sep).join(inside) + rb")")
-            runs.append(_Run(tuple(names), False, ()))
+            runs.append(Run(tuple(names), False, ()))
         # An entry ends with its separator, or (the last) before the array's end.
         end = rb"\}(?:" + re.escape(sep) + rb"|(?=\]))"
         pattern = rb"\{" + re.escape(sep).join(fields) + end
@@ -119,7 +122,7 @@ def _layout(keys: tuple[str, ...], sep: bytes, colon: bytes) -> _Layout:
 
 
 class _Runs:
-    """Decodes the distinct captures of a repeating run (`decode._Columns` asks): the run's
+    """Decodes the distinct captures of a repeating run (`columns.Columns` asks): the run's
     values, in order. JSON has no memo."""
 
     def __init__(self) -> None:
@@ -128,39 +131,40 @@ class _Runs:
     def run(self, data: bytes, size: int) -> list[Any]:
         found = parse_json(b'{"":' + data + b"}")
         if type(found) is not dict or len(found) != size:
-            raise _Outside("a run of keys that is not whole")
+            raise outside("a run of keys that is not whole")
         return list(found.values())
 
     def entry(self, pos: int) -> tuple[Any, int]:
-        raise _Outside("no entry is read at a position")  # `_Columns` never asks
+        raise outside("no entry is read at a position")  # `Columns` never asks
 
 
-def decode_json_or_why(data: bytes) -> Decoded | str:
-    """The dump, or why the bytes are not JSON laid out the way torch (or Python's `json`)
-    writes it."""
-    found = _entries_start(data)
-    if isinstance(found, str):
-        return found
-    pos, sep, colon = found
-    layout = "torch's JSON layout" if sep == b"," else "Python's JSON layout"
+def decode_json_layout(data: bytes) -> Decoded:
+    """The dump, decoded from JSON laid out the way torch (or Python's `json`) writes it;
+    `NotDecoded` (why, in the words the rank records) when it is not."""
+    pos, sep, colon = _entries_start(data)
+    torch = sep == b","
+    layout = "torch's JSON layout" if torch else "Python's JSON layout"
+    writer = Writer.TORCH_JSON if torch else Writer.PYTHON_JSON
     try:
         return _decode(data, pos, sep, colon)
-    except _Outside as exc:
-        return f"{layout}, but {exc.args[0]}"
+    except NotDecoded as exc:
+        raise exc.within(writer, layout) from None
     except (ValueError, RecursionError, OverflowError) as exc:  # JSONDecodeError, UnicodeError
-        return f"{layout}, but malformed ({type(exc).__name__})"
+        raise NotDecoded(
+            Fallback.MALFORMED, f"{layout}, but malformed ({type(exc).__name__})", writer
+        ) from None
 
 
 def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
-    slow: list[_Slow] = []
-    runs: tuple[_Run, ...] = ()
+    slow: list[Slow] = []
+    runs: tuple[Run, ...] = ()
     captured: list[list[bytes]] = []
     fast = 0
     tail = data[pos:]
     if tail[:1] != b"]":
         layout = _layout(_first_keys(tail), sep, colon)
         if layout.regex.match(tail) is None:
-            raise _Outside("the first entry laid out otherwise (spaces, or an odd value)")
+            raise outside("the first entry laid out otherwise (spaces, or an odd value)")
         parts = layout.regex.split(tail)
         stride = len(layout.runs) + 1
         fast = (len(parts) - 1) // stride
@@ -174,15 +178,15 @@ def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:
         # After the last match: more entries (the match took a separator) or the array's end
         # (it did not), else a separator after the last entry, which JSON does not allow.
         if (tail.lstrip(b" \t\n\r")[:1] == b"]") == data.endswith(sep, pos, pos + read):
-            raise _Outside("a separator after the last entry, or none before the next")
+            raise outside("a separator after the last entry, or none before the next")
     text = data[:pos] + tail  # the header, with the entries the expression left
     header = _header(text)
     rest = header.pop("entries", None)
     if type(rest) is not list:
-        raise _Outside("not one entry list at the top level")
+        raise outside("not one entry list at the top level")
     for entry in rest:
         keep_slow(entry, slow, fast)
-    columns = _Columns(_Runs(), fast, slow).build(zip(runs, captured, strict=True), ints=_ints)
+    columns = Columns(_Runs(), fast, slow).build(zip(runs, captured, strict=True), ints=_ints)
     return Decoded(header, columns)
 
 
@@ -206,7 +210,7 @@ def _header(text: bytes) -> dict[str, Any]:
 
         found = parse_json(text, object_pairs_hook=pairs)
     if type(found) is not dict or named != 1:
-        raise _Outside("not one entry list at the top level")
+        raise outside("not one entry list at the top level")
     return found
 
 
@@ -217,33 +221,35 @@ def _first_keys(tail: bytes) -> tuple[str, ...]:
     except ValueError:
         first, _ = parse_json_prefix(tail.decode("utf-8", "replace"))
     if type(first) is not dict or not first:
-        raise _Outside("an entry that is not an object")
+        raise outside("an entry that is not an object")
     return tuple(first)
 
 
-def _entries_start(data: bytes) -> tuple[int, bytes, bytes] | str:
-    """Where the entry array's first element starts, and the separators the file uses; or
-    why the file is not laid out so."""
+def _entries_start(data: bytes) -> tuple[int, bytes, bytes]:
+    """Where the entry array's first element starts, and the separators the file uses;
+    `NotDecoded` when the file is not laid out so."""
     at = data.find(_ENTRIES)
     if at < 1 or data[at - 1 : at] not in (b"{", b",", b" "):
-        return "not torch's JSON layout (no entry list)"
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not torch's JSON layout (no entry list)")
     for sep, colon in _STYLES:
         opening = _ENTRIES + colon + b"["
         if data.startswith(opening, at):
             return at + len(opening), sep, colon
-    return "not torch's JSON layout (an entry list laid out otherwise)"
+    raise NotDecoded(
+        Fallback.NOT_THIS_LAYOUT, "not torch's JSON layout (an entry list laid out otherwise)"
+    )
 
 
-def _gap_entries(gap: bytes, sep: bytes, slow: list[_Slow], fast_before: int) -> None:
+def _gap_entries(gap: bytes, sep: bytes, slow: list[Slow], fast_before: int) -> None:
     """The whole entries between two matches, each followed by its separator."""
     found = parse_json(b"[" + gap[: -len(sep)] + b"]") if gap.endswith(sep) else None
     if not found:  # a stray separator, or an entry read outside its layout
-        raise _Outside("an entry read outside its layout")
+        raise outside("an entry read outside its layout")
     for entry in found:
         keep_slow(entry, slow, fast_before)
 
 
-def _ints(runs: _VaryingRuns) -> _IntRuns:
+def _ints(runs: VaryingRuns) -> IntRuns:
     """The integers of the varying captures (decimal, or `null` for an unset optional one:
     -1), a column per run; an integer past int64 is refused (OverflowError)."""
     columns = []

@@ -32,44 +32,41 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from .decode import (
-    _APPENDS,
-    _BINFLOAT,
-    _BINGET,
-    _BININT,
-    _BININT1,
-    _BININT2,
-    _BINUNICODE,
-    _EMPTY_DICT,
-    _EMPTY_LIST,
-    _EMPTY_TUPLE,
-    _FALSE,
-    _LONG1,
-    _LONG_BINGET,
-    _MARK,
-    _MAX_DEPTH,
-    _NONE,
-    _SETITEMS,
-    _SHORT_BINUNICODE,
-    _STOP,
-    _TRUE,
-    _TUPLE,
-    _TUPLE1,
-    _TUPLE3,
-    Combos,
-    Decoded,
-    EntryColumns,
-    _Columns,
-    _layout,
-    _Outside,
-    _Slow,
-    _slow_entry,
-    file_order,
+from ...model.dump import Fallback, Writer
+from ..outcomes import NotDecoded, outside, past_limit
+from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
+from .grammar import MAX_DEPTH, layout_of
+from .opcodes import (
+    APPEND,
+    APPENDS,
+    BINFLOAT,
+    BINGET,
+    BININT,
+    BININT1,
+    BININT2,
+    BINUNICODE,
+    EMPTY_DICT,
+    EMPTY_LIST,
+    EMPTY_TUPLE,
+    FALSE,
+    FRAME,
+    LONG1,
+    LONG_BINGET,
+    MARK,
+    MEMOIZE,
+    NONE,
+    PROTO,
+    SETITEM,
+    SETITEMS,
+    SHORT_BINUNICODE,
+    STOP,
+    TRUE,
+    TUPLE,
+    TUPLE1,
+    TUPLE3,
 )
 
-_PROTO, _MEMOIZE, _FRAME, _APPEND, _SETITEM = 0x80, 0x94, 0x95, 0x61, 0x73
 _SCALARS = (str, int, float, bool, type(None))
-_MAX_MARKS = 64
 
 
 class _Entry:
@@ -84,19 +81,30 @@ the unpickler puts the list: a file where that is not the top-level dict's `entr
 nested `{"entries": [...]}` read first, a second `entries` key) is read the general way."""
 
 
-def decode_python_or_why(data: bytes) -> Decoded | str:
-    """The dump, or why the bytes are not in the form Python's pickler writes."""
-    if data[:1] != b"\x80" or len(data) < 2 or data[1] not in (4, 5):
-        return "not Python's pickle layout (protocol 4 or 5)"
+_PYTHON = "Python's pickle layout"
+_TOP = bytes((EMPTY_DICT, MEMOIZE, MARK))
+_LIST_STARTS = (bytes((MEMOIZE, MARK)), bytes((MEMOIZE, EMPTY_DICT)))  # a batch, or one entry
+_AN_ENTRY_STARTS = bytes((EMPTY_DICT,))
+
+
+def decode_python(data: bytes) -> Decoded:
+    """The dump, decoded from bytes laid out the way Python's pickler writes them (protocol 4
+    or 5); `NotDecoded` (why, in the words the rank records) when they are not."""
+    if data[:1] != bytes((PROTO,)) or len(data) < 2 or data[1] not in (4, 5):
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not Python's pickle layout (protocol 4 or 5)")
     try:
         body = _unframe(data)
-        if body[:3] != b"}\x94(":
-            return "Python's pickle layout, but the top level is not a dict"
+        if body[:3] != _TOP:
+            raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
         return _decode(body)
-    except _Outside as exc:
-        return f"Python's pickle layout, but {exc.args[0] if exc.args else 'not read'}"
+    except NotDecoded as exc:
+        raise exc.within(Writer.PYTHON_PICKLE, _PYTHON) from None
     except (IndexError, UnicodeDecodeError, struct.error, RecursionError) as exc:
-        return f"Python's pickle layout, but malformed ({type(exc).__name__})"
+        raise NotDecoded(
+            Fallback.MALFORMED,
+            f"{_PYTHON}, but malformed ({type(exc).__name__})",
+            Writer.PYTHON_PICKLE,
+        ) from None
 
 
 def _unframe(data: bytes) -> bytes:
@@ -106,17 +114,17 @@ def _unframe(data: bytes) -> bytes:
     length and text, between two frames."""
     parts: list[bytes] = []
     pos, end = 2, len(data)
-    if data[pos] != _FRAME:
+    if data[pos] != FRAME:
         return data[pos:]  # a small pickle: not framed
     while pos < end:
-        if data[pos] == _FRAME:
+        if data[pos] == FRAME:
             start, size = pos + 9, int.from_bytes(data[pos + 1 : pos + 9], "little")
-        elif data[pos] == _BINUNICODE:
+        elif data[pos] == BINUNICODE:
             start, size = pos, 5 + int.from_bytes(data[pos + 1 : pos + 5], "little")
         else:
-            raise _Outside("data outside a frame")
+            raise outside("data outside a frame")
         if start + size > end:
-            raise _Outside("a frame that runs past the end")
+            raise outside("a frame that runs past the end")
         parts.append(data[start : start + size])
         pos = start + size
     return b"".join(parts)
@@ -128,17 +136,17 @@ def _decode(body: bytes) -> Decoded:
 
     def entries(pos: int) -> int:
         if found:
-            raise _Outside("a second entry list")
+            raise outside("a second entry list")
         columns, pos = _entries(machine, pos)
         found.append(columns)
         return pos
 
     stack, pos = machine.exec(0, len(body), entries=entries)
     if pos != len(body) or len(stack) != 1 or type(stack[0]) is not dict or not found:
-        raise _Outside("not ending where it should")
+        raise outside("not ending where it should")
     header = stack[0]
     if header.get("entries") is not _THE_ENTRIES:  # the list read is not the unpickler's
-        raise _Outside("an entry list that is not the top-level dict's entries")
+        raise outside("an entry list that is not the top-level dict's entries")
     del header["entries"]
     return Decoded(header, found[0])
 
@@ -172,14 +180,14 @@ class _Machine:
         reader = self.fragment(data)
         found, pos = reader.exec(0, len(data))
         if len(found) != 2 * size - 1 or pos != len(data):
-            raise _Outside("a run of keys that is not whole")
+            raise outside("a run of keys that is not whole")
         return found[::2]
 
     def entry(self, pos: int) -> tuple[Any, int]:
         """The entry dict that starts at `pos`, and the position after it."""
         found, pos = self.exec(pos, len(self.data), one=True)
         if len(found) != 1:
-            raise _Outside("an entry that is not whole")
+            raise outside("an entry that is not whole")
         return found[0], pos
 
     def _ref(self, value: Any) -> Any:
@@ -187,7 +195,7 @@ class _Machine:
             box = self.boxes[id(value)]
             box[2] = True
         elif type(value) is _Entry:
-            raise _Outside("a reference to an entry or to the entry list")
+            raise outside("a reference to an entry or to the entry list")
         return value
 
     def _place(self, parent: Any, children: Any) -> None:
@@ -195,14 +203,14 @@ class _Machine:
         boxes = self.boxes
         box = boxes[id(parent)]
         if box[2]:
-            raise _Outside("a container changed after it is referred to")
+            raise outside("a container changed after it is referred to")
         for child in children:
             if type(child) is list or type(child) is dict:
                 inner = boxes[id(child)]
                 inner[2] = True
                 if inner[1] >= box[1]:
-                    if inner[1] >= _MAX_DEPTH:
-                        raise _Outside("containers nested too deeply")
+                    if inner[1] >= MAX_DEPTH:
+                        raise past_limit("containers nested too deeply")
                     box[1] = inner[1] + 1
 
     def exec(
@@ -224,131 +232,131 @@ class _Machine:
         while pos < end:
             op = data[pos]
             pos += 1
-            if op == _BINGET:
+            if op == BINGET:
                 value = memo[data[pos]]
                 pos += 1
                 stack.append(value if type(value) is str else self._ref(value))
-            elif op == _MEMOIZE:
+            elif op == MEMOIZE:
                 value = stack[-1]
                 memo.append(value)
                 if type(value) is str:
                     self.slots.setdefault(value, len(memo) - 1)
-            elif op in (_SHORT_BINUNICODE, _BINUNICODE):
-                width = 1 if op == _SHORT_BINUNICODE else 4
+            elif op in (SHORT_BINUNICODE, BINUNICODE):
+                width = 1 if op == SHORT_BINUNICODE else 4
                 size = int.from_bytes(data[pos : pos + width], "little")
                 if pos + width + size > end:
-                    raise _Outside("a string runs past the end")
+                    raise outside("a string runs past the end")
                 stack.append(
                     data[pos + width : pos + width + size].decode("utf-8", "surrogatepass")
                 )
                 pos += width + size
-            elif op == _BININT1:
+            elif op == BININT1:
                 stack.append(data[pos])
                 pos += 1
-            elif op == _BININT2:
+            elif op == BININT2:
                 stack.append(data[pos] | data[pos + 1] << 8)
                 pos += 2
-            elif op in (_EMPTY_LIST, _EMPTY_DICT):
+            elif op in (EMPTY_LIST, EMPTY_DICT):
                 if (
                     entries is not None
-                    and op == _EMPTY_LIST
+                    and op == EMPTY_LIST
                     and len(marks) == 1
                     and (len(stack) - marks[0]) % 2
                     and stack[-1] == "entries"
-                    and data[pos : pos + 2] in (b"\x94(", b"\x94}")  # a batch, or one entry
+                    and data[pos : pos + 2] in _LIST_STARTS  # a batch, or one entry
                 ):
                     memo.append(_AN_ENTRY)  # the list: nothing refers to it
-                    pos = entries(pos + 1 + (data[pos + 1] == _MARK))
+                    pos = entries(pos + 1 + (data[pos + 1] == MARK))
                     stack.append(_THE_ENTRIES)
                     continue
-                container: Any = [] if op == _EMPTY_LIST else {}
+                container: Any = [] if op == EMPTY_LIST else {}
                 self.boxes[id(container)] = [container, 1, False]
                 stack.append(container)
-            elif op == _APPEND:
+            elif op == APPEND:
                 if len(stack) - 2 < (marks[-1] if marks else 0):
-                    raise _Outside("an append with no list")
+                    raise outside("an append with no list")
                 value = stack.pop()
                 target = stack[-1]
                 if type(target) is not list:
-                    raise _Outside("an append to something other than a list")
+                    raise outside("an append to something other than a list")
                 self._place(target, (value,))
                 target.append(value)
-            elif op == _MARK:
-                if len(marks) >= _MAX_MARKS:
-                    raise _Outside("containers nested too deeply")
+            elif op == MARK:
+                if len(marks) >= MAX_DEPTH:
+                    raise past_limit("containers nested too deeply")
                 marks.append(len(stack))
-            elif op in (_APPENDS, _SETITEMS, _SETITEM):
-                if op == _SETITEM:
+            elif op in (APPENDS, SETITEMS, SETITEM):
+                if op == SETITEM:
                     at = len(stack) - 2
                     if at - 1 < (marks[-1] if marks else 0):
-                        raise _Outside("an item with no dict")
+                        raise outside("an item with no dict")
                 else:
                     if not marks:
-                        raise _Outside("items without a mark")
+                        raise outside("items without a mark")
                     at = marks.pop()
                 if at < 1:
-                    raise _Outside("items with no container")
+                    raise outside("items with no container")
                 items = stack[at:]
                 del stack[at:]
                 target = stack[-1]
-                if op == _APPENDS:
+                if op == APPENDS:
                     if type(target) is not list:
-                        raise _Outside("items appended to something other than a list")
+                        raise outside("items appended to something other than a list")
                     self._place(target, items)
                     target.extend(items)
                 else:
                     if type(target) is not dict or len(items) % 2:
-                        raise _Outside("dict items that are not key and value pairs")
+                        raise outside("dict items that are not key and value pairs")
                     keys = items[::2]
                     if not all(type(k) is str or type(k) is int for k in keys):
-                        raise _Outside("a dict key that is not a string or an integer")
+                        raise outside("a dict key that is not a string or an integer")
                     values = items[1::2]
                     self._place(target, values)
                     target.update(zip(keys, values, strict=True))
                     if one and not marks and len(stack) == 1:
                         return stack, pos
-            elif op == _LONG_BINGET:
+            elif op == LONG_BINGET:
                 value = memo[int.from_bytes(data[pos : pos + 4], "little")]
                 pos += 4
                 stack.append(value if type(value) is str else self._ref(value))
-            elif op == _NONE:
+            elif op == NONE:
                 stack.append(None)
-            elif op in (_TRUE, _FALSE):
-                stack.append(op == _TRUE)
-            elif op == _BININT:
+            elif op in (TRUE, FALSE):
+                stack.append(op == TRUE)
+            elif op == BININT:
                 stack.append(int.from_bytes(data[pos : pos + 4], "little", signed=True))
                 pos += 4
-            elif op == _LONG1:
+            elif op == LONG1:
                 size = data[pos]
                 if size > 8:
-                    raise _Outside("an integer wider than 8 bytes")
+                    raise outside("an integer wider than 8 bytes")
                 stack.append(int.from_bytes(data[pos + 1 : pos + 1 + size], "little", signed=True))
                 pos += 1 + size
-            elif op == _BINFLOAT:
+            elif op == BINFLOAT:
                 stack.append(struct.unpack(">d", data[pos : pos + 8])[0])
                 pos += 8
-            elif _TUPLE1 <= op <= _TUPLE3 or op == _TUPLE:
-                if op == _TUPLE:
+            elif TUPLE1 <= op <= TUPLE3 or op == TUPLE:
+                if op == TUPLE:
                     if not marks:
-                        raise _Outside("a tuple without a mark")
+                        raise outside("a tuple without a mark")
                     at = marks.pop()
                 else:
-                    at = len(stack) - (op - _TUPLE1 + 1)
+                    at = len(stack) - (op - TUPLE1 + 1)
                     if at < (marks[-1] if marks else 0):
-                        raise _Outside("a tuple with too few items")
+                        raise outside("a tuple with too few items")
                 items = stack[at:]
                 if not all(type(v) in _SCALARS for v in items):
-                    raise _Outside("a tuple holding a container")  # could be a hash bomb
+                    raise outside("a tuple holding a container")  # could be a hash bomb
                 del stack[at:]
                 stack.append(tuple(items))
-            elif op == _EMPTY_TUPLE:
+            elif op == EMPTY_TUPLE:
                 stack.append(())
-            elif op == _STOP:
+            elif op == STOP:
                 break
             else:
-                raise _Outside(f"an opcode Python's pickler does not write for a dump ({op:#x})")
+                raise outside(f"an opcode Python's pickler does not write for a dump ({op:#x})")
         if marks:
-            raise _Outside("a mark left open")
+            raise outside("a mark left open")
         return stack, pos
 
 
@@ -357,29 +365,29 @@ def _next_entry(data: bytes, pos: int) -> int | None:
     list's start); None at the list's end. Python's pickler appends the entries a thousand at
     a time: `e(` between two batches, `e` before a last batch of one (then `a`)."""
     op = data[pos]
-    if op == 0x7D:  # `}`: the next entry of this batch
+    if op == EMPTY_DICT:  # `}`: the next entry of this batch
         return pos
-    if op == _APPENDS:
+    if op == APPENDS:
         after = data[pos + 1]
-        if after == _MARK:
+        if after == MARK:
             return pos + 2
-        return pos + 1 if after == 0x7D else None
-    if op == _APPEND:
+        return pos + 1 if after == EMPTY_DICT else None
+    if op == APPEND:
         return None
-    raise _Outside("an entry list holding something other than entries")
+    raise outside("an entry list holding something other than entries")
 
 
 def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
     """Read the entry list from just after its `]\\x94(` to just after its last `e` (or `a`)."""
     data = machine.data
-    slow: list[_Slow] = []
+    slow: list[Slow] = []
     layout = None
     at = _next_entry(data, pos)
     while layout is None and at is not None:
-        pos = _slow_entry(machine, at, slow, 0)
+        pos = slow_entry(machine, at, slow, 0)
         slots = [(key, machine.slots.get(key, -1)) for key in slow[-1].entry]
         if all(slot >= 0 for _, slot in slots):
-            layout = _layout(slots, python=True)
+            layout = layout_of(slots, python=True)
         at = _next_entry(data, pos)
     fast = 0
     runs: list[Any] = []
@@ -396,9 +404,9 @@ def _entries(machine: _Machine, pos: int) -> tuple[EntryColumns, int]:
         pos = len(data) - len(parts[-1])
         at = _next_entry(data, pos)
     while at is not None:
-        pos = _slow_entry(machine, at, slow, fast)
+        pos = slow_entry(machine, at, slow, fast)
         at = _next_entry(data, pos)
-    columns = _Columns(machine, fast, slow)
+    columns = Columns(machine, fast, slow)
     built = columns.build(zip(runs, captured, strict=True), combos)
     return built, pos + 1
 
@@ -408,7 +416,7 @@ def _replay(
     gaps: list[bytes],
     runs: list[Any],
     captured: list[list[bytes]],
-    slow: list[_Slow],
+    slow: list[Slow],
 ) -> Combos:
     """Rebuild the memo through the expression-read entries and the entries between them, in
     order: the gaps' entries are read exactly, and the first entry with each combination of
@@ -426,15 +434,15 @@ def _replay(
         memo.extend(itertools.chain.from_iterable(map(added.__getitem__, code_list[done:k])))
         done = k
         if gaps[k]:
-            gap = machine.fragment(gaps[k] + b"}")  # the next entry's first byte: a lookahead
+            gap = machine.fragment(gaps[k] + _AN_ENTRY_STARTS)  # the next entry's first byte
             at = 0
             while at < len(gaps[k]):
                 start = _next_entry(gap.data, at)
                 if start is None:
-                    raise _Outside("the entry list ends between entries of one layout")
-                at = start if start == len(gaps[k]) else _slow_entry(gap, start, slow, k)
+                    raise outside("the entry list ends between entries of one layout")
+                at = start if start == len(gaps[k]) else slow_entry(gap, start, slow, k)
             if at != len(gaps[k]):
-                raise _Outside("an entry read outside its layout")
+                raise outside("an entry read outside its layout")
         code = code_list[k]
         if firsts[code] == k:
             base = len(memo)
