@@ -34,6 +34,8 @@ from .values import parse_ranks
 
 
 class Dialect(enum.StrEnum):
+    """Which recorder wrote a dump: PyTorch's, torchcomms' or HCCL's (torch_npu)."""
+
     PYTORCH = "pytorch"
     TORCHCOMMS = "torchcomms"
     HCCL = "hccl"

@@ -20,6 +20,8 @@ from .sources import Directory, DumpFile, Listed, Source
 
 @dataclass(frozen=True)
 class Discovery:
+    """The rank files found in a source, what was passed over, and why."""
+
     files: tuple[DumpFile, ...]
     ignored: tuple[str, ...]  # files that look like rank dumps but are not of the chosen set
     source: Source

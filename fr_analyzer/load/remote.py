@@ -58,6 +58,7 @@ class RemoteFile:
     options: tuple[tuple[str, Any], ...]
 
     def open(self) -> IO[bytes]:
+        """Open the object for reading (HTTP by ranges; other protocols through fsspec)."""
         fs = _filesystem(self.protocol, self.options)
         if self.protocol in _HTTP:
             return io.BufferedReader(_HttpRanges(fs, self.path), 1 << 20)
@@ -84,6 +85,7 @@ class UrlFile:
     mtime_ns: int | None = None  # the object's modification time, from the listing
 
     def read(self, max_bytes: int) -> bytes:
+        """The whole object, refused past `max_bytes` or when the fetch is too slow."""
         if problem := over_limit(self.size, max_bytes):
             raise SourceError(problem.replace("member", "file", 1))
         over = f"file is over the {max_bytes}-byte limit (see --max-file-size)"
@@ -463,6 +465,7 @@ def _credentials_missing(exc: BaseException) -> bool:
 
 
 def url_source(url: str, storage_options: dict[str, Any]) -> Source:
+    """The source a URL names (a directory-like prefix, a file or an archive), through fsspec."""
     try:
         import fsspec
         import fsspec.core
@@ -579,6 +582,7 @@ class Remote(Source):
         self.unlisted: list[str] = []  # subdirectories whose index could not be read
 
     def listing(self, problems: list[str]) -> Iterator[Listed]:
+        """Every file below the URL, problems appended to `problems`."""
         if self.protocol in _HTTP:
             for url, name in self._http_listing():
                 yield Listed(name, printable(url), handle=(url, 0, None))
@@ -644,6 +648,7 @@ class Remote(Source):
         return sorted(files.items())
 
     def notes(self) -> list[str]:
+        """What the listing passed over (unreadable indexes, links outside the URL), to report."""
         notes = self.unlisted[:10]
         if self.outside:
             count = len(self.outside)
@@ -660,6 +665,7 @@ class Remote(Source):
         return printable(f"{self.protocol}://{path}")
 
     def head(self, item: Listed) -> bytes:
+        """The first bytes of a listed file (empty when they cannot be fetched)."""
         path, _, _ = item.handle
         try:
             if self.protocol in _HTTP:
@@ -671,10 +677,12 @@ class Remote(Source):
             return b""
 
     def dump_file(self, rank: int, item: Listed) -> DumpFile:
+        """The rank's file as a `DumpFile` that fetches it when read."""
         path, size, mtime_ns = item.handle
         fetch = UrlFile(item.where, self.protocol, path, self.options, size, mtime_ns)
         return DumpFile(rank, Path(item.name), fetch)
 
     @property
     def what(self) -> str:
+        """The source's kind, as the report names it."""
         return f"{self.protocol} URL, fetched file by file"

@@ -54,6 +54,7 @@ class Death:
 
     @property
     def reason(self) -> str:
+        """Why the file could not be read, as the report says it."""
         if self.error:
             return f"reading it failed: {self.error}"
         again = f" (read {self.attempts} times, each in a fresh process)"

@@ -19,6 +19,7 @@ DEFAULT_DESC = "default_pg"
 
 
 def replica_name(name: str, rank: int, group_world_size: int) -> str:
+    """The group name torchft gives replica `rank // group_world_size` of group `name`."""
     return f"{name}@replica{rank // group_world_size}"
 
 
