@@ -658,6 +658,7 @@ def fr_headers(draw: st.DrawFn, groups: list[tuple[str, str]]) -> dict[str, Any]
     return dict(draw(st.permutations(list(header.items()))))
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(dump=fr_dumps())
 def test_the_decoder_and_the_unpickler_give_the_same_columns(dump: dict[str, Any]) -> None:
@@ -675,6 +676,7 @@ def test_the_decoder_and_the_unpickler_give_the_same_columns(dump: dict[str, Any
     same_rank(decoded, expected)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(dump=fr_dumps())
 def test_pythons_pickler_is_decoded_alike_or_left_to_the_unpickler(dump: dict[str, Any]) -> None:

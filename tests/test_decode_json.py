@@ -54,6 +54,7 @@ def outcome(data: bytes) -> str:
     return "decoded"
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(dump=fr_dumps())
 def test_json_is_decoded_to_exactly_what_json_loads_gives(dump: dict[str, Any]) -> None:

@@ -240,6 +240,7 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
     assert int(a.table.t_created.max()) > 2**32
 
 
+@pytest.mark.slow
 def test_fast_and_careful_normalization_agree_on_every_sample_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

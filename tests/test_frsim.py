@@ -453,6 +453,7 @@ def test_gloo_records_no_p2p_and_breaks_pg_config() -> None:
 # --- campaign --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_draw_case_over_300_seeds() -> None:
     cases = [draw_case(seed) for seed in range(300)]
     assert {c.kind for c in cases} == set(CASE_KINDS)

@@ -287,6 +287,7 @@ def test_one_ranks_all_gathers_telling_a_million_ranks_do_not_grow_the_world(
 # Group reconstruction in time near-linear in the groups
 
 
+@pytest.mark.slow
 def test_a_rank_with_60000_entries_each_in_its_own_group_is_analyzed(tmp_path: Path) -> None:
     """Each group asked about its siblings by scanning every other group cost the square of
     the groups: 60,000 did not finish in 120 s. Now seconds; a regression times out."""

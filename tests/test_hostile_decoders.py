@@ -405,6 +405,7 @@ def test_json_decoys_and_escaped_keys_never_make_the_decoder_read_other_entries(
     event(f"{outcome(data)}, {len(spelled)} keys, {plain} plain")
 
 
+@pytest.mark.slow
 @HOSTILE_DECODERS
 @given(decoyed(), st.sampled_from(["torch", "python"]), st.booleans())
 def test_pickled_decoys_never_make_the_decoder_read_other_entries(

@@ -52,6 +52,7 @@ def test_each_file_has_its_whole_cpu_budget_however_much_its_worker_used_before(
     assert dict(pool.run([0.3] * 6)) == {i: "done" for i in range(6)}
 
 
+@pytest.mark.slow
 def test_a_file_over_its_cpu_budget_is_refused_after_one_more_try() -> None:
     pool = sandbox.Sandbox(_burn, lambda _: 0, _dead, workers=1, limits=TIGHT)
     started = time.monotonic()

@@ -388,6 +388,7 @@ def test_a_listing_that_never_ends_is_cut_at_its_limit_with_one_line(
     assert run.seconds < 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("route", "reason"),
     [

@@ -334,6 +334,7 @@ def test_each_snapshot_is_a_folder_fr_analyze_reads_again(
     )
 
 
+@pytest.mark.slow
 def test_a_rank_that_does_not_answer_in_time_is_named_and_the_others_kept(
     tmp_path: Path,
 ) -> None:
