@@ -14,7 +14,6 @@ from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
 from .errors import DiscoveryError
 from .load import DEFAULT_MAX_FILE_BYTES, live, pystacks, stamps
-from .load.common import collector_paused, small_pages
 from .load.dialects import DESCRIPTION, Dialect
 from .load.discovery import Discovery
 from .load.pystacks import PythonStacks
@@ -22,6 +21,7 @@ from .load.remote import Remote
 from .load.sources import Directory, Source
 from .match import MatchResult, match
 from .match.findings import collect
+from .memory import collector_paused, small_pages
 from .model.dump import RankDump, Reader, Writer
 from .model.groups import GroupTable, build_groups
 from .model.ranks import agree, compact

@@ -417,16 +417,16 @@ def test_analysis_runs_inside_a_pool_worker_that_may_not_fork_children() -> None
 
 
 def test_small_pages_turn_numpys_huge_page_request_off_while_they_last() -> None:
-    from fr_analyzer.load import common
+    from fr_analyzer import memory
 
-    toggle = common._HUGE_PAGES
+    toggle = memory._HUGE_PAGES
     if toggle is None:
         pytest.skip("this numpy has no huge page request to turn off")
     before = toggle(True)
     try:
-        with common.small_pages():
+        with memory.small_pages():
             assert toggle(False) is False  # off inside (the call returns the setting it finds)
-            with common.small_pages():  # nested: still off after the inner one ends
+            with memory.small_pages():  # nested: still off after the inner one ends
                 pass
             assert toggle(False) is False
         assert toggle(True) is True  # back on after

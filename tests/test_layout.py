@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fr_analyzer"
 
 # lowest first: a module may import its own stage and the stages before it, never one after
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors",),  # the one error hierarchy, used by every stage
+    ("errors", "memory"),  # the error hierarchy; the collector and huge pages, for big tables
     ("model",),  # records, the entry table, the group builder, rank lists
     ("load",),  # sources, discovery, the sandbox, the readers: files into the model
     ("match",),  # collectives and send/recv across ranks, and the findings

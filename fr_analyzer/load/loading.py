@@ -16,11 +16,12 @@ from typing import TypeVar
 import numpy as np
 
 from ..errors import DumpError, FrAnalyzerError
+from ..memory import collector_paused
 from ..model.dump import Fallback, RankColumns, RankDump
 from ..model.records import UnreadableDump
 from . import dialects, hosts, limits, sandbox, stamps, torchft
 from .archives import StreamedFiles
-from .common import DEFAULT_MAX_FILE_BYTES, collector_paused, printable
+from .common import DEFAULT_MAX_FILE_BYTES, printable
 from .decoders.columns import Decoded
 from .limits import content_bytes
 from .normalize import build_rank

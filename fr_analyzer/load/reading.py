@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DumpError
+from ..memory import collector_paused
 from .common import (
     DEFAULT_MAX_FILE_BYTES,
     FAST_SCAN_TUPLES,
@@ -27,14 +28,13 @@ from .common import (
     GZIP_RATIO_FLOOR,
     MAX_TUPLE_NODES,
     O_FLAGS,
-    collector_paused,
     file_kind,
     printable,
     short,
 )
 from .limits import LIMITS, memory_available
 from .outcomes import NotDecoded
-from .safety import decode_json, decode_pickle, parse_json, unpickle
+from .safety import Refused, decode_json, decode_pickle, parse_json, unpickle
 from .sources import Fetch, SourceError
 
 
@@ -333,7 +333,7 @@ def _pickle_error(exc: BaseException, data: bytes) -> str:
     """The unpickler's complaint, or what the file looks like when it is plainly something
     else (text, a program): never its content, which may be anything (a key, a password)."""
     text = printable(str(exc))[:200]
-    if data[:1] != b"\x80" and not text.startswith("refused"):
+    if data[:1] != b"\x80" and not isinstance(exc, Refused):
         kind = _looks_like(data)
         if kind:
             return f"looks like {kind}, not a pickle"

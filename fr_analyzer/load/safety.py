@@ -40,6 +40,11 @@ _JSON_PREFIX = json.JSONDecoder().raw_decode
 _FRAMED = (bytes((PROTO, 4)), bytes((PROTO, 5)))  # protocols 4 and 5: cut into frames
 
 
+class Refused(pickle.UnpicklingError):
+    """What the door raises for a global, an extension or a persistent id: the pickle asked
+    for something outside builtins, which is refused whatever it is."""
+
+
 class NoGlobalsUnpickler(pickle.Unpickler):
     """Genuine dumps hold only builtin containers and scalars, so every global (GLOBAL,
     STACK_GLOBAL, INST, OBJ, the EXT opcodes: the C unpickler asks `find_class` for each) and
@@ -47,13 +52,11 @@ class NoGlobalsUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         """Refuse the global `module.name`, naming it (printable, cut short)."""
-        raise pickle.UnpicklingError(
-            f"refused to load global {printable(module[:80])}.{printable(name[:80])}"
-        )
+        raise Refused(f"refused to load global {printable(module[:80])}.{printable(name[:80])}")
 
     def persistent_load(self, pid: Any) -> Any:
         """Refuse every persistent id (PERSID, BINPERSID)."""
-        raise pickle.UnpicklingError("refused persistent id")
+        raise Refused("refused persistent id")
 
 
 def unpickle(data: bytes) -> Any:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FrAnalyzerError
-from ..load.common import collector_paused, small_pages
 from ..load.safety import unpickle
+from ..memory import collector_paused, small_pages
 from ..pipeline import Analysis
 from .output import write_atomic
 from .tables import COLUMNS, SCHEMA, meta, tables

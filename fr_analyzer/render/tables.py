@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..load.common import collector_paused, small_pages
+from ..memory import collector_paused, small_pages
 from ..model.records import STATE_NAMES, UnitKind
 from ..pipeline import Analysis
 from .presentation import finding_record as finding_json
