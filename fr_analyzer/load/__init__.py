@@ -6,7 +6,7 @@ how each file is read, within `limits` (the table of every limit); `discovery` f
 files in it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
 `reading` loads one file (gzip, JSON, pickle), every object built through `safety`, the one
 door where bytes become objects; `normalize` turns its header and entries into
-a `RankDump` (`records`), its entries read by the fastest reader that takes them; `loading`
+a `RankDump` (`model.dump`), its entries read by the fastest reader that takes them; `loading`
 runs that over every rank; `table` merges the ranks into one `EntryTable`. `schema` is the
 one table of an entry's keys that every reader follows.
 
