@@ -5,7 +5,20 @@ made on; its words are what a rank records as its fallback, for people.
 
 from __future__ import annotations
 
+import contextlib
+import struct
+from collections.abc import Iterator
+
 from ..model.dump import Fallback, Writer
+
+MALFORMED_BYTES: tuple[type[Exception], ...] = (
+    IndexError,
+    UnicodeDecodeError,
+    struct.error,
+    RecursionError,
+)
+"""What a reader's own walk raises on malformed bytes (past the end, bad UTF-8, a short
+number, nesting too deep)."""
 
 
 class NotDecoded(Exception):
@@ -42,3 +55,19 @@ def past_limit(text: str) -> NotDecoded:
 def slower(text: str) -> NotDecoded:
     """Entries that only a slower reader takes (`text` says what): read again, as dicts."""
     return NotDecoded(Fallback.SLOWER_READER_NEEDED, text)
+
+
+@contextlib.contextmanager
+def reading_layout(
+    writer: Writer, layout: str, malformed: tuple[type[Exception], ...] = MALFORMED_BYTES
+) -> Iterator[None]:
+    """Within it, bytes found in `writer`'s `layout`: a `NotDecoded` is said of that layout
+    ("`layout`, but <why>"), and one of `malformed` is a MALFORMED `NotDecoded`."""
+    try:
+        yield
+    except NotDecoded as exc:
+        raise exc.within(writer, layout) from None
+    except malformed as exc:
+        raise NotDecoded(
+            Fallback.MALFORMED, f"{layout}, but malformed ({type(exc).__name__})", writer
+        ) from None

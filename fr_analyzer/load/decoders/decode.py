@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...model.dump import Fallback, Writer
-from ..outcomes import NotDecoded, outside, past_limit
+from ..outcomes import NotDecoded, outside, past_limit, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import MAX_DEPTH, Layout, Run, layout_of
 from .opcodes import (
@@ -237,16 +237,8 @@ def decode_torch(data: bytes) -> Decoded:
         raise NotDecoded(
             Fallback.NOT_THIS_LAYOUT, "not torch's pickle layout (the top level is not a dict)"
         )
-    try:
+    with reading_layout(Writer.TORCH_PICKLE, _TORCH):
         found = _decode(data)
-    except NotDecoded as exc:
-        raise exc.within(Writer.TORCH_PICKLE, _TORCH) from None
-    except (IndexError, UnicodeDecodeError, struct.error, RecursionError) as exc:
-        raise NotDecoded(
-            Fallback.MALFORMED,
-            f"{_TORCH}, but malformed ({type(exc).__name__})",
-            Writer.TORCH_PICKLE,
-        ) from None
     if found is None:
         raise outside("not ending where it should").within(Writer.TORCH_PICKLE, _TORCH)
     return found

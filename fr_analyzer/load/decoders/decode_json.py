@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ...model.dump import Fallback, Writer
-from ..outcomes import NotDecoded, outside
+from ..outcomes import NotDecoded, outside, reading_layout
 from ..safety import parse_json, parse_json_prefix
 from ..schema import ENTRY_KEYS, VARYING_KEYS, Kind
 from .columns import Columns, Decoded, IntRuns, Slow, VaryingRuns, keep_slow
@@ -145,14 +145,9 @@ def decode_json_layout(data: bytes) -> Decoded:
     torch = sep == b","
     layout = "torch's JSON layout" if torch else "Python's JSON layout"
     writer = Writer.TORCH_JSON if torch else Writer.PYTHON_JSON
-    try:
+    # JSONDecodeError and UnicodeError are ValueErrors
+    with reading_layout(writer, layout, (ValueError, RecursionError, OverflowError)):
         return _decode(data, pos, sep, colon)
-    except NotDecoded as exc:
-        raise exc.within(writer, layout) from None
-    except (ValueError, RecursionError, OverflowError) as exc:  # JSONDecodeError, UnicodeError
-        raise NotDecoded(
-            Fallback.MALFORMED, f"{layout}, but malformed ({type(exc).__name__})", writer
-        ) from None
 
 
 def _decode(data: bytes, pos: int, sep: bytes, colon: bytes) -> Decoded:

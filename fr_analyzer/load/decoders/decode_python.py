@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...model.dump import Fallback, Writer
-from ..outcomes import NotDecoded, outside, past_limit
+from ..outcomes import NotDecoded, outside, past_limit, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import MAX_DEPTH, layout_of
 from .opcodes import (
@@ -92,19 +92,11 @@ def decode_python(data: bytes) -> Decoded:
     or 5); `NotDecoded` (why, in the words the rank records) when they are not."""
     if data[:1] != bytes((PROTO,)) or len(data) < 2 or data[1] not in (4, 5):
         raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not Python's pickle layout (protocol 4 or 5)")
-    try:
+    with reading_layout(Writer.PYTHON_PICKLE, _PYTHON):
         body = _unframe(data)
         if body[:3] != _TOP:
             raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
         return _decode(body)
-    except NotDecoded as exc:
-        raise exc.within(Writer.PYTHON_PICKLE, _PYTHON) from None
-    except (IndexError, UnicodeDecodeError, struct.error, RecursionError) as exc:
-        raise NotDecoded(
-            Fallback.MALFORMED,
-            f"{_PYTHON}, but malformed ({type(exc).__name__})",
-            Writer.PYTHON_PICKLE,
-        ) from None
 
 
 def _unframe(data: bytes) -> bytes:
