@@ -14,9 +14,9 @@ Three readers, fastest first, and each rank records which one read it (`Reader`)
 faster one did not: the decoders read a dump laid out the way its writer lays it out straight
 into columns, with no unpickler or JSON parser over the entries and no dict per entry
 (`decoders`: one reader per format, `decode` for torch's pickler, `decode_python` for Python's,
-`decode_json` for torch's JSON or Python's `json`, over the `opcodes`, `grammar` and `columns`
-they share); a reader that does not read a file raises `outcomes.NotDecoded`, whose `Fallback`
-reason every decision is made on; `columnar`
+`decode_json` for torch's JSON or Python's `json`, over the `opcodes`, `grammar`, `machine`
+(the one exact stack machine) and `columns` they share); a reader that does not read a file
+raises `outcomes.NotDecoded`, whose `Fallback` reason every decision is made on; `columnar`
 reads unpickled or parsed JSON entries one key at a time, each distinct value validated once;
 `careful` reads anything else entry by entry and names every problem. The report's warnings
 name ranks that fell to the careful reader, and why.

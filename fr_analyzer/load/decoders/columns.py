@@ -87,8 +87,8 @@ def file_order(runs: Sequence[Run], gaps: list[bytes], captured: list[list[bytes
 
 
 class ExactReader(Protocol):
-    """What reads the bytes exactly, with the dump's memo: `decode._Decoder` for torch's layout,
-    `decode_python._Machine` for Python's."""
+    """What reads the bytes exactly, with the dump's memo: `machine.Machine`, for both picklers'
+    layouts (a protocol, so that the builder needs nothing else of it)."""
 
     memo: list[Any]
 
