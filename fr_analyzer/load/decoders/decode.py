@@ -37,7 +37,7 @@ from ...model.dump import Fallback, Writer
 from ..outcomes import NotDecoded, outside, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import Layout, Run, layout_of
-from .machine import THE_ENTRIES, Machine
+from .machine import Machine, read_dump
 from .opcodes import (
     APPENDS,
     EMPTY_DICT,
@@ -65,31 +65,12 @@ def decode_torch(data: bytes) -> Decoded:
             Fallback.NOT_THIS_LAYOUT, "not torch's pickle layout (the top level is not a dict)"
         )
     with reading_layout(Writer.TORCH_PICKLE, _TORCH):
-        found = _decode(data)
-    if found is None:
-        raise outside("not ending where it should").within(Writer.TORCH_PICKLE, _TORCH)
-    return found
+        return _decode(data)
 
 
-def _decode(data: bytes) -> Decoded | None:
-    machine = Machine(data, [], pickler="torch's pickler")
-    found: list[EntryColumns] = []
-
-    def entries(pos: int) -> int:
-        if found:
-            raise outside("a second entry list")
-        columns, pos = _entries(machine, pos)
-        found.append(columns)
-        return pos
-
-    stack, pos = machine.exec(len(_START), len(data), entries=entries)
-    if pos != len(data) or len(stack) != 1 or type(stack[0]) is not dict or not found:
-        return None
-    header = stack[0]
-    if header.get("entries") is not THE_ENTRIES:  # the list read is not the unpickler's
-        raise outside("an entry list that is not the top-level dict's entries")
-    del header["entries"]
-    return Decoded(header, found[0])
+def _decode(data: bytes) -> Decoded:
+    header, entries = read_dump(Machine(data, [], pickler="torch's pickler"), len(_START), _entries)
+    return Decoded(header, entries)
 
 
 def _entries(reader: Machine, pos: int) -> tuple[EntryColumns, int]:

@@ -35,7 +35,7 @@ from ...model.dump import Fallback, Writer
 from ..outcomes import NotDecoded, outside, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import layout_of
-from .machine import AN_ENTRY, THE_ENTRIES, Machine
+from .machine import AN_ENTRY, Machine, read_dump
 from .opcodes import (
     APPEND,
     APPENDS,
@@ -89,24 +89,8 @@ def _unframe(data: bytes) -> bytes:
 
 
 def _decode(body: bytes) -> Decoded:
-    machine = Machine(body, [])
-    found: list[EntryColumns] = []
-
-    def entries(pos: int) -> int:
-        if found:
-            raise outside("a second entry list")
-        columns, pos = _entries(machine, pos)
-        found.append(columns)
-        return pos
-
-    stack, pos = machine.exec(0, len(body), entries=entries)
-    if pos != len(body) or len(stack) != 1 or type(stack[0]) is not dict or not found:
-        raise outside("not ending where it should")
-    header = stack[0]
-    if header.get("entries") is not THE_ENTRIES:  # the list read is not the unpickler's
-        raise outside("an entry list that is not the top-level dict's entries")
-    del header["entries"]
-    return Decoded(header, found[0])
+    header, entries = read_dump(Machine(body, []), 0, _entries)
+    return Decoded(header, entries)
 
 
 def _next_entry(data: bytes, pos: int) -> int | None:

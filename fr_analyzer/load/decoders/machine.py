@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..outcomes import outside, past_limit
 from .grammar import MAX_DEPTH
@@ -62,6 +62,7 @@ the unpickler puts the list: a file where that is not the top-level dict's `entr
 nested `{"entries": [...]}` read first, a second `entries` key) is read the general way."""
 
 _LIST_STARTS = (bytes((MEMOIZE, MARK)), bytes((MEMOIZE, EMPTY_DICT)))  # a batch, or one entry
+_T = TypeVar("_T")
 
 
 class Machine:
@@ -292,3 +293,29 @@ class Machine:
         if marks:
             raise outside("a mark left open")
         return stack, pos
+
+
+def read_dump(
+    machine: Machine, start: int, read_entries: Callable[[Machine, int], tuple[_T, int]]
+) -> tuple[dict[Any, Any], _T]:
+    """Run `machine` over a whole dump from `start`: the top-level dict without its entries,
+    and what `read_entries` made of the entry list (given the position just inside the list,
+    it returns the position after it). `NotDecoded` unless the dump is one dict that holds one
+    entry list and ends at its STOP."""
+    found: list[_T] = []
+
+    def entries(pos: int) -> int:
+        if found:
+            raise outside("a second entry list")
+        value, pos = read_entries(machine, pos)
+        found.append(value)
+        return pos
+
+    stack, pos = machine.exec(start, len(machine.data), entries=entries)
+    if pos != len(machine.data) or len(stack) != 1 or type(stack[0]) is not dict or not found:
+        raise outside("not ending where it should")
+    header = stack[0]
+    if header.get("entries") is not THE_ENTRIES:  # the list read is not the unpickler's
+        raise outside("an entry list that is not the top-level dict's entries")
+    del header["entries"]
+    return header, found[0]
