@@ -117,6 +117,8 @@ class Limits:
     minutes, a 1 GiB one 9 hours), so a server dripping bytes is cut after about them."""
     listing_max_pages: int = 1000
     """Most index pages (its directory and each subdirectory) read to list an http(s) URL."""
+    url_max_redirects: int = 10
+    """Most redirects followed for one request to a URL source (each within its origin)."""
 
 
 LIMITS = Limits()

@@ -40,7 +40,6 @@ from .sources import DumpFile, Listed, Source, SourceError
 REMOTE_EXTRA = "pip install 'fr-analyze[remote]'"
 _HTTP = ("http", "https")
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
-_MOST_REDIRECTS = 10
 
 
 class UrlError(OSError):
@@ -267,7 +266,7 @@ class _HttpGet:
         if ranged:
             headers["Range"] = f"bytes={first}-{'' if end is None else end - 1}"
         target = self.fs.encode_url(url)
-        for _ in range(_MOST_REDIRECTS + 1):
+        for _ in range(limits.LIMITS.url_max_redirects + 1):
             response = await session.get(target, headers=headers, allow_redirects=False, **options)
             location = response.headers.get("Location")
             if response.status not in _REDIRECTS or location is None:
@@ -282,7 +281,7 @@ class _HttpGet:
                 raise UrlError(f"redirected to another origin ({shown[:200]}): not followed")
             target = following
         else:
-            raise UrlError(f"more than {_MOST_REDIRECTS} redirects: not followed")
+            raise UrlError(f"more than {limits.LIMITS.url_max_redirects} redirects: not followed")
         if not 200 <= response.status < 300 and not (ranged and response.status == 416):
             response.close()
             reason = printable(f"HTTP {response.status} {response.reason or ''}".strip())
