@@ -11,11 +11,14 @@ from ..errors import DiscoveryError
 from ..model.ranks import MAX_RANK
 from .archives import TarArchive, ZipArchive
 from .common import printable
+from .decoders.opcodes import CODES
 from .reading import wide_json
 from .sources import Directory, DumpFile, Listed, Source
 
 # ---------------------------------------------------------------------------------------------
 # Discovery
+
+_PROTO = bytes((CODES["PROTO"],))  # a pickle's first byte
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def _looks_like_dump(head: bytes) -> bool:
     body = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if head and not body:
         return True  # only whitespace so far: JSON's, as no pickle starts so
-    return body[:1] in (b"\x80", b"{") or body[:2] == b"\x1f\x8b" or wide_json(head) is not None
+    return body[:1] in (_PROTO, b"{") or body[:2] == b"\x1f\x8b" or wide_json(head) is not None
 
 
 def discover(where: Path | Source, prefix: str | None = None) -> Discovery:

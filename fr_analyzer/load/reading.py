@@ -32,6 +32,7 @@ from .common import (
     printable,
     short,
 )
+from .decoders.opcodes import CODES
 from .limits import LIMITS, memory_available
 from .outcomes import NotDecoded
 from .safety import Refused, decode_json, decode_pickle, parse_json, unpickle
@@ -333,7 +334,7 @@ def _pickle_error(exc: BaseException, data: bytes) -> str:
     """The unpickler's complaint, or what the file looks like when it is plainly something
     else (text, a program): never its content, which may be anything (a key, a password)."""
     text = printable(str(exc))[:200]
-    if data[:1] != b"\x80" and not isinstance(exc, Refused):
+    if data[:1] != bytes((CODES["PROTO"],)) and not isinstance(exc, Refused):
         kind = _looks_like(data)
         if kind:
             return f"looks like {kind}, not a pickle"
@@ -370,12 +371,20 @@ def _looks_like(data: bytes) -> str | None:
 # Opcode scan. Opcodes whose argument has a fixed size and that neither build tuples nor share
 # them are skipped in runs by one regular expression; the rest are looked at one by one.
 _OPS = {ord(op.code): op for op in pickletools.opcodes}
-_TUPLE_OPS = frozenset(b"\x85\x86\x87t")
-_SHARING_OPS = frozenset(b"201\x8f\x90\x91")  # DUP, POP, POP_MARK, EMPTY_SET, ADDITEMS, FROZENSET
-_MEMO_PUTS = frozenset(b"qrp\x94")  # BINPUT, LONG_BINPUT, PUT, MEMOIZE
-_STOP, _FRAME, _LONG_BINPUT, _PUT = ord("."), 0x95, ord("r"), ord("p")
-_NEUTRAL = frozenset((_FRAME, 0x80))  # FRAME, PROTO
-_TWO_LINES = frozenset(b"ci")  # GLOBAL and INST: module and name lines
+_TUPLE_OPS = frozenset(CODES[n] for n in ("TUPLE1", "TUPLE2", "TUPLE3", "TUPLE"))
+_SHARING_OPS = frozenset(
+    CODES[n] for n in ("DUP", "POP", "POP_MARK", "EMPTY_SET", "ADDITEMS", "FROZENSET")
+)
+_MEMO_PUTS = frozenset(CODES[n] for n in ("BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"))
+_STOP, _FRAME, _LONG_BINPUT, _PUT = (
+    CODES["STOP"],
+    CODES["FRAME"],
+    CODES["LONG_BINPUT"],
+    CODES["PUT"],
+)
+_NEUTRAL = frozenset((_FRAME, CODES["PROTO"]))
+_TWO_LINES = frozenset((CODES["GLOBAL"], CODES["INST"]))  # module and name lines
+_TUPLE_BYTES = tuple(bytes((code,)) for code in sorted(_TUPLE_OPS))
 _COUNTED = {
     -2: (1, False),
     -3: (4, True),
@@ -436,7 +445,7 @@ def _scan_pickle(data: bytes) -> _Scan:
     tuple_memo = sharing = False
     # Every tuple opcode is one of these bytes, so their count bounds the tuples. Under the
     # bound, unmemoized tuples need not be counted one by one: the regex skips them.
-    bound = sum(data.count(code) for code in (b"\x85", b"\x86", b"\x87", b"t"))
+    bound = sum(data.count(code) for code in _TUPLE_BYTES)
     skip = (_PLAIN_RUN_TUPLES if bound <= FAST_SCAN_TUPLES else _PLAIN_RUN).match
     while True:
         pos = skip(data, pos).end()  # type: ignore[union-attr]  # `*+` always matches

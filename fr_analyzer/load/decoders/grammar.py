@@ -26,6 +26,17 @@ def _ops(template: bytes) -> bytes:
     return re.sub(rb"<([A-Z0-9_]+)>", lambda m: re.escape(bytes([CODES[m[1].decode()]])), template)
 
 
+def _text(opcode: bytes, length_pad: bytes, then: bytes) -> bytes:
+    """A string of up to 255 bytes written by `opcode` (its length: one byte, then
+    `length_pad`), followed by `then` (its memo put)."""
+    return (
+        _ops(b"<" + opcode + b">(?:")
+        + b"|".join(re.escape(bytes([n])) + length_pad + b".{%d}" % n for n in range(256))
+        + b")"
+        + then
+    )
+
+
 _INT_BODY = _ops(
     rb"<BININT1>.|<BININT2>..|<BININT>....|<LONG1>"
     rb"(?:\x00|\x01.|\x02..|\x03...|\x04....|\x05.{5}|\x06.{6}|\x07.{7}|\x08.{8})"
@@ -35,12 +46,7 @@ _REF_BODY = _ops(rb"<BINGET>.|<LONG_BINGET>....")
 # bytes, then its memo put. And a frame dict first written inside an entry's frames: its keys
 # and values references, new strings or integers, then its memo put.
 _PUT = _ops(rb"(?:<BINPUT>.|<LONG_BINPUT>....)")
-_TEXT = (
-    _ops(b"<BINUNICODE>(?:")
-    + b"|".join(re.escape(bytes([n])) + b"\x00\x00\x00.{%d}" % n for n in range(256))
-    + b")"
-    + _PUT
-)
+_TEXT = _text(b"BINUNICODE", b"\x00\x00\x00", _PUT)
 _REF_OR_TEXT = _REF_BODY + b"|" + _TEXT
 _NEW_DICT, _NEW_LIST = _ops(b"<EMPTY_DICT><MARK>"), _ops(b"<EMPTY_LIST><MARK>")
 _NONE, _SETITEMS, _APPENDS = _ops(b"<NONE>"), _ops(b"<SETITEMS>"), _ops(b"<APPENDS>")
@@ -140,12 +146,7 @@ _PY_SHAPE = (
 # A string written again (another object of the same value: some writers build one per
 # entry), or first written inside an entry, instead of referred to: SHORT_BINUNICODE (up to
 # 255 bytes), then MEMOIZE.
-_PY_TEXT = (
-    _ops(b"<SHORT_BINUNICODE>(?:")
-    + b"|".join(re.escape(bytes([n])) + b".{%d}" % n for n in range(256))
-    + b")"
-    + _MEMOIZE
-)
+_PY_TEXT = _text(b"SHORT_BINUNICODE", b"", _MEMOIZE)
 _PY_REF_OR_TEXT = _REF_BODY + b"|" + _PY_TEXT
 # A frame dict first written inside an entry's frames (Python's pickler writes each distinct
 # frame once, where it is first met): its keys and values references, new strings or integers.
