@@ -9,6 +9,10 @@
   process_group a list; unset times 0; pg_status values as strings; an empty
   "nccl_comm_state"; no "entries" key when there is none.
 - any of them gzip-compressed (mtime 0, so reruns are byte-identical).
+- `et`: not a Flight Recorder dump but each rank's Chakra Execution Trace (`et.py`): every op
+  the rank issued, the real observer's layout; truncated (no closing bracket) for a rank that
+  crashed or was killed in a hung job, and then, gzipped, no file at all (torch compresses
+  only at a clean stop). Names: "rank-{rank}.et.json", PARAM's "rank-{rank}.json".
 
 Frames (`Output.frames`): "shared" (as torch writes them: each distinct frame one dict shared
 by every entry of the dump that references it) or "distinct" (fresh frame dicts in every entry:
@@ -33,13 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from .et import rank_trace
 from .recorder import Entry, RankDump
 from .sites import RawFrame
 
 if TYPE_CHECKING:
     from .sim import Simulation
 
-Format = Literal["torch", "pickle", "json"]
+Format = Literal["torch", "pickle", "json", "et"]
 Frames = Literal["shared", "distinct"]
 PICKLE_PROTOCOL = 4
 
@@ -52,6 +57,12 @@ NAMINGS: dict[str, str] = {
     "hostname": "nccl_trace_rank_container-node{host:02d}_{rank}",
 }
 """Named file-name patterns seen in real dump directories (fr-format.md section 1)."""
+
+ET_NAMINGS: dict[str, str] = {
+    "et": "rank-{rank}.et.json",
+    "param": "rank-{rank}.json",
+}
+"""Execution trace file names: torch's examples' and PARAM's (`.gz` added when gzipped)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,8 @@ class Output:
             data = python_pickle(dump, shared)
         elif self.fmt == "json":
             data = json_bytes(dump)
+        elif self.fmt == "et":
+            raise ValueError("an execution trace is written from the simulation (et.rank_trace)")
         else:
             raise ValueError(f"unknown format {self.fmt!r}")
         return gzip.compress(data, mtime=0) if self.gzip else data
@@ -560,8 +573,8 @@ _WORKER_SIM: Simulation | None = None
 
 @dataclass(frozen=True)
 class Written:
-    """One rank's file: where, its size in bytes and its number of entries (path None: the
-    rank wrote no dump)."""
+    """One rank's file: where, its size in bytes and its number of entries (an ET: of ops
+    issued) (path None: the rank wrote no file)."""
 
     rank: int
     path: Path | None
@@ -573,16 +586,25 @@ def _write_rank(job: tuple[int, str, Output]) -> tuple[int, int, int]:
     rank, directory, output = job
     sim = _WORKER_SIM
     assert sim is not None
-    dump = sim.dump(rank)
-    if dump is None:
-        return rank, -1, 0
-    data = output.encode(dump)
+    if output.fmt == "et":
+        trace = rank_trace(sim, rank)
+        if output.gzip and not trace.complete:
+            return rank, -1, trace.units  # the data is in a temporary .json elsewhere
+        data = trace.text.encode()
+        data = gzip.compress(data, mtime=0) if output.gzip else data
+        count = trace.units
+    else:
+        dump = sim.dump(rank)
+        if dump is None:
+            return rank, -1, 0
+        data = output.encode(dump)
+        count = len(dump.entries)
     path = os.path.join(directory, output.name(rank, sim.spec.layout.host_of(rank)))
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as out:
         out.write(data)
     os.replace(tmp, path)
-    return rank, len(data), len(dump.entries)
+    return rank, len(data), count
 
 
 def _worker_init() -> None:

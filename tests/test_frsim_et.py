@@ -1,0 +1,246 @@
+"""frsim's Execution Trace writer (tools/frsim/et.py) against the real file
+(`tests/data/real_nccl/extras/rank-0.et.json`, copied from `/work/shared/real_nccl/extras/`:
+torch 2.11, NCCL, one rank, groups "0", "1" mesh_tp and "2" mesh_dp, one step).
+
+The simulated job issues the real program's collectives; every node the writer emits for them
+has the real node's name, input and output types, attrs (names, order and types), parent chain
+and place in the file (a parent after its children), and, with every number blanked, the same
+text. Then: what a hung, crashed or healthy job leaves on disk, and `.gz` targets.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools.frsim import faults
+from tools.frsim.custom import WORLD, CustomJob
+from tools.frsim.et import PROCESS_NODE, rank_trace
+from tools.frsim.layout import Layout
+from tools.frsim.program import BF16
+from tools.frsim.sim import SimSpec, Simulation, simulate
+from tools.frsim.writers import ET_NAMINGS, Output, write_files
+
+REAL = Path(__file__).parent / "data" / "real_nccl" / "extras" / "rank-0.et.json"
+Node = dict[str, Any]
+
+USER_CODE = ("aten::ones",)
+"""The real program's own tensor creation (not part of any collective): left out."""
+
+
+def real_program() -> Simulation:
+    """One rank issuing what the real file's step issued, in its order."""
+    job = CustomJob(world_size=1)
+    tp = job.new_group("mesh_tp", [0])
+    dp = job.new_group("mesh_dp", [0])
+    p = job.on(0)
+    p.step(0)
+    p.coll(tp, "all_reduce", [(4096,)])
+    p.coll(tp, "_all_gather_base", [(4096,)])
+    p.coll(dp, "_reduce_scatter_base", [(4096,)])
+    p.coll(dp, "broadcast", [(2048,)], dtype=BF16)
+    p.coll(dp, "all_to_all", [(4096,)])
+    p.fused(tp, "all_reduce", [(4096,), (4096,)], nowait=True)
+    p.fused(dp, "all_gather_into_tensor", [(4096,), (2048,)], nowait=True)
+    p.coll(WORLD, "all_reduce", [(1,)], sync=True)
+    p.coll(WORLD, "all_reduce_barrier", [(1,)], sync=True)
+    return simulate(SimSpec(layout=job))
+
+
+def _nodes(text: str) -> list[Node]:
+    nodes: list[Node] = json.loads(text)["nodes"]
+    return nodes
+
+
+def _chain(node: Node, by_id: dict[int, Node]) -> tuple[str, ...]:
+    """Names from the node up to the thread node."""
+    names = []
+    while node["id"] not in (1, 2):
+        names.append(node["name"])
+        node = by_id[node["ctrl_deps"]]
+    return (*names, node["name"])
+
+
+def _without_user_code(nodes: list[Node]) -> list[Node]:
+    by_id = {n["id"]: n for n in nodes}
+    return [n for n in nodes if not set(_chain(n, by_id)) & set(USER_CODE)]
+
+
+def _node_texts(text: str) -> Iterator[tuple[int, str]]:
+    """(id, the node's own text with every number blanked) per node, in file order."""
+    for chunk in re.split(r"\n      \},?", text.split('"nodes": [', 1)[1]):
+        found = re.search(r'"id": (\d+)', chunk)
+        if found:
+            yield int(found.group(1)), re.sub(r"\d+", "N", chunk.strip(", \n"))
+
+
+def _structure(node: Node, by_id: dict[int, Node]) -> tuple[object, ...]:
+    return (
+        node["name"],
+        node["inputs"]["types"],
+        node["outputs"]["types"],
+        [(a["name"], a["type"]) for a in node["attrs"]],
+        _chain(node, by_id),
+    )
+
+
+@pytest.fixture(scope="module")
+def real() -> str:
+    return REAL.read_text()
+
+
+@pytest.fixture(scope="module")
+def simulated() -> str:
+    return rank_trace(real_program(), 0).text
+
+
+def test_every_node_has_the_real_nodes_structure_in_the_real_order(
+    real: str, simulated: str
+) -> None:
+    # GIVEN the real file's nodes (but the program's own aten::ones) and the simulated ones
+    want = _without_user_code(_nodes(real))
+    got = _nodes(simulated)
+    want_ids = {n["id"]: n for n in _nodes(real)}
+    got_ids = {n["id"]: n for n in got}
+    # THEN node by node, in file order: names, types, attrs and parent chains are equal
+    assert [_structure(n, want_ids) for n in want] == [_structure(n, got_ids) for n in got]
+
+
+def test_each_op_kind_of_the_real_file_is_written(real: str, simulated: str) -> None:
+    kinds = {n["name"] for n in _without_user_code(_nodes(real))}
+    assert kinds == {n["name"] for n in _nodes(simulated)}
+    comms = {n["inputs"]["values"][-6] for n in _nodes(real) if n["name"] == "record_param_comms"}
+    assert comms == {
+        "allreduce", "_allgather_base", "_reduce_scatter_base", "broadcast", "all_to_allv",
+        "allreduce_coalesced", "allgather_into_tensor_coalesced", "wait", "barrier",
+    }  # fmt: skip
+    assert comms == {
+        n["inputs"]["values"][-6] for n in _nodes(simulated) if n["name"] == "record_param_comms"
+    }
+
+
+def test_node_text_equals_the_real_text_with_numbers_blanked(real: str, simulated: str) -> None:
+    keep = {n["id"] for n in _without_user_code(_nodes(real))}
+    want = [t for i, t in _node_texts(real) if i in keep]
+    got = [t for _, t in _node_texts(simulated)]
+    assert want == got
+
+
+def test_file_header_and_ending_are_the_real_ones(real: str, simulated: str) -> None:
+    def blank(text: str) -> str:
+        return re.sub(r"\d+", "N", text)
+
+    assert blank(simulated.split("\n      {")[0]) == blank(real.split("\n      {")[0])
+    assert blank(simulated)[-40:] == blank(real)[-40:]
+    assert set(json.loads(simulated)) == set(json.loads(real))
+
+
+def test_ids_are_taken_at_start_and_nodes_written_at_end(simulated: str) -> None:
+    nodes = _nodes(simulated)
+    order = {n["id"]: i for i, n in enumerate(nodes)}
+    for n in nodes:
+        if n["ctrl_deps"] not in (1, 2) and n["id"] != 1:
+            parent = n["ctrl_deps"]
+            assert parent < n["id"]  # id taken when the parent started
+            assert order[parent] > order[n["id"]]  # written when it ended
+    # tensors take ids from the same counter: the op ids have gaps
+    ops = sorted(order)
+    assert ops[-1] > len(ops)
+
+
+def test_seq_is_the_flight_recorders_collective_seq_id(simulated: str) -> None:
+    sim = real_program()
+    dump = sim.dump(0)
+    assert dump is not None
+    recorded = [(e.process_group[0], e.collective_seq_id) for e in dump.entries]
+    traced = [
+        (n["inputs"]["values"][-8][0], n["inputs"]["values"][-9][0])
+        for n in _nodes(simulated)
+        if n["name"] == "record_param_comms" and n["inputs"]["values"][-6] != "wait"
+    ]
+    assert traced == list(dict.fromkeys(recorded))
+
+
+def _pp_job(fault: faults.Fault | None) -> Simulation:
+    return simulate(
+        SimSpec(layout=Layout(tp=2, pp=2, dp=2), fault=fault, timeout_ms=5_000, skew_s=0.1)
+    )
+
+
+def test_p2p_ops_carry_their_p2p_seq_and_peer() -> None:
+    # GIVEN a pipeline job's rank 0 (stage 0: sends forward, receives backward)
+    text = rank_trace(_pp_job(None), 0).text
+    nodes = _nodes(text)
+    by_id = {n["id"]: n for n in nodes}
+    comms = [n for n in nodes if n["name"] == "record_param_comms"]
+    p2p = [n for n in comms if n["inputs"]["values"][-6] in ("send", "recv")]
+    # THEN each is (p2p seq, True), the group-local peer, under c10d::send / c10d::recv_
+    assert p2p
+    for n in p2p:
+        values = n["inputs"]["values"]
+        assert values[1][1] is True
+        assert values[3] == 1
+        assert by_id[n["ctrl_deps"]]["name"] in ("c10d::send", "c10d::recv_")
+    seqs = [n["inputs"]["values"][1][0] for n in p2p]
+    assert seqs == sorted(seqs) and seqs[0] == 1
+    # batched members have no work of their own; the batch's nccl:coalesced and wait follow
+    waits = [n for n in comms if n["inputs"]["values"][3] == "wait"]
+    waits = [n for n in waits if n["inputs"]["values"][1][1] == "pp"]
+    assert waits and all(w["inputs"]["values"][0][1] for w in waits)
+    ends = [n for n in nodes if n["name"] == "nccl:coalesced"]
+    assert len(ends) > len(waits)  # the DP buckets' blocks too
+    works = {
+        by_id[n["ctrl_deps"]]["ctrl_deps"] for n in nodes if n["name"][5:9] in ("send", "recv")
+    }
+    calls = {n["id"] for n in nodes if n["name"] in ("c10d::send", "c10d::recv_")}
+    assert works < calls  # unbatched sends/recvs have a work; batched members have none
+
+
+def test_a_hung_job_leaves_every_rank_truncated_after_its_last_issued_op(tmp_path: Path) -> None:
+    # GIVEN rank 5 stops issuing at its 40th op: the job hangs, the watchdogs kill every rank
+    sim = _pp_job(faults.stop_host(5, 40))
+    assert sim.hung
+    written = write_files(sim, tmp_path, Output(fmt="et", pattern=ET_NAMINGS["et"]))
+    for w in written:
+        assert w.path is not None
+        text = w.path.read_text()
+        # THEN no closing bracket, no process node; the text up to the last node is valid
+        assert text.endswith("\n      }")
+        assert PROCESS_NODE not in text
+        nodes = json.loads(text + "\n  ]\n}")["nodes"]
+        assert nodes[0]["id"] == 2
+    issued = {w.rank: w.entries for w in written}
+    assert issued[5] == 40
+    assert min(issued.values()) == issued[5]
+
+
+def test_a_healthy_job_and_a_crashed_rank(tmp_path: Path) -> None:
+    healthy = write_files(_pp_job(None), tmp_path / "ok", Output(fmt="et", pattern="{rank}.json"))
+    for w in healthy:
+        assert w.path is not None
+        doc = json.loads(w.path.read_text())
+        assert doc["nodes"][-1]["id"] == 1 and doc["finish_ts"] >= doc["start_ts"]
+    crashed = rank_trace(_pp_job(faults.crash(3, 30)), 3)
+    assert not crashed.complete and crashed.units == 30
+
+
+def test_gzip_only_at_a_clean_stop(tmp_path: Path) -> None:
+    out = Output(fmt="et", gzip=True, pattern=ET_NAMINGS["param"])
+    healthy = write_files(_pp_job(None), tmp_path / "ok", out)
+    assert all(w.path is not None and w.path.name.endswith(".json.gz") for w in healthy)
+    first = healthy[0].path
+    assert first is not None
+    json.loads(gzip.decompress(first.read_bytes()))
+    hung = write_files(_pp_job(faults.stop_host(5, 40)), tmp_path / "hung", out)
+    assert all(w.path is None for w in hung)
+    assert not list((tmp_path / "hung").iterdir())
+
+
+def test_the_same_seed_gives_the_same_bytes() -> None:
+    assert rank_trace(_pp_job(None), 6).text == rank_trace(_pp_job(None), 6).text
