@@ -9,7 +9,7 @@ BROWSER_STAMP := $(VENV)/.installed-browser
 DUMPS ?= sample_dumps
 
 .DEFAULT_GOAL := help
-.PHONY: help install run check test lint bench accuracy clean
+.PHONY: help install run check test lint bench accuracy accuracy-et clean
 
 help: ## Show this help
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -69,6 +69,11 @@ ACCURACY_ARGS ?= --shapes all --cases 2100
 
 accuracy: $(STAMP) ## Randomized fault campaign over every job shape: share right per shape and backend
 	$(BIN)/python -m benchmarks.accuracy $(ACCURACY_ARGS)
+
+ACCURACY_ET_ARGS ?= --shapes all --cases 200
+
+accuracy-et: $(STAMP) ## The same campaign written as each rank's Chakra execution trace (rank-N.et.json)
+	$(BIN)/python -m benchmarks.accuracy --writer et $(ACCURACY_ET_ARGS)
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

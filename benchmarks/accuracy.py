@@ -15,10 +15,17 @@ With `--shapes all` (or a comma-separated list of "3d", "fsdp", "hsdp", "moe", "
 `shapes.py`: FSDP2, HSDP, MoE all_to_all, DDP buckets, `new_subgroups`, monitored barriers, on
 NCCL or gloo); without it every seed draws the same 3D case as always.
 
+With `--writer et` the same cases are written as each rank's Chakra Execution Trace
+(`rank-<N>.et.json`, frsim's `et.py`) and judged against the truth an ET can show
+(`tools.frsim.campaign.et_truth`): the dumps' truth where the fault changes what a rank issued
+(skip, extra, mismatch, p2p mismatch, swap, stop_host, crash as a rank that stopped issuing),
+"ok" where it does not (stuck kernels, network hangs, stragglers, healthy runs). An analyzer
+error (it cannot read the traces) is a wrong answer, counted and shown like any other.
+
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
-[--out FILE]` (`make accuracy`). Prints the share right, a table per fault kind, one per shape and
-backend, the confusion of answers and every wrong case; exits 1 unless every unambiguous case is
-right.
+[--writer dump|et] [--out FILE]` (`make accuracy`; `make accuracy-et` for the traces). Prints
+the share right, a table per fault kind, one per shape and backend, the confusion of answers and
+every wrong case; exits 1 unless every unambiguous case is right.
 """
 
 from __future__ import annotations
@@ -41,8 +48,9 @@ from tabulate import tabulate
 
 from fr_analyzer import analyze
 from fr_analyzer.conclusion import Conclusion, Role
+from fr_analyzer.errors import FrAnalyzerError
 from fr_analyzer.pipeline import Options
-from tools.frsim.campaign import draw_case, parse_shapes
+from tools.frsim.campaign import ET_OUTPUT, draw_case, parse_shapes
 from tools.frsim.truth import Truth
 
 DEFAULT_CASES = 300
@@ -64,6 +72,8 @@ class Outcome:
     seconds: float = 0.0
     shape: str = "3d"
     backend: str = "nccl"
+    writer: str = "dump"
+    """What the case was written as: "dump" (Flight Recorder) or "et" (execution traces)."""
 
     @property
     def right(self) -> bool:
@@ -113,17 +123,37 @@ def judge(truth: Truth, got: dict[str, Any]) -> list[str]:
     return problems
 
 
-def run_case(seed: int, shapes: Sequence[str] = ()) -> Outcome:
-    """Draw case `seed`, write its dumps, analyze them and compare the answer with the truth."""
+def _failed(error: FrAnalyzerError) -> dict[str, Any]:
+    """The answer of an analysis that stopped with `error`."""
+    return {
+        "status": "error", "root": None, "culprits": [], "group": None,
+        "collective_seq_id": None, "p2p_seq_id": None, "answer": str(error)[:300],
+        "unexplained": [],
+    }  # fmt: skip
+
+
+def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Outcome:
+    """Draw case `seed`, write its dumps (`writer` "et": its execution traces), analyze them and
+    compare the answer with the truth."""
     case = draw_case(seed, shapes)
-    truth = case.truth
+    et = writer == "et"
+    truth = case.et_truth if et else case.truth
     started = time.perf_counter()
+    ranks = 0
     with tempfile.TemporaryDirectory(prefix="fr-accuracy-") as tmp:
         directory = Path(tmp) / "dumps"
         directory.mkdir()
-        case.write(directory)
-        analysis = analyze(directory, Options(workers=1))
-    got = answer(analysis.conclusion)
+        case.write(directory, ET_OUTPUT if et else None)
+        if et:
+            try:
+                analysis = analyze(directory, Options(workers=1))
+            except FrAnalyzerError as error:
+                got = _failed(error)
+            else:
+                got, ranks = answer(analysis.conclusion), len(analysis.summary.ranks_loaded)
+        else:
+            analysis = analyze(directory, Options(workers=1))
+            got, ranks = answer(analysis.conclusion), len(analysis.summary.ranks_loaded)
     return Outcome(
         seed=seed,
         kind=case.kind,
@@ -132,17 +162,20 @@ def run_case(seed: int, shapes: Sequence[str] = ()) -> Outcome:
         got=got,
         problems=[] if truth.ambiguous else judge(truth, got),
         ambiguous=truth.ambiguous,
-        ranks=len(analysis.summary.ranks_loaded),
+        ranks=ranks,
         seconds=time.perf_counter() - started,
         shape=case.shape,
         backend=case.backend,
+        writer=writer,
     )
 
 
-def run(seeds: Iterable[int], workers: int = 1, shapes: Sequence[str] = ()) -> list[Outcome]:
+def run(
+    seeds: Iterable[int], workers: int = 1, shapes: Sequence[str] = (), writer: str = "dump"
+) -> list[Outcome]:
     """Run the cases of `seeds`, in `workers` forked processes when more than one."""
     seeds = list(seeds)
-    one = partial(run_case, shapes=tuple(shapes))
+    one = partial(run_case, shapes=tuple(shapes), writer=writer)
     if workers <= 1:
         return [one(s) for s in seeds]
     with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=20) as pool:
@@ -183,8 +216,9 @@ def render(outcomes: Sequence[Outcome]) -> str:
     and ambiguous cases."""
     judged = [o for o in outcomes if o.ambiguous is None]
     right = sum(o.right for o in judged)
+    traces = " written as execution traces" if any(o.writer == "et" for o in outcomes) else ""
     lines = [
-        f"fault campaign: {len(outcomes)} cases, {len(judged)} judged, "
+        f"fault campaign{traces}: {len(outcomes)} cases, {len(judged)} judged, "
         f"{len(outcomes) - len(judged)} ambiguous by construction",
         f"right: {right}/{len(judged)} = {100 * right / max(len(judged), 1):.1f}%",
         "",
@@ -212,7 +246,7 @@ def render(outcomes: Sequence[Outcome]) -> str:
             disable_numparse=True,
         )
     )
-    if any(o.shape != "3d" for o in outcomes):
+    if any(o.shape != "3d" or o.writer == "et" for o in outcomes):
         lines += ["", "Per training shape and backend:", _shape_table(outcomes)]
     confusion: Counter[tuple[str, str, str]] = Counter()
     for o in judged:
@@ -269,9 +303,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="draw these training shapes: 'all' or a comma-separated list of 3d, fsdp, hsdp, "
         "moe, ddp, subgroups, barrier (default: 3d only, the same cases as always)",
     )
+    parser.add_argument(
+        "--writer",
+        choices=("dump", "et"),
+        default="dump",
+        help="write each case as Flight Recorder dumps (default) or as each rank's Chakra "
+        "execution trace, judged against what the traces can show",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    outcomes = run(range(args.first, args.first + args.cases), args.workers, args.shapes)
+    seeds = range(args.first, args.first + args.cases)
+    outcomes = run(seeds, args.workers, args.shapes, args.writer)
     print(render(outcomes))
     print(f"wall time {time.perf_counter() - started:.0f} s with {args.workers} worker(s)")
     if args.out is not None:

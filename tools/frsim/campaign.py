@@ -24,6 +24,15 @@ disagree (moe), gradient buckets in another order (ddp) or a skipped barrier (ba
 
 `python -m tools.frsim.campaign --seeds 0:300 [--shapes all|fsdp,moe,...] [--out DIR]` prints
 one line per case (and writes each case into DIR/<seed>/).
+
+The same cases written as Chakra Execution Traces (`--writer et`: one `rank-<N>.et.json` per
+rank, `et.py`) are judged against `et_truth(case)`: an ET shows what each rank issued, in
+order, and nothing about states or times. A fault that changes what a rank issues (an extra or
+missing collective, a size, dtype or op that differs at one seq, another order, a host that
+stops or dies) keeps the dumps' truth (a crash then reads as a rank that stopped issuing:
+hung, not_joined, at the crash site); a fault that leaves every rank issuing the same ops (a
+rank stuck in a kernel, a network hang, a straggler) expects "ok": no disagreement in what was
+issued.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from .program import (
 )
 from .sim import SimSpec, Simulation
 from .truth import Truth
-from .writers import NAMINGS, Format, Output, write_dumps
+from .writers import ET_NAMINGS, NAMINGS, Format, Output, write_dumps
 
 LAYOUTS: dict[str, tuple[tuple[int, int, int], ...]] = {
     "tp": ((8, 1, 1), (4, 1, 2)),
@@ -173,9 +182,36 @@ class Case:
             f"{self.site}: {fault} | truth: {self.truth.describe()}"
         )
 
-    def write(self, directory: Path) -> list[Path]:
-        """Write the case's dump files into `directory`."""
-        return write_dumps(self.sim, directory, self.output)
+    def write(self, directory: Path, output: Output | None = None) -> list[Path]:
+        """Write the case's dump files into `directory` (`output`: another way, e.g. ETs)."""
+        return write_dumps(self.sim, directory, output or self.output)
+
+    @property
+    def et_truth(self) -> Truth:
+        """What a correct analyzer concludes from the case's execution traces."""
+        return et_truth(self.kind, self.truth)
+
+
+ET_OUTPUT = Output(fmt="et", pattern=ET_NAMINGS["et"])
+"""How `--writer et` writes a case: one uncompressed `rank-<N>.et.json` per rank (a gzipped
+target of a killed rank leaves no file at all)."""
+
+ET_INVISIBLE = frozenset(
+    {"healthy_end", "healthy_mid", "stall", "gpu_stuck_in", "gpu_stuck_before", "network_hang"}
+)
+"""Case kinds after which every rank has issued the same ops as without the fault: the hang or
+the delay is in the streams or the network, which an execution trace does not record."""
+
+
+def et_truth(kind: str, truth: Truth) -> Truth:
+    """The truth of a case of `kind` (dumps' truth `truth`) judged from execution traces:
+    "ok" where the fault leaves what was issued unchanged; else the dumps' truth, a crash
+    read as a rank that stopped issuing (its trace is cut off like every hung rank's)."""
+    if kind in ET_INVISIBLE:
+        return Truth("ok")
+    if truth.root == "dead_rank":
+        return replace(truth, status="hung", root="not_joined")
+    return truth
 
 
 def _candidates(program: Program, kind: str, site: str, gloo: bool) -> list[int]:
@@ -512,14 +548,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=(),
         help="draw these training shapes (comma-separated, 'all': every shape and 3d)",
     )
+    parser.add_argument(
+        "--writer",
+        choices=("dump", "et"),
+        default="dump",
+        help="write Flight Recorder dumps (default) or each rank's execution trace",
+    )
     args = parser.parse_args(argv)
     start, stop = (int(x) for x in args.seeds.split(":"))
+    et = args.writer == "et"
     for seed in range(start, stop):
         began = time.perf_counter()
         case = draw_case(seed, args.shapes)
         if args.out is not None:
-            case.write(args.out / str(seed))
+            case.write(args.out / str(seed), ET_OUTPUT if et else None)
         line = case.describe()
+        if et:
+            line += f" | et truth: {case.et_truth.describe()}"
         print(f"{line}  [{time.perf_counter() - began:.2f}s]", flush=True)
     return 0
 
