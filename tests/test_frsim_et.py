@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 
 from tools.frsim import faults
+from tools.frsim.campaign import ET_INVISIBLE, ET_OUTPUT, draw_case, et_truth
 from tools.frsim.custom import WORLD, CustomJob
 from tools.frsim.et import PROCESS_NODE, rank_trace
 from tools.frsim.layout import Layout
 from tools.frsim.program import BF16
 from tools.frsim.sim import SimSpec, Simulation, simulate
+from tools.frsim.truth import Truth
 from tools.frsim.writers import ET_NAMINGS, Output, write_files
 
 REAL = Path(__file__).parent / "data" / "real_nccl" / "extras" / "rank-0.et.json"
@@ -244,3 +246,24 @@ def test_gzip_only_at_a_clean_stop(tmp_path: Path) -> None:
 
 def test_the_same_seed_gives_the_same_bytes() -> None:
     assert rank_trace(_pp_job(None), 6).text == rank_trace(_pp_job(None), 6).text
+
+
+def test_et_truth_keeps_what_a_trace_shows_and_expects_ok_for_the_rest() -> None:
+    # GIVEN the dumps' truths of a stuck kernel, a crash and a skipped collective
+    stuck = Truth("hung", "stuck_collective", (1,), "1", "tp", "collective", 7)
+    crash = Truth("hung", "dead_rank", (3,), "0", "default_pg", "collective", 9)
+    skip = Truth("desync", "not_joined", (2,), "2", "dp", "collective", 4)
+    # THEN a trace shows no disagreement for the stuck kernel, a rank that stopped for the crash
+    assert et_truth("gpu_stuck_in", stuck) == Truth("ok")
+    assert et_truth("crash", crash) == Truth(
+        "hung", "not_joined", (3,), "0", "default_pg", "collective", 9
+    )
+    assert et_truth("skip", skip) == skip
+    assert {"gpu_stuck_before", "network_hang", "stall", "healthy_mid"} <= ET_INVISIBLE
+
+
+def test_a_drawn_case_is_written_as_traces(tmp_path: Path) -> None:
+    case = draw_case(4)
+    paths = case.write(tmp_path, ET_OUTPUT)
+    assert len(paths) == case.spec.layout.world_size
+    assert all(p.name.endswith(".et.json") for p in paths)
