@@ -4,6 +4,7 @@ conclusion), with no logic of its own."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -243,7 +244,7 @@ def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> Du
     for dump in loaded:
         versions.setdefault(dump.version, []).append(dump.rank)
     warnings = list(found.warnings) + list(got.notes) + _dialects(loaded) + list(notes)
-    warnings += [w for d in loaded for w in d.warnings]
+    warnings += _folded([w for d in loaded for w in d.warnings])
     warnings += _slow_readers(loaded)
     readers: dict[str, list[int]] = {}
     for dump in loaded:
@@ -268,6 +269,32 @@ def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> Du
         warnings=tuple(warnings),
         readers={name: tuple(ranks) for name, ranks in sorted(readers.items())},
     )
+
+
+_RANK_WARNING = re.compile(r"rank ([0-9]+): (.*)", re.DOTALL)
+
+
+def _folded(warnings: list[str]) -> list[str]:
+    """The ranks' own warnings, those saying the same of several ranks ("rank 3: ...") made
+    one ("ranks 0-3: ..."), in the order each was first given."""
+    ranks: dict[str, list[int]] = {}
+    out: list[str | tuple[str]] = []
+    for warning in warnings:
+        found = _RANK_WARNING.fullmatch(warning)
+        if found is None:
+            out.append(warning)
+            continue
+        text = found[2]
+        if text not in ranks:
+            ranks[text] = []
+            out.append((text,))
+        ranks[text].append(int(found[1]))
+    return [
+        item
+        if isinstance(item, str)
+        else f"{agree(ranks[item[0]], 'rank', 'ranks')} {compact(ranks[item[0]])}: {item[0]}"
+        for item in out
+    ]
 
 
 def _dialects(loaded: list[RankDump]) -> list[str]:

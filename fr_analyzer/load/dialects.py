@@ -34,11 +34,13 @@ from .values import parse_ranks
 
 
 class Dialect(enum.StrEnum):
-    """Which recorder wrote a dump: PyTorch's, torchcomms' or HCCL's (torch_npu)."""
+    """Which recorder wrote a dump: PyTorch's, torchcomms' or HCCL's (torch_npu); or an
+    Execution Trace (`chakra`) read in its place."""
 
     PYTORCH = "pytorch"
     TORCHCOMMS = "torchcomms"
     HCCL = "hccl"
+    EXECUTION_TRACE = "execution_trace"
 
 
 _P2P_FRAMES = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
@@ -79,13 +81,16 @@ DESCRIPTION = {
     Dialect.TORCHCOMMS: "torchcomms dumps: sequence ids counted per communicator; the recorder "
     "does not say whether an op finished (it retires ops when they are enqueued)",
     Dialect.HCCL: "HCCL dumps (torch_npu): each op named by its innermost frame",
+    Dialect.EXECUTION_TRACE: "Execution Traces (Chakra), not Flight Recorder dumps: they tell "
+    "what each rank issued, in order, and nothing of states or times; disagreements, missing "
+    "and extra ops and their order are found, not whether an op finished or how long it took",
 }
 """What the report says of ranks written by each other recorder."""
 
 
 def reports_completion(dialect: str) -> bool:
     """Whether the recorder says when an op finished."""
-    return dialect != Dialect.TORCHCOMMS
+    return dialect not in (Dialect.TORCHCOMMS, Dialect.EXECUTION_TRACE)
 
 
 def needs_entries(header: dict[str, Any]) -> bool:

@@ -4,7 +4,7 @@ naming scheme."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from ..errors import DiscoveryError
@@ -32,7 +32,7 @@ class Discovery:
 
 
 _NAME_RE = re.compile(
-    r"(?P<stem>.*?)(?P<rank>[0-9]+)(?P<suffix>\.(?:pkl|pickle|json))?(?:\.gz)?",
+    r"(?P<stem>.*?)(?P<rank>[0-9]+)(?P<suffix>\.(?:pkl|pickle|json|et\.json))?(?:\.gz)?",
     re.DOTALL | re.ASCII,
 )
 KNOWN_PREFIXES = (
@@ -41,6 +41,7 @@ KNOWN_PREFIXES = (
     "hccl_trace_rank_",
     "fr_trace_rank_",
     "rank_",
+    "rank-",  # Execution Traces, as PARAM and Chakra name them (rank-N.json, rank-N.et.json)
 )
 """File name prefixes of the recorders and tools; what follows is the rank, or `<host>_<rank>`."""
 
@@ -127,10 +128,16 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
         hint = f" starting with {prefix!r}" if prefix else ""
         also = "".join(f" ({note})" for note in source.notes())
         raise DiscoveryError(f"{label}: no rank dump files{hint} found{also}")
-    family, files = _choose_family(candidates, source)
+    traces = {f for f, found in candidates.items() if all(_is_trace(i.name) for _, i in found)}
+    dumps = {f: found for f, found in candidates.items() if f not in traces}
+    family, files = _choose_family(dumps or candidates, source)
+    companions: dict[int, Listed] = {}
+    if dumps and traces and isinstance(source, Directory):
+        _, found = _choose_family({f: candidates[f] for f in traces}, source)
+        companions = {rank: item for rank, item in sorted(found, key=lambda r: _depth(r[1]))}
     for other, rest in candidates.items():
         if other != family:
-            ignored.extend(item.where for _, item in rest)
+            ignored.extend(item.where for _, item in rest if item not in companions.values())
     by_rank: dict[int, list[tuple[int, Listed]]] = {}
     for position, (rank, item) in enumerate(files):
         by_rank.setdefault(rank, []).append((position, item))
@@ -140,13 +147,33 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
         ranked = sorted(found, key=lambda pair: _preference(source, *pair), reverse=True)
         chosen[rank] = keep = ranked[0][1]
         passed_over += [_passed_over(source, rank, item, keep) for _, item in ranked[1:]]
-    dump_files = tuple(source.dump_file(r, chosen[r]) for r in sorted(chosen))
+    dump_files = tuple(
+        _with_trace(source, source.dump_file(r, chosen[r]), companions.get(r))
+        for r in sorted(chosen)
+    )
     return Discovery(
         dump_files,
         tuple(sorted(ignored)),
         source,
         tuple(printable(note) for note in source.notes() + passed_over),
     )
+
+
+_TRACE_NAME = re.compile(r"(?:.*\.et\.json|rank-[0-9]+\.json)(?:\.gz)?", re.DOTALL | re.ASCII)
+
+
+def _is_trace(name: str) -> bool:
+    """Whether a file is named like an Execution Trace (`rank-3.et.json`, PARAM's
+    `rank-3.json`), not like a Flight Recorder dump."""
+    return _TRACE_NAME.fullmatch(name.rsplit("/", 1)[-1]) is not None
+
+
+def _with_trace(source: Source, dump: DumpFile, trace: Listed | None) -> DumpFile:
+    """A rank's dump with its Execution Trace beside it (dumps and traces in one directory
+    are read together: the dump gives states and times, the trace the older ops)."""
+    if trace is None:
+        return dump
+    return replace(dump, trace=source.dump_file(dump.rank, trace))
 
 
 def _depth(item: Listed) -> int:

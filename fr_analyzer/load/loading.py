@@ -19,7 +19,7 @@ from ..errors import DumpError, FrAnalyzerError
 from ..memory import collector_paused
 from ..model.dump import Fallback, RankColumns, RankDump
 from ..model.records import UnreadableDump
-from . import dialects, hosts, limits, sandbox, stamps, torchft
+from . import dialects, hosts, limits, sandbox, stamps, torchft, traces
 from .archives import StreamedFiles
 from .common import DEFAULT_MAX_FILE_BYTES, printable
 from .decoders.columns import Decoded
@@ -49,6 +49,16 @@ def load_rank(
     try:
         with collector_paused():  # a dump: ~100k containers, no collector passes
             guarded = not sandboxed
+            trace = dump_file.trace
+            if trace is not None:  # read with its Execution Trace: as entries, to merge them
+                raw = read_dump(
+                    dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch
+                )
+                extra = read_dump(
+                    trace.path, trace.rank, max_bytes, guarded=guarded, fetch=trace.fetch
+                )
+                raw = merged_with_trace(raw, extra, dump_file.rank, printable(trace.where))
+                return _build(raw, dump_file.rank, path, raw.not_decoded, ft_group_world_size)
             raw = read_dump(
                 dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
             )
@@ -104,6 +114,16 @@ def _name_time_ns(dump_file: DumpFile) -> int | None:
     return stamps.name_time_ns(path.name) or stamps.name_time_ns(path.parent.name)
 
 
+def merged_with_trace(raw: Raw, trace: Raw, rank: int, where: str) -> Raw:
+    """A rank's dump with the ops of its Execution Trace that its ring buffer no longer holds
+    (`traces.merge`); the dump as it is when the trace is not one or its dump is no dict."""
+    if not (isinstance(raw.obj, dict) and traces.is_execution_trace(trace.obj)):
+        return raw
+    converted = traces.to_dump(trace.obj, rank)
+    notes = [*raw.notes, *trace.notes, *traces.merge(raw.obj, converted.dump, where)]
+    return Raw(raw.obj, raw.nbytes + trace.nbytes, notes, raw.not_decoded)
+
+
 _READ_AGAIN = frozenset({Fallback.SLOWER_READER_NEEDED, Fallback.ENTRIES_NEEDED})
 """A decoded file whose entries only a slower reader takes is read again the general way."""
 
@@ -118,7 +138,14 @@ def _build(
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)
     dialect = dialects.Dialect.PYTORCH
-    if isinstance(header, dict):
+    obj = raw.obj
+    if traces.is_execution_trace(header):
+        converted = traces.to_dump(header, rank)
+        header = obj = converted.dump
+        notes += converted.notes
+        dialect = dialects.Dialect.EXECUTION_TRACE
+        not_decoded = None  # no decoder reads traces: not a slower reading
+    elif isinstance(header, dict):
         if isinstance(raw.obj, Decoded) and dialects.needs_entries(header):
             raise NotDecoded(
                 Fallback.ENTRIES_NEEDED, "another recorder's dump, rewritten from its entries"
@@ -128,7 +155,7 @@ def _build(
         if ft_group_world_size is not None:
             torchft.global_pg_config(header, rank, ft_group_world_size)
     dump = build_rank(
-        raw.obj,
+        obj,
         rank,
         path,
         nbytes=raw.nbytes,

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import DumpError
 from ..memory import collector_paused
+from . import traces
 from .common import (
     DEFAULT_MAX_FILE_BYTES,
     FAST_SCAN_TUPLES,
@@ -286,11 +287,29 @@ def _load_json(data: bytes, where: str, rank: int | None, notes: list[str]) -> A
     except RecursionError:
         raise DumpError(where, rank, "malformed JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
+        if traces.looks_like_trace(data):
+            return _truncated_trace(data, where, rank, notes, exc)
         what = _looks_like(data) if exc.pos < 8 else None
         reason = f"looks like {what}, not JSON" if what else printable(str(exc))[:200]
         raise DumpError(where, rank, f"malformed JSON: {reason}") from None
     except ValueError as exc:
         raise DumpError(where, rank, f"malformed JSON: {printable(str(exc))[:200]}") from None
+
+
+def _truncated_trace(
+    data: bytes, where: str, rank: int | None, notes: list[str], exc: json.JSONDecodeError
+) -> Any:
+    """An Execution Trace that does not parse: one cut in the middle of its nodes (its rank
+    was killed, or is still tracing) is read to its last complete node, with a note."""
+    try:
+        trace, count = traces.read_truncated(data.decode("utf-8", "replace"))
+    except traces.TraceError as why:
+        raise DumpError(where, rank, f"malformed Execution Trace: {why} ({exc.msg})") from None
+    notes.append(
+        f"its Execution Trace ends in the middle (the rank was killed or was still tracing): "
+        f"read to its last complete node ({count} nodes)"
+    )
+    return trace
 
 
 def _unpickle(data: bytes, where: str, rank: int | None, explain: bool = False) -> Any:

@@ -47,6 +47,7 @@ class DumpFile:
     rank: int
     path: Path
     fetch: Fetch | None = None
+    trace: DumpFile | None = None  # the rank's Execution Trace, read with its dump (`chakra`)
 
     @property
     def where(self) -> str:

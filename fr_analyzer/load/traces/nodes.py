@@ -1,0 +1,229 @@
+"""The nodes of an Execution Trace: their parts, tensors, groups, and the Flight Recorder
+entry each op becomes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..safety import parse_json
+
+INIT_NODE = "## process_group:init ##"
+RECORD_NODE = "record_param_comms"
+BACKENDS = ("nccl", "xccl", "gloo", "rccl", "hccl", "mccl", "ucc", "mpi")
+
+# ET tensor element types (`Tensor(float)`) → the recorder's dtype names
+DTYPES = {
+    "float": "Float",
+    "double": "Double",
+    "c10::Half": "Half",
+    "c10::BFloat16": "BFloat16",
+    "long int": "Long",
+    "int64_t": "Long",
+    "int": "Int",
+    "short int": "Short",
+    "signed char": "Char",
+    "unsigned char": "Byte",
+    "bool": "Bool",
+    "c10::complex<float>": "ComplexFloat",
+    "c10::complex<double>": "ComplexDouble",
+    "c10::Float8_e4m3fn": "Float8_e4m3fn",
+    "c10::Float8_e5m2": "Float8_e5m2",
+    "c10::Float8_e4m3fnuz": "Float8_e4m3fnuz",
+    "c10::Float8_e5m2fnuz": "Float8_e5m2fnuz",
+}
+KNOWN_DTYPES = frozenset(DTYPES.values())
+TENSOR_TYPE = re.compile(r"Tensor\(([^()]*(?:\([^()]*\))?[^()]*)\)")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One group of the init record (or of a record that names one the init record lacks)."""
+
+    name: str
+    desc: str
+    backend: str
+    ranks: tuple[int, ...]
+
+
+def groups_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Group]:
+    """The groups of the init records (the last record of a group wins), by name."""
+    found: dict[str, Group] = {}
+    for node in nodes:
+        if node.get("name") != INIT_NODE:
+            continue
+        values = inputs(node, "values")
+        if not values or not isinstance(values[0], str):
+            continue
+        try:
+            listed = parse_json(values[0])
+        except ValueError:
+            continue
+        if not isinstance(listed, list):
+            continue
+        for item in listed:
+            if not isinstance(item, dict) or "pg_name" not in item:
+                continue
+            name = str(item["pg_name"])
+            ranks = item.get("ranks")
+            members = (
+                tuple(r for r in ranks if isinstance(r, int)) if isinstance(ranks, list) else ()
+            )
+            size = item.get("group_size")
+            if not members and isinstance(size, int) and size > 0:
+                members = tuple(range(size))  # `[]`: every rank
+            found[name] = Group(
+                name,
+                str(item.get("pg_desc", "")),
+                backend_of(str(item.get("backend_config", ""))),
+                members,
+            )
+    return found
+
+
+def world_size(groups: Mapping[str, Group]) -> int:
+    """The job's size: the default group's, else the largest group's."""
+    for group in groups.values():
+        if group.desc == "default_pg":
+            return len(group.ranks)
+    return max((len(g.ranks) for g in groups.values()), default=0)
+
+
+def backend_of(config: str) -> str:
+    """`cuda:nccl` / `cpu:gloo,cuda:gloo` → the backend of the device ops run on."""
+    parts = [p.split(":", 1)[-1] for p in config.split(",") if p]
+    for part in parts:
+        if part != "gloo":
+            return part
+    return parts[0] if parts else ""
+
+
+def group_from_record(
+    groups: dict[str, Group], name: str, desc: str, start: int, stride: int, size: int
+) -> Group:
+    """The group a record names; one the init record lacks is built from the record's
+    strided member list (`global_rank_start`, `global_rank_stride`, `group_size`)."""
+    group = groups.get(name)
+    if group is None:
+        members = (
+            tuple(start + i * stride for i in range(size)) if start >= 0 and stride > 0 else ()
+        )
+        group = groups[name] = Group(name, desc, "nccl", members)
+    return group
+
+
+def inputs(node: Mapping[str, Any], key: str) -> list[Any]:
+    """A part of a node's inputs (`values`, `shapes`, `types`), or [] when it has none."""
+    part = node.get("inputs")
+    value = part.get(key) if isinstance(part, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def outputs(node: Mapping[str, Any], key: str) -> list[Any]:
+    """A part of a node's outputs, or [] when it has none."""
+    part = node.get("outputs")
+    value = part.get(key) if isinstance(part, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def attrs(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's attributes by name."""
+    attrs = node.get("attrs")
+    if not isinstance(attrs, list):
+        return {}
+    return {a["name"]: a.get("value") for a in attrs if isinstance(a, dict) and "name" in a}
+
+
+def tensors(types: Sequence[Any], shapes: Sequence[Any], index: int) -> tuple[list[Any], list[str]]:
+    """The shapes and dtypes of the tensor argument at `index` (one tensor or a list)."""
+    if index >= len(types) or index >= len(shapes) or not isinstance(types[index], str):
+        return [], []
+    kind, shape = types[index], shapes[index]
+    dtypes = [DTYPES.get(t.strip(), t.strip()) for t in TENSOR_TYPE.findall(kind)]
+    if not dtypes:
+        return [], []
+    if kind.startswith("Tensor("):
+        return [shape], dtypes[:1]
+    flat: list[Any] = []
+    for item in shape if isinstance(shape, list) else []:
+        if isinstance(item, list) and item and all(isinstance(x, list) for x in item):
+            flat.extend(item)  # a list of lists of tensors (all_gather's outputs)
+        else:
+            flat.append(item)
+    if len(dtypes) < len(flat):
+        dtypes += dtypes[-1:] * (len(flat) - len(dtypes))
+    return flat, dtypes[: len(flat)]
+
+
+def children(nodes: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    """Each node's children (`ctrl_deps` names the parent), in id order."""
+    kids: dict[int, list[Mapping[str, Any]]] = {}
+    for node in nodes:
+        parent = node.get("ctrl_deps")
+        if isinstance(parent, int):
+            kids.setdefault(parent, []).append(node)
+    return kids
+
+
+def profiling_child(kids: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The child named like the recorder's entry (`nccl:all_reduce`), if any."""
+    for kid in kids:
+        name = kid.get("name")
+        if isinstance(name, str) and name.split(":", 1)[0] in BACKENDS and ":" in name:
+            return kid
+    return None
+
+
+def next_id(counters: dict[str, int], key: str) -> int:
+    """The next of a per-group counter (1 first)."""
+    counters[key] = counters.get(key, 0) + 1
+    return counters[key]
+
+
+def entry(
+    entries: Sequence[Any],
+    group: Group,
+    profiling: str,
+    *,
+    coll: int,
+    p2p: int,
+    is_p2p: bool,
+    op_id: int,
+    sizes: tuple[list[Any], list[str], list[Any], list[str]],
+) -> dict[str, Any]:
+    """One op as a Flight Recorder entry: no times and no state but `scheduled` (a trace
+    keeps neither), its sizes as `(in shapes, in dtypes, out shapes, out dtypes)`."""
+    in_shapes, in_dtypes, out_shapes, out_dtypes = sizes
+    return {
+        "record_id": len(entries),
+        "pg_id": int(group.name) if group.name.isdigit() else 0,
+        "process_group": (group.name, group.desc),
+        "collective_seq_id": coll,
+        "p2p_seq_id": p2p,
+        "op_id": op_id,
+        "profiling_name": profiling,
+        "input_sizes": in_shapes,
+        "input_dtypes": in_dtypes,
+        "output_sizes": out_shapes,
+        "output_dtypes": out_dtypes,
+        "state": "scheduled",
+        "retired": False,
+        "is_p2p": is_p2p,
+        "time_created_ns": 0,  # unset: a trace keeps no time of its ops
+        "time_discovered_started_ns": 0,
+        "time_discovered_completed_ns": 0,
+        "timeout_ms": 0,
+    }
+
+
+def numel(shapes: Sequence[Any]) -> int:
+    """The elements of a list of shapes, together."""
+    total = 0
+    for shape in shapes:
+        count = 1
+        for dim in shape if isinstance(shape, list) else []:
+            count *= dim if isinstance(dim, int) else 1
+        total += count
+    return total

@@ -1,0 +1,154 @@
+"""NCCL/XCCL traces: one `record_param_comms` node per op, with the group, its sequence id,
+the sizes and the peer or root; blocks of coalesced ops end with a `coalesced` node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...model.ops import P2P_OPS
+from .nodes import (
+    BACKENDS,
+    KNOWN_DTYPES,
+    RECORD_NODE,
+    Group,
+    attrs,
+    children,
+    entry,
+    group_from_record,
+    inputs,
+    next_id,
+    outputs,
+    profiling_child,
+    tensors,
+)
+
+# c10d's collective names (record_param_comms) → the recorder's op names, where they differ
+_C10D_TO_FR = {
+    "allreduce": "all_reduce",
+    "_allgather_base": "_all_gather_base",
+    "allgather": "all_gather",
+    "all_to_allv": "all_to_all",
+    "all_to_all": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "alltoall": "all_to_all",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "barrier": "all_reduce_barrier",
+}
+
+
+def from_records(
+    nodes: Sequence[Mapping[str, Any]], groups: dict[str, Group], rank: int
+) -> list[dict[str, Any]]:
+    """Entries from `record_param_comms` nodes (and the blocks' `coalesced` markers)."""
+    kids = children(nodes)
+    entries: list[dict[str, Any]] = []
+    coll_seq: dict[str, int] = {}
+    p2p_seq: dict[str, int] = {}
+    op_ids: dict[str, int] = {}
+    pending_marker: Mapping[str, Any] | None = None
+    for node in nodes:
+        name = node.get("name")
+        if (
+            isinstance(name, str)
+            and name.endswith(":coalesced")
+            and name.split(":", 1)[0] in BACKENDS
+        ):
+            pending_marker = node
+            continue
+        if name != RECORD_NODE:
+            continue
+        parsed = _record(node)
+        if parsed is None:
+            continue
+        seq, is_p2p, pg_name, pg_desc, peer, collective, start, stride, size = parsed
+        group = group_from_record(groups, pg_name, pg_desc, start, stride, size)
+        if collective == "wait":
+            if pending_marker is not None:
+                entries.append(
+                    entry(
+                        entries,
+                        group,
+                        f"{group.backend or 'nccl'}:coalesced",
+                        coll=seq,
+                        p2p=p2p_seq.get(group.name, 0),
+                        is_p2p=False,
+                        op_id=next_id(op_ids, group.name),
+                        sizes=([], [], [], []),
+                    )
+                )
+                pending_marker = None
+            continue
+        pending_marker = None
+        types, shapes = inputs(node, "types"), inputs(node, "shapes")
+        has_tensors = bool(types) and isinstance(types[0], str) and "Tensor" in types[0]
+        in_shapes, in_dtypes = tensors(types, shapes, 0) if has_tensors else ([], [])
+        out_shapes, out_dtypes = tensors(outputs(node, "types"), outputs(node, "shapes"), 0)
+        child = profiling_child(kids.get(node["id"], ()))
+        if not in_shapes and child is not None:  # barrier: the tensor its all_reduce takes
+            in_shapes, in_dtypes = tensors(inputs(child, "types"), inputs(child, "shapes"), 0)
+        if not out_shapes:
+            out_shapes, out_dtypes = list(in_shapes), list(in_dtypes)
+        named = attrs(node).get("dtype")  # the record's own dtype: for a type not in DTYPES
+        if isinstance(named, str) and has_tensors:
+            in_dtypes = [d if d in KNOWN_DTYPES else named for d in in_dtypes]
+            out_dtypes = [d if d in KNOWN_DTYPES else named for d in out_dtypes]
+        op = _C10D_TO_FR.get(collective, collective)
+        backend = group.backend or "nccl"
+        if child is not None and isinstance(child.get("name"), str):
+            backend, op = child["name"].split(":", 1)
+            op = op.split(" ", 1)[0]
+        if is_p2p or op in P2P_OPS:
+            p2p_seq[group.name] = seq
+            me = group.ranks.index(rank) if rank in group.ranks else rank
+            arrow = "->" if op == "send" else "<-"
+            profiling = f"{backend}:{op} {me}{arrow}{peer}"
+            coll, p2p = coll_seq.get(group.name, 0), seq
+        else:
+            coll_seq[group.name] = seq
+            profiling = f"{backend}:{op}"
+            coll, p2p = seq, p2p_seq.get(group.name, 0)
+        entries.append(
+            entry(
+                entries,
+                group,
+                profiling,
+                coll=coll,
+                p2p=p2p,
+                is_p2p=bool(is_p2p or op in P2P_OPS),
+                op_id=next_id(op_ids, group.name),
+                sizes=(in_shapes, in_dtypes, out_shapes, out_dtypes),
+            )
+        )
+    return entries
+
+
+_Record = tuple[int, bool, str, str, int, str, int, int, int]
+
+
+def _record(node: Mapping[str, Any]) -> _Record | None:
+    """(seq, is_p2p, pg_name, pg_desc, rank, collective_name, global_rank_start, stride,
+    group_size) of a `record_param_comms` node; None when it is not laid out so."""
+    values, types = inputs(node, "values"), inputs(node, "types")
+    at = next((i for i, t in enumerate(types) if t == "Tuple[Int,Bool]"), None)
+    if at is None or len(values) < at + 4:
+        return None
+    pair, group, peer, collective = values[at : at + 4]
+    if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)):
+        return None
+    if not (isinstance(group, list) and len(group) == 2 and isinstance(collective, str)):
+        return None
+    rest = [v if isinstance(v, int) else -1 for v in values[at + 6 : at + 9]]
+    rest += [-1] * (3 - len(rest))
+    return (
+        pair[0],
+        bool(pair[1]),
+        str(group[0]),
+        str(group[1]),
+        peer if isinstance(peer, int) else -1,
+        collective,
+        rest[0],
+        rest[1],
+        rest[2],
+    )
