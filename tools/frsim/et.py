@@ -810,9 +810,11 @@ class RankTrace:
         ]
         shape = chunks[min(group.me, len(chunks) - 1)].shape
         mine = Tensor(("mine", site, shape), shape, chunks[0].dtype)
-        every, size = sum(_numel(c.shape) for c in chunks), _numel(shape)
+        # ProcessGroupNCCL records the caller's tensor times the group size as the other side
+        # (it checks for uneven sizes only after recording)
+        size = _numel(shape)
         label = "all_gather" if gather else "reduce_scatter"
-        nelems = (size, every) if gather else (every, size)
+        nelems = (size, size * group.size) if gather else (size * group.size, size)
         info = self._comms(group, seq, label, members[0], nelems=nelems)
 
         def works(me: int) -> None:
