@@ -48,11 +48,16 @@ its `main()`. PARAM's code is unchanged. PARAM then logs `[Rank r] [k / M] Repla
 before each op. The script counts those lines ("ops started") and shows the last one, the op a
 stopped rank was in. Arguments after `--` go to PARAM unchanged.
 
+"ET ops" counts each rank's `record_param_comms` nodes that are not process-group inits. A rank
+of a hung or crashed job never closes its ET, so the file ends after the last node it wrote,
+with no closing bracket. Such a file is counted node by node up to its end and marked `*`.
+PARAM cannot read it: that rank fails with `Could not find a suitable trace path`.
+
 Each rank runs in a session of its own. At the timeout every rank still running gets SIGTERM
 at the same moment, sent to its process group by its pid, and SIGKILL 3 s later. Lines that a
 rank prints after that signal are shown apart from the rest. They tell of the kill (a peer's
 socket closing), not of the replay. "first error" is the first line of a rank's output that
-names an exception, or gloo's C++ abort (`what(): ...`).
+is logged at ERROR, names an exception, or is gloo's C++ abort (`what(): ...`).
 
 Exit status: 0 when every rank exited 0, 1 when any rank failed or was killed at the timeout,
 and 2 when the snapshot or the ET folder is not usable.
@@ -94,8 +99,8 @@ IN_TRACE_RE = re.compile(r"\b(\d+) messages in the trace")
 STARTED_RE = re.compile(r"\[Rank +\d+\] \[(\d+) / (\d+)\] Replaying (.*)$")
 E2E_RE = re.compile(r"E2E latency \(us\): ([\d.]+) for (\d+) iters")
 SKIP_RE = re.compile(r"Skip collective (\S+) id = (\S+)")
-# the first line that says why a rank failed: a Python exception or gloo's C++ abort
-ERROR_RE = re.compile(r"(\w+Error: |\w+Exception: |what\(\): |enforce fail)")
+# the first line that says why a rank failed: an ERROR log line, an exception, gloo's C++ abort
+ERROR_RE = re.compile(r"(\[ERROR\]: |\w*Error: |\w*Exception: |what\(\): |enforce fail)")
 
 
 @dataclass
@@ -104,6 +109,7 @@ class RankResult:
 
     rank: int
     et_ops: int
+    et_whole: bool = True
     returncode: int | None = None
     killed: bool = False
     wall_s: float = 0.0
@@ -151,13 +157,45 @@ def find_et_files(et_dir: Path, ranks: int) -> list[Path]:
     return found
 
 
-def count_et_ops(path: Path) -> int:
-    """Count the `record_param_comms` nodes of an ET that are not process-group inits."""
+def read_et_nodes(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Return an ET's nodes and whether the file is whole JSON.
+
+    A rank that never stopped its ExecutionTraceObserver (a hung or crashed job) leaves a file
+    that ends after its last node, with no closing bracket. Its nodes are read one by one up to
+    the first that does not parse.
+    """
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
-        trace: dict[str, Any] = json.load(f)
+        text = f.read()
+    try:
+        nodes: list[dict[str, Any]] = json.loads(text).get("nodes", [])
+        return nodes, True
+    except json.JSONDecodeError:
+        pass
+    decoder = json.JSONDecoder()
+    nodes = []
+    start = text.find("[", text.find('"nodes"'))
+    pos = start + 1 if start >= 0 else len(text)
+    while pos < len(text):
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            node, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            break
+        if isinstance(node, dict):
+            nodes.append(node)
+    return nodes, False
+
+
+def count_et_ops(path: Path) -> tuple[int, bool]:
+    """Count an ET's `record_param_comms` nodes that are not process-group inits.
+
+    The second value says whether the file is whole JSON; PARAM cannot read one that is not.
+    """
+    nodes, whole = read_et_nodes(path)
     count = 0
-    for node in trace.get("nodes", []):
+    for node in nodes:
         if node.get("name") != "record_param_comms":
             continue
         names = [
@@ -165,7 +203,7 @@ def count_et_ops(path: Path) -> int:
         ]
         if not names or str(names[0]).lower() != "init":
             count += 1
-    return count
+    return count, whole
 
 
 def stage_traces(files: list[Path], stage: Path) -> None:
@@ -256,7 +294,10 @@ def run(
 ) -> tuple[list[RankResult], float]:
     """Run PARAM's replay for every rank at once; return each rank's result and the wall time."""
     ranks = len(files)
-    results = [RankResult(rank=r, et_ops=count_et_ops(f)) for r, f in enumerate(files)]
+    results = []
+    for rank, path in enumerate(files):
+        et_ops, whole = count_et_ops(path)
+        results.append(RankResult(rank=rank, et_ops=et_ops, et_whole=whole))
     stage = log_dir / "traces"
     stage.mkdir(parents=True, exist_ok=True)
     stage_traces(files, stage)
@@ -330,9 +371,12 @@ def report(results: list[RankResult], wall: float, tail: int, log_dir: Path) -> 
     for r in results:
         replayed = "-" if r.ops_replayed is None else str(r.ops_replayed)
         started = str(r.started) if r.started else "-"
+        et_ops = str(r.et_ops) if r.et_whole else f"{r.et_ops}*"
         print(
-            f"{r.rank:>4}  {r.et_ops:>6}  {replayed:>8}  {started:>7}  {r.wall_s:>6.2f}  {r.status}"
+            f"{r.rank:>4}  {et_ops:>6}  {replayed:>8}  {started:>7}  {r.wall_s:>6.2f}  {r.status}"
         )
+    if not all(r.et_whole for r in results):
+        print("* the ET is not whole JSON (no closing bracket): ops counted up to its end")
     for r in results:
         print(f"\n== rank {r.rank}: {r.status}")
         if r.replayed:
