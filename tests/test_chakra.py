@@ -293,3 +293,71 @@ def test_a_rank_killed_mid_trace_is_read_to_its_cut_and_named(jobs: dict[str, Pa
     )
     assert status(analysis) == "hung", analysis.conclusion.answer
     assert culprits(analysis) == (2,), analysis.conclusion.answer
+
+
+def _node(
+    node_id: int, parent: int, name: str, values: list[Any], types: list[str]
+) -> dict[str, Any]:
+    shapes = [[16] if t.startswith("Tensor") else [] for t in types]
+    return {
+        "id": node_id,
+        "name": name,
+        "ctrl_deps": parent,
+        "inputs": {"values": values, "shapes": shapes, "types": types},
+        "outputs": {"values": [], "shapes": [], "types": []},
+        "attrs": [],
+    }
+
+
+def test_a_gloo_functional_collective_is_counted_on_the_group_it_names() -> None:
+    # torch 2.13's layout: _c10d_functional::all_reduce(t, "sum", "1") → c10d::allreduce_ →
+    # gloo:all_reduce; a plain all_reduce on the world is c10d::allreduce_ → gloo:all_reduce
+    groups = [
+        {
+            "pg_name": "0",
+            "pg_desc": "default_pg",
+            "backend_config": "cpu:gloo",
+            "ranks": [],
+            "group_size": 4,
+            "group_count": 2,
+        },
+        {
+            "pg_name": "1",
+            "pg_desc": "pair",
+            "backend_config": "cpu:gloo",
+            "ranks": [0, 1],
+            "group_size": 2,
+            "group_count": 2,
+        },
+    ]
+    tensor = [6, 7, 0, 16, 4, "cpu"]
+    nodes = [
+        _node(3, 2, chakra.INIT_NODE, [json.dumps(groups)], ["String"]),
+        _node(
+            9,
+            2,
+            "_c10d_functional::all_reduce",
+            [tensor, "sum", "1"],
+            ["Tensor(float)", "String", "String"],
+        ),
+        _node(
+            16,
+            9,
+            "c10d::allreduce_",
+            [[tensor], "<Object>"],
+            ["GenericList[Tensor(float)]", "Object"],
+        ),
+        _node(17, 16, "gloo:all_reduce", [tensor], ["Tensor(float)"]),
+        _node(
+            20,
+            2,
+            "c10d::allreduce_",
+            [[tensor], "<Object>"],
+            ["GenericList[Tensor(float)]", "Object"],
+        ),
+        _node(21, 2, "gloo:all_reduce", [tensor], ["Tensor(float)"]),
+    ]
+    converted = chakra.to_dump({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}, 0)
+    placed = [(e["process_group"][0], e["collective_seq_id"]) for e in converted.dump["entries"]]
+    assert placed == [("1", 1), ("0", 1)]
+    assert converted.notes  # the plain all_reduce could be on either group: said so

@@ -128,13 +128,10 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
         hint = f" starting with {prefix!r}" if prefix else ""
         also = "".join(f" ({note})" for note in source.notes())
         raise DiscoveryError(f"{label}: no rank dump files{hint} found{also}")
-    traces = {f for f, found in candidates.items() if all(_is_trace(i.name) for _, i in found)}
-    dumps = {f: found for f, found in candidates.items() if f not in traces}
-    family, files = _choose_family(dumps or candidates, source)
-    companions: dict[int, Listed] = {}
-    if dumps and traces and isinstance(source, Directory):
-        _, found = _choose_family({f: candidates[f] for f in traces}, source)
-        companions = {rank: item for rank, item in sorted(found, key=lambda r: _depth(r[1]))}
+    family, files = _choose_family(candidates, source)
+    companions, dumps = _traces_beside(candidates, source)
+    if companions and _traces_only(files):  # the dumps lead; the traces go with them
+        family, files = _choose_family(dumps, source)
     for other, rest in candidates.items():
         if other != family:
             ignored.extend(item.where for _, item in rest if item not in companions.values())
@@ -166,6 +163,30 @@ def _is_trace(name: str) -> bool:
     """Whether a file is named like an Execution Trace (`rank-3.et.json`, PARAM's
     `rank-3.json`), not like a Flight Recorder dump."""
     return _TRACE_NAME.fullmatch(name.rsplit("/", 1)[-1]) is not None
+
+
+def _traces_only(found: _Candidates) -> bool:
+    return all(_is_trace(item.name) for _, item in found)
+
+
+def _traces_beside(
+    candidates: dict[str, _Candidates], source: Source
+) -> tuple[dict[int, Listed], dict[str, _Candidates]]:
+    """Execution Traces to read with the dumps, by rank, and the families of dumps: in a
+    directory that holds both, the largest family of traces, when some other family's files
+    start like dumps. Nothing when the dumps or the traces are alone."""
+    if not isinstance(source, Directory):
+        return {}, {}
+    traces = {f: found for f, found in candidates.items() if _traces_only(found)}
+    dumps = {
+        f: found
+        for f, found in candidates.items()
+        if f not in traces and any(_looks_like_dump(source.head(item)) for _, item in found[:3])
+    }
+    if not traces or not dumps:
+        return {}, {}
+    _, found = _choose_family(traces, source)
+    return {rank: item for rank, item in sorted(found, key=lambda r: -_depth(r[1]))}, dumps
 
 
 def _with_trace(source: Source, dump: DumpFile, trace: Listed | None) -> DumpFile:

@@ -1,6 +1,7 @@
 """gloo traces (torch 2.13): no `record_param_comms`; each op is a `c10d::` dispatcher node and
 a `gloo:` node named like the recorder's entry, with no group and no sequence id. Each op's
-group is inferred from the groups the rank is in and its sizes; sequence ids are counted."""
+group is the one a functional collective (`_c10d_functional::`) names, else it is inferred from
+the groups the rank is in and its sizes; sequence ids are counted."""
 
 from __future__ import annotations
 
@@ -24,20 +25,30 @@ _OUTPUT_FIRST = frozenset(
 )
 
 
+_FUNCTIONAL = "_c10d_functional::"
+
+
 def _dispatcher_ops(
     nodes: Sequence[Mapping[str, Any]],
-) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
-    """Each backend op node (`gloo:all_reduce`) with the `c10d::` node that issued it: the
-    newest one started before it."""
+) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None, str | None]]:
+    """Each backend op node (`gloo:all_reduce`) with the `c10d::` node that issued it (the
+    newest one started before it) and the group a functional collective named for it
+    (`_c10d_functional::all_reduce(t, "sum", "1")`: the last string is the group's name)."""
     owner: Mapping[str, Any] | None = None
+    named: dict[int, str] = {}
     for node in nodes:
         name = node.get("name")
         if not isinstance(name, str):
             continue
-        if name.startswith("c10d::"):
+        if name.startswith(_FUNCTIONAL):
+            values, types = inputs(node, "values"), inputs(node, "types")
+            if types and types[-1] == "String" and isinstance(values[-1], str):
+                named[node["id"]] = values[-1]
+        elif name.startswith("c10d::"):
             owner = node
-        elif ":" in name and name.split(":", 1)[0] in BACKENDS and not name.startswith("c10d"):
-            yield node, owner
+        elif ":" in name and name.split(":", 1)[0] in BACKENDS:
+            parent = owner.get("ctrl_deps") if owner is not None else None
+            yield node, owner, named.get(parent) if isinstance(parent, int) else None
             owner = None
 
 
@@ -54,7 +65,7 @@ def from_dispatcher(
     p2p_seq: dict[str, int] = {}
     op_ids: dict[str, int] = {}
     guessed = 0
-    for node, owner in _dispatcher_ops(nodes):
+    for node, owner, named in _dispatcher_ops(nodes):
         backend, op = str(node["name"]).split(":", 1)
         op = op.split(" ", 1)[0]
         in_shapes, in_dtypes = tensors(inputs(node, "types"), inputs(node, "shapes"), 0)
@@ -71,7 +82,9 @@ def from_dispatcher(
                 peer = values[2] if isinstance(values[2], int) else -1
         candidates = [g for g in mine if _fits(g, op, in_shapes, out_shapes, peer, rank)]
         distinct = {g.ranks for g in candidates}
-        if len(distinct) == 1:
+        if named is not None and named in groups:
+            group = groups[named]
+        elif len(distinct) == 1:
             group = candidates[0] if default not in candidates else default
         else:
             group = default
