@@ -24,7 +24,7 @@ from tools.frsim.campaign import ET_INVISIBLE, ET_OUTPUT, draw_case, et_truth
 from tools.frsim.custom import WORLD, CustomJob
 from tools.frsim.et import PROCESS_NODE, rank_trace
 from tools.frsim.layout import Layout
-from tools.frsim.program import BF16
+from tools.frsim.program import BF16, ProgramSpec
 from tools.frsim.sim import SimSpec, Simulation, simulate
 from tools.frsim.truth import Truth
 from tools.frsim.writers import ET_NAMINGS, Output, write_files
@@ -267,3 +267,57 @@ def test_a_drawn_case_is_written_as_traces(tmp_path: Path) -> None:
     paths = case.write(tmp_path, ET_OUTPUT)
     assert len(paths) == case.spec.layout.world_size
     assert all(p.name.endswith(".et.json") for p in paths)
+
+
+REAL_GLOO = Path(__file__).parent / "data" / "gloo_et" / "rank-0.et.json"
+
+
+def gloo_program() -> Simulation:
+    """Rank 0 of tests/et_job.py's two-rank gloo job."""
+    job = CustomJob(world_size=2)
+    halves = [job.new_group("undefined", [0]), job.new_group("undefined", [1])]
+    for rank in job.ranks():
+        p = job.on(rank)
+        for step in range(3):
+            p.step(step)
+            p.coll(halves[rank], "all_reduce", [(16,)])
+            p.coll(halves[rank], "_all_gather_base", [(16,)])
+            p.coll(WORLD, "all_reduce", [(4,)])
+            p.coll(WORLD, "broadcast", [(16,)])
+        p.coll(WORLD, "all_reduce_barrier", [(1,)], sync=True)
+    return simulate(SimSpec(layout=job, program=ProgramSpec(backend="gloo")))
+
+
+def _collective_nodes(nodes: list[Node]) -> list[tuple[object, ...]]:
+    """(name, input types, output types, attr names, parent is the thread) of the dispatcher
+    ops and the works, in file order."""
+    return [
+        (
+            n["name"],
+            n["inputs"]["types"],
+            n["outputs"]["types"],
+            [a["name"] for a in n["attrs"]],
+            n["ctrl_deps"] == 2,
+        )
+        for n in nodes
+        if n["name"].startswith(("c10d::", "gloo:"))
+    ]
+
+
+def test_gloo_traces_have_the_real_gloo_layout() -> None:
+    # GIVEN the real gloo trace and frsim's of the same program
+    real = _nodes(REAL_GLOO.read_text())
+    got = _nodes(rank_trace(gloo_program(), 0).text)
+    # THEN no record_param_comms; each dispatcher op is followed by its gloo work, at the top
+    assert not [n for n in got if n["name"] == "record_param_comms"]
+    want = _collective_nodes(real)
+    # the real job's first work started before its dispatcher op returned: written as its child
+    assert want[0][0] == "gloo:all_reduce" and want[0][4] is False
+    want[:2] = [want[1], (*want[0][:4], True)]
+    assert _collective_nodes(got) == want
+    init = [n for n in got if n["name"] == "## process_group:init ##"][0]
+    real_init = [n for n in real if n["name"] == "## process_group:init ##"][0]
+    assert (
+        json.loads(init["inputs"]["values"][0])[0]
+        == json.loads(real_init["inputs"]["values"][0])[0]
+    )

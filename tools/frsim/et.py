@@ -23,7 +23,10 @@ took numbers, and the file is not in id order. The layout here is the one of
   `c10d::allgather_` (`reduce_scatter_`) whose `record_param_comms` holds the per-rank
   `nccl:_broadcast_oop` (`_reduce_oop`) works and the block's `nccl:ALLGATHER_coalesced`;
 - `[pytorch|profiler|execution_trace|process]` (id 1) and the closing `], "finish_ts"` only at
-  a clean stop.
+  a clean stop;
+- gloo (as torch 2.13's gloo traces show): no `record_param_comms` (no group, no seq in the
+  file), each dispatcher op followed by its `gloo:<op>` work at the top level, no coalesced
+  blocks (gloo runs a batch's sends and receives one by one).
 
 An ET has no states and no times of ops: it holds what a rank *issued*, all of it (no ring
 buffer). A rank that crashed, or that the watchdog killed in a hung job, never stops the
@@ -35,7 +38,7 @@ What frsim does not know is made up, deterministically: tensor ids (a buffer is 
 call site, shape and dtype, so a step reuses the previous step's tensors, as a training loop's
 buffers do), the uneven all_to_all split sizes (the input and output totals split as evenly as
 they go), pid and clocks. No user compute ops are written, only what the communication ops
-themselves run. gloo jobs get the same layout with `gloo:` works.
+themselves run; nor the aten ops gloo's own worker thread runs (its second thread node).
 """
 
 from __future__ import annotations
@@ -345,6 +348,9 @@ class Tracer:
         self.nodes: list[str] = [
             node_text(2, THREAD_NODE, 1, EMPTY_IO, EMPTY_IO, 0, -1, USER_SCOPE, 1)
         ]
+        self.gloo = backend == "gloo"
+        self.after: list[Body] = []
+        """gloo: works that start once the current dispatcher op has returned."""
 
     def op(
         self,
@@ -371,6 +377,10 @@ class Tracer:
         self.nodes.append(
             node_text(node_id, name, parent, ins, outs, rf_id, seq_id, scope, 1, schema, extra)
         )
+        if parent == 2 and self.after:
+            pending, self.after = self.after, []
+            for start in pending:
+                start(2)
         return node_id
 
     def work(
@@ -388,7 +398,12 @@ class Tracer:
         body: Body | None = None,
     ) -> None:
         """`record_param_comms`: `RECORD_PARAM_COMMS_DATA` (with tensors) or, tensors None,
-        `RECORD_PARAM_COMMS` (barrier, wait)."""
+        `RECORD_PARAM_COMMS` (barrier, wait). ProcessGroupGloo records none: its work starts
+        after the dispatcher op returned, a top-level node (torch 2.13's gloo traces)."""
+        if self.gloo:
+            if body is not None:
+                self.after.append(body)
+            return
         ins = info.inputs() if tensors is None else [tensors, *info.inputs()]
         outs = [] if outputs is None else [outputs]
         self.op(PARAM_COMMS, parent, ins, outs, body, comms=info)
@@ -459,6 +474,21 @@ def _rank_span(ranks: tuple[int, ...]) -> tuple[int, int]:
     return ranks[0], -1
 
 
+def _gloo_call(t: Template, group_size: int) -> tuple[str, tuple[tuple[int, ...], ...]]:
+    """The call behind a gloo record (gloo records some calls as other ops, `program.template`)
+    as (the op whose dispatcher node it is, its output tensors)."""
+    if t.op == "all_gather" and t.api == "all_gather_into_tensor":
+        return "_all_gather_base", ((_numel(t.out_sizes[0]),),)
+    if t.op == "all_reduce" and t.api == "reduce_scatter_tensor":
+        return "_reduce_scatter_base", ((_numel(t.in_sizes[0]) // max(1, group_size),),)
+    if t.op == "all_gather" and t.api == "_coalescing_manager":
+        outs = tuple((_numel(s) * group_size,) for s in t.in_sizes)
+        return "all_gather_into_tensor_coalesced", outs
+    if t.op == "all_reduce" and t.api == "_coalescing_manager" and len(t.in_sizes) > 1:
+        return "allreduce_coalesced", t.out_sizes
+    return t.op, t.out_sizes
+
+
 @dataclass(frozen=True)
 class _Group:
     """The group an op runs on, as this rank sees it."""
@@ -502,7 +532,7 @@ class RankTrace:
         layout = self.layout
         world = layout.world_size
         config = []
-        backend = "cpu:gloo" if self.backend == "gloo" else "cuda:nccl"
+        backend = "cpu:gloo,cuda:gloo" if self.backend == "gloo" else "cuda:nccl"
         for gid in layout.member_gids(self.rank):
             g = layout.group(gid)
             config.append(
@@ -575,14 +605,17 @@ class RankTrace:
         nowait: bool,
     ) -> None:
         """A collective on its own (or a member of a coalesced block)."""
-        tr, op = self.t, t.op
+        tr = self.t
+        op, out_sizes = t.op, t.out_sizes
+        if tr.gloo:
+            op, out_sizes = _gloo_call(t, group.size)
         ins = [
             Tensor(("in", *where, i, s), s, d)
             for i, (s, d) in enumerate(zip(t.in_sizes, t.in_dtypes, strict=True))
         ]
         outs = [
             Tensor(("out", *where, i, s), s, d)
-            for i, (s, d) in enumerate(zip(t.out_sizes, t.out_dtypes, strict=True))
+            for i, (s, d) in enumerate(zip(out_sizes, t.out_dtypes, strict=True))
         ]
         seq_id = 0
 
@@ -764,8 +797,11 @@ class RankTrace:
         )
 
     def end_block(self, name: str, seq: int, is_p2p: bool, group: _Group) -> None:
-        """A block's own work (top-level `nccl:coalesced`), then the `wait` on it."""
+        """A block's own work (top-level `nccl:coalesced`), then the `wait` on it (gloo
+        coalesces nothing: its ops were each their own work)."""
         tr = self.t
+        if tr.gloo:
+            return
         tr.work(name, 2, [])
         pg = (group.name, group.desc)
         # WorkNCCL::wait records no global rank span (-1, -1): no global_rank_* attrs
