@@ -315,8 +315,8 @@ def test_gloo_traces_have_the_real_gloo_layout() -> None:
     assert want[0][0] == "gloo:all_reduce" and want[0][4] is False
     want[:2] = [want[1], (*want[0][:4], True)]
     assert _collective_nodes(got) == want
-    init = [n for n in got if n["name"] == "## process_group:init ##"][0]
-    real_init = [n for n in real if n["name"] == "## process_group:init ##"][0]
+    init = next(n for n in got if n["name"] == "## process_group:init ##")
+    real_init = next(n for n in real if n["name"] == "## process_group:init ##")
     assert (
         json.loads(init["inputs"]["values"][0])[0]
         == json.loads(real_init["inputs"]["values"][0])[0]
