@@ -321,3 +321,14 @@ def test_gloo_traces_have_the_real_gloo_layout() -> None:
         json.loads(init["inputs"]["values"][0])[0]
         == json.loads(real_init["inputs"]["values"][0])[0]
     )
+
+
+def test_the_accuracy_campaign_runs_a_case_written_as_traces() -> None:
+    from benchmarks.accuracy import run_case
+
+    # GIVEN seed 4: an 8-rank pipeline job whose rank 0 stops before a send
+    outcome = run_case(4, writer="et")
+    # THEN its traces were analyzed (8 ranks) and judged against the traces' truth
+    assert outcome.writer == "et" and outcome.ranks == 8
+    assert outcome.truth["status"] == "hung" and outcome.truth["root"] == "not_joined"
+    assert outcome.got["status"] != "error"
