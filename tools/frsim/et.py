@@ -613,10 +613,8 @@ class RankTrace:
             Tensor(("in", *where, i, s), s, d)
             for i, (s, d) in enumerate(zip(t.in_sizes, t.in_dtypes, strict=True))
         ]
-        outs = [
-            Tensor(("out", *where, i, s), s, d)
-            for i, (s, d) in enumerate(zip(out_sizes, t.out_dtypes, strict=True))
-        ]
+        out_dtype = (t.out_dtypes or t.in_dtypes or ("Float",))[0]
+        outs = [Tensor(("out", *where, i, s), s, out_dtype) for i, s in enumerate(out_sizes)]
         seq_id = 0
 
         def kernel(children: Body | None = None, tensors: Sequence[Tensor] = ins) -> Body:
