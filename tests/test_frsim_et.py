@@ -259,6 +259,8 @@ def test_et_truth_keeps_what_a_trace_shows_and_expects_ok_for_the_rest() -> None
         "hung", "not_joined", (3,), "0", "default_pg", "collective", 9
     )
     assert et_truth("skip", skip) == skip
+    # AND a gloo trace names no group and no seq: only status, root and culprits are judged
+    assert et_truth("skip", skip, "gloo") == Truth("desync", "not_joined", (2,))
     assert {"gpu_stuck_before", "network_hang", "stall", "healthy_mid"} <= ET_INVISIBLE
 
 

@@ -32,7 +32,7 @@ missing collective, a size, dtype or op that differs at one seq, another order, 
 stops or dies) keeps the dumps' truth (a crash then reads as a rank that stopped issuing:
 hung, not_joined, at the crash site); a fault that leaves every rank issuing the same ops (a
 rank stuck in a kernel, a network hang, a straggler) expects "ok": no disagreement in what was
-issued.
+issued. A gloo trace names no group and no seq: there the group and seq are not judged.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class Case:
     @property
     def et_truth(self) -> Truth:
         """What a correct analyzer concludes from the case's execution traces."""
-        return et_truth(self.kind, self.truth)
+        return et_truth(self.kind, self.truth, self.backend)
 
 
 ET_OUTPUT = Output(fmt="et", pattern=ET_NAMINGS["et"])
@@ -203,14 +203,18 @@ ET_INVISIBLE = frozenset(
 the delay is in the streams or the network, which an execution trace does not record."""
 
 
-def et_truth(kind: str, truth: Truth) -> Truth:
+def et_truth(kind: str, truth: Truth, backend: str = "nccl") -> Truth:
     """The truth of a case of `kind` (dumps' truth `truth`) judged from execution traces:
     "ok" where the fault leaves what was issued unchanged; else the dumps' truth, a crash
-    read as a rank that stopped issuing (its trace is cut off like every hung rank's)."""
+    read as a rank that stopped issuing (its trace is cut off like every hung rank's). A gloo
+    trace names no group and no seq (no `record_param_comms`, the group an "<Object>"): there
+    only the status, the root and the culprits are judged."""
     if kind in ET_INVISIBLE:
         return Truth("ok")
     if truth.root == "dead_rank":
-        return replace(truth, status="hung", root="not_joined")
+        truth = replace(truth, status="hung", root="not_joined")
+    if backend == "gloo":
+        truth = replace(truth, group=None, group_desc=None, seq_kind=None, seq=None, seq_rank=None)
     return truth
 
 
