@@ -1283,7 +1283,10 @@ def print_replay(report: Any, json_out: Path | None, kept: bool) -> int:
         where = ""
         if e.result is not None and e.result.failed_op is not None:
             op = plan.ranks[e.rank].ops[e.result.failed_op]
-            where = f" in {op.op} #{op.seq} of group '{plan.group(op.group).name}'"
+            where = (
+                f" in {op.op} #{op.seq} of group '{plan.group(op.group).name}' "
+                f"(round {(e.result.failed_iteration or 0) + 1}, the warm-up counted)"
+            )
         console.print(f"  rank {e.rank}: {e.how}{where}", markup=False, highlight=False)
     if report.analysis is None:
         console.print("no rank wrote a Flight Recorder dump", markup=False, highlight=False)

@@ -144,10 +144,8 @@ def table(ops: Sequence[OpTime]) -> str:
             o.op,
             o.replayed,
             compact(list(o.ranks)),
-            f"{o.stats.min_ms:.3f}",
-            f"{o.stats.median_ms:.3f}",
-            f"{o.stats.max_ms:.3f}",
-            o.slowest_rank,
+            *_times(o.stats),
+            o.slowest_rank if o.stats.samples else "-",
         ]
         for o in ops
     ]
@@ -163,6 +161,13 @@ def table(ops: Sequence[OpTime]) -> str:
         "slowest",
     ]
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def _times(s: Stats) -> list[str]:
+    """The three times of a line; dashes for an op no rank timed (the replay stopped first)."""
+    if not s.samples:
+        return ["-", "-", "-"]
+    return [f"{s.min_ms:.3f}", f"{s.median_ms:.3f}", f"{s.max_ms:.3f}"]
 
 
 def to_json(plan: ReplayPlan, outcome: RunOutcome) -> str:

@@ -11,6 +11,7 @@ environment in: this module reads none of its own.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from .plan import ReplayPlan, to_json
-from .worker import FR_FOLDER, RESULT, RankResult, WorkerArgs, read_result
+from .worker import FR_FOLDER, RESULT, STOP, RankResult, WorkerArgs, read_result
 
 PLAN_FILE = "plan.json"
 LOGS = "logs"
@@ -117,6 +118,7 @@ def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunO
     logs = options.out / LOGS
     logs.mkdir(exist_ok=True)
     port = free_port()
+    env = _importable(env)
     started = time.monotonic()
     limit = started + deadline(options)
     procs: list[subprocess.Popen[bytes]] = []
@@ -131,7 +133,7 @@ def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunO
                         argv, stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=Path.cwd()
                     )
                 )
-            killed = _wait(procs, limit)
+            killed = _wait(procs, limit, options.out)
         finally:
             for proc in procs:  # an interrupt, an error: none is left behind
                 if proc.poll() is None:
@@ -146,9 +148,14 @@ def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunO
     return RunOutcome(tuple(exits), options.out / FR_FOLDER, time.monotonic() - started)
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], limit: float) -> set[int]:
-    """Wait for every process until `limit`; kill the rest; the ranks killed."""
+def _wait(procs: list[subprocess.Popen[bytes]], limit: float, out: Path) -> set[int]:
+    """Wait for every process until `limit`; kill the rest; the ranks killed. Once every rank
+    has ended or written its result and one failed, tell the rest to stop waiting (`STOP`)."""
+    stopped = False
     while any(p.poll() is None for p in procs) and time.monotonic() < limit:
+        if not stopped and _settled(procs, out):
+            (out / STOP).touch()
+            stopped = True
         time.sleep(0.05)
     killed = set()
     for rank, proc in enumerate(procs):
@@ -157,6 +164,32 @@ def _wait(procs: list[subprocess.Popen[bytes]], limit: float) -> set[int]:
             proc.wait()
             killed.add(rank)
     return killed
+
+
+def _settled(procs: list[subprocess.Popen[bytes]], out: Path) -> bool:
+    """Whether no rank is still in an op and some rank failed."""
+    failed = False
+    for rank, proc in enumerate(procs):
+        code = proc.poll()
+        path = out / RESULT.format(rank=rank)
+        if code is not None:
+            failed = failed or code != 0
+        elif not path.exists():
+            return False
+        else:
+            try:
+                failed = failed or not read_result(path).ok
+            except (OSError, ValueError, KeyError):
+                return False
+    return failed
+
+
+def _importable(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with this fr_analyzer first on PYTHONPATH: the workers import the same code
+    (from a checkout too, not only from an installed package)."""
+    home = str(Path(__file__).resolve().parents[2])
+    paths = [home, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != home)]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def _tail(path: Path) -> tuple[str, ...]:

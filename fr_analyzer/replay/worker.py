@@ -18,6 +18,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +32,9 @@ FR_FILE = "rank_{rank}.pkl"
 FINISHED_KEY = "fr_replay/finished"
 FAILED_KEY = "fr_replay/failed"
 LEFT_KEY = "fr_replay/left"
+STOP = "stop"
+"""Written by the runner when every rank has ended or is done and one failed: no rank is left
+in an op for whom the others should stay."""
 LINGER_EXTRA_S = 5.0
 """A rank that is done waits for the others up to the group timeout and this much more."""
 
@@ -93,6 +97,8 @@ def run(args: WorkerArgs) -> int:
     import torch
     import torch.distributed as dist
 
+    warnings.filterwarnings("ignore", category=FutureWarning)  # the *_tensor ops' new names
+
     device = torch.device(f"cuda:{args.local_rank}" if args.backend == "nccl" else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -137,13 +143,13 @@ def run(args: WorkerArgs) -> int:
     while time.monotonic() < deadline:
         done = _store_add(store, FINISHED_KEY, 0)
         failed = _store_add(store, FAILED_KEY, 0)
-        if done < 0 or done >= args.world_size:
+        if done < 0 or done >= args.world_size or (args.out / STOP).exists():
             break
         time.sleep(0.05)
     _store_add(store, LEFT_KEY, 1)
     if args.rank == 0:  # it holds the store: the others read it until they leave
         deadline = time.monotonic() + LINGER_EXTRA_S
-        while 0 <= _store_add(store, LEFT_KEY, 0) < args.world_size:
+        while 0 <= _store_add(store, LEFT_KEY, 0) < _store_add(store, FINISHED_KEY, 0):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
