@@ -396,8 +396,8 @@ def build(
         )
     for op, n in sorted(left_out.items()):
         notes.append(f"{op}: not replayed ({n} record(s) on all ranks together)")
-    for kind in sorted(guessed_roots):
-        notes.append(f"{kind}: Flight Recorder keeps no root; the group's first member is used")
+    for name in sorted(guessed_roots):
+        notes.append(f"{name}: Flight Recorder keeps no root; the group's first member is used")
     return ReplayPlan(
         source=source,
         world_size=groups.world_size,

@@ -189,7 +189,10 @@ def _importable(env: Mapping[str, str]) -> dict[str, str]:
     (from a checkout too, not only from an installed package)."""
     home = str(Path(__file__).resolve().parents[2])
     paths = [home, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != home)]
-    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+    found = {**env, "PYTHONPATH": os.pathsep.join(paths)}
+    if "GLOO_SOCKET_IFNAME" not in found and any(n == "lo" for _, n in socket.if_nameindex()):
+        found["GLOO_SOCKET_IFNAME"] = "lo"  # every rank is on 127.0.0.1: gloo on loopback too
+    return found
 
 
 def _tail(path: Path) -> tuple[str, ...]:

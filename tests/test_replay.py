@@ -1,0 +1,311 @@
+"""`fr-analyze replay`: the plan (what each rank replays, the window, the scale rule, the dtype
+stand-ins, its JSON) without torch, the command without torch, and real 4-rank gloo replays on
+127.0.0.1 (slow: a healthy one, and one where rank 2's recorded size differs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from fr_analyzer import cli, pipeline
+from fr_analyzer.load.sources import Directory
+from fr_analyzer.model.groups import build_groups
+from fr_analyzer.replay import session
+from fr_analyzer.replay.dtypes import replay_dtype
+from fr_analyzer.replay.plan import (
+    Kind,
+    PlanOptions,
+    ReplayPlan,
+    Window,
+    build,
+    from_json,
+    to_json,
+)
+from tools.frsim import CustomJob, Output, ProgramSpec, SimSpec, faults, simulate, write_dumps
+from tools.frsim.custom import WORLD
+
+ROOT = Path(__file__).resolve().parents[1]
+HEALTHY = ROOT / "sample_dumps" / "gloo_healthy"
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed (the replay extra)"
+)
+
+
+def plan_of(path: Path, **options: object) -> ReplayPlan:
+    got = pipeline.load(Directory(path), pipeline.Options())
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    return build(got.table, groups, str(path), PlanOptions(**options))  # type: ignore[arg-type]
+
+
+def seqs(plan: ReplayPlan) -> dict[int, dict[str, list[int]]]:
+    """Per rank, per group name, the sequence ids it replays, in order."""
+    found: dict[int, dict[str, list[int]]] = {}
+    for rank in plan.ranks:
+        by_group: dict[str, list[int]] = defaultdict(list)
+        for op in rank.ops:
+            by_group[plan.group(op.group).name].append(op.seq)
+        found[rank.rank] = dict(by_group)
+    return found
+
+
+def small_job(dumps: Path, fault: faults.Fault | None = None, **spec: object) -> Path:
+    """4 gloo ranks: per step a world all_reduce of 1024, a {2, 3} all_reduce of 64 on ranks
+    2 and 3, and a world all_gather of 32; written as torch's pickles."""
+    job = CustomJob(world_size=4)
+    pair = job.new_group("pair", [2, 3])
+    for rank in job.ranks():
+        ops = job.on(rank)
+        for step in range(3):
+            ops.step(step)
+            ops.coll(WORLD, "all_reduce", [(1024,)], site="grad_sync")
+            if rank >= 2:
+                ops.coll(pair, "all_reduce", [(64,)], site="layernorm_grads")
+            ops.coll(WORLD, "all_gather", [(32,)], site="sp_gather")
+    sim = simulate(
+        SimSpec(
+            layout=job,
+            program=ProgramSpec(backend="gloo"),
+            fault=fault,
+            timeout_ms=5000,
+            **spec,  # type: ignore[arg-type]
+        )
+    )
+    write_dumps(sim, dumps, Output(fmt="torch", pattern="rank_{rank}"))
+    return dumps
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+def test_plan_replays_every_rank_s_ops_in_record_order_with_the_groups_in_creation_order() -> None:
+    plan = plan_of(HEALTHY)
+
+    assert plan.world_size == 4
+    assert [(g.name, g.ranks, g.world) for g in plan.groups] == [
+        ("0", (0, 1, 2, 3), True),
+        ("1", (0, 1), False),
+        ("2", (2, 3), False),
+    ]
+    by_rank = seqs(plan)
+    assert by_rank[0] == {"0": list(range(1, 23)), "1": [1, 2, 3]}
+    assert by_rank[3] == {"0": list(range(1, 23)), "2": [1, 2, 3]}
+    ops = plan.ranks[0].ops
+    assert [o.kind for o in ops[:6]] == [Kind.ALL_REDUCE] * 3 + [Kind.BROADCAST] + [
+        Kind.ALL_GATHER
+    ] * 2
+    gather = next(o for o in ops if o.kind == Kind.GATHER)
+    assert gather.root == 0  # the member whose output is recorded
+
+
+def test_plan_round_trips_through_json() -> None:
+    plan = plan_of(HEALTHY, scale=0.5)
+
+    assert from_json(to_json(plan)) == plan
+
+
+def test_last_keeps_each_group_s_newest_n_sequence_ids_on_every_rank() -> None:
+    plan = plan_of(HEALTHY, window=Window(last=2))
+
+    by_rank = seqs(plan)
+    assert by_rank[0] == {"0": [21, 22], "1": [2, 3]}
+    assert by_rank[2] == {"0": [21, 22], "2": [2, 3]}
+
+
+def test_seq_keeps_those_sequence_ids_of_every_group() -> None:
+    plan = plan_of(HEALTHY, window=Window(seq=(5, 6)))
+
+    assert {r: s for r, s in seqs(plan).items()} == {r: {"0": [5, 6]} for r in range(4)}
+
+
+def test_window_starts_where_every_rank_s_ring_buffer_reaches(tmp_path: Path) -> None:
+    # ranks 2 and 3 record a pair op per step more: their 4-entry buffers reach less far back
+    plan = plan_of(small_job(tmp_path, capacity=4))
+
+    world = {rank: groups["0"] for rank, groups in seqs(plan).items()}
+    assert len({tuple(s) for s in world.values()}) == 1, world
+    assert world[0] and world[0][-1] == 6
+
+
+def test_scale_maps_sizes_alike_on_every_rank_keeping_them_distinct_and_ordered() -> None:
+    full, small = plan_of(HEALTHY), plan_of(HEALTHY, scale=0.01)
+
+    pairs = {
+        (a.numel, b.numel)
+        for ra, rb in zip(full.ranks, small.ranks, strict=True)
+        for a, b in zip(ra.ops, rb.ops, strict=True)
+        if a.kind not in (Kind.ALL_TO_ALL, Kind.BARRIER)
+    }
+    mapping = dict(pairs)
+    assert len(mapping) == len(pairs)  # one scaled size per recorded size
+    ordered = sorted(mapping)
+    assert all(mapping[n] >= 1 for n in ordered)
+    assert all(mapping[a] < mapping[b] for a, b in itertools.pairwise(ordered))
+
+
+def test_scaled_all_to_all_splits_still_agree_across_ranks() -> None:
+    plan = plan_of(HEALTHY, scale=0.3)
+
+    a2a: dict[int, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = defaultdict(dict)
+    for rank in plan.ranks:
+        for op in rank.ops:
+            if op.kind == Kind.ALL_TO_ALL:
+                a2a[op.seq][rank.rank] = (op.splits_in, op.splits_out)
+    assert len(a2a) == 2
+    for by_rank in a2a.values():
+        for i, (splits_in, _) in by_rank.items():
+            for j, (_, splits_out) in by_rank.items():
+                assert splits_in[j] == splits_out[i]
+
+
+def test_scale_keeps_a_size_mismatch(tmp_path: Path) -> None:
+    plan = plan_of(small_job(tmp_path, faults.mismatch(2, 3, "size")), scale=0.001)
+
+    at_3 = {r.rank: next(o.numel for o in r.ops if o.seq == 3 and o.group == 0) for r in plan.ranks}
+    assert at_3[0] == at_3[1] == at_3[3] != at_3[2]
+
+
+def test_a_dtype_the_backend_lacks_becomes_one_of_the_same_width() -> None:
+    assert replay_dtype("Float8_e4m3fn", "gloo", "all_reduce") == ("uint8", 1)
+    assert replay_dtype("Float8_e5m2", "nccl", "all_reduce") == ("uint8", 1)
+    assert replay_dtype("Float8_e5m2", "nccl", "all_gather") == ("float8_e5m2", 1)
+    assert replay_dtype("BFloat16", "gloo", "all_reduce") == ("bfloat16", 1)
+    assert replay_dtype("Bool", "gloo", "broadcast") == ("uint8", 1)
+    assert replay_dtype("ComplexDouble", "gloo", "all_reduce") == ("float64", 2)
+
+
+def test_the_plan_says_which_dtype_it_replaced(tmp_path: Path) -> None:
+    job = CustomJob(world_size=2)
+    for rank in job.ranks():
+        job.on(rank).coll(WORLD, "all_reduce", [(64,)], dtype="Float8_e4m3fn", site="grad_sync")
+    sim = simulate(SimSpec(layout=job, program=ProgramSpec(backend="gloo"), timeout_ms=5000))
+    write_dumps(sim, tmp_path, Output(fmt="torch", pattern="rank_{rank}"))
+
+    plan = plan_of(tmp_path)
+
+    assert {o.dtype for r in plan.ranks for o in r.ops} == {"uint8"}
+    assert any("Float8_e4m3fn replayed as uint8" in note for note in plan.notes)
+
+
+# --- the command without torch, and its misuse ------------------------------------------------
+
+
+def test_replay_without_torch_says_to_install_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(session, "torch_available", lambda: False)
+
+    code = cli.run(["replay", str(HEALTHY)])
+
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_ERROR
+    assert err.count("\n") == 1 and "pip install 'fr-analyze[replay]'" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--scale", "2"], "--scale 2"),
+        (["--backend", "mpi"], "--backend 'mpi'"),
+        (["--last", "2", "--seq", "1:3"], "--last and --seq"),
+    ],
+)
+def test_bad_replay_options_are_one_line_errors(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.run(["replay", str(HEALTHY), *args])
+
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_ERROR
+    assert err.count("\n") == 1 and words in err
+
+
+def test_fr_analyzer_and_the_plan_import_no_torch() -> None:
+    code = (
+        "import sys, fr_analyzer.cli, fr_analyzer.replay.session, fr_analyzer.replay.results; "
+        "assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+# --- real replays: 4 gloo ranks on 127.0.0.1 --------------------------------------------------
+
+
+def replay(args: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`fr-analyze replay ... --out out` in this process; afterwards, no worker of it is left
+    (any found is killed by its pid, and the test fails)."""
+    try:
+        code = cli.run(["replay", *args, "--out", str(out)])
+    finally:
+        left = _workers_of(out)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers left running: {left}"
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def _workers_of(out: Path) -> list[int]:
+    """The pids of the replay workers whose command line names `out`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"fr_analyzer.replay.worker" in cmdline and str(out).encode() in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+@needs_torch
+@pytest.mark.slow
+def test_healthy_replay_exits_0_and_times_every_op(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timings = tmp_path / "timings.json"
+    args = [str(HEALTHY), "--iterations", "2", "--timeout", "20", "--deadline", "120"]
+
+    code, printed = replay([*args, "--json", str(timings)], tmp_path / "run", capsys)
+
+    assert code == cli.EXIT_OK, printed
+    lines = [ln.split() for ln in printed.splitlines()]
+    listed = {(ln[0], ln[2]) for ln in lines if len(ln) > 3 and ln[2].isdigit()}
+    assert listed == {("0", str(s)) for s in range(1, 23)} | {
+        (g, str(s)) for g in ("1", "2") for s in (1, 2, 3)
+    }
+    assert "every op of every rank completed" in printed
+    data = json.loads(timings.read_text())
+    assert data["ok"] is True and len(data["ops"]) == 28
+    assert len(data["rank_ops"]) == 4 * 25
+    for row in data["rank_ops"]:
+        stats = row["stats"]
+        assert stats["samples"] == 2
+        assert 0 <= stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
+
+
+@needs_torch
+@pytest.mark.slow
+def test_replay_where_rank_2_recorded_another_size_stops_and_names_rank_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dumps = small_job(tmp_path / "dumps", faults.mismatch(2, 3, "size"))
+    args = [str(dumps), "--iterations", "1", "--timeout", "3", "--deadline", "90"]
+
+    code, printed = replay(args, tmp_path / "run", capsys)
+
+    assert code == cli.EXIT_FINDINGS, printed
+    assert "REPLAY STOPPED" in printed
+    answer = next(ln for ln in printed.splitlines() if ln.startswith(("HUNG.", "DESYNC.", "SLOW.")))
+    assert "rank 2 " in answer, printed
+    assert list((tmp_path / "run" / "fr").iterdir())
