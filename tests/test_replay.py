@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fr_analyzer import cli, pipeline
+from fr_analyzer.errors import UsageError
 from fr_analyzer.load.sources import Directory
 from fr_analyzer.model.groups import build_groups
 from fr_analyzer.replay import session
@@ -30,6 +31,7 @@ from fr_analyzer.replay.plan import (
     from_json,
     to_json,
 )
+from fr_analyzer.replay.runner import Launch, launch_from
 from tools.frsim import CustomJob, Output, ProgramSpec, SimSpec, faults, simulate, write_dumps
 from tools.frsim.custom import WORLD
 
@@ -234,6 +236,23 @@ def test_fr_analyzer_and_the_plan_import_no_torch() -> None:
         "assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}, Launch(3, 8, 1)),
+        ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "5"}, Launch(5, 8, 5)),
+        ({"RANK": "2", "WORLD_SIZE": "4", "SLURM_PROCID": "9"}, Launch(2, 4, 0)),
+    ],
+)
+def test_env_launcher_reads_torchrun_then_srun(env: dict[str, str], expected: Launch) -> None:
+    assert launch_from(env) == expected
+
+
+def test_env_launcher_without_a_launcher_s_variables_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="RANK/WORLD_SIZE"):
+        launch_from({"MASTER_ADDR": "127.0.0.1"})
 
 
 # --- real replays: 4 gloo ranks on 127.0.0.1 --------------------------------------------------
