@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from .load.sources import Source
     from .pipeline import Analysis, Options, Progress
     from .render.entries_view import EntriesView
+    from .replay.session import ReplayReport
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -1249,7 +1250,7 @@ def replay_cmd(
         raise typer.Exit(print_replay(report, json_out, kept=out is not None))
 
 
-def print_replay(report: Any, json_out: Path | None, kept: bool) -> int:
+def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int:
     """Print a replay's notes and latency table, or, when it stopped, how each rank ended and
     the answer on its dumps; write the JSON; returns the exit code."""
     from .replay import results

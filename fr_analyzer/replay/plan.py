@@ -36,7 +36,7 @@ from ..model import ops as catalog
 from ..model.groups import WORLD_DESCS, GroupTable
 from ..model.records import ANY_SOURCE, P2PKind, UnitKind
 from ..model.table import EntryTable
-from .dtypes import replay_dtype
+from .dtypes import DTYPES, replay_dtype
 
 PLAN_SCHEMA = "fr-analyze.replay-plan/1"
 
@@ -127,11 +127,6 @@ class OpSpec:
     splits_in: tuple[int, ...] = ()  # all_to_all: elements to each member (scaled)
     splits_out: tuple[int, ...] = ()  # all_to_all: elements from each member (scaled)
     members: tuple[OpSpec, ...] = ()  # coalesced, batch_p2p
-
-    @property
-    def label(self) -> str:
-        """The op as the latency table names it: `all_reduce #3 of group '0'`."""
-        return f"{self.op} #{self.seq}"
 
 
 @dataclass(frozen=True)
@@ -510,8 +505,6 @@ def _op(
 
 
 def _torch_name(recorded: str) -> str:
-    from .dtypes import DTYPES
-
     known = DTYPES.get(recorded)
     return known.torch_name if known else "float32"
 
