@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from fr_analyzer.replay.plan import (
     from_json,
     to_json,
 )
-from fr_analyzer.replay.runner import Launch, launch_from
+from fr_analyzer.replay.runner import Launch, launch_from, wait_or_kill
 from tools.frsim import CustomJob, Output, ProgramSpec, SimSpec, faults, simulate, write_dumps
 from tools.frsim.custom import WORLD
 
@@ -253,6 +254,35 @@ def test_env_launcher_reads_torchrun_then_srun(env: dict[str, str], expected: La
 def test_env_launcher_without_a_launcher_s_variables_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="RANK/WORLD_SIZE"):
         launch_from({"MASTER_ADDR": "127.0.0.1"})
+
+
+def test_ranks_still_running_at_the_deadline_are_killed_by_pid(tmp_path: Path) -> None:
+    sleepers = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)
+    ]
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    procs = [quick, *sleepers]
+    try:
+        killed = wait_or_kill(procs, time.monotonic() + 3, tmp_path)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert killed == {1, 2}
+    assert quick.returncode == 0
+    assert all(p.returncode == -signal.SIGKILL for p in sleepers)
+
+
+def test_a_folder_with_no_dumps_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.run(["replay", str(tmp_path)])
+
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_ERROR
+    assert err.count("\n") == 1 and err.startswith("fr-analyze: error:")
 
 
 # --- real replays: 4 gloo ranks on 127.0.0.1 --------------------------------------------------

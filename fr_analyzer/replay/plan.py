@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import UsageError
 from ..model import ops as catalog
 from ..model.groups import WORLD_DESCS, GroupTable
+from ..model.ranks import agree, compact
 from ..model.records import ANY_SOURCE, P2PKind, UnitKind
 from ..model.table import EntryTable
 from .dtypes import DTYPES, replay_dtype
@@ -391,6 +392,11 @@ def build(
         )
     for op, n in sorted(left_out.items()):
         notes.append(f"{op}: not replayed ({n} record(s) on all ranks together)")
+    silent = [rank for rank in range(groups.world_size) if rank not in rows]
+    if silent:
+        notes.append(
+            f"{agree(silent, 'rank', 'ranks')} {compact(silent)}: no dump, nothing to replay"
+        )
     for name in sorted(guessed_roots):
         notes.append(f"{name}: Flight Recorder keeps no root; the group's first member is used")
     return ReplayPlan(

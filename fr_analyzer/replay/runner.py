@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,7 +133,7 @@ def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunO
                         argv, stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=Path.cwd()
                     )
                 )
-            killed = _wait(procs, limit, options.out)
+            killed = wait_or_kill(procs, limit, options.out)
         finally:
             for proc in procs:  # an interrupt, an error: none is left behind
                 if proc.poll() is None:
@@ -148,9 +148,10 @@ def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunO
     return RunOutcome(tuple(exits), options.out / FR_FOLDER, time.monotonic() - started)
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], limit: float, out: Path) -> set[int]:
-    """Wait for every process until `limit`; kill the rest; the ranks killed. Once every rank
-    has ended or written its result and one failed, tell the rest to stop waiting (`STOP`)."""
+def wait_or_kill(procs: Sequence[subprocess.Popen[bytes]], limit: float, out: Path) -> set[int]:
+    """Wait for every process (rank i is `procs[i]`) until `limit` (`time.monotonic()`); kill
+    the rest by pid; return the ranks killed. Once every rank has ended or written its result
+    in `out` and one failed, tell the rest to stop waiting for their peers (`STOP`)."""
     stopped = False
     while any(p.poll() is None for p in procs) and time.monotonic() < limit:
         if not stopped and _settled(procs, out):
@@ -166,7 +167,7 @@ def _wait(procs: list[subprocess.Popen[bytes]], limit: float, out: Path) -> set[
     return killed
 
 
-def _settled(procs: list[subprocess.Popen[bytes]], out: Path) -> bool:
+def _settled(procs: Sequence[subprocess.Popen[bytes]], out: Path) -> bool:
     """Whether no rank is still in an op and some rank failed."""
     failed = False
     for rank, proc in enumerate(procs):
