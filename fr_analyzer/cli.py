@@ -1288,7 +1288,25 @@ def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int
                 f" in {op.op} #{op.seq} of group '{plan.group(op.group).name}' "
                 f"(round {(e.result.failed_iteration or 0) + 1}, the warm-up counted)"
             )
+        elif e.result is not None and e.result.error:
+            where = (
+                f" in the barrier after round {(e.result.failed_iteration or 0) + 1}: "
+                "it had run every op it recorded"
+            )
         console.print(f"  rank {e.rank}: {e.how}{where}", markup=False, highlight=False)
+    through = [e.rank for e in outcome.exits if e.result is not None and e.result.failed_op is None]
+    stuck = [
+        e.rank for e in outcome.exits if e.result is not None and e.result.failed_op is not None
+    ]
+    if through and stuck:
+        from .model.ranks import agree, compact
+
+        console.print(
+            f"  {agree(through, 'rank', 'ranks')} {compact(through)} ran every op of the round; "
+            f"{agree(stuck, 'rank', 'ranks')} {compact(stuck)} stopped in one",
+            markup=False,
+            highlight=False,
+        )
     if report.analysis is None:
         console.print("no rank wrote a Flight Recorder dump", markup=False, highlight=False)
         return EXIT_FINDINGS

@@ -263,7 +263,7 @@ def test_ranks_still_running_at_the_deadline_are_killed_by_pid(tmp_path: Path) -
     quick = subprocess.Popen([sys.executable, "-c", "pass"])
     procs = [quick, *sleepers]
     try:
-        killed = wait_or_kill(procs, time.monotonic() + 3, tmp_path)
+        killed = wait_or_kill(procs, time.monotonic() + 1.5, tmp_path)
     finally:
         for proc in procs:
             if proc.poll() is None:

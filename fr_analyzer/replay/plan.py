@@ -343,14 +343,18 @@ def build(
             if seq not in ranges.get((head.group, head.is_p2p), range(0)):
                 continue
             for r in unit:
-                if r.op not in KIND_OF_OP and r.unit not in MARKERS:
+                if not _replayable(r, members) and r.unit not in MARKERS:
                     left_out[r.op] += 1
-            if any(r.op in KIND_OF_OP for r in unit):
+            if any(_replayable(r, members) for r in unit):
                 chosen[rank].append(unit)
             for r in unit:
                 kind = KIND_OF_OP.get(r.op)
                 if kind is not None:
                     counts.add(_count(kind, r) * _widen(r, options.backend, kind))
+                if kind == Kind.ALL_TO_ALL and splits.get((r.group, r.seq)) is None:
+                    size = len(members[r.group])
+                    counts.update(_even(_numel(r.in_shapes), size))
+                    counts.update(_even(_numel(r.out_shapes), size))
     for matrix in splits.values():
         for line in matrix or []:
             counts.update(line)
@@ -365,7 +369,7 @@ def build(
             specs = [
                 _op(r, members, splits, scale, options.backend, substituted, guessed_roots, by_key)
                 for r in unit
-                if r.op in KIND_OF_OP
+                if _replayable(r, members)
             ]
             marker = unit[-1]
             if marker.unit in MARKERS:
@@ -431,6 +435,17 @@ def _units(rows: Iterable[_Row]) -> Iterable[list[_Row]]:
     yield from ([r] for r in block)
 
 
+def _replayable(row: _Row, members: Mapping[int, tuple[int, ...]]) -> bool:
+    """Whether the replay can run a row: an op it knows; for a send or recv, a peer in the
+    group (or any source, for a recv); a recorder that keeps no peer (torchcomms, HCCL) leaves
+    its sends and recvs out."""
+    kind = KIND_OF_OP.get(row.op)
+    if kind not in (Kind.SEND, Kind.RECV):
+        return kind is not None
+    local = row.peer_dst if kind == Kind.SEND else row.peer_src
+    return 0 <= local < len(members[row.group]) or (kind == Kind.RECV and local == ANY_SOURCE)
+
+
 def _widen(row: _Row, backend: str, kind: Kind) -> int:
     dtypes = row.in_dtypes or row.out_dtypes
     return replay_dtype(dtypes[0], backend, kind.value)[1] if dtypes else 1
@@ -479,11 +494,7 @@ def _op(
         root = min(holders) if holders else ranks[0]
     elif kind in (Kind.SEND, Kind.RECV):
         local = row.peer_dst if kind == Kind.SEND else row.peer_src
-        peer = ranks[local] if 0 <= local < len(ranks) else None
-        if local != ANY_SOURCE and peer is None:
-            raise UsageError(
-                f"rank {row.rank}: {row.op} to group-local rank {local} of a group of {len(ranks)}"
-            )
+        peer = ranks[local] if 0 <= local < len(ranks) else None  # None: any source
     elif kind == Kind.ALL_TO_ALL:
         matrix = splits.get((row.group, row.seq))
         me = ranks.index(row.rank)

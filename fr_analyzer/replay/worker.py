@@ -63,7 +63,8 @@ class RankResult:
     ok: bool
     times: tuple[tuple[float, ...], ...]  # per op, seconds of each timed iteration
     error: str = ""  # the first line of the exception that stopped it
-    failed_op: int | None = None  # index into the rank's ops
+    failed_op: int | None = None  # index into the rank's ops (None with an error: in the
+    # barrier between two rounds, every op of its round done)
     failed_iteration: int | None = None  # 0 is the warm-up when there is one
     dumped: bool = False  # its Flight Recorder is in fr/
     peer_failed: bool = False  # it finished, but another rank reported a failure
@@ -125,7 +126,10 @@ def run(args: WorkerArgs) -> int:
                 seconds = _timed(op, plan, handles, args.rank, device, torch, dist)
                 if iteration >= args.warmup:
                     times[index].append(seconds)
-        failed_op = failed_iteration = None
+            failed_op = None
+            if iteration + 1 < rounds:  # rounds apart: a rank done early waits, not runs ahead
+                dist.barrier()
+        failed_iteration = None
     except Exception as exc:  # a timeout, a peer gone: what the replay is there to show
         error = f"{type(exc).__name__}: {_first_line(exc)}"
     store = dist.distributed_c10d._get_default_store()
