@@ -198,6 +198,22 @@ def test_the_plan_says_which_dtype_it_replaced(tmp_path: Path) -> None:
     assert any("Float8_e4m3fn replayed as uint8" in note for note in plan.notes)
 
 
+def test_an_uneven_all_to_all_whose_members_disagree_keeps_each_rank_s_own_totals() -> None:
+    plan = plan_of(ROOT / "sample_dumps" / "moe_split_mismatch")
+
+    a2a = [o for r in plan.ranks for o in r.ops if o.kind == Kind.ALL_TO_ALL]
+    assert a2a and all(sum(o.splits_in) == o.numel for o in a2a)
+
+
+def test_sends_and_recvs_of_a_recorder_that_keeps_no_peer_are_left_out_with_a_note() -> None:
+    plan = plan_of(ROOT / "sample_dumps" / "hccl_healthy")
+
+    assert any(n.startswith("batch_isend_irecv: not replayed") for n in plan.notes)
+    assert all(
+        o.peer is not None for r in plan.ranks for o in r.ops if o.kind in (Kind.SEND, Kind.RECV)
+    )
+
+
 # --- the command without torch, and its misuse ------------------------------------------------
 
 
@@ -358,3 +374,18 @@ def test_replay_where_rank_2_recorded_another_size_stops_and_names_rank_2(
     answer = next(ln for ln in printed.splitlines() if ln.startswith(("HUNG.", "DESYNC.", "SLOW.")))
     assert "rank 2 " in answer, printed
     assert list((tmp_path / "run" / "fr").iterdir())
+
+
+@needs_torch
+@pytest.mark.slow
+def test_scaled_replay_where_rank_3_called_another_op_names_rank_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = ROOT / "sample_dumps" / "gloo_op_mismatch"  # rank 3 all_gathers, the rest all_reduce
+    args = [str(sample), "--scale", "0.5", "--timeout", "3", "--deadline", "90"]
+
+    code, printed = replay(args, tmp_path / "run", capsys)
+
+    assert code == cli.EXIT_FINDINGS, printed
+    answer = next(ln for ln in printed.splitlines() if ln.startswith("DESYNC."))
+    assert answer.startswith("DESYNC. rank 3 disagrees"), printed
