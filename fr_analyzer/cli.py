@@ -1251,22 +1251,24 @@ def replay_cmd(
 
 
 def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int:
-    """Print a replay's notes and latency table, or, when it stopped, how each rank ended and
-    the answer on its dumps; write the JSON; returns the exit code."""
+    """Print a replay's header, notes and latency table, and, when it stopped, how each rank
+    ended and fr-analyze's answer on its dumps; write the JSON; returns the exit code (0: every
+    op completed; 1: it stopped). A rank of torchrun or srun other than 0 prints one line."""
     from .replay import results
 
     plan, outcome = report.plan, report.outcome
     to_stdout = json_out is not None and str(json_out) == "-"
     console = _console(stderr=to_stdout)
-    console.print(
-        f"replay of {plan.source}: {plan.world_size} ranks, {plan.backend}, "
-        f"{plan.op_count()} ops in all, scale {plan.scale:g}, {outcome.elapsed_s:.1f} s",
-        markup=False,
-        highlight=False,
-    )
-    for note in plan.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
-    console.print(results.table(results.per_op(plan, outcome)), markup=False, highlight=False)
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    if not report.reporter:
+        say(results.own_line(outcome))
+        return EXIT_OK if outcome.ok else EXIT_FINDINGS
+    for line in results.header(plan, outcome):
+        say(line)
+    say(results.table(results.per_op(plan, outcome)))
     if json_out is not None:
         from .render.output import write_atomic
 
@@ -1277,47 +1279,17 @@ def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int
             write_atomic(json_out, data.encode())
             wrote(json_out, "the timings", len(data))
     if outcome.ok:
-        console.print("replay: every op of every rank completed", markup=False, highlight=False)
+        say("replay: every op of every rank completed")
         return EXIT_OK
-    console.print("\nREPLAY STOPPED. How each rank ended:", markup=False, highlight=False)
-    for e in outcome.exits:
-        where = ""
-        if e.result is not None and e.result.failed_op is not None:
-            op = plan.ranks[e.rank].ops[e.result.failed_op]
-            where = (
-                f" in {op.op} #{op.seq} of group '{plan.group(op.group).name}' "
-                f"(round {(e.result.failed_iteration or 0) + 1}, the warm-up counted)"
-            )
-        elif e.result is not None and e.result.error:
-            where = (
-                f" in the barrier after round {(e.result.failed_iteration or 0) + 1}: "
-                "it had run every op it recorded"
-            )
-        console.print(f"  rank {e.rank}: {e.how}{where}", markup=False, highlight=False)
-    through = [e.rank for e in outcome.exits if e.result is not None and e.result.failed_op is None]
-    stuck = [
-        e.rank for e in outcome.exits if e.result is not None and e.result.failed_op is not None
-    ]
-    if through and stuck:
-        from .model.ranks import agree, compact
-
-        console.print(
-            f"  {agree(through, 'rank', 'ranks')} {compact(through)} ran every op of the round; "
-            f"{agree(stuck, 'rank', 'ranks')} {compact(stuck)} stopped in one",
-            markup=False,
-            highlight=False,
-        )
+    for line in results.endings(plan, outcome):
+        say(line)
     if report.analysis is None:
-        console.print("no rank wrote a Flight Recorder dump", markup=False, highlight=False)
+        say("no rank wrote a Flight Recorder dump")
         return EXIT_FINDINGS
-    console.print(
-        f"\nfr-analyze on the replay's Flight Recorder dumps ({outcome.fr_dir}"
-        f"{'' if kept else ', removed at exit: --out keeps them'}):\n",
-        markup=False,
-        highlight=False,
-    )
+    kept_note = "" if kept else ", removed at exit: --out keeps them"
+    say(f"\nfr-analyze on the replay's Flight Recorder dumps ({outcome.fr_dir}{kept_note}):\n")
     print_report(report.analysis, False, 10, False, to_stderr=to_stdout)
-    return max(verdict_code(report.analysis), EXIT_FINDINGS)
+    return EXIT_FINDINGS  # it stopped: whatever the dumps show, the replay did not complete
 
 
 # --- entry points ----------------------------------------------------------------------------

@@ -9,8 +9,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from ..model.ranks import agree, compact
 from .plan import Kind, ReplayPlan
 from .runner import RunOutcome
+from .worker import RankResult
 
 SCHEMA = "fr-analyze.replay/1"
 P2P_KINDS = frozenset({Kind.SEND, Kind.RECV, Kind.BATCH_P2P})
@@ -135,8 +137,6 @@ def table(ops: Sequence[OpTime]) -> str:
     iteration."""
     from tabulate import tabulate
 
-    from ..model.ranks import compact
-
     rows = [
         [
             f"{o.group} ({o.desc})" if o.desc else o.group,
@@ -168,6 +168,50 @@ def _times(s: Stats) -> list[str]:
     if not s.samples:
         return ["-", "-", "-"]
     return [f"{s.min_ms:.3f}", f"{s.median_ms:.3f}", f"{s.max_ms:.3f}"]
+
+
+def header(plan: ReplayPlan, outcome: RunOutcome) -> list[str]:
+    """The first lines: what was replayed, how, and what the replay changed (its notes)."""
+    return [
+        f"replay of {plan.source}: {plan.world_size} ranks, {plan.backend}, "
+        f"{plan.op_count()} ops in all, scale {plan.scale:g}, {outcome.elapsed_s:.1f} s",
+        *(f"note: {note}" for note in plan.notes),
+    ]
+
+
+def endings(plan: ReplayPlan, outcome: RunOutcome) -> list[str]:
+    """How each rank of a replay that stopped ended: where (op, group, round) and why, and
+    which ranks ran every op of the round while others stopped in one."""
+    lines = ["", "REPLAY STOPPED. How each rank ended:"]
+    for e in outcome.exits:
+        lines.append(f"  rank {e.rank}: {e.how}{_where(plan, e.result)}")
+    through = [e.rank for e in outcome.exits if e.result and e.result.failed_op is None]
+    stuck = [e.rank for e in outcome.exits if e.result and e.result.failed_op is not None]
+    if through and stuck:
+        lines.append(
+            f"  {agree(through, 'rank', 'ranks')} {compact(through)} ran every op of the round; "
+            f"{agree(stuck, 'rank', 'ranks')} {compact(stuck)} stopped in one"
+        )
+    return lines
+
+
+def own_line(outcome: RunOutcome) -> str:
+    """One rank's own end in one line (a rank of torchrun or srun other than 0)."""
+    mine = next((e for e in outcome.exits if e.returncode is not None), None)
+    if mine is None:
+        return "replay: this rank wrote no result"
+    return f"replay: rank {mine.rank}: {mine.how}"
+
+
+def _where(plan: ReplayPlan, result: RankResult | None) -> str:
+    if result is None or not result.error:
+        return ""
+    round_ = (result.failed_iteration or 0) + 1
+    if result.failed_op is None:
+        return f" in the barrier after round {round_}: it had run every op it recorded"
+    op = plan.ranks[result.rank].ops[result.failed_op]
+    group = plan.group(op.group).name
+    return f" in {op.op} #{op.seq} of group '{group}' (round {round_}, the warm-up counted)"
 
 
 def to_json(plan: ReplayPlan, outcome: RunOutcome) -> str:

@@ -44,6 +44,7 @@ class ReplayReport:
     plan: ReplayPlan
     outcome: RunOutcome
     analysis: Analysis | None  # None: it ran to the end, or no rank could dump
+    reporter: bool = True  # False: a rank of torchrun or srun other than 0 (one line of its own)
 
 
 def torch_available() -> bool:
@@ -70,11 +71,14 @@ def replay(where: Source, options: ReplayOptions, env: Mapping[str, str]) -> Rep
     if not torch_available():
         raise UsageError(INSTALL_HINT)
     plan = make_plan(where, options)
+    reporter = True
     if options.launcher == Launcher.ENV:
-        outcome = in_process(plan, options.run, launch_from(env))
+        launch = launch_from(env)
+        outcome = in_process(plan, options.run, launch)
+        reporter = launch.rank == 0
     else:
         outcome = spawn(plan, options.run, env)
     analysis = None
-    if not outcome.ok and outcome.dumps():
+    if reporter and not outcome.ok and outcome.dumps():
         analysis = analyze(Directory(outcome.fr_dir), Options(file_times=False))
-    return ReplayReport(plan, outcome, analysis)
+    return ReplayReport(plan, outcome, analysis, reporter)

@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import time
-import traceback
 import warnings
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -281,8 +280,7 @@ def _dump(path: Path, torch: Any) -> bool:
         partial = path.with_name(path.name + ".partial")
         partial.write_bytes(data)
         partial.replace(path)
-    except Exception:
-        traceback.print_exc()
+    except Exception:  # a dump that cannot be written: the analysis names the rank missing
         return False
     return True
 
