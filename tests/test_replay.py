@@ -32,7 +32,7 @@ from fr_analyzer.replay.plan import (
     from_json,
     to_json,
 )
-from fr_analyzer.replay.runner import Launch, launch_from, wait_or_kill
+from fr_analyzer.replay.runner import Launch, free_port, launch_from, wait_or_kill
 from tools.frsim import CustomJob, Output, ProgramSpec, SimSpec, faults, simulate, write_dumps
 from tools.frsim.custom import WORLD
 
@@ -389,3 +389,39 @@ def test_scaled_replay_where_rank_3_called_another_op_names_rank_3(
     assert code == cli.EXIT_FINDINGS, printed
     answer = next(ln for ln in printed.splitlines() if ln.startswith("DESYNC."))
     assert answer.startswith("DESYNC. rank 3 disagrees"), printed
+
+
+@needs_torch
+@pytest.mark.slow
+def test_under_torchrun_s_variables_every_rank_replays_and_rank_0_reports(tmp_path: Path) -> None:
+    port = free_port()
+    out = tmp_path / "shared"
+    procs = []
+    for rank in range(4):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE="4",
+            LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            PYTHONPATH=str(ROOT),
+        )
+        argv = [sys.executable, "-m", "fr_analyzer", "replay", str(HEALTHY), "--launcher", "env"]
+        argv += ["--iterations", "1", "--timeout", "20", "--out", str(out)]
+        procs.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+    try:
+        printed = [p.communicate(timeout=120)[0].decode() for p in procs]
+    finally:
+        for proc in procs:  # every one, by its pid, whatever happened
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert [p.returncode for p in procs] == [0] * 4, printed
+    assert "every op of every rank completed" in printed[0]
+    assert any(line.split()[:3] == ["0", "(default_pg)", "22"] for line in printed[0].splitlines())
+    for rank in (1, 2, 3):
+        assert printed[rank].strip() == f"replay: rank {rank}: completed"
