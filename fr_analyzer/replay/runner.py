@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -56,6 +57,11 @@ class RankExit:
         """How it ended, in words."""
         if self.killed:
             return "killed at the deadline"
+        if self.returncode == -signal.SIGABRT:
+            return (
+                "aborted (SIGABRT, no Python error: gloo aborts a rank that receives more "
+                "bytes than it posted)"
+            )
         if self.returncode is not None and self.returncode < 0:
             return f"killed by signal {-self.returncode}"
         if self.result is None:
