@@ -185,7 +185,15 @@ def endings(plan: ReplayPlan, outcome: RunOutcome) -> list[str]:
     lines = ["", "REPLAY STOPPED. How each rank ended:"]
     for e in outcome.exits:
         lines.append(f"  rank {e.rank}: {e.how}{_where(plan, e.result)}")
-    through = [e.rank for e in outcome.exits if e.result and e.result.failed_op is None]
+        if e.result is None and e.log_tail:  # it wrote no result: its own last words
+            lines.append(f"    {e.log_tail[-1]}")
+    through = [
+        e.rank
+        for e in outcome.exits
+        if e.result
+        and e.result.failed_op is None
+        and (e.result.ok or e.result.failed_iteration is not None)
+    ]
     stuck = [e.rank for e in outcome.exits if e.result and e.result.failed_op is not None]
     if through and stuck:
         lines.append(
@@ -204,8 +212,8 @@ def own_line(outcome: RunOutcome) -> str:
 
 
 def _where(plan: ReplayPlan, result: RankResult | None) -> str:
-    if result is None or not result.error:
-        return ""
+    if result is None or not result.error or result.failed_iteration is None:
+        return ""  # it ran, or it stopped before its first op
     round_ = (result.failed_iteration or 0) + 1
     if result.failed_op is None:
         return f" in the barrier after round {round_}: it had run every op it recorded"

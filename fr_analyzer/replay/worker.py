@@ -101,6 +101,14 @@ def run(args: WorkerArgs) -> int:
 
     device = torch.device(f"cuda:{args.local_rank}" if args.backend == "nccl" else "cpu")
     if device.type == "cuda":
+        gpus = torch.cuda.device_count()
+        if args.local_rank >= gpus:  # said in the result: the runner prints it, nobody waits
+            error = f"nccl: local rank {args.local_rank} needs cuda:{args.local_rank}, and "
+            error += f"this host has {gpus} GPU(s): one process per GPU"
+            _write(
+                args.out / RESULT.format(rank=args.rank), RankResult(args.rank, False, (), error)
+            )
+            return 2
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=args.timeout_s)
     dist.init_process_group(
