@@ -32,7 +32,16 @@ from fr_analyzer.replay.plan import (
     from_json,
     to_json,
 )
-from fr_analyzer.replay.runner import Launch, free_port, launch_from, wait_or_kill
+from fr_analyzer.replay.results import Stats, endings, per_op, per_rank, table
+from fr_analyzer.replay.runner import (
+    Launch,
+    RankExit,
+    RunOutcome,
+    free_port,
+    launch_from,
+    wait_or_kill,
+)
+from fr_analyzer.replay.worker import RankResult
 from tools.frsim import CustomJob, Output, ProgramSpec, SimSpec, faults, simulate, write_dumps
 from tools.frsim.custom import WORLD
 
@@ -212,6 +221,69 @@ def test_sends_and_recvs_of_a_recorder_that_keeps_no_peer_are_left_out_with_a_no
     assert all(
         o.peer is not None for r in plan.ranks for o in r.ops if o.kind in (Kind.SEND, Kind.RECV)
     )
+
+
+# --- what a run measured, and how a stopped one is told ----------------------------------------
+
+
+def outcome_of(plan: ReplayPlan, results: dict[int, RankResult | None], **codes: int) -> RunOutcome:
+    exits = tuple(
+        RankExit(rank, codes.get(f"rank{rank}", 0), False, results.get(rank))
+        for rank in range(plan.world_size)
+    )
+    return RunOutcome(exits, Path("/nonexistent/fr"), 1.0)
+
+
+def test_per_op_times_are_min_median_max_over_every_rank_and_iteration() -> None:
+    plan = plan_of(HEALTHY, window=Window(seq=(1, 1)))  # one all_reduce on every rank
+    results = {
+        rank: RankResult(rank, True, ((0.001 * (rank + 1), 0.003 * (rank + 1)),))
+        for rank in range(4)
+    }
+
+    (op,) = per_op(plan, outcome_of(plan, results))
+    rows = per_rank(plan, outcome_of(plan, results))
+
+    assert (op.group, op.seq, op.op, op.ranks) == ("0", 1, "all_reduce", (0, 1, 2, 3))
+    assert op.slowest_rank == 3
+    assert (op.stats.min_ms, op.stats.max_ms, op.stats.samples) == (1.0, 12.0, 8)
+    assert rows[1].stats == Stats(2.0, 4.0, 6.0, 2)
+    assert table([op]).splitlines()[2].split() == [
+        "0",
+        "(default_pg)",
+        "1",
+        "all_reduce",
+        "16",
+        "float32",
+        "0-3",
+        "1.000",
+        "3.500",
+        "12.000",
+        "3",
+    ]
+
+
+def test_a_stopped_replay_says_where_each_rank_stopped() -> None:
+    plan = plan_of(HEALTHY, window=Window(seq=(1, 1)))
+    results: dict[int, RankResult | None] = {
+        0: RankResult(0, False, ((),), "RuntimeError: Timed out", 0, 0),
+        1: RankResult(1, False, ((),), "RuntimeError: Timed out", None, 0),
+        2: None,
+        3: RankResult(3, True, ((0.001,),), peer_failed=True),
+    }
+
+    lines = endings(plan, outcome_of(plan, results, rank2=-signal.SIGABRT))
+
+    assert lines[2:] == [
+        "  rank 0: RuntimeError: Timed out in all_reduce #1 of group '0' "
+        "(round 1, the warm-up counted)",
+        "  rank 1: RuntimeError: Timed out in the barrier after round 1: "
+        "it had run every op it recorded",
+        "  rank 2: aborted (SIGABRT, no Python error: gloo aborts a rank that receives more "
+        "bytes than it posted)",
+        "  rank 3: completed",
+        "  ranks 1,3 ran every op of the round; rank 0 stopped in one",
+    ]
 
 
 # --- the command without torch, and its misuse ------------------------------------------------
