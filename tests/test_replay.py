@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -226,7 +227,9 @@ def test_sends_and_recvs_of_a_recorder_that_keeps_no_peer_are_left_out_with_a_no
 # --- what a run measured, and how a stopped one is told ----------------------------------------
 
 
-def outcome_of(plan: ReplayPlan, results: dict[int, RankResult | None], **codes: int) -> RunOutcome:
+def outcome_of(
+    plan: ReplayPlan, results: Mapping[int, RankResult | None], **codes: int
+) -> RunOutcome:
     exits = tuple(
         RankExit(rank, codes.get(f"rank{rank}", 0), False, results.get(rank))
         for rank in range(plan.world_size)
