@@ -322,7 +322,25 @@ def test_bad_replay_options_are_one_line_errors(
     assert err.count("\n") == 1 and words in err
 
 
-def test_fr_analyzer_and_the_plan_import_no_torch() -> None:
+def test_without_torch_the_analysis_works_and_replay_says_to_install_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None  # `import torch` fails, as when it is missing\n"
+        "from fr_analyzer.cli import run\n"
+        f"analyzed = run(['-d', {str(HEALTHY)!r}])\n"
+        f"replayed = run(['replay', {str(HEALTHY)!r}])\n"
+        "print('codes', analyzed, replayed)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+    assert ran.stdout.splitlines()[-1] == "codes 0 2", ran.stderr
+    assert ran.stderr == (
+        "fr-analyze: error: fr-analyze replay needs torch: pip install 'fr-analyze[replay]'\n"
+    )
+
+
+def test_fr_analyzer_and_the_replay_plan_import_no_torch() -> None:
     code = (
         "import sys, fr_analyzer.cli, fr_analyzer.replay.session, fr_analyzer.replay.results; "
         "assert 'torch' not in sys.modules"
