@@ -1183,10 +1183,11 @@ def replay_cmd(
         typer.Option("--seq", help="Only each group's sequence ids A:B (inclusive)."),
     ] = None,
     iterations: Annotated[
-        int, typer.Option("--iterations", min=1, help="Timed iterations, after one warm-up.")
+        int,
+        typer.Option("--iterations", min=1, help="Timed rounds of every op, after the warm-up."),
     ] = 3,
     warmup: Annotated[
-        int, typer.Option("--warmup", min=0, help="Untimed iterations before them.")
+        int, typer.Option("--warmup", min=0, help="Untimed rounds before the timed ones.")
     ] = 1,
     timeout: Annotated[
         float,
