@@ -43,6 +43,6 @@ trace.stop()
 trace.unregister_callback()
 if nccl:
     with open(f"{out}/nccl_trace_rank_0", "wb") as f:
-        f.write(torch._C._distributed_c10d._dump_nccl_trace())  # type: ignore[attr-defined]
+        f.write(torch._C._distributed_c10d._dump_nccl_trace())  # type: ignore[attr-defined, unused-ignore]
 dist.destroy_process_group()
 print("ok", torch.__version__)
