@@ -8,6 +8,7 @@ import importlib.util
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -518,3 +519,25 @@ def test_under_torchrun_s_variables_every_rank_replays_and_rank_0_reports(tmp_pa
     assert any(line.split()[:3] == ["0", "(default_pg)", "22"] for line in printed[0].splitlines())
     for rank in (1, 2, 3):
         assert printed[rank].strip() == f"replay: rank {rank}: completed"
+
+
+@needs_torch
+@pytest.mark.slow
+def test_the_real_gpu_execution_trace_replays_on_gloo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # tests/data/real_nccl/et: one rank, three groups, coalesced blocks, a bfloat16 broadcast
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "real_nccl" / "et" / "rank-0.et.json", traces)
+    timings = tmp_path / "timings.json"
+    args = [str(traces), "--iterations", "2", "--timeout", "20", "--deadline", "90"]
+
+    code, printed = replay([*args, "--json", str(timings)], tmp_path / "run", capsys)
+
+    assert code == cli.EXIT_OK, printed
+    assert "1 ranks, gloo, 9 ops in all" in printed
+    data = json.loads(timings.read_text())
+    ops = {(op["group"], op["seq"], op["op"]) for op in data["ops"]}
+    assert ("2", 6, "broadcast") in ops and ("1", 6, "coalesced") in ops
+    assert len(ops) == 9
