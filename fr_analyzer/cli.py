@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from .load.sources import Source
     from .pipeline import Analysis, Options, Progress
     from .render.entries_view import EntriesView
+    from .replay.session import ReplayReport
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -709,7 +710,7 @@ def analyze(
     """Analyze a directory of per-rank Flight Recorder dumps and name the desync.
 
     Other commands: `fr-analyze timeline --help`, `fr-analyze merge-traces --help`,
-    `fr-analyze live --help`.
+    `fr-analyze live --help`, `fr-analyze replay --help`.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -1121,6 +1122,175 @@ def merge_traces_cmd(
         )
     )
     typer.echo(f"clock sync: {report_.clock_source}; wrote {output}")
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+@app.command(
+    "replay",
+    short_help="Run the recorded collectives again, to tell a program bug from a host fault.",
+)
+def replay_cmd(
+    dump_dir: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="DIR|ARCHIVE|URL",
+            show_default=False,
+            help="Per-rank dumps: a directory, an archive or a URL (as for the analysis).",
+        ),
+    ] = None,
+    dump_dir_option: Annotated[
+        str | None,
+        typer.Option(
+            "-d",
+            "--dump-dir",
+            metavar="DIR|ARCHIVE|URL",
+            help="The dumps, as the argument (give one or the other).",
+        ),
+    ] = None,
+    backend: Annotated[
+        str,
+        typer.Option("--backend", help="gloo (CPU) or nccl (one process per GPU)."),
+    ] = "gloo",
+    launcher: Annotated[
+        str,
+        typer.Option(
+            "--launcher",
+            help="spawn: start one local process per rank; env: this process is one rank "
+            "of torchrun or srun (RANK/WORLD_SIZE/LOCAL_RANK or SLURM_PROCID/SLURM_NTASKS/"
+            "SLURM_LOCALID, MASTER_ADDR/MASTER_PORT).",
+        ),
+    ] = "spawn",
+    ranks: Annotated[
+        int | None,
+        typer.Option("--ranks", min=1, help="Ranks to spawn (default: the job's world size)."),
+    ] = None,
+    scale: Annotated[
+        float,
+        typer.Option(
+            "--scale",
+            help="Shrink every tensor alike (0 < F <= 1): n elements become ceil(n*F), "
+            "sizes that differ stay different.",
+        ),
+    ] = 1.0,
+    last: Annotated[
+        int | None,
+        typer.Option("--last", min=1, help="Only each group's newest N sequence ids."),
+    ] = None,
+    seq: Annotated[
+        str | None,
+        typer.Option("--seq", help="Only each group's sequence ids A:B (inclusive)."),
+    ] = None,
+    iterations: Annotated[
+        int,
+        typer.Option("--iterations", min=1, help="Timed rounds of every op, after the warm-up."),
+    ] = 3,
+    warmup: Annotated[
+        int, typer.Option("--warmup", min=0, help="Untimed rounds before the timed ones.")
+    ] = 1,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=0.5, help="Seconds an op may take (the group timeout)."),
+    ] = 30.0,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            "--deadline",
+            min=1.0,
+            help="Seconds after which every rank still running is killed "
+            "(default: 60 + 4 x --timeout).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Keep the plan, logs, timings and Flight Recorder dumps here "
+            "(default: a temporary folder; with --launcher env, give a shared one).",
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write per rank and op the wall times here (- for stdout)."),
+    ] = None,
+) -> None:
+    """Replay the recorded collective sequence with torch.distributed (gloo on CPU, or nccl)
+    and time every op. A replay that stops (an op times out, a rank crashes) dumps every
+    surviving rank's Flight Recorder and prints fr-analyze's answer on them: a stop that
+    reproduces here is a program bug; one that does not points at the machine or network."""
+    import tempfile
+
+    from .load.opening import open_source
+    from .replay import session
+    from .replay.plan import PlanOptions, Window
+    from .replay.runner import RunOptions
+
+    if backend not in ("gloo", "nccl"):
+        raise UsageError(f"--backend {backend!r}: gloo or nccl")
+    if launcher not in ("spawn", "env"):
+        raise UsageError(f"--launcher {launcher!r}: spawn or env")
+    if last is not None and seq is not None:
+        raise UsageError("--last and --seq choose the window two ways: give one")
+    if not 0 < scale <= 1:
+        raise UsageError(f"--scale {scale:g}: must be above 0 and at most 1")
+    if json_out is not None and str(json_out) != "-":
+        check_output(json_out, None)
+    if not session.torch_available():
+        raise UsageError(session.INSTALL_HINT)
+    source = open_source(_one_dump_dir(dump_dir, dump_dir_option, "replay"))
+    with contextlib.ExitStack() as stack:
+        folder = out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-replay-")))
+        options = session.ReplayOptions(
+            plan=PlanOptions(backend, scale, Window(last, _seq_range(seq))),
+            run=RunOptions(folder, backend, timeout, deadline, iterations, warmup),
+            launcher=session.Launcher(launcher),
+            world_size=ranks,
+        )
+        report = session.replay(source, options, os.environ)
+        raise typer.Exit(print_replay(report, json_out, kept=out is not None))
+
+
+def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int:
+    """Print a replay's header, notes and latency table, and, when it stopped, how each rank
+    ended and fr-analyze's answer on its dumps; write the JSON; returns the exit code (0: every
+    op completed; 1: it stopped). A rank of torchrun or srun other than 0 prints one line."""
+    from .replay import results
+
+    plan, outcome = report.plan, report.outcome
+    to_stdout = json_out is not None and str(json_out) == "-"
+    console = _console(stderr=to_stdout)
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    if not report.reporter:
+        say(results.own_line(outcome))
+        return EXIT_OK if outcome.ok else EXIT_FINDINGS
+    for line in results.header(plan, outcome):
+        say(line)
+    say(results.table(results.per_op(plan, outcome)))
+    if json_out is not None:
+        from .render.output import write_atomic
+
+        data = results.to_json(plan, outcome)
+        if to_stdout:
+            sys.stdout.write(data + "\n")
+        else:
+            write_atomic(json_out, data.encode())
+            wrote(json_out, "the timings", len(data))
+    if outcome.ok:
+        say("replay: every op of every rank completed")
+        return EXIT_OK
+    for line in results.endings(plan, outcome):
+        say(line)
+    if report.analysis is None:
+        say("no rank wrote a Flight Recorder dump")
+        return EXIT_FINDINGS
+    kept_note = "" if kept else ", removed at exit: --out keeps them"
+    say(f"\nfr-analyze on the replay's Flight Recorder dumps ({outcome.fr_dir}{kept_note}):\n")
+    print_report(report.analysis, False, 10, False, to_stderr=to_stdout)
+    return EXIT_FINDINGS  # it stopped: whatever the dumps show, the replay did not complete
 
 
 # --- entry points ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -24,9 +25,9 @@ from fr_analyzer.load.discovery import discover
 from fr_analyzer.pipeline import Analysis, Options
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL = ROOT.parent / "shared" / "real_nccl"
-REAL_ET = REAL / "extras" / "rank-0.et.json"
-needs_real = pytest.mark.skipif(not REAL_ET.exists(), reason="../shared/real_nccl not here")
+REAL = ROOT / "tests" / "data" / "real_nccl"
+REAL_ET = REAL / "et" / "rank-0.et.json"
+MANY_OPS = REAL / "et_many_ops"
 
 
 def run(where: Path) -> Analysis:
@@ -47,7 +48,6 @@ def real_trace() -> dict[str, Any]:
     return loaded
 
 
-@needs_real
 def test_the_real_gpu_trace_gives_the_recorders_ops_groups_and_sequence_ids() -> None:
     converted = chakra.to_dump(real_trace(), 0)
     config = converted.dump["pg_config"]
@@ -82,7 +82,6 @@ def test_the_real_gpu_trace_gives_the_recorders_ops_groups_and_sequence_ids() ->
     assert barrier["input_sizes"] == [[1]] and barrier["input_dtypes"] == ["Float"]
 
 
-@needs_real
 def test_the_real_gpu_trace_is_analyzed_as_a_healthy_rank_and_says_what_a_trace_cannot_tell(
     tmp_path: Path,
 ) -> None:
@@ -95,7 +94,6 @@ def test_the_real_gpu_trace_is_analyzed_as_a_healthy_rank_and_says_what_a_trace_
     assert "read entry by entry" not in warnings
 
 
-@needs_real
 def test_a_trace_cut_in_the_middle_is_read_to_its_last_complete_node(tmp_path: Path) -> None:
     text = REAL_ET.read_text()
     cut = text[: text.index('"record_param_comms"', len(text) // 2) + 40]
@@ -120,7 +118,6 @@ def test_a_trace_cut_before_its_nodes_is_unreadable_with_the_file_and_rank(tmp_p
     assert "malformed Execution Trace: cut before its nodes" in bad.reason
 
 
-@needs_real
 @pytest.mark.parametrize("name", ["rank-0.et.json.gz", "rank-0.json", "rank-0.json.gz"])
 def test_traces_are_found_under_the_names_pytorch_and_param_give_them(
     name: str, tmp_path: Path
@@ -132,19 +129,44 @@ def test_traces_are_found_under_the_names_pytorch_and_param_give_them(
     assert status(run(tmp_path)) == "ok"
 
 
-@needs_real
+def _ops(where: Path) -> list[tuple[str, int, str]]:
+    """(group, sequence id, op) of every entry, as -j lists them."""
+    analysis = run(where)
+    t = analysis.table
+    names = [analysis.groups.groups[int(g)].name for g in analysis.groups.entry_group]
+    return sorted((names[i], int(t.coll_seq[i]), t.ops[int(t.op[i])]) for i in range(t.n))
+
+
+def test_a_real_nccl_trace_holds_the_ops_its_flight_recorder_holds(tmp_path: Path) -> None:
+    # the same job's trace and dump, written on a GPU (tests/data/real_nccl/README.md)
+    (tmp_path / "et").mkdir()
+    (tmp_path / "fr").mkdir()
+    shutil.copy(MANY_OPS / "rank-0.et.json", tmp_path / "et")
+    shutil.copy(MANY_OPS / "nccl_trace_rank_0", tmp_path / "fr")
+    from_trace, from_dump = _ops(tmp_path / "et"), _ops(tmp_path / "fr")
+    assert len(from_dump) == 12
+    assert from_trace == from_dump  # NCCL's init records are no ops
+    assert status(run(tmp_path / "et")) == "ok"
+
+
 def test_a_trace_beside_its_ranks_dump_adds_the_ops_the_ring_buffer_lost(tmp_path: Path) -> None:
-    shutil.copy(REAL / "healthy_2000" / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_0")
-    shutil.copy(REAL_ET, tmp_path / "rank-0.et.json")
+    from fr_analyzer.load.reading import read_raw
+
+    dump = read_raw(MANY_OPS / "nccl_trace_rank_0", 0)
+    dump["entries"] = dump["entries"][5:]  # as if the ring buffer had wrapped
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(dump))
+    shutil.copy(MANY_OPS / "rank-0.et.json", tmp_path / "rank-0.et.json")
     (found,) = discover(tmp_path).files
+    assert found.path.name == "nccl_trace_rank_0"
     assert found.trace is not None and found.trace.path.name == "rank-0.et.json"
     analysis = run(tmp_path)
     assert status(analysis) == "ok", analysis.conclusion.answer
     assert analysis.summary.versions == {"2.10": (0,)}  # the dump leads
     (note,) = [w for w in analysis.summary.warnings if "Execution Trace" in w]
-    assert note.startswith("rank 0: 11 older ops read from its Execution Trace")
-    oldest = analysis.table.coll_seq[analysis.table.rank == 0].min()
-    assert int(oldest) == 3  # the trace's all_reduce #3 on default_pg, long gone from the buffer
+    assert note.startswith("rank 0: 5 older ops read from its Execution Trace")
+    assert len(_ops(tmp_path)) == 12
+    states = analysis.table.state[analysis.table.rank == 0]
+    assert (states == states[0]).all()  # the added ones finished, as the dump's did
 
 
 def test_a_send_and_recv_of_a_record_param_comms_trace_name_their_peers() -> None:

@@ -1,4 +1,5 @@
-"""The layout follows the pipeline: load → model → match → diagnosis → conclusion → render.
+"""The layout follows the pipeline: load → model → match → diagnosis → conclusion → pipeline →
+replay → render.
 
 Each stage imports only the stages below it (`STAGES`, lowest first); the renderers side by
 side import none of one another, and what they share lives in `render.presentation`
@@ -22,6 +23,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("diagnosis",),  # who waits for whom, ages, the root-cause rules
     ("conclusion",),  # the one answer every output renders
     ("pipeline",),  # the stages wired together
+    ("replay",),  # the recorded collectives run again with torch; its dumps through the pipeline
     ("render",),  # text, JSON, HTML, entries, timeline, traces, databases
     ("cli", "cli_compat", "__main__", "__init__"),  # the front door
 )

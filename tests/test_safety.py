@@ -28,6 +28,10 @@ PACKAGE = ROOT / "fr_analyzer"
 EXEMPT = {
     # `--storage-option KEY=VALUE`: the user's own command line, parsed as JSON; no dump.
     ("cli.py", "json.loads"),
+    # `replay`: the plan and each rank's timings, JSON that fr-analyze's own processes write
+    # into the folder the replay made (plain values, read back field by field); no dump.
+    ("replay/plan.py", "json.loads"),
+    ("replay/worker.py", "json.loads"),
 }
 OPENERS = {"load", "loads", "Unpickler", "JSONDecoder", "raw_decode"}
 MODULES = {"pickle", "_pickle", "json", "marshal", "shelve", "yaml", "dill", "cloudpickle"}

@@ -38,6 +38,10 @@ _C10D_TO_FR = {
 }
 
 
+_SETUP = frozenset({"init", "broadcastUniqueNCCLID"})
+"""Records of a communicator's setup (sequence id 0), not ops: the recorder keeps none."""
+
+
 def from_records(
     nodes: Sequence[Mapping[str, Any]], groups: dict[str, Group], rank: int
 ) -> list[dict[str, Any]]:
@@ -64,6 +68,8 @@ def from_records(
             continue
         seq, is_p2p, pg_name, pg_desc, peer, collective, start, stride, size = parsed
         group = group_from_record(groups, pg_name, pg_desc, start, stride, size)
+        if collective in _SETUP:
+            continue
         if collective == "wait":
             if pending_marker is not None:
                 entries.append(
