@@ -99,7 +99,8 @@ def real() -> str:
 
 @pytest.fixture(scope="module")
 def simulated() -> str:
-    return rank_trace(real_program(), 0).text
+    # the real file traced one step of a running job: its communicators existed
+    return rank_trace(real_program(), 0, comms_created=True).text
 
 
 def test_every_node_has_the_real_nodes_structure_in_the_real_order(
@@ -334,3 +335,38 @@ def test_the_accuracy_campaign_runs_a_case_written_as_traces() -> None:
     assert outcome.writer == "et" and outcome.ranks == 8
     assert outcome.truth["status"] == "hung" and outcome.truth["root"] == "not_joined"
     assert outcome.got["status"] != "error"
+
+
+MANY_OPS = Path(__file__).parent / "data" / "real_nccl" / "et_many_ops" / "rank-0.et.json"
+
+
+def test_a_groups_first_collective_creates_its_communicator_as_the_real_trace_shows() -> None:
+    # GIVEN the real trace of a fresh job (all_reduce on group "1", then reduce on "0") and
+    # frsim's of a job whose first ops are an all_reduce on a group, then one on the world
+    def inits(nodes: list[Node]) -> list[tuple[str, ...]]:
+        by_id = {n["id"]: n for n in nodes}
+        return [
+            _chain(n, by_id)
+            for n in nodes
+            if n["name"] == "record_param_comms" and n["inputs"]["values"][3] in
+            ("init", "broadcastUniqueNCCLID")
+        ]  # fmt: skip
+
+    job = CustomJob(world_size=1)
+    tp = job.new_group("undefined", [0])
+    p = job.on(0)
+    p.coll(tp, "all_reduce", [(1024,)])
+    p.coll(WORLD, "all_reduce", [(1024,)])
+    p.coll(tp, "all_reduce", [(1024,)])
+    got = _nodes(rank_trace(simulate(SimSpec(layout=job)), 0).text)
+    real = _nodes(MANY_OPS.read_text())
+
+    # THEN each group's first collective holds init -> broadcastUniqueNCCLID, once per group,
+    # in the real file's order and nesting (the dispatcher ops aside)
+    def blank(chains: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+        return [tuple("c10d" if x.startswith("c10d::") else x for x in c) for c in chains]
+
+    want, found = blank(inits(real)), blank(inits(got))
+    assert len(want) == 4
+    assert found == want
+    assert [n["name"] for n in got].count("c10d::allreduce_") == 3

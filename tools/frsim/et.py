@@ -22,6 +22,9 @@ took numbers, and the file is not in id order. The layout here is the one of
   so they have no `nccl:send` child. An uneven all_gather (reduce_scatter) is one
   `c10d::allgather_` (`reduce_scatter_`) whose `record_param_comms` holds the per-rank
   `nccl:_broadcast_oop` (`_reduce_oop`) works and the block's `nccl:ALLGATHER_coalesced`;
+- a group's first collective creates its NCCL communicator: an "init" `record_param_comms`
+  holding a "broadcastUniqueNCCLID" one, under that collective's `record_param_comms` (not
+  for send/recv's own pair communicators, whose records were not seen);
 - `[pytorch|profiler|execution_trace|process]` (id 1) and the closing `], "finish_ts"` only at
   a clean stop;
 - gloo (as torch 2.13's gloo traces show): no `record_param_comms` (no group, no seq in the
@@ -504,8 +507,12 @@ class _Group:
 class RankTrace:
     """Builds the nodes of one rank's ET from its program, unit by unit."""
 
-    def __init__(self, sim: Simulation, rank: int) -> None:
+    def __init__(self, sim: Simulation, rank: int, comms_created: bool = False) -> None:
         self.sim, self.rank = sim, rank
+        self.ready: set[str] = set()
+        """Groups whose NCCL communicator exists (`comms_created`: all, as in a trace started
+        after the first step)."""
+        self.comms_created = comms_created
         self.layout = sim.spec.layout
         self.program: Program = sim.programs[rank]
         self.backend = sim.spec.backend
@@ -513,6 +520,28 @@ class RankTrace:
         self.binding = self.layout.binding(rank)
         self._groups: dict[int, _Group] = {}
         self._pg_init()
+
+    def comm_init(self, parent: int, group: _Group) -> None:
+        """ProcessGroupNCCL creates a group's communicator at its first collective, inside that
+        collective's `record_param_comms`: an "init" record holding a "broadcastUniqueNCCLID"
+        one, both on seq 0 (torch 2.11, `tests/data/real_nccl/et_many_ops`)."""
+        if self.t.gloo or self.comms_created or group.name in self.ready:
+            return
+        self.ready.add(group.name)
+        pg = (group.name, group.desc)
+
+        def info(name: str) -> Comms:
+            span = (group.start, group.stride, group.size)
+            return Comms(0, False, pg, group.me, name, "Byte", 0, 0, (), (), *span)
+
+        tr = self.t
+        tr.comms(
+            parent,
+            info("init"),
+            None,
+            None,
+            lambda me: tr.comms(me, info("broadcastUniqueNCCLID"), None, None),
+        )
 
     def _group(self, slot: int) -> _Group:
         gid = self.binding[slot]
@@ -618,7 +647,11 @@ class RankTrace:
         seq_id = 0
 
         def kernel(children: Body | None = None, tensors: Sequence[Tensor] = ins) -> Body:
-            return lambda me: tr.work(name, me, tensors, children)
+            def run(me: int) -> None:
+                self.comm_init(me, group)
+                tr.work(name, me, tensors, children)
+
+            return run
 
         if not t.recorded:  # gloo's monitored_barrier: no work of its own in the records
             tr.op(
@@ -741,6 +774,7 @@ class RankTrace:
             zero = Tensor(("barrier",), (1,), "Float")
 
             def rpc_body(me: int) -> None:
+                self.comm_init(me, group)
                 if op == "all_reduce_barrier":
                     tr.zeros(me, zero)
                     tr.work(name, me, [zero])
@@ -852,6 +886,7 @@ class RankTrace:
         info = self._comms(group, seq, label, members[0], nelems=nelems)
 
         def works(me: int) -> None:
+            self.comm_init(me, group)
             for j, c in enumerate(chunks):
                 tr.work(names[j], me, [c])
             tr.work(names[-1], me, [])
@@ -916,10 +951,11 @@ def _profiling_names(sim: Simulation, rank: int) -> list[list[str]]:
     return [[s.name for s in row] for row in statics]
 
 
-def rank_trace(sim: Simulation, rank: int) -> RankET:
-    """Rank `rank`'s ET as the observer leaves it on disk."""
+def rank_trace(sim: Simulation, rank: int, comms_created: bool = False) -> RankET:
+    """Rank `rank`'s ET as the observer leaves it on disk (`comms_created`: the NCCL
+    communicators existed before the observer started, so no "init" records)."""
     issued, complete = issued_units(sim, rank)
-    trace = RankTrace(sim, rank)
+    trace = RankTrace(sim, rank, comms_created)
     names = _profiling_names(sim, rank)
     for u in range(issued):
         trace.unit(u, names[u])
