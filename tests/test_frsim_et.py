@@ -1,5 +1,5 @@
 """frsim's Execution Trace writer (tools/frsim/et.py) against the real file
-(`tests/data/real_nccl/extras/rank-0.et.json`, copied from `/work/shared/real_nccl/extras/`:
+(`tests/data/real_nccl/et/rank-0.et.json`, copied from `/work/shared/real_nccl/extras/`:
 torch 2.11, NCCL, one rank, groups "0", "1" mesh_tp and "2" mesh_dp, one step).
 
 The simulated job issues the real program's collectives; every node the writer emits for them
@@ -29,7 +29,7 @@ from tools.frsim.sim import SimSpec, Simulation, simulate
 from tools.frsim.truth import Truth
 from tools.frsim.writers import ET_NAMINGS, Output, write_files
 
-REAL = Path(__file__).parent / "data" / "real_nccl" / "extras" / "rank-0.et.json"
+REAL = Path(__file__).parent / "data" / "real_nccl" / "et" / "rank-0.et.json"
 Node = dict[str, Any]
 
 USER_CODE = ("aten::ones",)
