@@ -19,7 +19,7 @@ from .load.dialects import DESCRIPTION, Dialect
 from .load.discovery import Discovery
 from .load.pystacks import PythonStacks
 from .load.remote import Remote
-from .load.sources import Directory, Source
+from .load.sources import Directory, DumpFile, Source
 from .match import MatchResult, match
 from .match.findings import collect
 from .memory import collector_paused, small_pages
@@ -103,8 +103,11 @@ def _load(where: Path | Source, options: Options, progress: Progress | None) -> 
     workers = options.workers
     if workers is None and isinstance(source, Remote):
         workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
+    files: Sequence[DumpFile] = found.files
+    if isinstance(source, Directory):  # gloo traces: each op's group, from every rank's trace
+        files = dumps_mod.with_settled_groups(files, options.max_file_bytes)
     loaded, unreadable = dumps_mod.load_all(
-        source.tasks(found.files, options.max_file_bytes),
+        source.tasks(files, options.max_file_bytes),
         workers,
         options.max_file_bytes,
         None if progress is None else functools.partial(progress, LOADING),

@@ -295,7 +295,9 @@ def test_a_healthy_gloo_jobs_traces_are_healthy(jobs: dict[str, Path]) -> None:
     analysis = run(jobs["healthy"])
     assert analysis.summary.ranks_loaded == (0, 1, 2, 3)
     assert status(analysis) == "ok", analysis.conclusion.answer
-    assert any("names no group" in w for w in analysis.summary.warnings)
+    assert any(
+        "names no group: each op's group is inferred" in w for w in analysis.summary.warnings
+    )
 
 
 @pytest.mark.slow
@@ -383,3 +385,35 @@ def test_a_gloo_functional_collective_is_counted_on_the_group_it_names() -> None
     placed = [(e["process_group"][0], e["collective_seq_id"]) for e in converted.dump["entries"]]
     assert placed == [("1", 1), ("0", 1)]
     assert converted.notes  # the plain all_reduce could be on either group: said so
+
+
+def test_a_gloo_traces_ops_are_placed_on_their_groups_by_running_every_ranks_trace() -> None:
+    from fr_analyzer.load.traces.dispatcher import Op, assign
+    from fr_analyzer.load.traces.nodes import Group
+
+    groups = {
+        "0": Group("0", "default_pg", "gloo", (0, 1, 2, 3)),
+        "1": Group("1", "half", "gloo", (0, 1)),
+        "2": Group("2", "half", "gloo", (2, 3)),
+    }
+    half = {0: "1", 1: "1", 2: "2", 3: "2"}
+
+    def all_reduce(n: int, rank: int) -> Op:  # both groups of the rank fit an all_reduce
+        sizes = ([[n]], ["Float"], [[n]], ["Float"])
+        return Op("gloo", "all_reduce", sizes, -1, ("0", half[rank]))
+
+    # GIVEN each rank's trace: an all_reduce of 8 on its half, one of 1 on the world, one of 8
+    # on its half; the low half ran one more step; rank 3 stopped after its first op
+    ops = {r: [all_reduce(n, r) for n in (8, 1, 8)] for r in range(3)}
+    ops[0] += [all_reduce(8, 0)]
+    ops[1] += [all_reduce(8, 1)]
+    ops[3] = [all_reduce(8, 3)]
+    # WHEN the traces are run together
+    placed = assign(ops, groups)
+    # THEN an op passes on the smallest group whose members all have it next: the world's
+    # all_reduce, alike to the low half's members, passes there (the labels cannot tell), and
+    # each group's members hold the same ops, so a healthy job stays healthy
+    assert placed[0] == placed[1] == ["1", "1", "1", "1"]
+    assert placed[3] == ["2"]
+    # AND rank 2, stopped where rank 3's trace ended, waits on a group holding rank 3
+    assert placed[2][0] == "2" and placed[2][1] in ("0", "2") and placed[2][2] is None

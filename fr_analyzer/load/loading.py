@@ -11,7 +11,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -58,19 +58,35 @@ def load_rank(
                     trace.path, trace.rank, max_bytes, guarded=guarded, fetch=trace.fetch
                 )
                 raw = merged_with_trace(raw, extra, dump_file.rank, printable(trace.where))
-                return _build(raw, dump_file.rank, path, raw.not_decoded, ft_group_world_size)
+                return _build(
+                    raw,
+                    dump_file.rank,
+                    path,
+                    raw.not_decoded,
+                    ft_group_world_size,
+                    dump_file.op_groups,
+                )
             raw = read_dump(
                 dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
             )
             try:
-                built = _build(raw, dump_file.rank, path, raw.not_decoded, ft_group_world_size)
+                built = _build(
+                    raw,
+                    dump_file.rank,
+                    path,
+                    raw.not_decoded,
+                    ft_group_world_size,
+                    dump_file.op_groups,
+                )
             except NotDecoded as exc:
                 if exc.reason not in _READ_AGAIN:
                     raise
                 raw = read_dump(
                     dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch
                 )
-                built = _build(raw, dump_file.rank, path, exc, ft_group_world_size)
+                built = _build(
+                    raw, dump_file.rank, path, exc, ft_group_world_size, dump_file.op_groups
+                )
             return built
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)
@@ -124,6 +140,27 @@ def merged_with_trace(raw: Raw, trace: Raw, rank: int, where: str) -> Raw:
     return Raw(raw.obj, raw.nbytes + trace.nbytes, notes, raw.not_decoded)
 
 
+def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
+    """Local gloo Execution Traces with the groups of their ops settled across every rank
+    (`traces.settle_groups`): read once here, before the workers read them again. Other
+    files as they are (a first file that is no gloo trace ends the look)."""
+    if not files or any(f.fetch is not None for f in files):
+        return files
+    found: dict[int, Any] = {}
+    for index, dump_file in enumerate(files):
+        try:
+            raw = read_dump(dump_file.path, dump_file.rank, max_bytes)
+        except (DumpError, MemoryError, RecursionError):
+            continue
+        if not traces.is_execution_trace(raw.obj):
+            return files
+        if index == 0 and not traces.settle_groups({dump_file.rank: raw.obj}):
+            return files  # NCCL's trace names its groups
+        found[dump_file.rank] = raw.obj
+    settled = traces.settle_groups(found)
+    return [replace(f, op_groups=settled.get(f.rank, ())) for f in files]
+
+
 _READ_AGAIN = frozenset({Fallback.SLOWER_READER_NEEDED, Fallback.ENTRIES_NEEDED})
 """A decoded file whose entries only a slower reader takes is read again the general way."""
 
@@ -134,13 +171,14 @@ def _build(
     path: str,
     not_decoded: NotDecoded | None,
     ft_group_world_size: int | None,
+    op_groups: tuple[str | None, ...] = (),
 ) -> RankDump:
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)
     dialect = dialects.Dialect.PYTORCH
     obj = raw.obj
     if traces.is_execution_trace(header):
-        converted = traces.to_dump(header, rank)
+        converted = traces.to_dump(header, rank, op_groups)
         header = obj = converted.dump
         notes += converted.notes
         dialect = dialects.Dialect.EXECUTION_TRACE

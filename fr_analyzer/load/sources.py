@@ -47,7 +47,8 @@ class DumpFile:
     rank: int
     path: Path
     fetch: Fetch | None = None
-    trace: DumpFile | None = None  # the rank's Execution Trace, read with its dump (`chakra`)
+    trace: DumpFile | None = None  # the rank's Execution Trace, read with its dump (`traces`)
+    op_groups: tuple[str | None, ...] = ()  # a gloo trace's ops' groups (`traces.settle_groups`)
 
     @property
     def where(self) -> str:

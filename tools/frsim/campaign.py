@@ -203,17 +203,25 @@ ET_INVISIBLE = frozenset(
 the delay is in the streams or the network, which an execution trace does not record."""
 
 
+ET_STOPPED = frozenset({"crash", "stop_host"})
+"""Case kinds where a rank stops issuing ops. A trace shows which rank stopped, not where its
+peers wait: they issue ahead of the op they block in (NCCL enqueues; the trace has no states),
+so the group and sequence id the dumps' truth names (the op the peers' streams are stuck in)
+are not judged, only the status, the root and the culprits."""
+
+
 def et_truth(kind: str, truth: Truth, backend: str = "nccl") -> Truth:
     """The truth of a case of `kind` (dumps' truth `truth`) judged from execution traces:
     "ok" where the fault leaves what was issued unchanged; else the dumps' truth, a crash
     read as a rank that stopped issuing (its trace is cut off like every hung rank's). A gloo
-    trace names no group and no seq (no `record_param_comms`, the group an "<Object>"): there
-    only the status, the root and the culprits are judged."""
+    trace names no group and no seq (no `record_param_comms`, the group an "<Object>"), and a
+    rank that stopped (`ET_STOPPED`) leaves where its peers wait unknown: there only the
+    status, the root and the culprits are judged."""
     if kind in ET_INVISIBLE:
         return Truth("ok")
     if truth.root == "dead_rank":
         truth = replace(truth, status="hung", root="not_joined")
-    if backend == "gloo":
+    if backend == "gloo" or kind in ET_STOPPED:
         truth = replace(truth, group=None, group_desc=None, seq_kind=None, seq=None, seq_rank=None)
     return truth
 

@@ -36,14 +36,14 @@ node.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..safety import parse_json, parse_json_prefix
-from .dispatcher import from_dispatcher
+from .dispatcher import Op, assign, dispatcher_ops, from_dispatcher
 from .merge import merge
-from .nodes import INIT_NODE, RECORD_NODE, groups_of, world_size
+from .nodes import INIT_NODE, RECORD_NODE, Group, groups_of, world_size
 from .records import from_records
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "looks_like_trace",
     "merge",
     "read_truncated",
+    "settle_groups",
     "to_dump",
 ]
 
@@ -123,12 +124,35 @@ class Converted:
     ops: int
 
 
-def to_dump(trace: Mapping[str, Any], rank: int) -> Converted:
-    """The Flight Recorder form of one rank's Execution Trace (see the module docstring)."""
-    nodes = sorted(
+def _nodes(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The trace's nodes in id order (the order their ops started)."""
+    return sorted(
         (n for n in trace["nodes"] if isinstance(n, dict) and isinstance(n.get("id"), int)),
         key=lambda n: n["id"],
     )
+
+
+def settle_groups(traces: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[str | None, ...]]:
+    """For gloo traces (no `record_param_comms`), the group of each rank's ops that a look at
+    every rank's trace settles (`dispatcher.assign`), by rank; {} for other traces."""
+    ops: dict[int, list[Op]] = {}
+    every: dict[str, Group] = {}
+    for rank, trace in traces.items():
+        if not is_execution_trace(trace):
+            return {}
+        nodes = _nodes(trace)
+        if any(n.get("name") == RECORD_NODE for n in nodes):
+            return {}
+        groups = groups_of(nodes)
+        every.update(groups)
+        ops[rank] = dispatcher_ops(nodes, groups, rank)
+    return {rank: tuple(chosen) for rank, chosen in assign(ops, every).items()}
+
+
+def to_dump(trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = ()) -> Converted:
+    """The Flight Recorder form of one rank's Execution Trace (see the module docstring);
+    `chosen`: the groups of a gloo trace's ops that `settle_groups` settled."""
+    nodes = _nodes(trace)
     groups = groups_of(nodes)
     world = world_size(groups)
     records = [n for n in nodes if n.get("name") == RECORD_NODE]
@@ -137,12 +161,13 @@ def to_dump(trace: Mapping[str, Any], rank: int) -> Converted:
         entries = from_records(nodes, groups, rank)
         inferred = 0
     else:
-        entries, inferred = from_dispatcher(nodes, groups, rank)
-        if inferred:
-            notes.append(
-                "ops that could be on several groups (a gloo Execution Trace names no group)"
-                " are counted on the default group: the answer there is inferred"
-            )
+        entries, inferred = from_dispatcher(nodes, groups, rank, chosen)
+        notes.append(
+            "a gloo Execution Trace names no group: each op's group is inferred from every "
+            "rank's trace (which groups each op fits, and which members have it next)"
+            + (", else counted on the default group" if inferred else "")
+            + "; the answer's group is inferred"
+        )
     config = {
         g.name: {
             "name": g.name,

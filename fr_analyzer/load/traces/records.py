@@ -87,6 +87,11 @@ def from_records(
                 pending_marker = None
             continue
         pending_marker = None
+        works = [k for k in kids.get(node["id"], ()) if profiling_child([k]) is not None]
+        if len(works) > 1:  # an uneven all_gather (reduce_scatter): one work per member
+            coll_seq[group.name] = seq
+            entries += _block(entries, group, works, seq, p2p_seq.get(group.name, 0), op_ids)
+            continue
         types, shapes = inputs(node, "types"), inputs(node, "shapes")
         has_tensors = bool(types) and isinstance(types[0], str) and "Tensor" in types[0]
         in_shapes, in_dtypes = tensors(types, shapes, 0) if has_tensors else ([], [])
@@ -128,6 +133,36 @@ def from_records(
             )
         )
     return entries
+
+
+def _block(
+    entries: list[dict[str, Any]],
+    group: Group,
+    works: Sequence[Mapping[str, Any]],
+    seq: int,
+    p2p: int,
+    op_ids: dict[str, int],
+) -> list[dict[str, Any]]:
+    """The entries of one op that NCCL runs as a block of works under one sequence id (an
+    uneven all_gather: a `_broadcast_oop` per member, then `ALLGATHER_coalesced`), as the
+    recorder keeps them: each work with its tensor, the marker with none."""
+    block: list[dict[str, Any]] = []
+    for work in works:
+        name = str(work["name"])
+        shapes, dtypes = tensors(inputs(work, "types"), inputs(work, "shapes"), 0)
+        block.append(
+            entry(
+                [*entries, *block],
+                group,
+                name.split(" ", 1)[0],
+                coll=seq,
+                p2p=p2p,
+                is_p2p=False,
+                op_id=next_id(op_ids, group.name),
+                sizes=(shapes, dtypes, list(shapes), list(dtypes)),
+            )
+        )
+    return block
 
 
 _Record = tuple[int, bool, str, str, int, str, int, int, int]
