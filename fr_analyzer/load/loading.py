@@ -49,6 +49,11 @@ def load_rank(
     try:
         with collector_paused():  # a dump: ~100k containers, no collector passes
             guarded = not sandboxed
+
+            def build(raw: Raw, why: NotDecoded | None) -> RankDump:
+                rank = dump_file.rank
+                return _build(raw, rank, path, why, ft_group_world_size, dump_file.op_groups)
+
             trace = dump_file.trace
             if trace is not None:  # read with its Execution Trace: as entries, to merge them
                 raw = read_dump(
@@ -58,35 +63,19 @@ def load_rank(
                     trace.path, trace.rank, max_bytes, guarded=guarded, fetch=trace.fetch
                 )
                 raw = merged_with_trace(raw, extra, dump_file.rank, printable(trace.where))
-                return _build(
-                    raw,
-                    dump_file.rank,
-                    path,
-                    raw.not_decoded,
-                    ft_group_world_size,
-                    dump_file.op_groups,
-                )
+                return build(raw, raw.not_decoded)
             raw = read_dump(
                 dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
             )
             try:
-                built = _build(
-                    raw,
-                    dump_file.rank,
-                    path,
-                    raw.not_decoded,
-                    ft_group_world_size,
-                    dump_file.op_groups,
-                )
+                built = build(raw, raw.not_decoded)
             except NotDecoded as exc:
                 if exc.reason not in _READ_AGAIN:
                     raise
                 raw = read_dump(
                     dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch
                 )
-                built = _build(
-                    raw, dump_file.rank, path, exc, ft_group_world_size, dump_file.op_groups
-                )
+                built = build(raw, exc)
             return built
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.ops import P2P_OPS
-from .nodes import BACKENDS, Group, entry, inputs, next_id, numel, tensors
+from .nodes import BACKENDS, Group, entry, inputs, next_id, numel, p2p_name, tensors
 
 _OUTPUT_FIRST = frozenset(
     {
@@ -148,9 +148,7 @@ def from_dispatcher(
         backend, op, peer = item.backend, item.op, item.peer
         if op in P2P_OPS:
             seq = next_id(p2p_seq, group.name)
-            me = group.ranks.index(rank) if rank in group.ranks else rank
-            arrow = "->" if op == "send" else "<-"
-            profiling = f"{backend}:{op} {me}{arrow}{peer}"
+            profiling = p2p_name(backend, op, group, rank, peer)
             coll, p2p = coll_seq.get(group.name, 0), seq
         else:
             coll, p2p = next_id(coll_seq, group.name), p2p_seq.get(group.name, 0)

@@ -176,6 +176,12 @@ def profiling_child(kids: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | No
     return None
 
 
+def p2p_name(backend: str, op: str, group: Group, rank: int, peer: int) -> str:
+    """The recorder's name of a send or recv: `nccl:send 0->1`, group-local ranks."""
+    me = group.ranks.index(rank) if rank in group.ranks else rank
+    return f"{backend}:{op} {me}{'->' if op == 'send' else '<-'}{peer}"
+
+
 def next_id(counters: dict[str, int], key: str) -> int:
     """The next of a per-group counter (1 first)."""
     counters[key] = counters.get(key, 0) + 1

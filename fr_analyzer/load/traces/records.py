@@ -19,6 +19,7 @@ from .nodes import (
     inputs,
     next_id,
     outputs,
+    p2p_name,
     profiling_child,
     tensors,
 )
@@ -112,9 +113,7 @@ def from_records(
             op = op.split(" ", 1)[0]
         if is_p2p or op in P2P_OPS:
             p2p_seq[group.name] = seq
-            me = group.ranks.index(rank) if rank in group.ranks else rank
-            arrow = "->" if op == "send" else "<-"
-            profiling = f"{backend}:{op} {me}{arrow}{peer}"
+            profiling = p2p_name(backend, op, group, rank, peer)
             coll, p2p = coll_seq.get(group.name, 0), seq
         else:
             coll_seq[group.name] = seq
