@@ -317,6 +317,8 @@ def test_a_rank_killed_mid_trace_is_read_to_its_cut_and_named(jobs: dict[str, Pa
     )
     assert status(analysis) == "hung", analysis.conclusion.answer
     assert culprits(analysis) == (2,), analysis.conclusion.answer
+    timing = analysis.diagnosis.timing
+    assert timing is not None and "Execution Traces keep no times" in timing.note
 
 
 def _node(

@@ -81,6 +81,7 @@ class DumpTime:
     timing_on: bool = False  # some op has a start time or duration: NCCL timing was on
     # ranks whose recorder retires an op that times out (PyTorch's, on gloo)
     retire_on_timeout: frozenset[int] = frozenset()
+    traces_only: bool = False  # every rank an Execution Trace: no op has a time
 
 
 def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
@@ -93,7 +94,14 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
     stateful = ~stateless(t)
     timing_on = bool(((t.t_started >= 0) | ~np.isnan(t.duration_ms)).any())
     if newest < 0:
-        return DumpTime(None, False, "no timestamps in the dumps", retire_on_timeout=pytorch)
+        traces = bool(dumps) and all(d.dialect == Dialect.EXECUTION_TRACE for d in dumps)
+        return DumpTime(
+            None,
+            False,
+            "no timestamps in the dumps",
+            retire_on_timeout=pytorch,
+            traces_only=traces,
+        )
     seen_at_dump = stateful & ~t.retired & ((t.t_started >= 0) | (t.t_completed >= 0))
     looked_at = frozenset(int(r) for r in np.unique(t.rank[seen_at_dump]))
     files, named = _believed_file_times(t, stamps, dumps)

@@ -122,6 +122,13 @@ def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime)
             f"{timeout:.0f} s{dated_by}): they were in flight, not stuck"
         )
         return Timing(when, n, oldest, Age.YOUNG, False, note)
+    if when.traces_only:
+        note = (
+            f"{_unfinished(n)}, and Execution Traces keep no times: whether they were stuck or "
+            "in flight is not known. A job's traces end where its ranks stopped issuing (a "
+            "watchdog's kill cuts them), so they are taken as stuck"
+        )
+        return Timing(when, n, oldest, Age.UNKNOWN, True, note)
     why = (
         "NCCL timing was on, but nothing was running at the dump"
         if when.timing_on
