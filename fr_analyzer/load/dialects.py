@@ -35,7 +35,7 @@ from .values import parse_ranks
 
 class Dialect(enum.StrEnum):
     """Which recorder wrote a dump: PyTorch's, torchcomms' or HCCL's (torch_npu); or an
-    Execution Trace (`chakra`) read in its place."""
+    Execution Trace (`traces`) read in its place."""
 
     PYTORCH = "pytorch"
     TORCHCOMMS = "torchcomms"

@@ -120,8 +120,6 @@ class Converted:
 
     dump: dict[str, Any]
     notes: tuple[str, ...]
-    inferred: int  # ops whose group was inferred (gloo), of `ops`
-    ops: int
 
 
 def _nodes(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -159,7 +157,6 @@ def to_dump(trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = 
     notes: list[str] = []
     if records:
         entries = from_records(nodes, groups, rank)
-        inferred = 0
     else:
         entries, inferred = from_dispatcher(nodes, groups, rank, chosen)
         notes.append(
@@ -188,4 +185,4 @@ def to_dump(trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = 
             "complete": "finish_ts" in trace,
         },
     }
-    return Converted(dump, tuple(notes), inferred, len(entries))
+    return Converted(dump, tuple(notes))
