@@ -1,32 +1,31 @@
-"""How old the unfinished ops were when the dumps were taken: in flight, or stuck.
+"""How old the unfinished ops were when the dumps were taken: stuck, in flight, or not known.
 
-A dump does not say when it was taken. The evidence, per rank, strongest first:
+A dump does not say when it was taken. Each rank's snapshot lies in an interval:
 
-- The recorder looks at an op that has not been retired yet when it dumps: its
-  `time_discovered_started_ns` / `time_discovered_completed_ns` are then the dump time itself.
-  A rank with such an entry pins the dump time (ranks dump within about a second of each
-  other, so it pins every rank's).
-- The file's modification time (else a time written in its file's or folder's name, as the
-  debug server and `fr-analyze live` name snapshots): the recorder writes the file at the
-  dump, so it is the dump time or later (a copy that kept no times makes it later, which
-  errs towards "stuck"). It is believed only between the rank's newest entry and that plus
-  its longest timeout and `FILE_TIME_WINDOW_S` (a watchdog dumps when an op times out); a
-  time outside that window was set by a copy, or by a clock that disagrees with the entries'.
-  Archives keep member times.
-- Otherwise every timestamp in a dump was taken before the dump, so the newest one is only a
-  lower bound of the dump time: an age measured from it is a lower bound too.
+- **Lower bound**: every timestamp in a dump was taken before its snapshot, so the newest one
+  (of any rank: ranks dump within `DUMP_SPREAD_S` of each other) bounds it from below.
+- **Exact**: the recorder looks at an op that has not been retired yet when it dumps; its
+  `time_discovered_started_ns` / `time_discovered_completed_ns` are then the snapshot time
+  itself (PyTorch's and HCCL's recorders; torchcomms stamps them when the call returns, so its
+  entries never pin a dump).
+- **Upper bound**: the file's modification time (an archive member's, an object's
+  LastModified; else a time written in the file's or folder's name, as the debug server and
+  `fr-analyze live` name snapshots). The file is written after the snapshot: by the dump's own
+  latency (stack symbolization took 13-15 s on real gloo jobs, `docs/dump-dating.md`), or much
+  later by a copy that kept no times (`cp`, `scp`, a download). A file time beyond the rank's
+  newest entry plus its longest timeout and `DUMP_LATENCY_S` is named a copy's time and not
+  used; one before the newest entry, a clock that disagrees.
 
-An op that ran past its `timeout_ms` by the dump time is old for certain; so is an op that was
-retired without completing (timed out or failed) on a backend that records states. PyTorch's
-gloo recorder retires an op that times out (with an error), so there an op that is still
-unretired has not reached its timeout: it is in flight. That rule is that recorder's alone:
-torchcomms never retires an op on a timeout, and its `retired` is cleared when it is read
-(`dumps.dialects`).
+An op's age at the snapshot is then an interval too. It is *old* (stuck) when its lower bound
+reaches its timeout, or the recorder itself proves it: an op retired without completing (timed
+out or failed) on a backend that records states, or on gloo. It is *young* (in flight) when its
+upper bound is below its timeout, or the recorder proves it: PyTorch's gloo recorder retires an
+op that times out, so an unretired one had not reached its timeout. The recorder's rule wins
+over a file time. Otherwise the age is *unknown*, and the report says why: a file time can
+prove "younger than the timeout" but never "stuck" on its own.
 
-An unfinished op is *old* when its age at the dump time reaches its timeout, *young* when its
-age is known from an exact dump time or a file's time and is below the timeout, or PyTorch's
-gloo recorder left it unretired; otherwise its age is *unknown* (NCCL without timing and no
-file time: a watchdog dump looks like a dump taken the moment the job stopped).
+torchcomms' `timeout_ms` is a constant (600000), not the communicator's timeout, so its ops
+have none here (`dialects`).
 """
 
 from __future__ import annotations
@@ -46,10 +45,11 @@ from ..model.table import EntryTable, rank_starts
 
 DUMP_SPREAD_S = 2.0
 """How far apart ranks' dumps (and their host clocks) may be: slack on every age comparison."""
-FILE_TIME_WINDOW_S = 600.0
-"""How long after a rank's newest entry plus its longest timeout a file's modification time is
-still believed to be its dump time (a watchdog's dump, or one taken by hand while the job was
-stuck); later, the file was copied without its times, or written long after."""
+DUMP_LATENCY_S = 60.0
+"""How long after its snapshot a dump's file may still be written by the dump itself: stack
+symbolization took up to 15 s on real 8-rank gloo jobs (`docs/dump-dating.md`); four times
+that for slower hosts and bigger stacks. A file time later than a rank's newest entry plus its
+longest timeout and this was set by a copy (or by a dump taken long after the job stopped)."""
 
 
 class Evidence(enum.StrEnum):
@@ -58,15 +58,28 @@ class Evidence(enum.StrEnum):
     LOOKED_AT = "an op the recorder looked at during the dump"
     FILE_TIME = "the file's modification time"
     NAME = "a time in its file's or folder's name"
+    COPIED = "nothing: its file's time is a copy's, far past every entry"
     LOWER_BOUND = "nothing: only a lower bound (its newest entry)"
 
 
 class Age(enum.StrEnum):
     """How old an unfinished op is at the dump: stuck, in flight, or not known."""
 
-    OLD = "old"  # ran past its timeout, or timed out / failed
-    YOUNG = "young"  # in flight: below its timeout at a known dump time
-    UNKNOWN = "unknown"  # the dumps do not say when they were taken
+    OLD = "old"  # its lower bound reached its timeout, or the recorder says it timed out
+    YOUNG = "young"  # in flight: its upper bound is below its timeout, or the recorder says so
+    UNKNOWN = "unknown"  # the evidence bounds it on both sides of its timeout, or not at all
+
+
+class Unknown(enum.StrEnum):
+    """Why an unfinished op's age is not known (the first that applies, for the report)."""
+
+    NO_TIMEOUT = "the recorder keeps no timeout of its own (torchcomms writes a constant)"
+    UPPER_PAST_TIMEOUT = (
+        "the file's time is past the timeout, but a file is written after its snapshot (stack "
+        "symbolization alone took up to 15 s), so it bounds the age only from above"
+    )
+    COPIED = "the files' times are a copy's, days past every entry, so they date nothing"
+    NO_FILE_TIME = "no file's time dates the dump"
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,15 @@ class DumpTime:
     # ranks whose recorder retires an op that times out (PyTorch's, on gloo)
     retire_on_timeout: frozenset[int] = frozenset()
     traces_only: bool = False  # every rank an Execution Trace: no op has a time
+    # rank: its file time, not used: far past every entry (a copy's, or a dump long after)
+    copied: Mapping[int, int] = field(default_factory=dict)
+
+    def upper_ns(self, rank: int) -> int | None:
+        """The latest the rank's snapshot can have been: the exact dump time, its believed
+        file time, or None (not bounded from above)."""
+        if self.exact:
+            return self.at_ns
+        return self.file_times.get(rank)
 
 
 def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
@@ -102,9 +124,13 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
             retire_on_timeout=pytorch,
             traces_only=traces,
         )
+    # torchcomms stamps discovery times when the call returns, not at the dump
+    blind = [d.rank for d in dumps if not dialects_look_at_ops(d.dialect)]
     seen_at_dump = stateful & ~t.retired & ((t.t_started >= 0) | (t.t_completed >= 0))
+    if blind:
+        seen_at_dump &= ~np.isin(t.rank, np.array(blind, dtype=t.rank.dtype))
     looked_at = frozenset(int(r) for r in np.unique(t.rank[seen_at_dump]))
-    files, named = _believed_file_times(t, stamps, dumps)
+    files, named, copied = _believed_file_times(t, stamps, dumps)
     evidence = {
         d.rank: Evidence.LOOKED_AT
         if d.rank in looked_at
@@ -112,21 +138,26 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
         if d.rank in named
         else Evidence.FILE_TIME
         if d.rank in files
+        else Evidence.COPIED
+        if d.rank in copied
         else Evidence.LOWER_BOUND
         for d in dumps
     }
+
+    def made(basis: str, exact: bool = False) -> DumpTime:
+        return DumpTime(newest, exact, basis, files, evidence, timing_on, pytorch, copied=copied)
+
     if looked_at:
-        basis = (
+        return made(
             "the recorder looked at unretired ops during the dump (their discovery times are "
-            "the dump time)"
+            "the dump time)",
+            exact=True,
         )
-        return DumpTime(newest, True, basis, files, evidence, timing_on, pytorch)
     if files and len(named) == len(files):
-        basis = (
+        return made(
             f"the times in the files' or folders' names ({len(files)} of {len(dumps)} "
             "rank(s)): each was named at its dump, or later"
         )
-        return DumpTime(newest, False, basis, files, evidence, timing_on, pytorch)
     if files:
         basis = (
             f"the files' modification times ({len(files)} of {len(dumps)} rank(s)): each file "
@@ -134,34 +165,46 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
         )
         if named:
             basis += f"; for {len(named)} rank(s), the time in its file's or folder's name"
-        return DumpTime(newest, False, basis, files, evidence, timing_on, pytorch)
+        return made(basis)
     why = "nothing was running then" if timing_on else "NCCL timing off, or nothing ran then"
     basis = (
         f"no entry was looked at during the dump ({why}) and no file's time dates it: the "
         "dump time is only known to be after the newest timestamp"
     )
-    return DumpTime(newest, False, basis, files, evidence, timing_on, pytorch)
+    if copied:
+        basis += (
+            f"; the file times of {len(copied)} rank(s) are far past every entry (a copy "
+            "that kept no times), not used"
+        )
+    return made(basis)
+
+
+def dialects_look_at_ops(dialect: str) -> bool:
+    """Whether the recorder stamps an unretired op's discovery times when it dumps (so they
+    are the dump time): PyTorch's and HCCL's do; torchcomms stamps them when the call returns."""
+    return dialect not in (Dialect.TORCHCOMMS, Dialect.EXECUTION_TRACE)
 
 
 def _believed_file_times(
     t: EntryTable, stamps: npt.NDArray[np.int64], dumps: Sequence[RankDump]
-) -> tuple[dict[int, int], set[int]]:
+) -> tuple[dict[int, int], set[int], dict[int, int]]:
     """Each rank's file time, where it falls between the rank's newest entry and that plus its
-    longest timeout and `FILE_TIME_WINDOW_S`; else the time in its file's or folder's name,
-    within the same window (those ranks: the set). One pass over the rows (they are in rank
-    order), whatever the number of ranks."""
+    longest timeout and `DUMP_LATENCY_S`; else the time in its file's or folder's name, within
+    the same window (those ranks: the set); and the file times past the window (copies'). One
+    pass over the rows (they are in rank order), whatever the number of ranks."""
     times = {d.rank: d.file_time_ns for d in dumps if d.file_time_ns is not None}
     names = {d.rank: d.name_time_ns for d in dumps if d.name_time_ns is not None}
     if not (times or names) or not t.n:
-        return {}, set()
+        return {}, set(), {}
     starts = rank_starts(t.rank)
     ranks = t.rank[starts].tolist()
     newest = np.maximum.reduceat(stamps, starts).tolist()
     longest_s = (np.maximum.reduceat(t.timeout_ms, starts) / 1e3).tolist()
     found: dict[int, int] = {}
     named: set[int] = set()
+    copied: dict[int, int] = {}
     for rank, top, limit in zip(ranks, newest, longest_s, strict=True):
-        window_ns = int((max(limit, 0.0) + FILE_TIME_WINDOW_S) * 1e9)
+        window_ns = int((max(limit, 0.0) + DUMP_LATENCY_S) * 1e9)
         file_time = times.get(int(rank))
         if file_time is not None and 0 <= top <= file_time <= top + window_ns:
             found[int(rank)] = file_time
@@ -171,28 +214,42 @@ def _believed_file_times(
         if name_time is not None and 0 <= top <= name_time + 999_999_999 <= top + window_ns:
             found[int(rank)] = name_time + 999_999_999
             named.add(int(rank))
-    return found, named
+            continue
+        if file_time is not None and top >= 0 and file_time > top + window_ns:
+            copied[int(rank)] = file_time
+    return found, named, copied
 
 
-def ages(
-    t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime
-) -> tuple[npt.NDArray[np.float64], list[Age]]:
-    """Age in seconds (NaN when unknown) and verdict of each of `rows`, rows that did not
-    complete, at the dump time: the exact dump time, else the rank's believed file time (the
-    age is then at most that), else the newest timestamp (the age is then at least that)."""
+@dataclass(frozen=True)
+class Ages:
+    """The ages of some unfinished rows at the dump: bounds in seconds (NaN where unknown),
+    the verdict, and for an unknown one why."""
+
+    at_least_s: npt.NDArray[np.float64]
+    at_most_s: npt.NDArray[np.float64]
+    verdicts: list[Age]
+    why_unknown: list[Unknown | None]
+
+
+def age_bounds(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Ages:
+    """Each of `rows` (rows that did not complete): its age at the dump as an interval (from
+    the newest timestamp, a lower bound, to the rank's exact dump time or believed file time,
+    an upper bound), and whether that makes it old, young or unknown."""
     rows = np.asarray(rows, dtype=np.int64)
     created = t.t_created[rows]
-    age = np.full(len(rows), np.nan)
-    dated = np.zeros(len(rows), dtype=bool)  # the age is known, not only a lower bound
     has = created >= 0
+    low = np.full(len(rows), np.nan)
+    high = np.full(len(rows), np.nan)
     if when.at_ns is not None:
-        age[has] = (when.at_ns - created[has]) / 1e9
-        dated[has] = when.exact
+        low[has] = (when.at_ns - created[has]) / 1e9
+        if when.exact:
+            high[has] = low[has]
     if when.file_times and not when.exact:
         file_time = np.array([when.file_times.get(int(r), -1) for r in t.rank[rows]])
         by_file = has & (file_time >= 0)
-        age[by_file] = (file_time[by_file] - created[by_file]) / 1e9
-        dated |= by_file
+        high[by_file] = (file_time[by_file] - created[by_file]) / 1e9
+        # a file time older than another rank's newest entry still bounds this rank's dump
+        low[by_file] = np.minimum(low[by_file], high[by_file])
     timeout_s = t.timeout_ms[rows] / 1e3
     gloo = stateless(t, rows)
     retired = t.retired[rows]
@@ -200,19 +257,50 @@ def ages(
     # These rows did not complete, so a retired one ended in an error (on gloo, `retired` is
     # set when an op fails too: a collective some member never issued can only have failed).
     failed = retired & (gloo | (t.state[rows] != State.COMPLETED))
-    out: list[Age] = []
-    for a, known, limit, unretired_gloo, is_failed in zip(
-        age.tolist(),
-        dated.tolist(),
+    copied = np.array([int(r) in when.copied for r in t.rank[rows]], dtype=bool)
+    verdicts: list[Age] = []
+    why: list[Unknown | None] = []
+    slack = DUMP_SPREAD_S
+    for lo, hi, limit, unretired_gloo, is_failed, is_copy in zip(
+        low.tolist(),
+        high.tolist(),
         timeout_s.tolist(),
         (gloo & ~retired & retires).tolist(),
         failed.tolist(),
+        copied.tolist(),
         strict=True,
     ):
-        if is_failed or (a == a and limit > 0 and a >= limit - DUMP_SPREAD_S):
-            out.append(Age.OLD)
-        elif (known and a == a) or unretired_gloo:
-            out.append(Age.YOUNG)
+        if is_failed:
+            verdicts.append(Age.OLD)  # the recorder's own word: it timed out or failed
+            why.append(None)
+        elif unretired_gloo:
+            verdicts.append(Age.YOUNG)  # PyTorch's gloo recorder: it had not timed out
+            why.append(None)
+        elif limit > 0 and lo == lo and lo >= limit - slack:
+            verdicts.append(Age.OLD)
+            why.append(None)
+        elif hi == hi and (hi < limit - slack if limit > 0 else True):
+            verdicts.append(Age.YOUNG)
+            why.append(None)
         else:
-            out.append(Age.UNKNOWN)
-    return age, out
+            verdicts.append(Age.UNKNOWN)
+            why.append(
+                Unknown.NO_TIMEOUT
+                if limit <= 0
+                else Unknown.UPPER_PAST_TIMEOUT
+                if hi == hi
+                else Unknown.COPIED
+                if is_copy
+                else Unknown.NO_FILE_TIME
+            )
+    return Ages(low, high, verdicts, why)
+
+
+def ages(
+    t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime
+) -> tuple[npt.NDArray[np.float64], list[Age]]:
+    """Age in seconds (NaN when unknown) and verdict of each of `rows`: the upper bound where
+    one is known, else the lower bound (`age_bounds` gives both)."""
+    found = age_bounds(t, rows, when)
+    age = np.where(np.isnan(found.at_most_s), found.at_least_s, found.at_most_s)
+    return age, found.verdicts

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..model.records import Finding, Group, Stack
-from .ages import Age, DumpTime
+from .ages import Age, DumpTime, Unknown
 from .positions import OpRef, Position, StackGroup
 
 
@@ -93,6 +93,7 @@ class Timing:
     hung: bool  # treated as stuck: old, or unknown on a backend whose watchdog dumps at timeout
     note: str  # one sentence for the report
     measured: bool = False  # decided by comparing snapshots (`series`), not by one dump
+    unknown: Unknown | None = None  # why the age is not known, where it is not
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from ..model.ranks import by_count, counted, label
 from ..model.records import State
 from ..model.table import EntryTable
 from . import waits
-from .ages import DUMP_SPREAD_S, Age, DumpTime, Evidence, ages, dump_time
+from .ages import DUMP_SPREAD_S, Age, Ages, DumpTime, Evidence, Unknown, age_bounds, dump_time
 from .records import Timing
 from .series import Series
 
@@ -95,27 +95,37 @@ def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: S
 
 
 def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Timing:
-    age_s, verdicts = ages(t, rows, when)
+    found = age_bounds(t, rows, when)
+    verdicts = found.verdicts
+    age_s = np.where(np.isnan(found.at_most_s), found.at_least_s, found.at_most_s)
     known = age_s[~np.isnan(age_s)]
     oldest = float(known.max()) if len(known) else None
     timeout = float(t.timeout_ms[rows].max()) / 1e3
     n = len(rows)
     dated_by = _dated_by(when, {int(r) for r in t.rank[rows]})
     if Age.OLD in verdicts:
+        old = [i for i, v in enumerate(verdicts) if v is Age.OLD]
+        lows = [float(found.at_least_s[i]) for i in old]
+        proven = [a for a in lows if a == a]
         failed = int((t.retired[rows] & (t.state[rows] != State.COMPLETED)).sum())
-        if oldest is not None and oldest >= timeout - DUMP_SPREAD_S:
-            why = f"the oldest had waited {oldest:.0f} s (timeout {timeout:.0f} s{dated_by})"
+        lowest = max(proven) if proven else None
+        if lowest is not None and timeout > 0 and lowest >= timeout - DUMP_SPREAD_S:
+            exact = ", dated by an op looked at during the dump" if when.exact else ""
+            bound = "" if when.exact else "at least "
+            why = f"the oldest had waited {bound}{lowest:.0f} s (timeout {timeout:.0f} s{exact})"
         else:
             why = f"{failed} of them ended without completing (timed out or failed)"
         note = f"{_unfinished(n)}; {why}: the job is hung"
         return Timing(when, n, oldest, Age.OLD, True, note)
     if all(v == Age.YOUNG for v in verdicts):
-        if oldest is None:
+        highs = found.at_most_s[~np.isnan(found.at_most_s)]
+        if not len(highs) and oldest is None:
             age_text = "still running"
-        elif when.exact or when.file_times:
-            age_text = f"at most {oldest:.1f} s old"
+        elif len(highs) and (when.exact or when.file_times):
+            age_text = f"at most {float(highs.max()):.1f} s old"
         else:  # PyTorch's gloo recorder left them unretired: below their timeout
-            at_least = f"at least {oldest:.0f} s old and " if oldest >= 1 else ""
+            old_enough = oldest is not None and oldest >= 1
+            at_least = f"at least {oldest:.0f} s old and " if old_enough else ""
             age_text = f"{at_least}below their timeout (gloo retires an op that times out)"
         note = (
             f"{_unfinished(n)}, {age_text} when the dumps were taken (timeout "
@@ -128,19 +138,40 @@ def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime)
             "in flight is not known. A job's traces end where its ranks stopped issuing (a "
             "watchdog's kill cuts them), so they are taken as stuck"
         )
-        return Timing(when, n, oldest, Age.UNKNOWN, True, note)
-    why = (
-        "NCCL timing was on, but nothing was running at the dump"
-        if when.timing_on
-        else "no op was looked at during the dump: NCCL timing off"
-    )
+        return Timing(when, n, oldest, Age.UNKNOWN, True, note, unknown=Unknown.NO_FILE_TIME)
+    reasons = [w for w in found.why_unknown if w is not None]
+    reason = reasons[0] if reasons else Unknown.NO_FILE_TIME
+    span = _span(found, verdicts)
+    if reason is Unknown.NO_FILE_TIME:
+        why = (
+            "NCCL timing was on, but nothing was running at the dump"
+            if when.timing_on
+            else "no op was looked at during the dump: NCCL timing off"
+        )
+        why = f"{why}, and no file's time dates it"
+    else:
+        why = reason.value
     note = (
-        f"{_unfinished(n)}, but the dumps do not tell how old they were "
-        f"({why}, and no file's time dates it). A watchdog dumps when an op "
-        "times out, so they are taken as stuck; if the job was still running when it was "
-        "dumped, they may simply have been in flight"
+        f"{_unfinished(n)}{span}, but the dumps do not tell whether they were stuck or in "
+        f"flight ({why}). A watchdog dumps when an op times out, so they are taken as stuck; "
+        "if the job was still running when it was dumped, they may simply have been in flight"
     )
-    return Timing(when, n, oldest, Age.UNKNOWN, True, note)
+    return Timing(when, n, oldest, Age.UNKNOWN, True, note, unknown=reason)
+
+
+def _span(found: Ages, verdicts: list[Age]) -> str:
+    """ ", between 0.1 s and 10 s old (timeout 6 s)" for the unknown rows whose age has both
+    bounds; "" where none has."""
+    pairs = [
+        (float(lo), float(hi))
+        for lo, hi, v in zip(found.at_least_s, found.at_most_s, verdicts, strict=True)
+        if v is Age.UNKNOWN and lo == lo and hi == hi
+    ]
+    if not pairs:
+        return ""
+    lo = max(p[0] for p in pairs)
+    hi = max(p[1] for p in pairs)
+    return f", between {max(lo, 0.0):.1f} s and {hi:.1f} s old when dumped"
 
 
 def _unfinished(n: int) -> str:
