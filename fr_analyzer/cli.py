@@ -683,6 +683,18 @@ def analyze(
             "or in flight is then judged from the entries alone).",
         ),
     ] = False,
+    job_log: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--job-log",
+            help="The job's log (stderr of the ranks; repeat for several): the watchdog's "
+            "'collective operation timeout' lines prove those ops stuck, which no dump's "
+            "times can.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
     allow_incomplete_ranks: Annotated[
         bool,
         typer.Option(
@@ -737,6 +749,7 @@ def analyze(
         max_file_bytes=DEFAULT_MAX_FILE_BYTES if max_file_size is None else max_file_size,
         ft_group_world_size=group_world_size,
         file_times=not ignore_file_times,
+        job_logs=tuple(job_log or ()),
     )
     outputs = Outputs(database=output, json=json_out, html=html_out)
     sources = [open_source(d, _storage_options(storage_option)) for d in dump_dirs]

@@ -24,8 +24,8 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .diagnosis import Diagnosis, RootCause, RootKind, Timing
-from .diagnosis.ages import Age
+from .diagnosis import Alternative, Confidence, Diagnosis, RootCause, RootKind, Timing
+from .diagnosis.ages import Age, Unknown
 from .match import MatchResult
 from .model.groups import GroupTable
 from .model.ranks import agree, by_count, counted, label
@@ -86,6 +86,10 @@ class Conclusion:
     dump_time_basis: str = ""  # how it is known, one sentence
     culprit_hosts: tuple[tuple[int, str], ...] = ()  # (rank, host) of each culprit with one
     hosts: Mapping[int, str] = field(default_factory=dict)  # every rank's host, where known
+    # How far the evidence carries the answer; where another reading fits the dumps as well,
+    # `alternatives` names it with what would decide (the answer is the likelier reading).
+    confidence: Confidence = Confidence.HIGH
+    alternatives: tuple[Alternative, ...] = ()
 
     @property
     def root_finding(self) -> Finding | None:
@@ -120,6 +124,7 @@ def conclude(
     when = root.time if root is not None else None
     dump_ns, bound, basis = _dump_time(timing, root)
     hosts = diagnosis.hosts
+    others = _alternatives(status, root, timing)
     return Conclusion(
         status,
         _answer(status, root, judged, timing, summary, stats),
@@ -134,7 +139,39 @@ def conclude(
         dump_time_basis=basis,
         culprit_hosts=tuple((r, hosts[r]) for r in (root.ranks if root else ()) if r in hosts),
         hosts=hosts,
+        confidence=Confidence.AMBIGUOUS if others else Confidence.HIGH,
+        alternatives=others,
     )
+
+
+_SNAPSHOT = "a second snapshot a minute later (what moved was in flight)"
+_DECIDE_AGE = {
+    Unknown.UPPER_PAST_TIMEOUT: "a watchdog timeout line in the job's log (--job-log), or "
+    + _SNAPSHOT,
+    Unknown.COPIED: "the files' own times (copy with `cp -p`, `rsync -t` or `tar`), the job's "
+    f"log (--job-log), or {_SNAPSHOT}",
+    Unknown.NO_FILE_TIME: f"the job's log (--job-log), or {_SNAPSHOT}",
+    Unknown.NO_TIMEOUT: f"the job's log (--job-log), or {_SNAPSHOT}",
+}
+
+
+def _alternatives(
+    status: Status, root: RootCause | None, timing: Timing
+) -> tuple[Alternative, ...]:
+    """The other readings of the dumps: the root rule's own, and, where a hang rests on ops
+    whose age is not known, that they were in flight."""
+    found = list(root.alternatives) if root is not None else []
+    traces = timing.dump.traces_only  # traces keep no times: a trace's end is where it stopped
+    if status == Status.HUNG and timing.age == Age.UNKNOWN and not timing.measured and not traces:
+        reason = timing.unknown or Unknown.NO_FILE_TIME
+        found.append(
+            Alternative(
+                Status.OK,
+                "its ops were in flight when it was dumped",
+                _DECIDE_AGE[reason],
+            )
+        )
+    return tuple(found)
 
 
 def _dump_time(timing: Timing, root: RootCause | None) -> tuple[int | None, str, str]:

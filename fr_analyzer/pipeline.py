@@ -17,6 +17,7 @@ from .errors import DiscoveryError
 from .load import DEFAULT_MAX_FILE_BYTES, live, pystacks, stamps
 from .load.dialects import DESCRIPTION, Dialect
 from .load.discovery import Discovery
+from .load.joblogs import read_job_logs
 from .load.pystacks import PythonStacks
 from .load.remote import Remote
 from .load.sources import Directory, DumpFile, Source
@@ -56,6 +57,7 @@ class Options:
     thresholds: Thresholds = field(default_factory=Thresholds)
     ft_group_world_size: int | None = None  # a torchft job: default groups made global
     file_times: bool = True  # date each dump by its file's modification time (`ages`)
+    job_logs: tuple[Path, ...] = ()  # the job's logs: the watchdog's timeouts (`joblogs`)
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,10 @@ def _analyze(
         findings = collect(loaded, unreadable, table, groups, matches)
         summary = _summary(got, groups, matches.notes)
         step()
-        diagnosis = diagnose(loaded, table, groups, matches, findings, options.thresholds, compared)
+        timed_out = read_job_logs(options.job_logs)
+        diagnosis = diagnose(
+            loaded, table, groups, matches, findings, options.thresholds, compared, timed_out
+        )
         step()
         conclusion = conclude(summary, findings, diagnosis, matches, groups)
         step()

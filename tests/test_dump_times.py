@@ -77,10 +77,16 @@ def test_a_real_dump_taken_in_flight_is_dated_by_its_file_and_ok(tmp_path: Path)
     assert timing["file_times_ns"] == [MTIMES_NS["inflight"]] * 2
 
 
+WATCHDOG_LOG = REAL / "stuck_timeout_watchdog_log.txt"  # what the rank printed as it aborted
+
+
 @pytest.mark.parametrize("name", ["stuck_timeout", "stuck_timeout_no_timing"])
-def test_a_real_watchdog_dump_is_hung_at_all_reduce_10_of_mesh_tp(
+def test_a_real_watchdog_dump_alone_is_hung_but_ambiguous_its_file_time_proves_nothing(
     tmp_path: Path, name: str
 ) -> None:
+    """The file was written 10 s after the op (timeout 6 s), but a file is written after its
+    snapshot (the in-flight dump took 3.5 s): its time bounds the age from above only. The
+    verdict stays the likelier one (a watchdog dumps at a timeout) and says the other."""
     code, text, report = fr("-d", str(real_set(tmp_path, name, MTIMES_NS[name])))
     assert code == 1, text
     verdict = report["verdict"]
@@ -88,25 +94,62 @@ def test_a_real_watchdog_dump_is_hung_at_all_reduce_10_of_mesh_tp(
     assert verdict["culprit_ranks"] == [0]
     assert (verdict["group"], verdict["group_desc"]) == ("1", "mesh_tp")
     assert (verdict["op"], verdict["collective_seq_id"]) == ("all_reduce", 10)
-    assert verdict["timing"]["age"] == "old"
-    assert "the oldest had waited 10 s (timeout 6 s, dated by the file's modification" in text
+    assert verdict["timing"]["age"] == "unknown"
+    assert verdict["confidence"] == "ambiguous"
+    (other,) = verdict["alternatives"]
+    assert other["status"] == "ok" and "in flight" in other["reading"]
+    assert "watchdog timeout line in the job's log" in other["decide"]
+    assert "s old when dumped" in " ".join(text.split())
+    assert "confidence: ambiguous; or OK: its ops were in flight" in " ".join(text.split())
     if name == "stuck_timeout":  # timing on, and it stayed scheduled
         assert "the GPU never started it" in verdict["summary"]
     else:  # timing off: scheduled is all NCCL ever says
         assert "the GPU never started it" not in verdict["summary"]
 
 
-def test_the_in_flight_dump_copied_without_its_time_is_unknown_and_taken_as_stuck(
+def test_the_watchdogs_log_line_proves_the_real_dump_stuck(tmp_path: Path) -> None:
+    """The job's log says the watchdog timed out SeqNum=10 of PG GUID 1 on rank 0: the
+    recorder's own word, which no file time can give."""
+    folder = real_set(tmp_path, "stuck_timeout", MTIMES_NS["stuck_timeout"])
+    code, text, report = fr("-d", str(folder), "--job-log", str(WATCHDOG_LOG))
+    assert code == 1, text
+    verdict = report["verdict"]
+    assert (verdict["status"], verdict["culprit_ranks"]) == ("hung", [0])
+    assert (verdict["group"], verdict["collective_seq_id"]) == ("1", 10)
+    assert verdict["timing"]["age"] == "old"
+    assert verdict["confidence"] == "high" and verdict["alternatives"] == []
+    assert "the job's log says the watchdog timed out rank 0's ALLREDUCE #10 after 6075 ms" in (
+        " ".join(text.split())
+    )
+
+
+def test_a_job_log_that_is_missing_is_one_line_naming_it(tmp_path: Path) -> None:
+    folder = real_set(tmp_path, "stuck_timeout", MTIMES_NS["stuck_timeout"])
+    done = subprocess.run(
+        [sys.executable, "-m", "fr_analyzer", "-d", str(folder), "--job-log", "nope.log"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "nope.log" in done.stderr
+
+
+def test_the_in_flight_dump_copied_without_its_time_is_unknown_and_says_so(
     tmp_path: Path,
 ) -> None:
     """A copy made long after (its time set far past the entries) dates nothing: the age is
-    unknown, never young."""
+    unknown, never young, the copy's time is named, and the answer says the other reading."""
     late = MTIMES_NS["inflight"] + 86_400 * 10**9
     code, text, report = fr("-d", str(real_set(tmp_path, "inflight", late)))
     assert code == 1
-    timing = report["verdict"]["timing"]
-    assert timing["age"] == "unknown" and timing["dump_time_evidence"] == {"lower_bound": "0"}
-    assert "NCCL timing was on, but nothing was running at the dump" in text
+    verdict = report["verdict"]
+    timing = verdict["timing"]
+    assert timing["age"] == "unknown" and timing["dump_time_evidence"] == {"copied": "0"}
+    assert "copies' times" in timing["dump_time_basis"] or "copy" in timing["dump_time_basis"]
+    assert verdict["confidence"] == "ambiguous"
+    (other,) = verdict["alternatives"]
+    assert other["status"] == "ok" and "cp -p" in other["decide"]
 
 
 def test_a_copy_in_a_folder_named_by_its_time_is_dated_by_the_name(tmp_path: Path) -> None:
@@ -137,7 +180,8 @@ def test_a_tar_keeps_the_member_times_that_date_the_dumps(tmp_path: Path) -> Non
     archive = tmp_path / "stuck.tar.gz"
     subprocess.run(["tar", "czf", str(archive), "-C", str(folder.parent), "dumps"], check=True)
     code, _, report = fr("-d", str(archive))
-    assert code == 1 and report["verdict"]["timing"]["age"] == "old"
+    # dated by its member's time, an upper bound past the timeout: hung, but not proven
+    assert code == 1 and report["verdict"]["timing"]["age"] == "unknown"
     assert report["verdict"]["timing"]["dump_time_evidence"] == {"file_time": "0"}
 
 
@@ -164,7 +208,7 @@ def test_a_zip_with_only_dos_times_dates_its_members_as_late_as_they_can_mean(
     tmp_path: Path,
 ) -> None:
     """Python's zipfile writes DOS times only: read as local time, rounded up (later errs
-    towards "stuck"), they still date the watchdog's dump inside its window."""
+    towards "in flight" never), they still date the watchdog's dump inside its window."""
     import time
     import zipfile
 
@@ -175,7 +219,8 @@ def test_a_zip_with_only_dos_times_dates_its_members_as_late_as_they_can_mean(
         for path in sorted(folder.iterdir()):
             out.writestr(zipfile.ZipInfo(f"dumps/{path.name}", local), path.read_bytes())
     code, _, report = fr("-d", str(archive))
-    assert code == 1 and report["verdict"]["timing"]["age"] == "old"
+    # dated by its member's time, an upper bound past the timeout: hung, but not proven
+    assert code == 1 and report["verdict"]["timing"]["age"] == "unknown"
     assert report["verdict"]["timing"]["dump_time_evidence"] == {"file_time": "0"}
 
 

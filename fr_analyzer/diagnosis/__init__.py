@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ..load.joblogs import WatchdogTimeout
 from ..match import MatchResult
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
@@ -45,6 +46,8 @@ from .hang import Candidate, hang_root
 from .mismatch import first_mismatch, mismatch_root, skipped_root
 from .positions import Refs, last_per_rank, newest_per_rank, positions, stacks
 from .records import (
+    Alternative,
+    Confidence,
     Diagnosis,
     RankState,
     RootCause,
@@ -60,7 +63,9 @@ from .timing import judge_timing
 DEFAULT_THRESHOLDS = Thresholds()
 
 __all__ = [
+    "Alternative",
     "Candidate",
+    "Confidence",
     "Diagnosis",
     "RankState",
     "RootCause",
@@ -81,8 +86,10 @@ def diagnose(
     findings: Sequence[Finding],
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     series: Series | None = None,
+    timed_out: Sequence[WatchdogTimeout] = (),
 ) -> Diagnosis:
-    """Where every rank stands, the root cause (if any), and whether the job is hung."""
+    """Where every rank stands, the root cause (if any), and whether the job is hung
+    (`timed_out`: the ops the job's log says the watchdog timed out)."""
     t = table
     newest_ns = newest_per_rank(t)
     graph = waits.build(t, groups, matches)
@@ -98,7 +105,7 @@ def diagnose(
         rank: RankState(rank, blocked.get(rank), newest.get(rank), graph.waits_for(rank))
         for rank in groups.loaded_ranks
     }
-    timing = judge_timing(t, graph, dumps, series)
+    timing = judge_timing(t, graph, dumps, series, timed_out)
     ctx = Context(
         t=t,
         groups=groups,

@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..load.dialects import Dialect
+from ..load.joblogs import WatchdogTimeout
 from ..match import stateless
 from ..model.dump import RankDump
 from ..model.records import State
@@ -75,8 +76,8 @@ class Unknown(enum.StrEnum):
 
     NO_TIMEOUT = "the recorder keeps no timeout of its own (torchcomms writes a constant)"
     UPPER_PAST_TIMEOUT = (
-        "the file's time is past the timeout, but a file is written after its snapshot (stack "
-        "symbolization alone took up to 15 s), so it bounds the age only from above"
+        "a file's time is past the timeout, but it is written after the snapshot, up to 15 s "
+        "later with stack traces: it bounds the age only from above"
     )
     COPIED = "the files' times are a copy's, days past every entry, so they date nothing"
     NO_FILE_TIME = "no file's time dates the dump"
@@ -231,11 +232,18 @@ class Ages:
     why_unknown: list[Unknown | None]
 
 
-def age_bounds(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Ages:
+def age_bounds(
+    t: EntryTable,
+    rows: npt.NDArray[np.int64],
+    when: DumpTime,
+    timed_out: Sequence[WatchdogTimeout] = (),
+) -> Ages:
     """Each of `rows` (rows that did not complete): its age at the dump as an interval (from
     the newest timestamp, a lower bound, to the rank's exact dump time or believed file time,
-    an upper bound), and whether that makes it old, young or unknown."""
+    an upper bound), and whether that makes it old, young or unknown. `timed_out`: the ops the
+    job's log says the watchdog timed out (old, whatever the times say)."""
     rows = np.asarray(rows, dtype=np.int64)
+    logged = watchdog_rows(t, rows, timed_out)
     created = t.t_created[rows]
     has = created >= 0
     low = np.full(len(rows), np.nan)
@@ -261,6 +269,7 @@ def age_bounds(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Ag
     verdicts: list[Age] = []
     why: list[Unknown | None] = []
     slack = DUMP_SPREAD_S
+    logged_iter = iter(logged.tolist())
     for lo, hi, limit, unretired_gloo, is_failed, is_copy in zip(
         low.tolist(),
         high.tolist(),
@@ -270,7 +279,7 @@ def age_bounds(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Ag
         copied.tolist(),
         strict=True,
     ):
-        if is_failed:
+        if is_failed or next(logged_iter):
             verdicts.append(Age.OLD)  # the recorder's own word: it timed out or failed
             why.append(None)
         elif unretired_gloo:
@@ -294,6 +303,24 @@ def age_bounds(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Ag
                 else Unknown.NO_FILE_TIME
             )
     return Ages(low, high, verdicts, why)
+
+
+def watchdog_rows(
+    t: EntryTable, rows: npt.NDArray[np.int64], timed_out: Sequence[WatchdogTimeout]
+) -> npt.NDArray[np.bool_]:
+    """Which of `rows` the job's log says the watchdog timed out: same rank and collective
+    sequence id, and the same group where the log names it."""
+    out = np.zeros(len(rows), dtype=bool)
+    if not timed_out or not len(rows):
+        return out
+    by_place = {(w.rank, w.seq): w.group for w in timed_out}
+    for i, (rank, seq, group) in enumerate(
+        zip(t.rank[rows].tolist(), t.coll_seq[rows].tolist(), t.group[rows].tolist(), strict=True)
+    ):
+        if (rank, seq) in by_place:
+            named = by_place[(rank, seq)]
+            out[i] = named is None or t.group_names[group][0] == named
+    return out
 
 
 def ages(

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..model.records import Finding, Group, Stack
+from ..model.records import Finding, Group, Stack, Status
 from .ages import Age, DumpTime, Unknown
 from .positions import OpRef, Position, StackGroup
 
@@ -71,6 +71,8 @@ class RootCause:
     lateness_s: float | None = None  # stragglers: how late
     code: Stack = ()  # the culprit's innermost frames that differ from its peers'
     time: RootTime | None = None  # when the root op happened, on the culprit's clock
+    # other readings the dumps fit as well, each with what would decide (the rule's own)
+    alternatives: tuple[Alternative, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,22 @@ class RootTime:
     at_ns: int  # ns since the epoch (the entry's `time_created_ns`)
     rank: int  # whose clock: the culprit's, or (a culprit with no dump) a rank waiting for it
     what: str  # what happened then, one clause: "rank 5 enqueued all_reduce #8 of group '2'"
+
+
+class Confidence(enum.StrEnum):
+    """How far the evidence carries the verdict."""
+
+    HIGH = "high"  # no other reading explains the dumps as well
+    AMBIGUOUS = "ambiguous"  # another reading does: `Alternative`s name it and what decides
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another reading of the same dumps, beside the verdict's likelier one."""
+
+    status: Status  # the status this reading gives
+    reading: str  # what it says happened, one sentence
+    decide: str  # what would decide between the two (a snapshot, a stack, a log line)
 
 
 @dataclass(frozen=True)

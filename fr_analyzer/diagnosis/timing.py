@@ -9,12 +9,23 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
+from ..load.joblogs import WatchdogTimeout
 from ..model.dump import RankDump
 from ..model.ranks import by_count, counted, label
 from ..model.records import State
 from ..model.table import EntryTable
 from . import waits
-from .ages import DUMP_SPREAD_S, Age, Ages, DumpTime, Evidence, Unknown, age_bounds, dump_time
+from .ages import (
+    DUMP_SPREAD_S,
+    Age,
+    Ages,
+    DumpTime,
+    Evidence,
+    Unknown,
+    age_bounds,
+    dump_time,
+    watchdog_rows,
+)
 from .records import Timing
 from .series import Series
 
@@ -27,13 +38,15 @@ def judge_timing(
     graph: waits.WaitGraph,
     dumps: Sequence[RankDump] = (),
     series: Series | None = None,
+    timed_out: Sequence[WatchdogTimeout] = (),
 ) -> Timing:
-    """Whether the unfinished ops are stuck or in flight: by one dump's ages, or by snapshots."""
+    """Whether the unfinished ops are stuck or in flight: by one dump's ages, or by snapshots
+    (`timed_out`: what the job's log says the watchdog timed out)."""
     when = dump_time(t, dumps)
     rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
     if not len(rows):
         return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")
-    one = _one_dump_timing(t, rows, when)
+    one = _one_dump_timing(t, rows, when, timed_out)
     return one if series is None else _measured(t, rows, one, series)
 
 
@@ -94,8 +107,14 @@ def _measured(t: EntryTable, rows: npt.NDArray[np.int64], one: Timing, series: S
     return one
 
 
-def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime) -> Timing:
-    found = age_bounds(t, rows, when)
+def _one_dump_timing(
+    t: EntryTable,
+    rows: npt.NDArray[np.int64],
+    when: DumpTime,
+    timed_out: Sequence[WatchdogTimeout] = (),
+) -> Timing:
+    found = age_bounds(t, rows, when, timed_out)
+    logged = watchdog_rows(t, rows, timed_out)
     verdicts = found.verdicts
     age_s = np.where(np.isnan(found.at_most_s), found.at_least_s, found.at_most_s)
     known = age_s[~np.isnan(age_s)]
@@ -109,7 +128,13 @@ def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime)
         proven = [a for a in lows if a == a]
         failed = int((t.retired[rows] & (t.state[rows] != State.COMPLETED)).sum())
         lowest = max(proven) if proven else None
-        if lowest is not None and timeout > 0 and lowest >= timeout - DUMP_SPREAD_S:
+        if logged.any():
+            hit = next(w for w in timed_out if _names(t, w, rows[logged]))
+            why = (
+                f"the job's log says the watchdog timed out rank {hit.rank}'s {hit.op} "
+                f"#{hit.seq} after {hit.ran_ms} ms (timeout {hit.timeout_ms} ms)"
+            )
+        elif lowest is not None and timeout > 0 and lowest >= timeout - DUMP_SPREAD_S:
             exact = ", dated by an op looked at during the dump" if when.exact else ""
             bound = "" if when.exact else "at least "
             why = f"the oldest had waited {bound}{lowest:.0f} s (timeout {timeout:.0f} s{exact})"
@@ -153,10 +178,14 @@ def _one_dump_timing(t: EntryTable, rows: npt.NDArray[np.int64], when: DumpTime)
         why = reason.value
     note = (
         f"{_unfinished(n)}{span}, but the dumps do not tell whether they were stuck or in "
-        f"flight ({why}). A watchdog dumps when an op times out, so they are taken as stuck; "
-        "if the job was still running when it was dumped, they may simply have been in flight"
+        f"flight ({why}); taken as stuck, since a watchdog dumps when an op times out"
     )
     return Timing(when, n, oldest, Age.UNKNOWN, True, note, unknown=reason)
+
+
+def _names(t: EntryTable, w: WatchdogTimeout, rows: npt.NDArray[np.int64]) -> bool:
+    """Whether watchdog timeout `w` is one of `rows`."""
+    return bool(((t.rank[rows] == w.rank) & (t.coll_seq[rows] == w.seq)).any())
 
 
 def _span(found: Ages, verdicts: list[Age]) -> str:

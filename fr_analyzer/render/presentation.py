@@ -383,6 +383,24 @@ def root_cause_record(root: RootCause | None) -> dict[str, Any] | None:
     }
 
 
+def confidence_line(c: Conclusion) -> str:
+    """The verdict's confidence in one sentence where another reading fits ("" where none
+    does): the other reading and what would decide."""
+    if not c.alternatives:
+        return ""
+    others = "; ".join(
+        f"or {a.status.value.upper()}: {a.reading} (to decide: {a.decide})" for a in c.alternatives
+    )
+    return f"confidence: {c.confidence.value}; {others}"
+
+
+def alternatives_record(c: Conclusion) -> list[dict[str, str]]:
+    """The other readings, as the JSON report writes them."""
+    return [
+        {"status": a.status.value, "reading": a.reading, "decide": a.decide} for a in c.alternatives
+    ]
+
+
 def verdict_record(c: Conclusion) -> dict[str, Any]:
     """The answer in one object: status, and the root cause's group, seq ids and culprits."""
     root = c.root
@@ -405,6 +423,8 @@ def verdict_record(c: Conclusion) -> dict[str, Any]:
     out.update(
         {
             "summary": c.answer,
+            "confidence": c.confidence.value,
+            "alternatives": alternatives_record(c),
             "root_cause": root.kind.value if root is not None else None,
             "root_cause_ranks": list(root.ranks) if root is not None else [],
             "timing": {

@@ -35,6 +35,7 @@ from ..pipeline import Analysis
 from .presentation import (
     capped,
     chain_steps,
+    confidence_line,
     fit,
     fold_symptoms,
     next_steps,
@@ -304,6 +305,9 @@ def render_answer_block(analysis: Analysis, width: int | None) -> list[str]:
     c = analysis.conclusion
     root = c.root
     answer = _fill(c.answer, width)
+    doubt = confidence_line(c)
+    if doubt:
+        answer += _fill(doubt, width, "  ", "    ")
     if root is None:
         return ["", *answer]
     timing = (

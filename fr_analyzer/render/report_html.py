@@ -35,6 +35,7 @@ from ..model.ranks import compact, label
 from ..model.records import Group, Status
 from ..pipeline import Analysis
 from .presentation import (
+    confidence_line,
     next_steps,
     op_text,
     root_cause_record,
@@ -482,6 +483,9 @@ def _answer_html(analysis: Analysis) -> str:
         f'<span id="headline">{e(_headline(c).partition(" · ")[2])}</span></h1>',
         f'<p id="answer-text">{e(c.answer)}</p>',
     ]
+    doubt = confidence_line(c)
+    if doubt:
+        out.append(f'<p id="confidence" class="ambiguous">{e(doubt)}.</p>')
     if root is not None and root.evidence:
         out.append('<ul id="evidence">')
         out += [f"<li>{e(item)}</li>" for item in root.evidence]
