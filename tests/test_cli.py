@@ -147,6 +147,8 @@ def test_json_report_has_the_documented_keys(fr: Fr, desynced: Path, tmp_path: P
     assert set(finding) >= set(verdict) - {
         "status",
         "summary",
+        "confidence",
+        "alternatives",
         "root_cause",
         "root_cause_ranks",
         "timing",

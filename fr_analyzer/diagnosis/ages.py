@@ -11,7 +11,7 @@ A dump does not say when it was taken. Each rank's snapshot lies in an interval:
 - **Upper bound**: the file's modification time (an archive member's, an object's
   LastModified; else a time written in the file's or folder's name, as the debug server and
   `fr-analyze live` name snapshots). The file is written after the snapshot: by the dump's own
-  latency (stack symbolization took 13-15 s on real gloo jobs, `docs/dump-dating.md`), or much
+  latency (stack symbolization took 6-19 s on real gloo jobs, `docs/dump-dating.md`), or much
   later by a copy that kept no times (`cp`, `scp`, a download). A file time beyond the rank's
   newest entry plus its longest timeout and `DUMP_LATENCY_S` is named a copy's time and not
   used; one before the newest entry, a clock that disagrees.
@@ -48,7 +48,7 @@ DUMP_SPREAD_S = 2.0
 """How far apart ranks' dumps (and their host clocks) may be: slack on every age comparison."""
 DUMP_LATENCY_S = 60.0
 """How long after its snapshot a dump's file may still be written by the dump itself: stack
-symbolization took up to 15 s on real 8-rank gloo jobs (`docs/dump-dating.md`); four times
+symbolization took 6-19 s on real 4-rank gloo jobs here (`docs/dump-dating.md`); three times
 that for slower hosts and bigger stacks. A file time later than a rank's newest entry plus its
 longest timeout and this was set by a copy (or by a dump taken long after the job stopped)."""
 
@@ -76,8 +76,8 @@ class Unknown(enum.StrEnum):
 
     NO_TIMEOUT = "the recorder keeps no timeout of its own (torchcomms writes a constant)"
     UPPER_PAST_TIMEOUT = (
-        "a file's time is past the timeout, but it is written after the snapshot, up to 15 s "
-        "later with stack traces: it bounds the age only from above"
+        "a file's time is past the timeout, but it is written after the snapshot, often over "
+        "10 s later with stack traces: it bounds the age only from above"
     )
     COPIED = "the files' times are a copy's, days past every entry, so they date nothing"
     NO_FILE_TIME = "no file's time dates the dump"

@@ -144,14 +144,23 @@ def _one_dump_timing(
         return Timing(when, n, oldest, Age.OLD, True, note)
     if all(v == Age.YOUNG for v in verdicts):
         highs = found.at_most_s[~np.isnan(found.at_most_s)]
+        bounded = len(highs) > 0 and float(highs.max()) < timeout - DUMP_SPREAD_S
         if not len(highs) and oldest is None:
             age_text = "still running"
-        elif len(highs) and (when.exact or when.file_times):
+        elif bounded and (when.exact or when.file_times):
             age_text = f"at most {float(highs.max()):.1f} s old"
         else:  # PyTorch's gloo recorder left them unretired: below their timeout
-            old_enough = oldest is not None and oldest >= 1
-            at_least = f"at least {oldest:.0f} s old and " if old_enough else ""
-            age_text = f"{at_least}below their timeout (gloo retires an op that times out)"
+            lows = found.at_least_s[~np.isnan(found.at_least_s)]
+            least = float(lows.max()) if len(lows) else None
+            old_enough = least is not None and least >= 1
+            at_least = f"at least {least:.0f} s old and " if old_enough else ""
+            age_text = f"{at_least}below their timeout (gloo retires an op that times out"
+            if len(highs):
+                age_text += (
+                    "; a file's time includes the dump's own latency, often over 10 s with stack "
+                    "traces"
+                )
+            age_text += ")"
         note = (
             f"{_unfinished(n)}, {age_text} when the dumps were taken (timeout "
             f"{timeout:.0f} s{dated_by}): they were in flight, not stuck"
