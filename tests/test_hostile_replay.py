@@ -30,6 +30,7 @@ import pytest
 
 from fr_analyzer import cli
 from fr_analyzer.errors import OutputError, UsageError
+from fr_analyzer.load.limits import LIMITS
 from fr_analyzer.load.sources import Directory
 from fr_analyzer.replay import bounds, files, session
 from fr_analyzer.replay.plan import Kind, OpSpec, PlanOptions
@@ -259,7 +260,7 @@ def test_the_host_s_defaults_come_from_its_cpus_and_memory(monkeypatch: pytest.M
 
     limits = bounds.host_limits()
 
-    assert 1 <= limits.max_ranks <= bounds.RANKS_PER_CPU
+    assert 1 <= limits.max_ranks <= LIMITS.replay_ranks_per_cpu
     assert 0 < limits.max_bytes <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 

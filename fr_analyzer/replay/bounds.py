@@ -19,24 +19,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..load.limits import LIMITS, Limits
 from ..model.dump import RankDump
 from ..model.records import UnreadableDump
 from .dtypes import DTYPES, SAME_WIDTH
 from .plan import Kind, OpSpec, ReplayPlan
 
 GIB = 1 << 30
-RANKS_PER_CPU = 16
-"""Spawned ranks per CPU: replayed ranks mostly wait on each other, so a host runs several per
-core, but every one is a Python process with torch (seconds of CPU to start)."""
-RANK_MEMORY = 512 << 20
-"""What one spawned rank costs before its tensors (Python, torch and gloo: about 300 MB)."""
-RANK_THREADS = 16
-"""Threads one rank may start (torch's intra-op pool, gloo's): the per-user process limit
-counts them."""
-RANK_FILES = 8
-"""Open files the parent and rank 0's store hold per rank (a log, a socket, the pipes)."""
-MEMORY_SHARE = 2
-"""Tensors may take this fraction (1/2) of the host's memory, by default."""
 
 
 class Space(enum.StrEnum):
@@ -55,19 +44,21 @@ class HostLimits:
     max_bytes: int
 
 
-def host_limits() -> HostLimits:
-    """The defaults of this host (see docs/replay.md): ranks, the least of 16 per CPU, one per
-    512 MiB of memory, the process limit over 16 threads a rank and the open-file limit over 8
-    files a rank; bytes, half the memory."""
+def host_limits(limits: Limits = LIMITS) -> HostLimits:
+    """This host's defaults (the `replay_*` rows of docs/limits.md): ranks, the least of so many
+    per CPU, one per so much memory, and what the process and open-file limits leave for so
+    many threads and files a rank; bytes, a share of the memory."""
     cpus = os.cpu_count() or 1
     memory = _physical_memory()
-    candidates = [RANKS_PER_CPU * cpus, memory // RANK_MEMORY]
-    limits = ((resource.RLIMIT_NPROC, RANK_THREADS), (resource.RLIMIT_NOFILE, RANK_FILES))
-    for which, per_rank in limits:
+    candidates = [limits.replay_ranks_per_cpu * cpus, memory // limits.replay_rank_memory]
+    for which, per_rank in (
+        (resource.RLIMIT_NPROC, limits.replay_rank_threads),
+        (resource.RLIMIT_NOFILE, limits.replay_rank_files),
+    ):
         soft = resource.getrlimit(which)[0]
         if soft != resource.RLIM_INFINITY:
             candidates.append(soft // per_rank)
-    return HostLimits(max(1, min(candidates)), max(1, memory // MEMORY_SHARE))
+    return HostLimits(max(1, min(candidates)), max(1, memory // limits.replay_memory_share))
 
 
 def _physical_memory() -> int:
