@@ -34,7 +34,9 @@ from fr_analyzer.load.limits import LIMITS
 from fr_analyzer.load.sources import Directory
 from fr_analyzer.replay import bounds, files, session
 from fr_analyzer.replay.plan import Kind, OpSpec, PlanOptions
-from fr_analyzer.replay.runner import Launch, RunOptions
+from fr_analyzer.replay.runner import Launch, RunOptions, stopped_by, write_plan
+from fr_analyzer.replay.worker import WorkerArgs, read_result
+from fr_analyzer.replay.worker import run as run_rank
 from tools.frsim import CustomJob, Output, ProgramSpec, SimSpec, simulate, write_dumps
 from tools.frsim.custom import WORLD
 
@@ -365,6 +367,24 @@ def test_a_folder_link_planted_after_the_check_is_refused_in_one_line(tmp_path: 
     assert not (tmp_path / "rank_0.pkl").exists()
 
 
+def test_a_plan_changed_in_out_after_it_was_written_is_not_run(tmp_path: Path) -> None:
+    # GIVEN the plan as the runner wrote it, then replaced in the shared --out by another
+    plan = session.make_plan(
+        Directory(HEALTHY), session.ReplayOptions(PlanOptions(), RunOptions(tmp_path))
+    )
+    path, digest = write_plan(plan, tmp_path)
+    files.write_in(tmp_path, path.name, path.read_bytes().replace(b'"numel": 6', b'"numel": 9'))
+
+    # WHEN a rank starts on it
+    args = WorkerArgs(path, 0, 4, 0, "gloo", "tcp://127.0.0.1:1", tmp_path, 1.0, 1, 0)
+    status = run_rank(dataclasses.replace(args, plan_sha256=digest))
+
+    # THEN it runs nothing and says why
+    assert status == 2
+    result = read_result(tmp_path / "result_0.json")
+    assert not result.ok and "changed after the replay wrote it" in result.error
+
+
 # --- a stopped replay leaves no rank --------------------------------------------------------
 
 
@@ -463,3 +483,14 @@ def test_ranks_die_with_a_replay_killed_outright(
     while alive(ranks) and time.monotonic() < limit:
         time.sleep(0.1)
     assert alive(ranks) == set()
+
+
+def test_a_hangup_ignored_by_nohup_stays_ignored() -> None:
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stopped_by((signal.SIGTERM, signal.SIGHUP)):
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, before)

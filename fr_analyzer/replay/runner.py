@@ -18,6 +18,7 @@ a rank dies with this process even when it is killed outright (`worker.die_with`
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -140,9 +141,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_plan(plan: ReplayPlan, out: Path, name: str = PLAN_FILE) -> Path:
-    """The plan as the workers read it: `out/plan.json`, written without following a link."""
-    return files.write_in(out, name, to_json(plan).encode())
+def write_plan(plan: ReplayPlan, out: Path, name: str = PLAN_FILE) -> tuple[Path, str]:
+    """The plan as the workers read it, `out/plan.json`, written without following a link; and
+    its SHA-256, by which a rank knows it reads that plan (`out` may be shared)."""
+    text = to_json(plan).encode()
+    return files.write_in(out, name, text), hashlib.sha256(text).hexdigest()
 
 
 def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunOutcome:
@@ -151,7 +154,7 @@ def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunO
     them when this process is stopped (SIGTERM, SIGHUP, Ctrl-C)."""
     out = options.out.absolute()
     files.check_out(out)
-    path = write_plan(plan, out)
+    path, digest = write_plan(plan, out)
     with files.folder(out) as out_fd:
         for stale in [STOP, *(RESULT.format(rank=r) for r in range(plan.world_size))]:
             with contextlib.suppress(FileNotFoundError):  # an earlier run's, in a kept --out
@@ -164,13 +167,14 @@ def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunO
     killed: set[int] = set()
     home = Path(tempfile.mkdtemp(prefix="fr-replay-rank-"))  # every rank's cwd: empty, private
     try:
-        with _stopped_by(STOP_SIGNALS), files.folder(out) as out_fd:
+        with stopped_by(STOP_SIGNALS), files.folder(out) as out_fd:
             with files.subfolder(out_fd, LOGS, logs) as logs_fd:
                 for rank in range(plan.world_size):
                     name = f"rank_{rank}.log"
                     log = files.create(logs_fd, name, logs / name)
                     argv = [sys.executable, "-I", "-c", BOOTSTRAP, str(PACKAGE_HOME)]
                     argv += _worker_argv(path, rank, plan.world_size, options, port, out)
+                    argv += ["--plan-sha256", digest]
                     try:
                         with _signals_held():  # a stop lands once the rank is in `procs`
                             procs.append(
@@ -214,9 +218,10 @@ def kill(proc: subprocess.Popen[bytes]) -> bool:
 
 
 @contextlib.contextmanager
-def _stopped_by(signals: Sequence[signal.Signals]) -> Iterator[None]:
-    """While inside, each of `signals` raises `Stopped` (only the main thread can handle a
-    signal; elsewhere nothing changes and the ranks die with this process)."""
+def stopped_by(signals: Sequence[signal.Signals]) -> Iterator[None]:
+    """While inside, each of `signals` raises `Stopped`, unless it was ignored (`nohup`). Only
+    the main thread can handle a signal: elsewhere nothing changes, and the ranks die with this
+    process."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -228,7 +233,8 @@ def _stopped_by(signals: Sequence[signal.Signals]) -> Iterator[None]:
     previous: dict[signal.Signals, Callable[[int, FrameType | None], object] | int | None] = {}
     try:
         for sig in signals:
-            previous[sig] = signal.signal(sig, stop)
+            if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                previous[sig] = signal.signal(sig, stop)
         yield
     finally:
         for sig, handler in previous.items():
@@ -376,7 +382,7 @@ def in_process(plan: ReplayPlan, options: RunOptions, launch: Launch) -> RunOutc
             "launch as many ranks as the dumps have"
         )
     files.check_out(options.out)
-    path = write_plan(plan, options.out, f"plan_{launch.rank}.json")  # `out` may be shared
+    path, digest = write_plan(plan, options.out, f"plan_{launch.rank}.json")  # one per rank
     started = time.monotonic()
     args = WorkerArgs(
         path,
@@ -389,6 +395,7 @@ def in_process(plan: ReplayPlan, options: RunOptions, launch: Launch) -> RunOutc
         options.timeout_s,
         options.iterations,
         options.warmup,
+        plan_sha256=digest,
     )
     status = worker.run(args)
     exits = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import signal
@@ -53,6 +54,7 @@ class WorkerArgs:
     iterations: int
     warmup: int
     parent: int | None = None  # the runner's pid: this rank dies with it (spawned ranks)
+    plan_sha256: str | None = None  # the plan's digest as the runner wrote it
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,12 @@ def read_result(path: Path) -> RankResult:
 
 def run(args: WorkerArgs) -> int:
     """Replay one rank; returns its exit status (0: every op of every iteration completed)."""
-    plan = from_json(files.read(args.plan).decode())
+    text = files.read(args.plan)
+    if args.plan_sha256 is not None and hashlib.sha256(text).hexdigest() != args.plan_sha256:
+        error = f"{args.plan}: changed after the replay wrote it (--out is shared?): not run"
+        _write(args.out / RESULT.format(rank=args.rank), RankResult(args.rank, False, (), error))
+        return 2
+    plan = from_json(text.decode())
     buffer = max(2000, 4 * len(plan.ranks[args.rank].ops) * (args.iterations + args.warmup))
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(buffer))  # read when the group is made
     fr_dir = args.out / FR_FOLDER
@@ -315,6 +322,7 @@ def parse(argv: list[str]) -> WorkerArgs:
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--parent", type=int, default=None)
+    p.add_argument("--plan-sha256", default=None)
     a = p.parse_args(argv)
     return WorkerArgs(
         a.plan,
@@ -328,6 +336,7 @@ def parse(argv: list[str]) -> WorkerArgs:
         a.iterations,
         a.warmup,
         a.parent,
+        a.plan_sha256,
     )
 
 
