@@ -228,6 +228,32 @@ def test_under_a_launcher_the_world_is_the_launcher_s_and_only_this_rank_s_bytes
         session.make_plan(Directory(dumps), options, Launch(0, 4, 0))
 
 
+def test_a_job_of_many_groups_is_refused_within_half_the_process_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing_starts: None
+) -> None:
+    # GIVEN 2 ranks that created 1,500 groups of both (gloo starts threads for each)
+    job = CustomJob(world_size=2)
+    pairs = [job.new_group(f"g{i}", [0, 1]) for i in range(1500)]
+    for rank in job.ranks():
+        ops = job.on(rank)
+        ops.step(0)
+        for gid in pairs:
+            ops.coll(gid, "all_reduce", [(4,)], site="grad_sync")
+    sim = simulate(SimSpec(layout=job, program=ProgramSpec(backend="gloo"), timeout_ms=5000))
+    write_dumps(sim, tmp_path / "dumps", Output(fmt="torch", pattern="rank_{rank}"))
+    limits = bounds.HostLimits(max_ranks=64, max_bytes=1 << 30, max_threads=10_000)
+
+    # WHEN it is replayed where half the process limit is 10,000 threads
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bounds, "host_limits", lambda: limits)
+        code = cli.run(["replay", str(tmp_path / "dumps"), "--out", str(tmp_path / "o")])
+
+    # THEN one line says how many groups and threads, and which limit
+    err = one_line_error(code, capsys.readouterr().err)
+    assert "1,500 process groups, 2 rank(s) started here: about 12,032 threads" in err
+    assert "above half this user's process limit (20,000; `ulimit -u` raises it)" in err
+
+
 @pytest.mark.parametrize(
     ("op", "held"),
     [

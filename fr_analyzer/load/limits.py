@@ -125,12 +125,15 @@ class Limits:
     """A replay spawns at most this many ranks per CPU of its host (`--max-ranks`)..."""
     replay_rank_memory: int = 512 * MIB
     """...and one per this much of its memory..."""
-    replay_rank_threads: int = 16
-    """...and one per this many of the user's process limit (`ulimit -u`: threads count)..."""
     replay_rank_files: int = 8
     """...and one per this many of the open-file limit (`ulimit -n`). A world claimed only by
     an unreadable file's name, beyond every rank the dumps read show, is named in the refusal
     and not believed."""
+    replay_rank_threads: int = 16
+    """The ranks started on one host count this many threads each..."""
+    replay_group_threads: int = 4
+    """...and this many more per process group each is a member of (gloo starts 3 a group):
+    together at most half the user's process limit (`ulimit -u`; threads count)."""
     replay_memory_share: int = 2
     """The tensors of the ranks spawned on one host hold at most 1/this of its memory at once,
     counted after `--scale` (`--max-bytes`; with nccl, each rank's on its own GPU)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import os
 import resource
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
@@ -37,28 +37,31 @@ class Space(enum.StrEnum):
 
 @dataclass(frozen=True)
 class HostLimits:
-    """The most a replay may start here: ranks (`--max-ranks`) and tensor bytes (`--max-bytes`:
-    held at once by the ranks started here, or by one rank's GPU with nccl)."""
+    """The most a replay may start here: ranks (`--max-ranks`), tensor bytes (`--max-bytes`:
+    held at once by the ranks started here, or by one rank's GPU with nccl) and threads (half
+    the user's process limit; None: it has none)."""
 
     max_ranks: int
     max_bytes: int
+    max_threads: int | None
 
 
 def host_limits(limits: Limits = LIMITS) -> HostLimits:
     """This host's defaults (the `replay_*` rows of docs/limits.md): ranks, the least of so many
-    per CPU, one per so much memory, and what the process and open-file limits leave for so
-    many threads and files a rank; bytes, a share of the memory."""
+    per CPU, one per so much memory, and what the open-file limit and half the process limit
+    leave for so many files and threads a rank; bytes, a share of the memory."""
     cpus = os.cpu_count() or 1
     memory = _physical_memory()
     candidates = [limits.replay_ranks_per_cpu * cpus, memory // limits.replay_rank_memory]
-    for which, per_rank in (
-        (resource.RLIMIT_NPROC, limits.replay_rank_threads),
-        (resource.RLIMIT_NOFILE, limits.replay_rank_files),
-    ):
-        soft = resource.getrlimit(which)[0]
-        if soft != resource.RLIM_INFINITY:
-            candidates.append(soft // per_rank)
-    return HostLimits(max(1, min(candidates)), max(1, memory // limits.replay_memory_share))
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if files != resource.RLIM_INFINITY:
+        candidates.append(files // limits.replay_rank_files)
+    processes = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    threads = None if processes == resource.RLIM_INFINITY else processes // 2
+    if threads is not None:
+        candidates.append(threads // limits.replay_rank_threads)
+    ranks = max(1, min(candidates))
+    return HostLimits(ranks, max(1, memory // limits.replay_memory_share), threads)
 
 
 def _physical_memory() -> int:
@@ -92,6 +95,28 @@ def check_world(
     raise UsageError(
         f"{told}; a replay starts at most {max_ranks:,} ranks on this host (--max-ranks raises it)"
     )
+
+
+def check_threads(
+    groups: Sequence[tuple[int, ...]],
+    here: Collection[int],
+    max_threads: int | None,
+    source: str,
+    limits: Limits = LIMITS,
+) -> None:
+    """Refuse a plan whose ranks started here (`here`) would start more threads than
+    `max_threads`: so many a rank, and so many more per group it is a member of (every rank
+    creates every group; gloo starts threads for each group a rank is in)."""
+    if max_threads is None:
+        return
+    memberships = sum(sum(1 for rank in members if rank in here) for members in groups)
+    threads = len(here) * limits.replay_rank_threads + memberships * limits.replay_group_threads
+    if threads > max_threads:
+        raise UsageError(
+            f"{source}: {len(groups):,} process groups, {len(here):,} rank(s) started here: "
+            f"about {threads:,} threads, above half this user's process limit "
+            f"({2 * max_threads:,}; `ulimit -u` raises it)"
+        )
 
 
 def _shown_by_dumps(dumps: Iterable[RankDump]) -> set[int]:

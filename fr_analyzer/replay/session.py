@@ -71,6 +71,9 @@ def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = Non
             f"the job has {launch.world_size} ranks and the dumps {groups.world_size}: "
             "launch as many ranks as the dumps have"
         )
+    here = range(groups.world_size) if launch is None else (launch.rank,)
+    members = [g.ranks for g in groups.groups]
+    bounds.check_threads(members, here, host.max_threads, source)
     if options.world_size is not None and options.world_size != groups.world_size:
         raise UsageError(
             f"--ranks {options.world_size}: the dumps are of a {groups.world_size}-rank job; "
@@ -78,7 +81,6 @@ def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = Non
         )
     plan = build(got.table, groups, source, options.plan)
     space = bounds.Space.DEVICE if options.run.backend == "nccl" else bounds.Space.HOST
-    here = range(plan.world_size) if launch is None else (launch.rank,)
     bounds.check_bytes(plan, options.max_bytes or host.max_bytes, space, here)
     return plan
 
