@@ -3,11 +3,12 @@ shared `--out` tries, and what the replay does now.
 
 - A `json.py` (`numpy.py`, `fr_analyzer.py`) in the folder the replay runs from is never
   imported by a rank: ranks run isolated, in a folder of their own.
-- A stray file `rank_1048575` does not make a 1,048,576-rank plan, and a tensor recorded as
-  2**31 floats is not allocated as recorded: both are refused in one line naming the flag that
-  raises the limit, before anything starts.
+- A stray file `rank_1048575` does not make a 1,048,576-rank plan, thousands of groups do not
+  start a thread each per rank past the process limit, and a tensor recorded as 2**31 floats
+  is not allocated as recorded: each is refused in one line naming the limit and what raises
+  it, before anything starts.
 - A link planted in `--out` (`plan.json`, `logs/`, `stop`, `fr/`) is refused or replaced,
-  never written through.
+  never written through; a plan replaced there after it was written is not run.
 - SIGTERM, SIGHUP (and SIGKILL) to the replay leave no rank running.
 
 Every process a test starts is bounded in time and killed by its pid (or its process group).
@@ -251,7 +252,7 @@ def test_a_job_of_many_groups_is_refused_within_half_the_process_limit(
     # THEN one line says how many groups and threads, and which limit
     err = one_line_error(code, capsys.readouterr().err)
     assert "1,500 process groups, 2 rank(s) started here: about 12,032 threads" in err
-    assert "above half this user's process limit (20,000; `ulimit -u` raises it)" in err
+    assert "above 10,000, half this user's process limit (`ulimit -u` raises it)" in err
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
-"""What a replay may ask of this host: how many ranks it starts and how many tensor bytes they
-hold at once, both refused before anything starts, in one line naming the limit and the flag
-that raises it.
+"""What a replay may ask of this host: how many ranks it starts, how many threads they run (a
+gloo rank starts threads for every group it is in) and how many tensor bytes they hold at once,
+each refused before anything starts, in one line naming the limit and the flag that raises it.
 
 A plan is read from files anyone may have written: a stray file named `rank_1048575` makes a
 world of 1,048,576 ranks (the spawn launcher would start a Python and torch process for each),
@@ -114,8 +114,8 @@ def check_threads(
     if threads > max_threads:
         raise UsageError(
             f"{source}: {len(groups):,} process groups, {len(here):,} rank(s) started here: "
-            f"about {threads:,} threads, above half this user's process limit "
-            f"({2 * max_threads:,}; `ulimit -u` raises it)"
+            f"about {threads:,} threads, above {max_threads:,}, half this user's process "
+            "limit (`ulimit -u` raises it)"
         )
 
 
