@@ -46,7 +46,7 @@ HEALTHY = ROOT / "sample_dumps" / "gloo_healthy"
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="torch is not installed (the replay extra)"
 )
-DECOYS = ("json", "numpy", "fr_analyzer", "torch", "argparse")
+DECOYS = ("json", "numpy", "fr_analyzer", "torch", "argparse", "sitecustomize", "usercustomize")
 """Modules a rank imports (or would, were the folder on its path): each decoy leaves a mark."""
 
 
@@ -90,8 +90,8 @@ def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_torch
 @pytest.mark.slow
 def test_replay_from_a_folder_of_decoy_modules_imports_none_of_them(tmp_path: Path) -> None:
-    # GIVEN a dump folder holding json.py, numpy.py, fr_analyzer.py, torch.py and argparse.py,
-    # each of which leaves a mark when imported
+    # GIVEN a dump folder holding json.py, numpy.py, fr_analyzer.py, torch.py, argparse.py,
+    # sitecustomize.py and usercustomize.py, each of which leaves a mark when imported
     dumps = all_reduces(tmp_path / "dumps", [[64], [64]])
     marks = tmp_path / "marks"
     marks.mkdir()

@@ -3,10 +3,12 @@ ops (a warm-up iteration, then the timed ones), and write what happened: the per
 (`result_<rank>.json`) and, when the replay stopped anywhere, this rank's Flight Recorder
 (`fr/rank_<rank>.pkl`). The only module of fr-analyze that imports torch, and only when run.
 
-`python -m fr_analyzer.replay.worker ...` is how the runner starts a rank; under torchrun or
-srun the CLI calls `run` in its own process. Every op is bounded by the process-group timeout;
-a rank that is done waits (a bounded time) for the others before it leaves, so that a peer still
-in an op sees the fault being replayed and not this rank's exit.
+The runner starts a rank as an isolated Python that calls `main` (`runner.BOOTSTRAP`; `python
+-m fr_analyzer.replay.worker ...` takes the same arguments); under torchrun or srun the CLI
+calls `run` in its own process. A spawned rank dies with the runner (`die_with`) and runs only
+the plan the runner wrote (its SHA-256 is on the command line). Every op is bounded by the
+process-group timeout; a rank that is done waits (a bounded time) for the others before it
+leaves, so that a peer still in an op sees the fault being replayed and not this rank's exit.
 """
 
 from __future__ import annotations
