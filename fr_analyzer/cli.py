@@ -1227,6 +1227,27 @@ def replay_cmd(
         Path | None,
         typer.Option("--json", help="Write per rank and op the wall times here (- for stdout)."),
     ] = None,
+    max_ranks: Annotated[
+        int | None,
+        typer.Option(
+            "--max-ranks",
+            min=1,
+            show_default=False,
+            help="Most ranks spawned on this host (default: from its CPUs, memory and process "
+            "limits); a bigger world is refused before any starts.",
+        ),
+    ] = None,
+    max_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-bytes",
+            parser=_file_size,
+            metavar="<size>",
+            show_default=False,
+            help="Most tensor bytes the ranks hold at once, after --scale: bytes, or e.g. 512M, "
+            "4G (default: half this host's memory; with nccl, per GPU).",
+        ),
+    ] = None,
 ) -> None:
     """Replay the recorded collective sequence with torch.distributed (gloo on CPU, or nccl)
     and time every op. A replay that stops (an op times out, a rank crashes) dumps every
@@ -1259,6 +1280,8 @@ def replay_cmd(
             run=RunOptions(folder, backend, timeout, deadline, iterations, warmup),
             launcher=session.Launcher(launcher),
             world_size=ranks,
+            max_ranks=max_ranks,
+            max_bytes=max_bytes,
         )
         report = session.replay(source, options, os.environ)
         raise typer.Exit(print_replay(report, json_out, kept=out is not None))

@@ -422,7 +422,10 @@ def _workers_of(out: Path) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"fr_analyzer.replay.worker" in cmdline and str(out).encode() in cmdline:
+        if (
+            any(b"fr_analyzer.replay.worker" in arg for arg in cmdline)
+            and str(out).encode() in cmdline
+        ):
             found.append(int(proc.name))
     return found
 

@@ -120,6 +120,24 @@ class Limits:
     url_max_redirects: int = 10
     """Most redirects followed for one request to a URL source (each within its origin)."""
 
+    # --- a replay (`fr-analyze replay`, checked before any rank starts) ------------------
+    replay_ranks_per_cpu: int = 16
+    """A replay spawns at most this many ranks per CPU of its host (`--max-ranks`)..."""
+    replay_rank_memory: int = 512 * MIB
+    """...and one per this much of its memory..."""
+    replay_rank_files: int = 8
+    """...and one per this many of the open-file limit (`ulimit -n`). A world claimed only by
+    an unreadable file's name, beyond every rank the dumps read show, is named in the refusal
+    and not believed."""
+    replay_rank_threads: int = 16
+    """The ranks started on one host count this many threads each..."""
+    replay_group_threads: int = 4
+    """...and this many more per process group each is a member of (gloo starts 3 a group):
+    together at most half the user's process limit (`ulimit -u`; threads count)."""
+    replay_memory_share: int = 2
+    """The tensors of the ranks spawned on one host hold at most 1/this of its memory at once,
+    counted after `--scale` (`--max-bytes`; with nccl, each rank's on its own GPU)."""
+
 
 LIMITS = Limits()
 """The limits in force."""

@@ -6,28 +6,60 @@ port, rank 0 holding the store) and kills, by pid, every one still running at th
 launcher's environment (torchrun's RANK/WORLD_SIZE/LOCAL_RANK, or srun's SLURM_PROCID/
 SLURM_NTASKS/SLURM_LOCALID; MASTER_ADDR/MASTER_PORT for the rendezvous). The caller passes the
 environment in: this module reads none of its own.
+
+A spawned rank imports nothing from where the replay was started: Python runs isolated (`-I`:
+no current folder, no PYTHONPATH, no user site on `sys.path`), in a private empty folder, and
+loads this very fr_analyzer by its location (an installed, editable or plain checkout alike),
+then torch from the interpreter's own site-packages. Each rank is the leader of its own process
+group: SIGTERM, SIGHUP or Ctrl-C to this process kills every rank's group before it leaves, and
+a rank dies with this process even when it is killed outright (`worker.die_with`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
-from ..errors import UsageError
+from ..errors import FrAnalyzerError, UsageError
+from . import files
+from .files import LOGS, PLAN_FILE
 from .plan import ReplayPlan, to_json
 from .worker import FR_FOLDER, RESULT, STOP, RankResult, WorkerArgs, read_result
 
-PLAN_FILE = "plan.json"
-LOGS = "logs"
 LOG_TAIL_LINES = 5
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that stop a replay: every rank is killed, then this process leaves (Ctrl-C too)."""
+BOOTSTRAP = (
+    "import importlib.util, sys\n"
+    "home = sys.argv.pop(1)\n"
+    "spec = importlib.util.spec_from_file_location(\n"
+    "    'fr_analyzer', home + '/__init__.py', submodule_search_locations=[home])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules['fr_analyzer'] = module\n"
+    "spec.loader.exec_module(module)\n"
+    "from fr_analyzer.replay.worker import main\n"
+    "main()\n"
+)
+"""What a spawned rank runs (`python -I -c BOOTSTRAP <package folder> <worker arguments>`):
+this fr_analyzer, found by its folder and not by a search of `sys.path`."""
+PACKAGE_HOME = Path(__file__).resolve().parents[1]
+
+
+class Stopped(FrAnalyzerError):
+    """A signal stopped the replay; every rank was killed first."""
 
 
 @dataclass(frozen=True)
@@ -109,68 +141,132 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_plan(plan: ReplayPlan, out: Path) -> Path:
-    """The plan as the workers read it: `out/plan.json`."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / PLAN_FILE
-    path.write_text(to_json(plan))
-    return path
+def write_plan(plan: ReplayPlan, out: Path, name: str = PLAN_FILE) -> tuple[Path, str]:
+    """The plan as the workers read it, `out/plan.json`, written without following a link; and
+    its SHA-256, by which a rank knows it reads that plan (`out` may be shared)."""
+    text = to_json(plan).encode()
+    return files.write_in(out, name, text), hashlib.sha256(text).hexdigest()
 
 
 def spawn(plan: ReplayPlan, options: RunOptions, env: Mapping[str, str]) -> RunOutcome:
-    """Run every rank of `plan` as a local process; kill (by pid) those still running at the
-    deadline."""
-    path = write_plan(plan, options.out)
-    logs = options.out / LOGS
-    logs.mkdir(exist_ok=True)
+    """Run every rank of `plan` as a local process, isolated, each the leader of its own
+    process group; kill (by process group) those still running at the deadline, and all of
+    them when this process is stopped (SIGTERM, SIGHUP, Ctrl-C)."""
+    out = options.out.absolute()
+    files.check_out(out)
+    path, digest = write_plan(plan, out)
+    with files.folder(out) as out_fd:
+        for stale in [STOP, *(RESULT.format(rank=r) for r in range(plan.world_size))]:
+            with contextlib.suppress(FileNotFoundError):  # an earlier run's, in a kept --out
+                os.unlink(stale, dir_fd=out_fd)
+    logs = out / LOGS
     port = free_port()
-    env = _importable(env)
     started = time.monotonic()
     limit = started + deadline(options)
     procs: list[subprocess.Popen[bytes]] = []
-    with contextlib.ExitStack() as stack:
-        try:
-            for rank in range(plan.world_size):
-                log = stack.enter_context((logs / f"rank_{rank}.log").open("wb"))
-                argv = [sys.executable, "-m", "fr_analyzer.replay.worker"]
-                argv += _worker_argv(path, rank, plan.world_size, options, port)
-                procs.append(
-                    subprocess.Popen(
-                        argv, stdout=log, stderr=subprocess.STDOUT, env=dict(env), cwd=Path.cwd()
-                    )
-                )
-            killed = wait_or_kill(procs, limit, options.out)
-        finally:
-            for proc in procs:  # an interrupt, an error: none is left behind
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+    killed: set[int] = set()
+    home = Path(tempfile.mkdtemp(prefix="fr-replay-rank-"))  # every rank's cwd: empty, private
+    try:
+        with stopped_by(STOP_SIGNALS), files.folder(out) as out_fd:
+            with files.subfolder(out_fd, LOGS, logs) as logs_fd:
+                for rank in range(plan.world_size):
+                    name = f"rank_{rank}.log"
+                    log = files.create(logs_fd, name, logs / name)
+                    argv = [sys.executable, "-I", "-c", BOOTSTRAP, str(PACKAGE_HOME)]
+                    argv += _worker_argv(path, rank, plan.world_size, options, port, out)
+                    argv += ["--plan-sha256", digest]
+                    try:
+                        with _signals_held():  # a stop lands once the rank is in `procs`
+                            procs.append(
+                                subprocess.Popen(
+                                    argv,
+                                    stdin=subprocess.DEVNULL,
+                                    stdout=log,
+                                    stderr=subprocess.STDOUT,
+                                    env=_rank_env(env),
+                                    cwd=home,
+                                    start_new_session=True,
+                                )
+                            )
+                    finally:
+                        os.close(log)
+            killed = wait_or_kill(procs, limit, out)
+    finally:
+        with _signals_held():  # none is left behind, whatever stopped this
+            for proc in procs:
+                kill(proc)
+        shutil.rmtree(home, ignore_errors=True)
     exits = []
     for rank, proc in enumerate(procs):
-        result_path = options.out / RESULT.format(rank=rank)
-        result = read_result(result_path) if result_path.exists() else None
+        result = _result_of(out / RESULT.format(rank=rank))
         tail = _tail(logs / f"rank_{rank}.log")
         exits.append(RankExit(rank, proc.returncode, rank in killed, result, tail))
-    return RunOutcome(tuple(exits), options.out / FR_FOLDER, time.monotonic() - started)
+    return RunOutcome(tuple(exits), out / FR_FOLDER, time.monotonic() - started)
+
+
+def kill(proc: subprocess.Popen[bytes]) -> bool:
+    """Kill a process still running, and its process group when it leads one; wait for it.
+    Whether it was still running."""
+    if proc.poll() is not None:
+        return False
+    with contextlib.suppress(OSError):
+        if os.getpgid(proc.pid) == proc.pid:  # its own group (the spawned ranks): all of it
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    return True
+
+
+@contextlib.contextmanager
+def stopped_by(signals: Sequence[signal.Signals]) -> Iterator[None]:
+    """While inside, each of `signals` raises `Stopped`, unless it was ignored (`nohup`). Only
+    the main thread can handle a signal: elsewhere nothing changes, and the ranks die with this
+    process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        raise Stopped(f"replay stopped by {name}: every rank was killed")
+
+    previous: dict[signal.Signals, Callable[[int, FrameType | None], object] | int | None] = {}
+    try:
+        for sig in signals:
+            if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                previous[sig] = signal.signal(sig, stop)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """The stop signals held back while inside (delivered on the way out)."""
+    held = {*STOP_SIGNALS, signal.SIGINT}
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def wait_or_kill(procs: Sequence[subprocess.Popen[bytes]], limit: float, out: Path) -> set[int]:
     """Wait for every process (rank i is `procs[i]`) until `limit` (`time.monotonic()`); kill
-    the rest by pid; return the ranks killed. Once every rank has ended or written its result
-    in `out` and one failed, tell the rest to stop waiting for their peers (`STOP`)."""
+    the rest (by process group where they lead one); return the ranks killed. Once every rank
+    has ended or written its result in `out` and one failed, tell the rest to stop waiting for
+    their peers (`STOP`)."""
     stopped = False
     while any(p.poll() is None for p in procs) and time.monotonic() < limit:
         if not stopped and _settled(procs, out):
-            (out / STOP).touch()
+            files.write_in(out, STOP, b"")
             stopped = True
         time.sleep(0.05)
-    killed = set()
-    for rank, proc in enumerate(procs):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-            killed.add(rank)
-    return killed
+    return {rank for rank, proc in enumerate(procs) if kill(proc)}
 
 
 def _settled(procs: Sequence[subprocess.Popen[bytes]], out: Path) -> bool:
@@ -191,27 +287,33 @@ def _settled(procs: Sequence[subprocess.Popen[bytes]], out: Path) -> bool:
     return failed
 
 
-def _importable(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with this fr_analyzer first on PYTHONPATH: the workers import the same code
-    (from a checkout too, not only from an installed package)."""
-    home = str(Path(__file__).resolve().parents[2])
-    paths = [home, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != home)]
-    found = {**env, "PYTHONPATH": os.pathsep.join(paths)}
+def _result_of(path: Path) -> RankResult | None:
+    """What a rank wrote at `path`, or None: nothing, or nothing readable."""
+    try:
+        return read_result(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _rank_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a spawned rank: `env`, gloo on loopback (every rank is on
+    127.0.0.1). PYTHONPATH is in it but not read: a rank runs isolated."""
+    found = dict(env)
     if "GLOO_SOCKET_IFNAME" not in found and any(n == "lo" for _, n in socket.if_nameindex()):
-        found["GLOO_SOCKET_IFNAME"] = "lo"  # every rank is on 127.0.0.1: gloo on loopback too
+        found["GLOO_SOCKET_IFNAME"] = "lo"
     return found
 
 
 def _tail(path: Path) -> tuple[str, ...]:
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        lines = files.read(path).decode(errors="replace").splitlines()
     except OSError:
         return ()
     return tuple(line[:200] for line in lines[-LOG_TAIL_LINES:])
 
 
 def _worker_argv(
-    plan: Path, rank: int, world: int, options: RunOptions, port: int | None, local: int = 0
+    plan: Path, rank: int, world: int, options: RunOptions, port: int | None, out: Path
 ) -> list[str]:
     init = f"tcp://127.0.0.1:{port}" if port is not None else "env://"
     return [
@@ -222,19 +324,21 @@ def _worker_argv(
         "--world-size",
         str(world),
         "--local-rank",
-        str(rank if options.backend == "nccl" and port is not None else local),
+        str(rank if options.backend == "nccl" else 0),
         "--backend",
         options.backend,
         "--init-method",
         init,
         "--out",
-        str(options.out),
+        str(out),
         "--timeout",
         str(options.timeout_s),
         "--iterations",
         str(options.iterations),
         "--warmup",
         str(options.warmup),
+        "--parent",
+        str(os.getpid()),
     ]
 
 
@@ -277,9 +381,8 @@ def in_process(plan: ReplayPlan, options: RunOptions, launch: Launch) -> RunOutc
             f"the job has {launch.world_size} ranks and the dumps {plan.world_size}: "
             "launch as many ranks as the dumps have"
         )
-    options.out.mkdir(parents=True, exist_ok=True)
-    path = options.out / f"plan_{launch.rank}.json"  # one per rank: `out` may be shared
-    path.write_text(to_json(plan))
+    files.check_out(options.out)
+    path, digest = write_plan(plan, options.out, f"plan_{launch.rank}.json")  # one per rank
     started = time.monotonic()
     args = WorkerArgs(
         path,
@@ -292,13 +395,13 @@ def in_process(plan: ReplayPlan, options: RunOptions, launch: Launch) -> RunOutc
         options.timeout_s,
         options.iterations,
         options.warmup,
+        plan_sha256=digest,
     )
     status = worker.run(args)
     exits = []
     for rank in range(plan.world_size):
-        result_path = options.out / RESULT.format(rank=rank)
-        if rank != launch.rank and not result_path.exists():
+        result = _result_of(options.out / RESULT.format(rank=rank))
+        if rank != launch.rank and result is None:
             continue
-        result = read_result(result_path) if result_path.exists() else None
         exits.append(RankExit(rank, status if rank == launch.rank else None, False, result))
     return RunOutcome(tuple(exits), options.out / FR_FOLDER, time.monotonic() - started)

@@ -13,8 +13,9 @@ from ..errors import UsageError
 from ..load.sources import Directory, Source
 from ..model.groups import build_groups
 from ..pipeline import Analysis, Options, analyze, load
+from . import bounds, files
 from .plan import PlanOptions, ReplayPlan, build
-from .runner import RunOptions, RunOutcome, in_process, launch_from, spawn
+from .runner import Launch, RunOptions, RunOutcome, in_process, launch_from, spawn
 
 INSTALL_HINT = "fr-analyze replay needs torch: pip install 'fr-analyze[replay]'"
 
@@ -35,6 +36,8 @@ class ReplayOptions:
     launcher: Launcher = Launcher.SPAWN
     world_size: int | None = None  # spawn: how many ranks (None: the job's world size)
     load: Options = field(default_factory=Options)
+    max_ranks: int | None = None  # spawn: most ranks started here (None: `bounds.host_limits`)
+    max_bytes: int | None = None  # most tensor bytes held at once (None: `bounds.host_limits`)
 
 
 @dataclass(frozen=True)
@@ -52,16 +55,33 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def make_plan(where: Source, options: ReplayOptions) -> ReplayPlan:
-    """The plan of the job at `where`, through the project's loader."""
+def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = None) -> ReplayPlan:
+    """The plan of the job at `where`, through the project's loader, refused when this host
+    cannot run it (`bounds`): `launch` is this process's place under torchrun or srun (None:
+    the ranks are spawned here)."""
     got = load(where, options.load)
     groups = build_groups(got.dumps, got.table, got.unreadable)
-    plan = build(got.table, groups, got.found.source.label, options.plan)
-    if options.world_size is not None and options.world_size != plan.world_size:
+    source = got.found.source.label
+    host = bounds.host_limits()
+    if launch is None:
+        max_ranks = options.max_ranks or host.max_ranks
+        bounds.check_world(groups.world_size, max_ranks, got.dumps, got.unreadable, source)
+    elif launch.world_size != groups.world_size:
         raise UsageError(
-            f"--ranks {options.world_size}: the dumps are of a {plan.world_size}-rank job; "
+            f"the job has {launch.world_size} ranks and the dumps {groups.world_size}: "
+            "launch as many ranks as the dumps have"
+        )
+    here = range(groups.world_size) if launch is None else (launch.rank,)
+    members = [g.ranks for g in groups.groups]
+    bounds.check_threads(members, here, host.max_threads, source)
+    if options.world_size is not None and options.world_size != groups.world_size:
+        raise UsageError(
+            f"--ranks {options.world_size}: the dumps are of a {groups.world_size}-rank job; "
             "a replay runs every rank"
         )
+    plan = build(got.table, groups, source, options.plan)
+    space = bounds.Space.DEVICE if options.run.backend == "nccl" else bounds.Space.HOST
+    bounds.check_bytes(plan, options.max_bytes or host.max_bytes, space, here)
     return plan
 
 
@@ -70,10 +90,11 @@ def replay(where: Source, options: ReplayOptions, env: Mapping[str, str]) -> Rep
     with `Launcher.ENV`, where this rank's place in the job is read)."""
     if not torch_available():
         raise UsageError(INSTALL_HINT)
-    plan = make_plan(where, options)
+    files.check_out(options.run.out)
+    launch = launch_from(env) if options.launcher == Launcher.ENV else None
+    plan = make_plan(where, options, launch)
     reporter = True
-    if options.launcher == Launcher.ENV:
-        launch = launch_from(env)
+    if launch is not None:
         outcome = in_process(plan, options.run, launch)
         reporter = launch.rank == 0
     else:

@@ -3,18 +3,22 @@ ops (a warm-up iteration, then the timed ones), and write what happened: the per
 (`result_<rank>.json`) and, when the replay stopped anywhere, this rank's Flight Recorder
 (`fr/rank_<rank>.pkl`). The only module of fr-analyze that imports torch, and only when run.
 
-`python -m fr_analyzer.replay.worker ...` is how the runner starts a rank; under torchrun or
-srun the CLI calls `run` in its own process. Every op is bounded by the process-group timeout;
-a rank that is done waits (a bounded time) for the others before it leaves, so that a peer still
-in an op sees the fault being replayed and not this rank's exit.
+The runner starts a rank as an isolated Python that calls `main` (`runner.BOOTSTRAP`; `python
+-m fr_analyzer.replay.worker ...` takes the same arguments); under torchrun or srun the CLI
+calls `run` in its own process. A spawned rank dies with the runner (`die_with`) and runs only
+the plan the runner wrote (its SHA-256 is on the command line). Every op is bounded by the
+process-group timeout; a rank that is done waits (a bounded time) for the others before it
+leaves, so that a peer still in an op sees the fault being replayed and not this rank's exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -23,17 +27,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from . import files
+from .files import FR_FILE, FR_FOLDER, RESULT, STOP
 from .plan import Kind, OpSpec, ReplayPlan, from_json
 
-RESULT = "result_{rank}.json"
-FR_FOLDER = "fr"
-FR_FILE = "rank_{rank}.pkl"
+__all__ = ["FR_FILE", "FR_FOLDER", "RESULT", "STOP", "RankResult", "WorkerArgs", "main", "run"]
+
 FINISHED_KEY = "fr_replay/finished"
 FAILED_KEY = "fr_replay/failed"
 LEFT_KEY = "fr_replay/left"
-STOP = "stop"
-"""Written by the runner when every rank has ended or is done and one failed: no rank is left
-in an op for whom the others should stay."""
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 LINGER_EXTRA_S = 5.0
 """A rank that is done waits for the others up to the group timeout and this much more."""
 
@@ -52,6 +55,8 @@ class WorkerArgs:
     timeout_s: float
     iterations: int
     warmup: int
+    parent: int | None = None  # the runner's pid: this rank dies with it (spawned ranks)
+    plan_sha256: str | None = None  # the plan's digest as the runner wrote it
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class RankResult:
 
 def read_result(path: Path) -> RankResult:
     """A result file written by `run`."""
-    data = json.loads(path.read_text())
+    data = json.loads(files.read(path))
     return RankResult(
         rank=data["rank"],
         ok=data["ok"],
@@ -86,11 +91,16 @@ def read_result(path: Path) -> RankResult:
 
 def run(args: WorkerArgs) -> int:
     """Replay one rank; returns its exit status (0: every op of every iteration completed)."""
-    plan = from_json(args.plan.read_text())
+    text = files.read(args.plan)
+    if args.plan_sha256 is not None and hashlib.sha256(text).hexdigest() != args.plan_sha256:
+        error = f"{args.plan}: changed after the replay wrote it (--out is shared?): not run"
+        _write(args.out / RESULT.format(rank=args.rank), RankResult(args.rank, False, (), error))
+        return 2
+    plan = from_json(text.decode())
     buffer = max(2000, 4 * len(plan.ranks[args.rank].ops) * (args.iterations + args.warmup))
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(buffer))  # read when the group is made
     fr_dir = args.out / FR_FOLDER
-    fr_dir.mkdir(parents=True, exist_ok=True)
+    files.ensure(args.out, FR_FOLDER)
     if args.backend == "nccl":  # the watchdog aborts a rank that times out: it dumps first
         os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(fr_dir / "nccl_trace_rank_"))
@@ -154,7 +164,7 @@ def run(args: WorkerArgs) -> int:
     while time.monotonic() < deadline:
         done = _store_add(store, FINISHED_KEY, 0)
         failed = _store_add(store, FAILED_KEY, 0)
-        if done < 0 or done >= args.world_size or (args.out / STOP).exists():
+        if done < 0 or done >= args.world_size or os.path.lexists(args.out / STOP):
             break
         time.sleep(0.05)
     _store_add(store, LEFT_KEY, 1)
@@ -285,18 +295,14 @@ def _dump(path: Path, torch: Any) -> bool:
         return False
     try:
         data = dump(includeCollectives=True, includeStackTraces=False, onlyActive=False)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(data)
-        partial.replace(path)
+        files.write_in(path.parent, path.name, data)
     except Exception:  # a dump that cannot be written: the analysis names the rank missing
         return False
     return True
 
 
 def _write(path: Path, result: RankResult) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(asdict(result)))
-    partial.replace(path)
+    files.write_in(path.parent, path.name, json.dumps(asdict(result)).encode())
 
 
 def _first_line(exc: BaseException) -> str:
@@ -317,6 +323,8 @@ def parse(argv: list[str]) -> WorkerArgs:
     p.add_argument("--timeout", type=float, required=True)
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--parent", type=int, default=None)
+    p.add_argument("--plan-sha256", default=None)
     a = p.parse_args(argv)
     return WorkerArgs(
         a.plan,
@@ -329,12 +337,33 @@ def parse(argv: list[str]) -> WorkerArgs:
         a.timeout,
         a.iterations,
         a.warmup,
+        a.parent,
+        a.plan_sha256,
     )
+
+
+def die_with(parent: int | None) -> None:
+    """Have the kernel kill this process when the one that started it dies, even by SIGKILL
+    (Linux's PR_SET_PDEATHSIG; best effort elsewhere); leave at once if it is already gone."""
+    if parent is None:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it died before the line above: nobody would kill this rank
+        os._exit(1)
 
 
 def main() -> None:
     """Run one rank and leave at once: tearing down a group whose peers are gone can block."""
-    status = run(parse(sys.argv[1:]))
+    args = parse(sys.argv[1:])
+    die_with(args.parent)
+    status = run(args)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
