@@ -124,7 +124,7 @@ def conclude(
     when = root.time if root is not None else None
     dump_ns, bound, basis = _dump_time(timing, root)
     hosts = diagnosis.hosts
-    others = _alternatives(status, root, timing)
+    others = _alternatives(status, root, timing, summary)
     return Conclusion(
         status,
         _answer(status, root, judged, timing, summary, stats),
@@ -156,7 +156,7 @@ _DECIDE_AGE = {
 
 
 def _alternatives(
-    status: Status, root: RootCause | None, timing: Timing
+    status: Status, root: RootCause | None, timing: Timing, summary: DumpSummary
 ) -> tuple[Alternative, ...]:
     """The other readings of the dumps: the root rule's own, and, where a hang rests on ops
     whose age is not known, that they were in flight."""
@@ -164,13 +164,21 @@ def _alternatives(
     traces = timing.dump.traces_only  # traces keep no times: a trace's end is where it stopped
     if status == Status.HUNG and timing.age == Age.UNKNOWN and not timing.measured and not traces:
         reason = timing.unknown or Unknown.NO_FILE_TIME
-        found.append(
-            Alternative(
-                Status.OK,
-                "its ops were in flight when it was dumped",
-                _DECIDE_AGE[reason],
-            )
+        lost = sorted(
+            set(summary.ranks_missing) | {u.rank for u in summary.unreadable if u.rank is not None}
         )
+        if lost:  # in flight, and those dumps lost on the way: incomplete, not ok
+            reading = (
+                f"its ops were in flight when it was dumped, and the dumps of {label(lost)} "
+                "were lost for another reason"
+            )
+            found.append(Alternative(Status.INCOMPLETE, reading, _DECIDE_AGE[reason]))
+        else:
+            found.append(
+                Alternative(
+                    Status.OK, "its ops were in flight when it was dumped", _DECIDE_AGE[reason]
+                )
+            )
     return tuple(found)
 
 
@@ -279,10 +287,7 @@ def _answer(
 ) -> str:
     head = status.value.upper()
     if root is not None:
-        text = f"{head}. {root.sentence}"
-        if status == Status.HUNG and timing.age == Age.UNKNOWN:
-            text += " (How long the ops had waited is unknown: see timing.)"
-        return text
+        return f"{head}. {root.sentence}"
     independent = [j.finding for j in judged if j.role == Role.INDEPENDENT]
     if status == Status.DESYNC:
         first = independent[0]

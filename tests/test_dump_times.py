@@ -141,7 +141,7 @@ def test_the_in_flight_dump_copied_without_its_time_is_unknown_and_says_so(
     """A copy made long after (its time set far past the entries) dates nothing: the age is
     unknown, never young, the copy's time is named, and the answer says the other reading."""
     late = MTIMES_NS["inflight"] + 86_400 * 10**9
-    code, text, report = fr("-d", str(real_set(tmp_path, "inflight", late)))
+    code, _, report = fr("-d", str(real_set(tmp_path, "inflight", late)))
     assert code == 1
     verdict = report["verdict"]
     timing = verdict["timing"]

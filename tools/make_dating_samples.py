@@ -33,10 +33,12 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_job import run_ranks  # noqa: E402
+if TYPE_CHECKING:  # mypy checks this script as a module of the `tools` package
+    from tools.torch_job import run_ranks
+else:
+    from torch_job import run_ranks  # a sibling: the script runs by its path
 
 WORLD_SIZE = 4
 TIMEOUT_S = 5.0
@@ -120,7 +122,7 @@ def run_scenario(scenario: str, out: Path) -> list[str]:
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", scenario]
     argv += ["--store-port", str(store.port), "--out", str(folder)]
-    problems = run_ranks(argv, WORLD_SIZE, 4 * TIMEOUT_S + 60)
+    problems: list[str] = run_ranks(argv, WORLD_SIZE, 4 * TIMEOUT_S + 60)
     ranks: dict[str, Any] = {}
     for rank in range(WORLD_SIZE):
         part = folder / f"timing_{rank}.json"

@@ -150,8 +150,8 @@ def _one_dump_timing(
         elif bounded and (when.exact or when.file_times):
             age_text = f"at most {float(highs.max()):.1f} s old"
         else:  # PyTorch's gloo recorder left them unretired: below their timeout
-            lows = found.at_least_s[~np.isnan(found.at_least_s)]
-            least = float(lows.max()) if len(lows) else None
+            floors = found.at_least_s[~np.isnan(found.at_least_s)]
+            least = float(floors.max()) if len(floors) else None
             old_enough = least is not None and least >= 1
             at_least = f"at least {least:.0f} s old and " if old_enough else ""
             age_text = f"{at_least}below their timeout (gloo retires an op that times out"
