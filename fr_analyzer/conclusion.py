@@ -169,14 +169,16 @@ def _alternatives(
         )
         if lost:  # in flight, and those dumps lost on the way: incomplete, not ok
             reading = (
-                f"its ops were in flight when it was dumped, and the dumps of {label(lost)} "
-                "were lost for another reason"
+                "the job's ops were in flight when it was dumped, and the "
+                f"{agree(lost, 'dump', 'dumps')} of {label(lost)} went missing for another reason"
             )
             found.append(Alternative(Status.INCOMPLETE, reading, _DECIDE_AGE[reason]))
         else:
             found.append(
                 Alternative(
-                    Status.OK, "its ops were in flight when it was dumped", _DECIDE_AGE[reason]
+                    Status.OK,
+                    "the job's ops were in flight when it was dumped",
+                    _DECIDE_AGE[reason],
                 )
             )
     return tuple(found)

@@ -100,7 +100,7 @@ def test_a_real_watchdog_dump_alone_is_hung_but_ambiguous_its_file_time_proves_n
     assert other["status"] == "ok" and "in flight" in other["reading"]
     assert "watchdog timeout line in the job's log" in other["decide"]
     assert "s old when dumped" in " ".join(text.split())
-    assert "confidence: ambiguous; or OK: its ops were in flight" in " ".join(text.split())
+    assert "confidence: ambiguous; or OK: the job's ops were in flight" in " ".join(text.split())
     if name == "stuck_timeout":  # timing on, and it stayed scheduled
         assert "the GPU never started it" in verdict["summary"]
     else:  # timing off: scheduled is all NCCL ever says
