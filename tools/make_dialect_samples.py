@@ -37,9 +37,13 @@ reports); `pg_config` keyed by communicator name with the backend as `desc` and 
 `p2p_seq_id` 0 and `is_p2p` False; `op_id` a process-wide counter; `profiling_name`
 `<backend>:<op>` with no peer; a batch of p2p ops is one `batch_op_issue` entry with no tensors;
 communicators split from the world one are named `<parent>::split::<color>_<name>_<counter>`
-(NCCLX). `retired` is set when the call returns (the op is only enqueued), and the state is
-read once, then: a stuck op looks like a healthy one in flight (`scheduled`, retired).
-`timeout_ms` is 600000. Simplification: a coalesced block's members are written as plain ops
+(NCCLX). An op is retired in the hook that runs when its call returns (`TorchComm::all_reduce`
+calls the backend, then `postHook` -> `retire_id`). On NCCL, as here, the call only enqueues the
+op: every issued op is retired, and its state (and any discovery time) is read once, then, not
+at the dump: a stuck op looks like a healthy one in flight (`scheduled`, retired; here the GPU
+had not reached it when its call returned). On gloo the call runs the op: retired means it
+finished, and a hung op stays unretired. `timeout_ms` is 600000 on every op, not the
+communicator's timeout. Simplification: a coalesced block's members are written as plain ops
 (torchcomms has no coalescing marker)."""
 
 HCCL_SOURCES = """Facts (Ascend/pytorch, `torch_npu/csrc/distributed/TraceUtils.h`,

@@ -12,7 +12,8 @@ recorders write the same top-level keys with other meanings (facts from their so
   its call returns (`TorchComm::all_reduce` calls the backend, then `postHook` -> `retire_id`),
   so what `retired` means depends on the communicator's backend. On gloo (CPU) the call runs the
   op: retired means it finished; an unretired op is a call that never returned (a hang, or a
-  call that raised: its hook never ran). On NCCL and the other GPU backends the call only
+  call that raised: its hook never ran). With `async_op` the op runs on a thread and the call
+  returns at once: retired then, not finished. On NCCL and the other GPU backends the call only
   enqueues the op: every issued op is retired, its state and discovery times are read once, at
   that moment (not at the dump), and nothing tells whether it finished; an unretired one (a call
   still inside the backend) is read at the dump, where its end event, never recorded, reads as
@@ -112,7 +113,8 @@ def description(dialect: str, backends: Iterable[str]) -> str | None:
     if running:
         parts.append(
             f"on {', '.join(running)} an op is retired when its call returned, so it finished "
-            "(an unretired one: a call that never returned)"
+            "(an unretired one: a call that never returned; one issued with async_op: only "
+            "handed to a thread)"
         )
     if queued:
         parts.append(
