@@ -263,7 +263,8 @@ def _finished(entries: list[dict[str, Any]]) -> Callable[[dict[str, Any]], bool]
 
     def finished(e: dict[str, Any]) -> bool:
         key = (e["process_group"][0], e["collective_seq_id"], e["p2p_seq_id"])
-        return markers.get(key, e["state"] == "completed")
+        own: bool = e["state"] == "completed"
+        return markers.get(key, own)
 
     return finished
 
