@@ -154,6 +154,35 @@ def test_on_gloo_the_calls_that_returned_stay_retired_and_judged_by_it(tmp_path:
     assert result.matches.done.all()
 
 
+def world_on_gloo(dumps: dict[int, dict[str, Any]]) -> None:
+    """Only the world communicator on gloo (its ops retired when their call returned; the
+    newest, the world all_reduce rank 5 never issued, not on the ranks waiting in it); the
+    split communicators stay on NCCL."""
+    for rank, dump in dumps.items():
+        dump["pg_config"]["world"]["desc"] = "gloo"
+        for entry in dump["entries"]:
+            if entry["process_group"][0] == "world":
+                entry["profiling_name"] = entry["profiling_name"].replace("nccl:", "gloo:")
+                entry["process_group"] = ("world", "gloo")
+        if rank != 5:
+            dump["entries"][-1]["retired"] = False
+
+
+def test_each_communicator_is_judged_as_its_own_backend_tells(tmp_path: Path) -> None:
+    """gloo rows by `retired`, NCCL rows by what every rank issued, in one job."""
+    result = analyze(torchcomms_job("torchcomms_not_joined", tmp_path, world_on_gloo), Options())
+    c = result.conclusion
+    assert c.status.value == "hung" and c.root is not None and c.root.ranks == (5,), c.answer
+    t = result.table
+    gloo = t.backend == t.backends.index("gloo")
+    done = result.matches.done
+    assert done[~gloo].all()  # NCCL rows: every member issued them
+    assert done[gloo].sum() == gloo.sum() - 7  # gloo rows: all but the 7 calls never returned
+    (line,) = [w for w in result.summary.warnings if w.startswith("ranks 0-7: torchcomms")]
+    assert "on gloo an op is retired when its call returned" in line
+    assert "on nccl the recorder does not say whether an op finished" in line
+
+
 # --- NCCL: retired means enqueued; the state was read then --------------------------------
 
 
