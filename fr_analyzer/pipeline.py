@@ -15,7 +15,7 @@ from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
 from .errors import DiscoveryError
 from .load import DEFAULT_MAX_FILE_BYTES, live, pystacks, stamps
-from .load.dialects import DESCRIPTION, Dialect
+from .load.dialects import description
 from .load.discovery import Discovery
 from .load.joblogs import read_job_logs
 from .load.pystacks import PythonStacks
@@ -307,13 +307,14 @@ def _folded(warnings: list[str]) -> list[str]:
 
 def _dialects(loaded: list[RankDump]) -> list[str]:
     """One line per other recorder that wrote some of the ranks."""
-    by_dialect: dict[str, list[int]] = {}
+    by_text: dict[str, list[int]] = {}
     for dump in loaded:
-        if dump.dialect in DESCRIPTION:
-            by_dialect.setdefault(dump.dialect, []).append(dump.rank)
+        text = description(dump.dialect, {desc for _, desc in dump.groups})
+        if text is not None:
+            by_text.setdefault(text, []).append(dump.rank)
     return [
-        f"{agree(ranks, 'rank', 'ranks')} {compact(ranks)}: {DESCRIPTION[Dialect(name)]}"
-        for name, ranks in sorted(by_dialect.items())
+        f"{agree(ranks, 'rank', 'ranks')} {compact(ranks)}: {text}"
+        for text, ranks in sorted(by_text.items())
     ]
 
 

@@ -1,8 +1,9 @@
 """Sample dump sets written the way other recorders write them: torchcomms, HCCL, XCCL.
 
-Each set is a simulated NCCL job (`tools.nccl_scenarios`: the healthy 3D job, and the job where
-rank 5's host never issues the gradient-norm all_reduce) whose per-rank dumps are rewritten
-with the facts of each recorder's own sources, cited in the set's NOTE.md. The expected verdict
+Each set is a simulated NCCL job (`tools.nccl_scenarios`: the healthy 3D job, the job where
+rank 5's host never issues the gradient-norm all_reduce, and for torchcomms on gloo the job
+whose gradient-norm all_reduce never completes) whose per-rank dumps are rewritten with the
+facts of each recorder's own sources, cited in the set's NOTE.md. The expected verdict
 is the simulator's truth, translated into the recorder's names and counters; never an
 analyzer's.
 
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from tools.frsim.writers import dump_object
-from tools.nccl_scenarios import Scenario, expected_line, healthy, not_joined
+from tools.nccl_scenarios import Scenario, all_stuck, expected_line, healthy, not_joined
 
 NOTE = "NOTE.md"
+_NCCL_TIMING = "NCCL timing is on (TORCH_NCCL_ENABLE_TIMING=1): ops can be `started`."
 
 TORCHCOMMS_SOURCES = """Facts (meta-pytorch/torchcomms,
 `comms/torchcomms/hooks/fr/FlightRecorder.hpp` and `FlightRecorder.cpp`, `TorchComm.cpp`):
@@ -37,10 +39,16 @@ reports); `pg_config` keyed by communicator name with the backend as `desc` and 
 `p2p_seq_id` 0 and `is_p2p` False; `op_id` a process-wide counter; `profiling_name`
 `<backend>:<op>` with no peer; a batch of p2p ops is one `batch_op_issue` entry with no tensors;
 communicators split from the world one are named `<parent>::split::<color>_<name>_<counter>`
-(NCCLX). `retired` is set when the call returns (the op is only enqueued), and the state is
-read once, then: a stuck op looks like a healthy one in flight (`scheduled`, retired).
-`timeout_ms` is 600000. Simplification: a coalesced block's members are written as plain ops
-(torchcomms has no coalescing marker)."""
+(NCCLX). An op is retired in the hook that runs when its call returns (`TorchComm::all_reduce`
+calls the backend, then `postHook` -> `retire_id`). On NCCL, as here, the call only enqueues the
+op: every issued op is retired, and its state (and any discovery time) is read once, then, not
+at the dump: a stuck op looks like a healthy one in flight (`scheduled`, retired; here the GPU
+had not reached it when its call returned). On gloo the call runs the op: retired means it
+finished, and a hung op stays unretired. `timeout_ms` is 600000 on every op, not the
+communicator's timeout. Simplifications: a coalesced block's members are written as plain ops
+(torchcomms has no coalescing marker); no `duration_ms` (torchcomms writes the call's
+wall-clock time on each retired op); on gloo, each call is taken as blocking (no `async_op`:
+with it the call returns at once, and the op is retired unfinished)."""
 
 HCCL_SOURCES = """Facts (Ascend/pytorch, `torch_npu/csrc/distributed/TraceUtils.h`,
 `ProcessGroupHCCL.cpp`, `tools/flight_recorder/components/types.py`): version "2.4"; files
@@ -69,6 +77,7 @@ class DialectSet:
     base: Callable[[], Scenario]
     dialect: str  # torchcomms | hccl | xccl
     story: str
+    backend: str = "nccl"  # torchcomms: the communicators' backend (nccl, or gloo on the CPU)
 
     def write(self, out: Path) -> None:
         """Simulate the base scenario; write the set's dumps (as the dialect) and NOTE.md."""
@@ -85,7 +94,7 @@ class DialectSet:
                 continue
             raw = dump_object(dump)
             if self.dialect == "torchcomms":
-                raw = _torchcomms(raw, rank, seq_map)
+                raw = _torchcomms(raw, rank, seq_map, self.backend)
                 path = directory / "per_rank" / f"rank_{rank}"
             elif self.dialect == "hccl":
                 raw = _hccl(raw)
@@ -99,6 +108,13 @@ class DialectSet:
             _server_reports(directory)
         (directory / NOTE).write_text(self.note(scenario, seq_map), encoding="utf-8")
 
+    def program(self, scenario: Scenario) -> str:
+        """The job's program; on gloo without NCCL's timing (no device events: no op is ever
+        seen `started`)."""
+        if self.backend == "nccl":
+            return scenario.program
+        return scenario.program.replace(" " + _NCCL_TIMING, "")
+
     def note(self, scenario: Scenario, seq_map: dict[tuple[str, int], tuple[str, int]]) -> str:
         """The set's NOTE.md: story, the dialect's facts and files, the answer in its names."""
         truth = scenario.truth
@@ -106,23 +122,26 @@ class DialectSet:
         if self.dialect == "torchcomms" and truth.group is not None and truth.seq is not None:
             comm, seq = seq_map[(truth.group, truth.seq)]
             line = line.replace(f" group={truth.group} ", f" group={comm} ")
-            line = line.replace(f" desc={truth.group_desc} ", " desc=nccl ")
+            line = line.replace(f" desc={truth.group_desc} ", f" desc={self.backend} ")
             line = line.replace(f" seq={truth.seq} ", f" seq={seq} ")
         sources = {"torchcomms": TORCHCOMMS_SOURCES, "hccl": HCCL_SOURCES, "xccl": XCCL_SOURCES}
+        last = scenario.sim.world_size - 1
         files = {
-            "torchcomms": "`per_rank/rank_0` to `per_rank/rank_7` (pickles), the debug server's "
-            "text reports `torchcomms_fr_trace_20261123_031502.txt` and "
+            "torchcomms": f"`per_rank/rank_0` to `per_rank/rank_{last}` (pickles), the debug "
+            "server's text reports `torchcomms_fr_trace_20261123_031502.txt` and "
             "`stacks_20261123_031502.txt` next to them, and this note.",
-            "hccl": "`hccl_trace_rank_0` to `hccl_trace_rank_7` (pickles) and this note.",
-            "xccl": "`nccl_trace_rank_0` to `nccl_trace_rank_7` (pickles; XCCL uses PyTorch's "
+            "hccl": f"`hccl_trace_rank_0` to `hccl_trace_rank_{last}` (pickles) and this note.",
+            "xccl": f"`nccl_trace_rank_0` to `nccl_trace_rank_{last}` (pickles; XCCL uses "
+            "PyTorch's "
             "file names) and this note.",
         }[self.dialect]
         return (
             "\n\n".join(
                 [
                     f"# {self.name}",
-                    f"The job of `{scenario.name}`, written as {self.dialect} writes it. "
-                    + scenario.program,
+                    f"The job of `{scenario.name}`, written as {self.dialect} writes it"
+                    + (f" on {self.backend}. " if self.backend != "nccl" else ". ")
+                    + self.program(scenario),
                     "What went wrong: " + self.story,
                     sources[self.dialect].replace("\n", " "),
                     "Files: " + files,
@@ -151,26 +170,34 @@ _SPLIT_ORDER = ("tp", "pp", "dp")  # every rank splits the world communicator in
 
 
 def _torchcomms(
-    raw: dict[str, Any], rank: int, seq_map: dict[tuple[str, int], tuple[str, int]]
+    raw: dict[str, Any],
+    rank: int,
+    seq_map: dict[tuple[str, int], tuple[str, int]],
+    backend: str = "nccl",
 ) -> dict[str, Any]:
+    """One rank's dump as torchcomms writes it on `backend`. On nccl the call only enqueues the
+    op: every op is retired, `scheduled` (the GPU had not reached it when the call returned).
+    On gloo the call runs the op: retired when it finished (a block's members and a batch:
+    when its marker did); the thread blocks in the first call that never returned, so nothing
+    after it is issued."""
     names = _comm_names(raw)
     config = {
         names[key]: {
             "name": names[key],
-            "desc": "nccl",
+            "desc": backend,
             "ranks": conf["ranks"].replace(" ", ""),
         }
         for key, conf in raw["pg_config"].items()
     }
     pg_ids = {name: i for i, name in enumerate(config)}
+    finished = _finished(raw["entries"])
     entries: list[dict[str, Any]] = []
     per_comm: dict[str, int] = {}
     batch_open = False
     for e in raw["entries"]:
         group, _ = e["process_group"]
         comm = names[group]
-        backend, _, rest = e["profiling_name"].partition(":")
-        op = rest.split(" ")[0]
+        op = e["profiling_name"].partition(":")[2].split(" ")[0]
         if op == "coalesced" and e["frames"] and e["frames"][0]["name"] == "batch_isend_irecv":
             batch_open = False
             continue  # the batch's one entry was written at its first member
@@ -187,11 +214,12 @@ def _torchcomms(
             seq_map.setdefault((group, e["collective_seq_id"]), (comm, per_comm[comm]))
         counter = len(entries)
         empty = op == "batch_op_issue"
+        returned = backend != "gloo" or finished(e)
         entries.append(
             {
                 "record_id": counter,
                 "pg_id": pg_ids[comm],
-                "process_group": (comm, "nccl"),
+                "process_group": (comm, backend),
                 "thread_name": "",
                 "thread_id": str(140213370087232 + rank),
                 "collective_seq_id": counter,
@@ -206,11 +234,13 @@ def _torchcomms(
                 "state": "scheduled",
                 "time_discovered_started_ns": None,
                 "time_discovered_completed_ns": None,
-                "retired": True,
+                "retired": returned,
                 "timeout_ms": 600000,
                 "is_p2p": False,
             }
         )
+        if not returned:
+            break  # gloo: the thread is still inside this call
     return {
         "version": "2.10",
         "pg_config": config,
@@ -218,6 +248,25 @@ def _torchcomms(
         "comm_lib_version": "",
         "entries": entries,
     }
+
+
+def _finished(entries: list[dict[str, Any]]) -> Callable[[dict[str, Any]], bool]:
+    """Whether the simulator finished an op: its block's marker completed for a coalesced
+    block's member or a batch's (they share the marker's group and sequence ids), else its
+    own state."""
+    markers: dict[tuple[str, int, int], bool] = {}
+    for e in entries:
+        op = e["profiling_name"].partition(":")[2].split(" ")[0]
+        if op == "coalesced" or (op.endswith("_coalesced") and op[0].isupper()):
+            key = (e["process_group"][0], e["collective_seq_id"], e["p2p_seq_id"])
+            markers[key] = e["state"] == "completed"
+
+    def finished(e: dict[str, Any]) -> bool:
+        key = (e["process_group"][0], e["collective_seq_id"], e["p2p_seq_id"])
+        own: bool = e["state"] == "completed"
+        return markers.get(key, own)
+
+    return finished
 
 
 def _hccl(raw: dict[str, Any]) -> dict[str, Any]:
@@ -278,6 +327,15 @@ SETS = (
         "torchcomms",
         "in the last step rank 5's host stops right before the gradient-norm all_reduce on "
         "the world communicator: it never issues it; the seven others do and wait in it.",
+    ),
+    DialectSet(
+        "torchcomms_gloo_all_stuck",
+        all_stuck,
+        "torchcomms",
+        "in the last step all four ranks call the gradient-norm all_reduce on the world "
+        "communicator and none of the calls returns: gloo hangs in the network. Every rank's "
+        "newest op is that all_reduce, unretired; every op before it returned, so it is retired.",
+        backend="gloo",
     ),
     DialectSet(
         "hccl_healthy",

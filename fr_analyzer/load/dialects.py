@@ -4,13 +4,20 @@ PyTorch's recorder (NCCL, gloo, XCCL, ...) is the form the rest of fr-analyze re
 recorders write the same top-level keys with other meanings (facts from their sources, see
 `sample_dumps/*/NOTE.md`):
 
-- **torchcomms** (meta-pytorch/torchcomms, `comms/torchcomms/hooks/fr/FlightRecorder.cpp`):
-  `pg_config` keyed by communicator name with the backend as desc, `pg_status` empty. One
-  0-based `collective_seq_id` counter is shared by every communicator and by send/recv;
-  `p2p_seq_id` is 0 and `is_p2p` False; `nccl:send`/`nccl:recv` name no peer; a batch of p2p
-  ops is one `batch_op_issue` entry. `retired` is set when the call returns (the op is only
-  enqueued then), and the state is read once, at that moment: neither tells whether the op
-  finished, so a stuck op looks like a healthy one in flight.
+- **torchcomms** (meta-pytorch/torchcomms, `comms/torchcomms/hooks/fr/FlightRecorder.cpp`,
+  `TorchComm.cpp`): `pg_config` keyed by communicator name with the backend as desc,
+  `pg_status` empty. One 0-based `collective_seq_id` counter is shared by every communicator
+  and by send/recv; `p2p_seq_id` is 0 and `is_p2p` False; `nccl:send`/`nccl:recv` name no peer;
+  a batch of p2p ops is one `batch_op_issue` entry. An op is retired in the hook that runs when
+  its call returns (`TorchComm::all_reduce` calls the backend, then `postHook` -> `retire_id`),
+  so what `retired` means depends on the communicator's backend. On gloo (CPU) the call runs the
+  op: retired means it finished; an unretired op is a call that never returned (a hang, or a
+  call that raised: its hook never ran). With `async_op` the op runs on a thread and the call
+  returns at once: retired then, not finished. On NCCL and the other GPU backends the call only
+  enqueues the op: every issued op is retired, its state and discovery times are read once, at
+  that moment (not at the dump), and nothing tells whether it finished; an unretired one (a call
+  still inside the backend) is read at the dump, where its end event, never recorded, reads as
+  completed. `timeout_ms` is a constant 600000 on every op, not the communicator's timeout.
 - **HCCL** (Ascend torch_npu, `torch_npu/csrc/distributed/TraceUtils.h`, version "2.4"):
   `profiling_name` is empty for every plain op and for send/recv (only `_coalescing_manager`
   blocks get `hccl:coalesced`); the op is the innermost frame's function (`all_reduce`,
@@ -18,14 +25,18 @@ recorders write the same top-level keys with other meanings (facts from their so
 
 Rewritten here: per-communicator collective and p2p sequence ids (torchcomms), op names from
 frames (HCCL), and peers where the group has two members (the other one); elsewhere the peer is
-left unknown and the op is never paired. A dump whose recorder does not report completion is
-marked so, and progress is judged by what every rank issued (`progress`).
+left unknown and the op is never paired. torchcomms ops keep no timeout; on gloo `retired` is
+kept (it is PyTorch's gloo signal too: the op finished); on GPU backends `retired`, the
+discovery times and the retire-time duration are cleared and the state is the one frozen at
+enqueue. Where a recorder does not report completion (`reports_completion`, per backend),
+progress is judged by what every rank issued (`progress`).
 """
 
 from __future__ import annotations
 
 import enum
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 from ..model.backends import KNOWN_BACKENDS
@@ -77,20 +88,50 @@ def _some_name_empty(entries: list[Any]) -> bool:
     return any(isinstance(e, dict) and e.get("profiling_name") == "" for e in entries)
 
 
+CALL_RUNS_OP = frozenset({"gloo"})
+"""torchcomms backends whose call runs the op on the calling thread and returns once it
+finished (gloo, on the CPU); every other backend's call only enqueues it (NCCL, on a GPU)."""
+
 DESCRIPTION = {
-    Dialect.TORCHCOMMS: "torchcomms dumps: sequence ids counted per communicator; the recorder "
-    "does not say whether an op finished (it retires ops when they are enqueued)",
     Dialect.HCCL: "HCCL dumps (torch_npu): each op named by its innermost frame",
     Dialect.EXECUTION_TRACE: "Execution Traces (Chakra), not Flight Recorder dumps: they tell "
     "what each rank issued, in order, and nothing of states or times; disagreements, missing "
     "and extra ops and their order are found, not whether an op finished or how long it took",
 }
-"""What the report says of ranks written by each other recorder."""
+"""What the report says of ranks written by each other recorder (torchcomms: `description`,
+which depends on the backends)."""
 
 
-def reports_completion(dialect: str) -> bool:
-    """Whether the recorder says when an op finished."""
-    return dialect not in (Dialect.TORCHCOMMS, Dialect.EXECUTION_TRACE)
+def description(dialect: str, backends: Iterable[str]) -> str | None:
+    """What the report says of a rank that `dialect` wrote with ops on `backends` (None for
+    PyTorch's recorder)."""
+    if dialect != Dialect.TORCHCOMMS:
+        return DESCRIPTION.get(Dialect(dialect)) if dialect in set(Dialect) else None
+    running = sorted(set(backends) & CALL_RUNS_OP)
+    queued = sorted(set(backends) - CALL_RUNS_OP)
+    parts = ["torchcomms dumps: sequence ids counted per communicator"]
+    if running:
+        parts.append(
+            f"on {', '.join(running)} an op is retired when its call returned, so it finished "
+            "(an unretired one: a call that never returned; one issued with async_op: only "
+            "handed to a thread)"
+        )
+    if queued:
+        parts.append(
+            f"on {', '.join(queued)} the recorder does not say whether an op finished (it "
+            "retires ops when they are enqueued)"
+        )
+    parts.append("no timeout kept (its timeout_ms is a constant, not the communicator's)")
+    return "; ".join(parts)
+
+
+def reports_completion(dialect: str, backend: str) -> bool:
+    """Whether the recorder says when an op of `backend` finished: PyTorch's and HCCL's do (a
+    state, or gloo's `retired`); torchcomms only where the call runs the op (gloo: `retired`
+    means the call returned); Execution Traces never."""
+    if dialect == Dialect.TORCHCOMMS:
+        return backend in CALL_RUNS_OP
+    return dialect != Dialect.EXECUTION_TRACE
 
 
 def needs_entries(header: dict[str, Any]) -> bool:
@@ -107,7 +148,7 @@ def rewrite(raw: dict[str, Any], rank: int, dialect: Dialect) -> list[str]:
         return []
     sizes = _group_sizes(raw.get("pg_config"), rank)
     if dialect == Dialect.TORCHCOMMS:
-        return _torchcomms(entries, sizes, rank)
+        return _torchcomms(entries, sizes, _group_backends(raw.get("pg_config")), rank)
     if dialect == Dialect.HCCL:
         return _hccl(entries, sizes, rank)
     return []
@@ -123,6 +164,18 @@ def _group_sizes(config: Any, rank: int) -> dict[str, tuple[int, ...]]:
                 name = conf.get("name", key)
                 if ranks is not None and rank in ranks and isinstance(name, str):
                     out[name] = tuple(sorted(ranks))
+    return out
+
+
+def _group_backends(config: Any) -> dict[str, str]:
+    """Each communicator's backend: torchcomms writes it as the group's desc."""
+    out: dict[str, str] = {}
+    if isinstance(config, dict):
+        for key, conf in config.items():
+            if isinstance(conf, dict):
+                name, desc = conf.get("name", key), conf.get("desc")
+                if isinstance(name, str) and isinstance(desc, str):
+                    out[name] = desc
     return out
 
 
@@ -143,7 +196,9 @@ def _group_of(entry: dict[str, Any]) -> str | None:
     return None
 
 
-def _torchcomms(entries: list[Any], sizes: dict[str, tuple[int, ...]], rank: int) -> list[str]:
+def _torchcomms(
+    entries: list[Any], sizes: dict[str, tuple[int, ...]], backends: dict[str, str], rank: int
+) -> list[str]:
     collectives: dict[str | None, int] = {}
     p2p: dict[str | None, int] = {}
     for entry in entries:
@@ -155,7 +210,8 @@ def _torchcomms(entries: list[Any], sizes: dict[str, tuple[int, ...]], rank: int
         backend, _, op = name.partition(":")
         group = _group_of(entry)
         op = op.strip()
-        entry["retired"] = False  # set when the call returned: the op was only enqueued
+        _retirement(entry, backends.get(group, backend) if group is not None else backend)
+        entry["timeout_ms"] = _NO_TIMEOUT
         if op in ("send", "recv") or op in BATCH_OPS:
             p2p[group] = p2p.get(group, 0) + 1
             entry["p2p_seq_id"] = p2p[group]
@@ -177,6 +233,32 @@ def _torchcomms(entries: list[Any], sizes: dict[str, tuple[int, ...]], rank: int
             "they may not line up with other ranks'"
         )
     return notes
+
+
+_NO_TIMEOUT = -1
+"""torchcomms' `timeout_ms` (a constant 600000 on every op, not the communicator's timeout),
+rewritten as unset (both entry readers read -1 so) rather than None, which only the slower
+careful reader takes."""
+
+
+def _retirement(entry: dict[str, Any], backend: str) -> None:
+    """Rewrite one torchcomms entry's `retired`, state and times into what they tell. On gloo
+    the call ran the op, so `retired` (the call returned) is kept: PyTorch's gloo recorder
+    means the same by it. On a GPU backend the call only enqueued the op: `retired` says
+    nothing of its end and is cleared; the discovery times were stamped then, not at the dump,
+    and are cleared; the state stays as read at enqueue. An unretired op's end event was never
+    recorded, so the dump read it as completed: only its start is kept. The duration is the
+    events' only when the op had completed at enqueue, else the call's wall-clock time."""
+    if backend in CALL_RUNS_OP:
+        return
+    if entry.get("retired") is not True and entry.get("state") == "completed":
+        started = entry.get("time_discovered_started_ns") is not None
+        entry["state"] = "started" if started else "scheduled"
+    if entry.get("state") != "completed":
+        entry.pop("duration_ms", None)
+    entry["retired"] = False
+    entry["time_discovered_started_ns"] = None
+    entry["time_discovered_completed_ns"] = None
 
 
 # Inside a coalescing block, torch's `all_gather` of uneven sizes issues a broadcast per

@@ -3,8 +3,9 @@
 PyTorch's recorder says it with the op's state (NCCL: `completed`) or, on gloo, `retired`. Some
 recorders say neither:
 
-- torchcomms retires an op when the call returns (it is only enqueued then) and reads its state
-  once, at that moment (`dumps.dialects`);
+- torchcomms retires an op when its call returns: on NCCL and the other GPU backends the op is
+  only enqueued then, and its state is read once, at that moment (`load.dialects`); on gloo the
+  call ran the op, so there `retired` tells, as PyTorch's gloo recorder's does;
 - some XCCL builds never mark an op completed (intel/torch-xpu-ops#5381: states stay
   `scheduled`/`started`, `last_completed_collective` stays -1);
 - backends without a completion signal of their own retire ops when they are enqueued (every op
@@ -49,13 +50,11 @@ class Silent:
 
 
 def silent(t: EntryTable, dumps: Sequence[RankDump], no_state: B) -> Silent:
-    """The rows of ranks whose recorder reports no completion, and of backends that never
-    reported one on any rank (`no_state`: rows of backends that record no state, gloo)."""
-    rows = np.zeros(t.n, dtype=bool)
+    """The rows whose recorder reports no completion for their backend (torchcomms on a GPU
+    backend), and of backends that never reported one on any rank (`no_state`: rows of
+    backends that record no state, gloo)."""
+    rows = _unreported(t, dumps)
     notes: list[str] = []
-    quiet = [d.rank for d in dumps if not reports_completion(d.dialect)]
-    if quiet and t.n:
-        rows |= np.isin(t.rank, np.array(quiet, dtype=np.int32))
     completed = (t.state == State.COMPLETED) | (t.t_completed >= 0)
     for code, name in enumerate(t.backends):
         mine = (t.backend == code) & ~no_state & ~rows
@@ -82,6 +81,22 @@ def silent(t: EntryTable, dumps: Sequence[RankDump], no_state: B) -> Silent:
             "inside the newest collective all members issued cannot be seen"
         )
     return Silent(rows, tuple(notes))
+
+
+def _unreported(t: EntryTable, dumps: Sequence[RankDump]) -> B:
+    """Rows whose recorder does not say, for their backend, when an op finished: one pass per
+    (recorder, backend), not per rank."""
+    rows = np.zeros(t.n, dtype=bool)
+    by_dialect: dict[str, list[int]] = {}
+    for dump in dumps:
+        by_dialect.setdefault(dump.dialect, []).append(dump.rank)
+    for dialect, ranks in by_dialect.items():
+        quiet = [
+            code for code, name in enumerate(t.backends) if not reports_completion(dialect, name)
+        ]
+        if quiet and t.n:
+            rows |= np.isin(t.rank, np.array(ranks, dtype=np.int32)) & np.isin(t.backend, quiet)
+    return rows
 
 
 def judged_by_issue(t: EntryTable, groups: GroupTable, done: B, silent_rows: B, collective: B) -> B:
