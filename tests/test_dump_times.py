@@ -272,3 +272,18 @@ def test_pytorchs_gloo_recorder_still_tells_unretired_ops_are_young() -> None:
     assert code == 0, text
     assert "below their timeout (gloo retires an op that times out)" in text
     assert report["verdict"]["timing"]["dump_time_evidence"] == {"lower_bound": "0-15"}
+
+
+def test_the_html_page_says_the_other_reading_in_one_line(tmp_path: Path) -> None:
+    late = MTIMES_NS["inflight"] + 86_400 * 10**9
+    page = tmp_path / "report.html"
+    fr("-d", str(real_set(tmp_path, "inflight", late)), "--html", str(page))
+    html = page.read_text()
+    assert html.count('id="confidence"') == 1
+    assert "confidence: ambiguous; or OK: the job&#x27;s ops were in flight" in html
+
+
+def test_a_proven_hang_says_no_other_reading(tmp_path: Path) -> None:
+    code, text, report = fr("-d", str(SAMPLES / "nccl3d_cascade_started"))
+    assert code == 1 and report["verdict"]["confidence"] == "high"
+    assert report["verdict"]["alternatives"] == [] and "confidence:" not in text
