@@ -99,13 +99,6 @@ class DumpTime:
     # rank: its file time, not used: far past every entry (a copy's, or a dump long after)
     copied: Mapping[int, int] = field(default_factory=dict)
 
-    def upper_ns(self, rank: int) -> int | None:
-        """The latest the rank's snapshot can have been: the exact dump time, its believed
-        file time, or None (not bounded from above)."""
-        if self.exact:
-            return self.at_ns
-        return self.file_times.get(rank)
-
 
 def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
     """When the dumps were taken, from the entries and (`dumps`) the files' times."""
