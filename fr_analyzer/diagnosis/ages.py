@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ..load.dialects import Dialect
+from ..load.dialects import Dialect, dumps_look_at_ops
 from ..load.joblogs import WatchdogTimeout
 from ..match import stateless
 from ..model.dump import RankDump
@@ -119,7 +119,7 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
             traces_only=traces,
         )
     # torchcomms stamps discovery times when the call returns, not at the dump
-    blind = [d.rank for d in dumps if not dialects_look_at_ops(d.dialect)]
+    blind = [d.rank for d in dumps if not dumps_look_at_ops(d.dialect)]
     seen_at_dump = stateful & ~t.retired & ((t.t_started >= 0) | (t.t_completed >= 0))
     if blind:
         seen_at_dump &= ~np.isin(t.rank, np.array(blind, dtype=t.rank.dtype))
@@ -171,12 +171,6 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
             "that kept no times), not used"
         )
     return made(basis)
-
-
-def dialects_look_at_ops(dialect: str) -> bool:
-    """Whether the recorder stamps an unretired op's discovery times when it dumps (so they
-    are the dump time): PyTorch's and HCCL's do; torchcomms stamps them when the call returns."""
-    return dialect not in (Dialect.TORCHCOMMS, Dialect.EXECUTION_TRACE)
 
 
 def _believed_file_times(

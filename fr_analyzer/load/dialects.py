@@ -297,3 +297,10 @@ def _hccl(entries: list[Any], sizes: dict[str, tuple[int, ...]], rank: int) -> l
         plural = "y" if unnamed == 1 else "ies"
         notes.append(f"{unnamed} HCCL entr{plural} with no frames: op unknown")
     return notes
+
+
+def dumps_look_at_ops(dialect: str) -> bool:
+    """Whether the recorder stamps an unretired op's discovery times when it dumps (so they
+    are the dump time): PyTorch's and HCCL's do; torchcomms stamps them when the call returns,
+    and an Execution Trace keeps no times."""
+    return dialect not in (Dialect.TORCHCOMMS, Dialect.EXECUTION_TRACE)
