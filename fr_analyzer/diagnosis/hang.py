@@ -11,7 +11,7 @@ import enum
 from collections.abc import Set
 from dataclasses import dataclass, replace
 
-from . import cycles, p2p
+from . import barriers, cycles, p2p
 from .context import Context, Resolved
 from .idle import implicit_edges
 from .records import RootCause
@@ -65,6 +65,13 @@ def hang_root(ctx: Context) -> Hang:
         else:
             deviants[found.rank] = found.waited_row
     g = graph.without_edges_from(set(deviants))
+    if not deviants:
+        skip = barriers.skipped_barrier(ctx, g)
+        if skip is not None:
+            inside = barriers.edges(skip)
+            g = g.without_edges_from({skip.rank}).with_edges(inside)
+            view = Resolved(graph=g, implicit=inside)
+            return Hang(root=barriers.barrier_root(ctx, skip, g), view=view)
     implicit = implicit_edges(ctx, g)
     g = g.with_edges(implicit)
     view = Resolved(graph=g, implicit=implicit)

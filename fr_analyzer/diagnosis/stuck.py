@@ -7,13 +7,13 @@ every member issued and none completed (a stuck collective).
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 
 from ..model.ranks import agree, by_count, counted, label
 from ..model.records import STATE_NAMES, State
 from . import sentences
 from .context import Context, Resolved, chain, code
-from .idle import first_waited, in_unrecorded_p2p, went_past
+from .idle import first_waited, in_unrecorded_p2p, stopped_with_group, went_past
 from .mismatch import extra_op
 from .positions import OpRef
 from .records import RootCause, RootKind
@@ -89,13 +89,32 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
             )
     at = where(ref) if ref is not None else "the op its peers wait in"
     waiters = waited.waiters if waited is not None else ()
-    more = sentences.more_behind(
-        others=len(g.waiting_for(root_set)) - len(waiters), waiters=waiters
+    # Ranks taken to wait for a dead root in a send/recv no dump records (not stages starved
+    # with their whole group, which wait behind others): they wait for it directly.
+    quiet = (
+        sorted(
+            r
+            for r, to in view.implicit.items()
+            if root_set & set(to) and r not in waiters and not stopped_with_group(ctx, r, ctx.graph)
+        )
+        if dead
+        else []
     )
+    more = sentences.more_behind(
+        others=len(g.waiting_for(root_set)) - len(waiters) - len(quiet), waiters=waiters
+    )
+    for last, ranks in _last_ops(ctx, quiet).items():
+        evidence.append(
+            f"{label(ranks)} completed {where(ctx.ref(last))} and recorded nothing since: "
+            f"{agree(ranks, 'it is', 'they are')} blocked where the recorder keeps nothing, "
+            f"most likely a send/recv with {label(dead)} (gloo does not record send/recv)"
+        )
     own = code(ctx, ctx.last_row.get(roots[0]), [g.frontier[w] for w in waiters if w in g.frontier])
     if dead or frozen:
         gone = sorted(set(dead) | set(frozen))
-        sentence = sentences.dead(gone=gone, waiters=waiters, at=at, more=more, no_dump=bool(dead))
+        sentence = sentences.dead(
+            gone=gone, waiters=waiters, at=at, more=more, no_dump=bool(dead), quiet=quiet
+        )
         kind = RootKind.DEAD_RANK
     elif skipped and len(skipped) == len(roots):
         sentence = sentences.skipped_op(roots=roots, waiters=waiters, at=at, more=more)
@@ -117,6 +136,22 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
         deviates=bool(skipped) and len(skipped) == len(roots) and kind != RootKind.DEAD_RANK,
         code=own,
     )
+
+
+def _last_ops(ctx: Context, ranks: Sequence[int]) -> dict[int, list[int]]:
+    """Ranks grouped by their newest op (the row of the lowest rank's copy of it): the ranks
+    at one collective unit share one row."""
+    units = ctx.m.collectives
+    out: dict[int, list[int]] = {}
+    first: dict[tuple[int, int], int] = {}
+    for r in ranks:
+        row = ctx.last_row.get(r)
+        if row is None:
+            continue
+        unit = int(units.entry_unit[row])
+        key = (0, unit) if unit >= 0 else (1, row)
+        out.setdefault(first.setdefault(key, row), []).append(r)
+    return out
 
 
 def stuck_root(
