@@ -316,6 +316,33 @@ def test_gloo_idle_ranks_beside_a_rank_with_no_dump_are_taken_to_wait_for_it(
     assert "ranks 1-2 stopped past their last recorded collective" in hang.root.sentence
 
 
+def test_a_gloo_rank_that_stopped_is_named_at_the_first_op_it_never_issued(
+    tmp_path: Path,
+) -> None:
+    """GIVEN a gloo job where rank 2 stopped after all_reduce #0 while ranks 0 and 1 went on
+    with async ops: #1 and #2 retired (gloo retires a copy that timed out as one that
+    completed), and they wait in #3
+    WHEN the hang rules name the root
+    THEN rank 2 never joined #1, the first op it never issued, not #3 where the others wait
+    (while the `gloo_stopped` job, where the others wait in the op right after rank 2's
+    newest, keeps that op)."""
+    dumps = {}
+    for r in range(3):
+        entries = [make_entry("all_reduce", 0, backend="gloo")]
+        if r < 2:
+            entries += [make_entry("all_reduce", s, backend="gloo") for s in (1, 2)]
+            entries.append(make_entry("all_reduce", 3, backend="gloo", **PENDING))
+        dumps[r] = make_dump(renumber(entries), world(3))
+    ctx = situation(tmp_path, dumps)
+
+    hang = hang_root(ctx)
+    assert hang.root is not None
+    assert hang.root.kind is RootKind.NOT_JOINED
+    assert hang.root.ranks == (2,)
+    assert hang.root.collective_seq_id == 1
+    assert "ranks 0-1 issued it and wait in all_reduce #3" in hang.root.sentence
+
+
 def test_nccl_records_send_recv_so_no_edge_is_implied(tmp_path: Path) -> None:
     """GIVEN the same job on NCCL (which records send/recv)
     WHEN the idle rule looks for unrecorded waits

@@ -15,7 +15,7 @@ from ..model.backends import NO_MONITORED_BARRIER_BACKENDS
 from ..model.ranks import agree, label
 from ..model.records import Group
 from . import sentences
-from .context import Context, chain, code
+from .context import Context, chain, code, last_seq
 from .records import RootCause, RootKind
 from .sentences import where
 from .waits import WaitGraph
@@ -58,8 +58,8 @@ def skipped_barrier(ctx: Context, g: WaitGraph) -> BarrierSkip | None:
         if found is None:
             continue
         uid, a, b = found
-        last = _last_seq(ctx, rank, uid)
-        if last is None or any(_last_seq(ctx, r, uid) != last for r in targets):
+        last = last_seq(ctx, rank, uid)
+        if last is None or any(last_seq(ctx, r, uid) != last for r in targets):
             continue
         group = ctx.groups.groups[uid]
         inside = sorted(
@@ -68,7 +68,7 @@ def skipped_barrier(ctx: Context, g: WaitGraph) -> BarrierSkip | None:
             if r != rank
             and r not in g.unavailable
             and r not in g.node_of
-            and _last_seq(ctx, r, uid) == last
+            and last_seq(ctx, r, uid) == last
         )
         if not set(targets) <= set(inside):
             continue
@@ -144,17 +144,6 @@ def _signature(ctx: Context, row: int) -> tuple[int, ...]:
         int(t.in_shape[row]),
         int(t.out_shape[row]),
     )
-
-
-def _last_seq(ctx: Context, rank: int, uid: int) -> int | None:
-    """The newest sequence id the rank recorded on group `uid`."""
-    units = ctx.m.collectives
-    span = ctx.rows_of(rank)
-    for r in range(span.stop - 1, span.start - 1, -1):
-        unit = int(units.entry_unit[r])
-        if unit >= 0 and int(units.group[unit]) == uid:
-            return int(units.seq[unit])
-    return None
 
 
 def _earlier_gap(ctx: Context, rank: int, prev: int, row: int) -> tuple[int, int, int] | None:

@@ -1,8 +1,9 @@
 """Rules 3 to 5 together: a hang's root among the candidates. Cycles are resolved first
-(`cycles`: a deviant, else a deadlock); then dead, idle and stuck ranks and the deviants are
-weighed by how many ranks (transitively) wait for them, ties broken by the kind's preference
-(`Candidate`), by who stopped first and by rank. An idle or stuck winner whose send/recv left
-the schedule is that instead (`p2p`).
+(`cycles`: a deviant, else a deadlock); with none, a rank waiting alone past a gloo
+monitored_barrier that the ranks it waits for are in skipped it (`barriers`); else dead, idle
+and stuck ranks and the deviants are weighed by how many ranks (transitively) wait for them,
+ties broken by the kind's preference (`Candidate`), by who stopped first and by rank. An idle
+or stuck winner whose send/recv left the schedule is that instead (`p2p`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from ..match.reference import CYCLE_RANKS, DUE_CANDIDATES
 from ..model.arrays import distinct
 from ..model.records import P2PKind
-from .context import Context
+from .context import Context, last_seq
 from .waits import Wait, WaitGraph
 
 P2P_CALLS = frozenset(
@@ -168,6 +168,32 @@ def first_waited(ctx: Context, ranks: set[int], g: WaitGraph) -> tuple[Wait | No
         mine = ctx.peers.own_next(min(ranks), [w.row for w in candidates])
         first = None if mine is None else candidates[mine]
     return (first if first is not None else ranked[0]), direct
+
+
+def first_missing(ctx: Context, roots: set[int], row: int) -> int:
+    """The first op of the group of the collective at `row` that `roots` never issued, as
+    the row of one of its issuers: the op right after the newest one the roots recorded in
+    that group, when every other member with a dump issued it (gloo runs async ops ahead, and
+    its recorder retires the copies that timed out as it retires those that completed, so the
+    peers may wait in a later op); else `row`."""
+    units = ctx.m.collectives
+    unit = int(units.entry_unit[row])
+    if unit < 0:
+        return row
+    uid, seq = int(units.group[unit]), int(units.seq[unit])
+    lasts = [last_seq(ctx, r, uid) for r in roots]
+    if not lasts or any(s is None for s in lasts):
+        return row
+    first = max(s for s in lasts if s is not None) + 1
+    found = units.find(uid, first) if first < seq else None
+    if found is None:
+        return row
+    rows = units.unit_rows(found)
+    issuers = set(ctx.t.rank[rows].tolist())
+    members = set(ctx.groups.groups[uid].ranks) - set(ctx.graph.unavailable)
+    if issuers & roots or issuers != members - roots:
+        return row
+    return min(rows.tolist(), key=lambda r: (int(ctx.t.rank[r]), r))
 
 
 def went_past(ctx: Context, missing_row: int, newest_row: int, roots: set[int]) -> bool:

@@ -132,13 +132,24 @@ def skipped_op(*, roots: Collection[int], waiters: Collection[int], at: str, mor
 
 
 def never_joined(
-    *, roots: Collection[int], waiters: Collection[int], at: str, more: str, p2p: bool
+    *,
+    roots: Collection[int],
+    waiters: Collection[int],
+    at: str,
+    more: str,
+    p2p: bool,
+    ahead: str = "",
 ) -> str:
-    """Ranks that never joined (or, `p2p`, never posted their half of) the op others wait in."""
+    """Ranks that never joined (or, `p2p`, never posted their half of) the op others wait in;
+    with `ahead`, the others issued it and wait in that later op."""
     joined = "posted its half of" if p2p else "joined"
+    wait = (
+        f"{agree(waiters, 'issued it and waits', 'issued it and wait')} in {ahead}"
+        if ahead
+        else f"{agree(waiters, 'waits', 'wait')} in it"
+    )
     return (
-        f"{label(roots)} never {joined} {at}: {label(waiters)} "
-        f"{agree(waiters, 'waits', 'wait')} in it{more}. Look at what "
+        f"{label(roots)} never {joined} {at}: {label(waiters)} {wait}{more}. Look at what "
         f"{agree(roots, 'it', 'they')} did instead: newest op and code below."
     )
 

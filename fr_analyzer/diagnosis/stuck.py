@@ -13,7 +13,13 @@ from ..model.ranks import agree, by_count, counted, label
 from ..model.records import STATE_NAMES, State
 from . import sentences
 from .context import Context, Resolved, chain, code
-from .idle import first_waited, in_unrecorded_p2p, stopped_with_group, went_past
+from .idle import (
+    first_missing,
+    first_waited,
+    in_unrecorded_p2p,
+    stopped_with_group,
+    went_past,
+)
 from .mismatch import extra_op
 from .positions import OpRef
 from .records import RootCause, RootKind
@@ -29,12 +35,26 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
     root_set = set(roots)
     waited, direct = first_waited(ctx, root_set, g)
     ref = ctx.ref(waited.row) if waited is not None else None
+    ahead = None  # the later op the peers wait in, when the root op is an earlier one
+    if ref is not None and not root_set & g.unavailable:
+        # The root op is the first op they never issued, not the later one the peers wait in.
+        first = ctx.ref(first_missing(ctx, root_set, ref.row))
+        if first.row != ref.row:
+            ahead, ref = ref, first
     evidence = []
     for w in direct[:4]:
         wref = ctx.ref(w.row)
         evidence.append(
             f"{label(w.waiters)} {agree(w.waiters, 'waits', 'wait')} in {where(wref)} "
             f"for {label(root_set & set(w.waits_for))}"
+        )
+    if ahead is not None and ref is not None and ref.collective_seq_id is not None:
+        seq = ref.collective_seq_id
+        evidence.append(
+            f"{label(roots)} recorded nothing of group {ref.group.name!r} after #{seq - 1}; "
+            f"the others issued #{seq} to #{ahead.collective_seq_id} (gloo runs async ops "
+            "ahead and retires a copy that timed out as one that completed): "
+            f"#{seq} is the first op {agree(roots, 'it', 'they')} never issued"
         )
     if len(direct) > 4:
         evidence.append(
@@ -121,7 +141,14 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
         kind = RootKind.NOT_JOINED
     else:
         p2p = ref is not None and ref.p2p_seq_id is not None
-        sentence = sentences.never_joined(roots=roots, waiters=waiters, at=at, more=more, p2p=p2p)
+        sentence = sentences.never_joined(
+            roots=roots,
+            waiters=waiters,
+            at=at,
+            more=more,
+            p2p=p2p,
+            ahead=where(ahead) if ahead is not None else "",
+        )
         kind = RootKind.NOT_JOINED
     return RootCause(
         kind=kind,
