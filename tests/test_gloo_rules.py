@@ -2,8 +2,9 @@
 torch 2.13.0): a rank with no dump beside ring peers blocked in unrecorded send/recv, a
 `monitored_barrier` skipped where no group's sequence ids show it yet, a rank hung before a
 reduce-scatter named at the first op it never issued, and the same jobs with no fault, which
-stay clean. Each set's NOTE.md says what the job did and ends with the `EXPECTED:` line
-checked here, written from the job, never from fr-analyze's answer.
+stay clean; then the fault campaign's (frsim) cases that showed the first-missing op. Each
+set's NOTE.md says what the job did and ends with the `EXPECTED:` line checked here, written
+from the job, never from fr-analyze's answer.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.accuracy import run_case
 from fr_analyzer import Analysis, analyze
 from fr_analyzer.conclusion import Role
 from fr_analyzer.model.records import FindingKind
@@ -119,3 +121,21 @@ def test_the_same_jobs_with_no_fault_read_ok_with_no_finding(name: str) -> None:
     c = analyzed(name).conclusion
     assert c.status.value == "ok", c.answer
     assert not [j for j in c.findings if j.role is not Role.IN_FLIGHT], c.answer
+
+
+@pytest.mark.parametrize("seed", [0, 90])
+def test_frsim_fsdp_ranks_that_stopped_before_a_reduce_scatter_are_named_at_that_op(
+    seed: int,
+) -> None:
+    """GIVEN the fault campaign's FSDP gloo cases where a rank stopped before a reduce-scatter
+    and its peers ran async ops past it (their copies retired, as gloo retires those that
+    timed out, while a member still ran a later one at its dump)
+    WHEN fr-analyze reads the dumps
+    THEN it names that rank at the reduce-scatter, the first op it never issued (the campaign
+    leaves these cases unjudged: a rank that dumped early looks the same)."""
+    outcome = run_case(seed, ("barrier", "subgroups", "hsdp", "fsdp", "3d"))
+
+    assert outcome.kind == "stop_host"
+    assert outcome.got["culprits"] == outcome.truth["culprits"]
+    assert outcome.got["group"] == outcome.truth["group"]
+    assert outcome.got["collective_seq_id"] == outcome.truth["seq"]
