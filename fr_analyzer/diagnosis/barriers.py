@@ -9,6 +9,7 @@ gap skipped the barrier, and the idle ranks are in it, waiting for that rank.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from ..model.backends import NO_MONITORED_BARRIER_BACKENDS
@@ -43,10 +44,15 @@ def skipped_barrier(ctx: Context, g: WaitGraph) -> BarrierSkip | None:
     if not t.n or not set(t.backends) <= NO_MONITORED_BARRIER_BACKENDS:
         return None
     units = ctx.m.collectives
+    asked: set[int] = set()  # wait nodes: the ranks blocked at one ask the same question
     for rank, row in sorted(g.frontier.items()):
         unit = int(units.entry_unit[row])
-        targets = g.waits_for(rank)
-        if unit < 0 or not targets or any(r in g.unavailable or r in g.node_of for r in targets):
+        node = g.node_of.get(rank)
+        if unit < 0 or node is None or node in asked:
+            continue
+        asked.add(node)
+        targets = g.waits[node].waits_for
+        if not targets or any(r in g.unavailable or r in g.node_of for r in targets):
             continue
         prev = _previous_collective(ctx, rank, row)
         if prev is None:
@@ -149,27 +155,27 @@ def _signature(ctx: Context, row: int) -> tuple[int, ...]:
 def _earlier_gap(ctx: Context, rank: int, prev: int, row: int) -> tuple[int, int, int] | None:
     """An earlier pair of the rank's consecutive collectives like (`prev`, `row`) across
     which one group's sequence ids jumped by exactly a barrier's width: (group uid, the
-    group's id before the gap, the id after it)."""
+    group's id before the gap, the id after it). One pass over the rank's rows, then a
+    binary search per group at each such pair."""
     units = ctx.m.collectives
     want = (_signature(ctx, prev), _signature(ctx, row))
     span = ctx.rows_of(rank)
     rows = [r for r in range(span.start, prev) if int(units.entry_unit[r]) >= 0]
+    at: dict[int, list[int]] = {}  # group uid → positions (in `rows`) of its ops
+    seqs: dict[int, list[int]] = {}  # group uid → their seq ids
+    for i, r in enumerate(rows):
+        unit = int(units.entry_unit[r])
+        uid = int(units.group[unit])
+        at.setdefault(uid, []).append(i)
+        seqs.setdefault(uid, []).append(int(units.seq[unit]))
     for i in range(len(rows) - 1, 0, -1):
         before, after = rows[i - 1], rows[i]
         if int(units.entry_unit[before]) == int(units.entry_unit[after]):
             continue
         if (_signature(ctx, before), _signature(ctx, after)) != want:
             continue
-        last: dict[int, int] = {}
-        for r in rows[:i]:
-            unit = int(units.entry_unit[r])
-            last[int(units.group[unit])] = int(units.seq[unit])
-        nxt: dict[int, int] = {}
-        for r in rows[i:]:
-            unit = int(units.entry_unit[r])
-            nxt.setdefault(int(units.group[unit]), int(units.seq[unit]))
-        for uid, a in sorted(last.items()):
-            b = nxt.get(uid)
-            if b is not None and b - a - 1 == BARRIER_WIDTH:
-                return uid, a, b
+        for uid in sorted(at):
+            k = bisect_left(at[uid], i)  # its first op at or after `after`
+            if 0 < k < len(at[uid]) and seqs[uid][k] - seqs[uid][k - 1] - 1 == BARRIER_WIDTH:
+                return uid, seqs[uid][k - 1], seqs[uid][k]
     return None
