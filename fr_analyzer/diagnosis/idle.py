@@ -193,7 +193,8 @@ def first_missing(ctx: Context, roots: set[int], row: int) -> int:
     members = set(ctx.groups.groups[uid].ranks) - set(ctx.graph.unavailable)
     if issuers & roots or issuers != members - roots:
         return row
-    return min(rows.tolist(), key=lambda r: (int(ctx.t.rank[r]), r))
+    candidates: list[int] = rows.tolist()
+    return min(candidates, key=lambda r: (int(ctx.t.rank[r]), r))
 
 
 def went_past(ctx: Context, missing_row: int, newest_row: int, roots: set[int]) -> bool:
