@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from fr_analyzer.diagnosis import RootKind, cycles, idle, p2p, stragglers, stuck, waits
+from fr_analyzer.diagnosis import (
+    RootKind,
+    barriers,
+    cycles,
+    idle,
+    p2p,
+    stragglers,
+    stuck,
+    waits,
+)
 from fr_analyzer.diagnosis.context import Context, Resolved
 from fr_analyzer.diagnosis.hang import hang_root
 from fr_analyzer.diagnosis.mismatch import first_mismatch, mismatch_root
@@ -281,6 +290,59 @@ def test_gloo_idle_ranks_are_taken_to_wait_for_the_one_that_stopped_first(
     assert hang.view.implicit == {2: (1,)}
 
 
+def test_gloo_idle_ranks_beside_a_rank_with_no_dump_are_taken_to_wait_for_it(
+    tmp_path: Path,
+) -> None:
+    """GIVEN a gloo job of four ranks where rank 3 left no dump, ranks 1 and 2 stopped after
+    all_reduce #0 (past their last recorded collective: a send/recv gloo does not record) and
+    rank 0 waits in #1
+    WHEN the idle rule adds the edges gloo does not record
+    THEN ranks 1 and 2 are taken to wait for rank 3, and the hang's root is rank 3 (dead),
+    its evidence saying what ranks 1 and 2 were doing."""
+    dumps = {}
+    for r in range(3):
+        entries = [make_entry("all_reduce", 0, backend="gloo")]
+        if r == 0:
+            entries.append(make_entry("all_reduce", 1, backend="gloo", **PENDING))
+        dumps[r] = make_dump(renumber(entries), world(4))
+    ctx = situation(tmp_path, dumps)
+
+    assert idle.implicit_edges(ctx, ctx.graph) == {1: (3,), 2: (3,)}
+    hang = hang_root(ctx)
+    assert hang.root is not None
+    assert hang.root.kind is RootKind.DEAD_RANK
+    assert hang.root.ranks == (3,)
+    assert any("ranks 1-2 completed all_reduce #0" in e for e in hang.root.evidence)
+    assert "ranks 1-2 stopped past their last recorded collective" in hang.root.sentence
+
+
+def test_a_gloo_rank_that_stopped_is_named_at_the_first_op_it_never_issued(
+    tmp_path: Path,
+) -> None:
+    """GIVEN a gloo job where rank 2 stopped after all_reduce #0 while ranks 0 and 1 went on
+    with async ops: #1 and #2 retired (gloo retires a copy that timed out as one that
+    completed), and they wait in #3
+    WHEN the hang rules name the root
+    THEN rank 2 never joined #1, the first op it never issued, not #3 where the others wait
+    (while the `gloo_stopped` job, where the others wait in the op right after rank 2's
+    newest, keeps that op)."""
+    dumps = {}
+    for r in range(3):
+        entries = [make_entry("all_reduce", 0, backend="gloo")]
+        if r < 2:
+            entries += [make_entry("all_reduce", s, backend="gloo") for s in (1, 2)]
+            entries.append(make_entry("all_reduce", 3, backend="gloo", **PENDING))
+        dumps[r] = make_dump(renumber(entries), world(3))
+    ctx = situation(tmp_path, dumps)
+
+    hang = hang_root(ctx)
+    assert hang.root is not None
+    assert hang.root.kind is RootKind.NOT_JOINED
+    assert hang.root.ranks == (2,)
+    assert hang.root.collective_seq_id == 1
+    assert "ranks 0-1 issued it and wait in all_reduce #3" in hang.root.sentence
+
+
 def test_nccl_records_send_recv_so_no_edge_is_implied(tmp_path: Path) -> None:
     """GIVEN the same job on NCCL (which records send/recv)
     WHEN the idle rule looks for unrecorded waits
@@ -295,6 +357,71 @@ def test_nccl_records_send_recv_so_no_edge_is_implied(tmp_path: Path) -> None:
 
     assert idle.implicit_edges(ctx, ctx.graph) == {}
     assert not idle.in_unrecorded_p2p(ctx, 1, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# barriers: a monitored_barrier skipped where no group's sequence ids show it yet
+
+
+def barrier_job(tmp_path: Path, *, barrier: bool) -> Context:
+    """A gloo job of four ranks, subgroups {0, 1} ("1") and {2, 3} ("2"). Step 1: a world
+    all_reduce, a subgroup all_reduce, (with `barrier`) a world monitored_barrier (no entry,
+    world #2 and #3), a subgroup all_gather, a world all_reduce. Step 2: a subgroup
+    all_reduce, then rank 3 issues the subgroup all_gather and waits in it while the others
+    stopped right before it (in step 2's barrier, when there is one)."""
+    after = 4 if barrier else 2  # the world's seq id after step 1's barrier
+    subgroups = {"1": ("sub", [0, 1]), "2": ("sub", [2, 3])}
+    dumps = {}
+    for r in range(4):
+        sub = ("1", "sub") if r < 2 else ("2", "sub")
+        entries = [
+            make_entry("all_reduce", 1, backend="gloo", group=("0", "default_pg")),
+            make_entry("all_reduce", 1, backend="gloo", group=sub),
+            make_entry("all_gather", 2, backend="gloo", group=sub, out_sizes=[[2, 4, 4]]),
+            make_entry("all_reduce", after, backend="gloo", group=("0", "default_pg")),
+            make_entry("all_reduce", 3, backend="gloo", group=sub),
+        ]
+        if r == 3:
+            entries.append(
+                make_entry("all_gather", 4, backend="gloo", group=sub, out_sizes=[[2, 4, 4]])
+                | PENDING
+            )
+        dumps[r] = make_dump(renumber(entries), world(4, **subgroups))
+    return situation(tmp_path, dumps)
+
+
+def test_a_rank_alone_in_the_gap_a_monitored_barrier_leaves_skipped_it(tmp_path: Path) -> None:
+    """GIVEN a gloo job whose ranks left world #2-#3 unrecorded (a monitored_barrier) between
+    the subgroup all_reduce and all_gather of step 1, and in step 2 rank 3 issued the
+    all_gather while the others stopped after the all_reduce
+    WHEN the hang rules look for the root
+    THEN rank 3 skipped the world's monitored_barrier #5-#6, which the others are in: a
+    desync (it deviates), not rank 2 never joining the all_gather."""
+    ctx = barrier_job(tmp_path, barrier=True)
+
+    skip = barriers.skipped_barrier(ctx, ctx.graph)
+    assert skip is not None
+    assert (skip.rank, skip.group.name, skip.seq, skip.inside) == (3, "0", 5, (0, 1, 2))
+    hang = hang_root(ctx)
+    assert hang.root is not None
+    assert hang.root.kind is RootKind.NOT_JOINED and hang.root.deviates
+    assert hang.root.ranks == (3,)
+    assert hang.root.op == "monitored_barrier"
+    assert hang.root.group is not None and hang.root.group.name == "0"
+    assert hang.root.collective_seq_id == 5
+
+
+def test_with_no_gap_before_the_op_no_barrier_is_taken_to_be_skipped(tmp_path: Path) -> None:
+    """GIVEN the same job with no monitored_barrier (the world's seq ids have no gap)
+    WHEN the hang rules look for the root
+    THEN no barrier skip is read, and the rank waited for in the all_gather is the root."""
+    ctx = barrier_job(tmp_path, barrier=False)
+
+    assert barriers.skipped_barrier(ctx, ctx.graph) is None
+    hang = hang_root(ctx)
+    assert hang.root is not None
+    assert hang.root.kind is RootKind.NOT_JOINED and not hang.root.deviates
+    assert hang.root.ranks == (2,)
 
 
 # ---------------------------------------------------------------------------------------------

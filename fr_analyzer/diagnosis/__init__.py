@@ -17,16 +17,19 @@ The rules, in the order they are applied:
    none completed (a communication-level hang). A rank blocked in an earlier op of its own is
    never the root of a later op it has not reached: edges lead through it.
 5. On a backend that records no send/recv (gloo), a rank blocked in one looks idle; of the
-   idle ranks the others wait for, the root is the one that stopped where its peers went
-   straight on to the op they wait for it in (else the one whose activity stopped first), and
-   the others (stages starved of their input) are taken to wait for it.
+   idle ranks the others wait for, the root is a rank with no dump (its peers stopped past
+   their last recorded collective), else the one that stopped where its peers went straight on
+   to the op they wait for it in (else the one whose activity stopped first), and the others
+   (stages starved of their input, peers of the dead rank) are taken to wait for it. Nor does
+   gloo record a monitored_barrier: a rank waiting alone in the op the program issues after
+   one, for ranks that stopped right before it, skipped it (`barriers`).
 6. With nothing hung and no disagreement, a rank that made the others wait (`stragglers`).
 
 One module per rule family: `mismatch` (1), `cycles` (3), `stuck` (4's roots), `idle` (5, and
-the op an idle rank was due to issue), `p2p` (send/recv that left the schedule), `hang` (3 to 5
-weighed against each other), `stragglers` (6); `sentences` words them, `aftermath` says what
-the root explains, `context` is what they all read, and the order the other ranks follow comes
-from `match.reference`.
+the op an idle rank was due to issue), `barriers` (5's skipped monitored_barrier), `p2p`
+(send/recv that left the schedule), `hang` (3 to 5 weighed against each other), `stragglers`
+(6); `sentences` words them, `aftermath` says what the root explains, `context` is what they
+all read, and the order the other ranks follow comes from `match.reference`.
 """
 
 from __future__ import annotations

@@ -78,6 +78,17 @@ class Resolved:
     implicit: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
 
+def last_seq(ctx: Context, rank: int, uid: int) -> int | None:
+    """The newest collective sequence id `rank` recorded on group `uid` (None: none)."""
+    units = ctx.m.collectives
+    span = ctx.rows_of(rank)
+    for r in range(span.stop - 1, span.start - 1, -1):
+        unit = int(units.entry_unit[r])
+        if unit >= 0 and int(units.group[unit]) == uid:
+            return int(units.seq[unit])
+    return None
+
+
 def chain(ctx: Context, roots: set[int], graph: WaitGraph) -> tuple[WaitStep, ...]:
     """The longest wait chain that ends at one of `roots`, as (rank, group, seq) steps."""
     levels = graph.levels(roots)

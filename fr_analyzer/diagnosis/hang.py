@@ -1,8 +1,9 @@
 """Rules 3 to 5 together: a hang's root among the candidates. Cycles are resolved first
-(`cycles`: a deviant, else a deadlock); then dead, idle and stuck ranks and the deviants are
-weighed by how many ranks (transitively) wait for them, ties broken by the kind's preference
-(`Candidate`), by who stopped first and by rank. An idle or stuck winner whose send/recv left
-the schedule is that instead (`p2p`).
+(`cycles`: a deviant, else a deadlock); with none, a rank waiting alone past a gloo
+monitored_barrier that the ranks it waits for are in skipped it (`barriers`); else dead, idle
+and stuck ranks and the deviants are weighed by how many ranks (transitively) wait for them,
+ties broken by the kind's preference (`Candidate`), by who stopped first and by rank. An idle
+or stuck winner whose send/recv left the schedule is that instead (`p2p`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import enum
 from collections.abc import Set
 from dataclasses import dataclass, replace
 
-from . import cycles, p2p
+from . import barriers, cycles, p2p
 from .context import Context, Resolved
 from .idle import implicit_edges
 from .records import RootCause
@@ -65,6 +66,13 @@ def hang_root(ctx: Context) -> Hang:
         else:
             deviants[found.rank] = found.waited_row
     g = graph.without_edges_from(set(deviants))
+    if not deviants:
+        skip = barriers.skipped_barrier(ctx, g)
+        if skip is not None:
+            inside = barriers.edges(skip)
+            g = g.without_edges_from({skip.rank}).with_edges(inside)
+            view = Resolved(graph=g, implicit=inside)
+            return Hang(root=barriers.barrier_root(ctx, skip, g), view=view)
     implicit = implicit_edges(ctx, g)
     g = g.with_edges(implicit)
     view = Resolved(graph=g, implicit=implicit)

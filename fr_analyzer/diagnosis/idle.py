@@ -1,9 +1,10 @@
 """Idle ranks: ranks the others wait for that are blocked in no recorded op. Which op they
 were due to issue next (`first_waited`), whether they went past it (`went_past`), and, on a
 backend that records no send/recv (gloo), the blindness that makes a rank blocked in a
-send/recv look idle: of the idle ranks, the root is the one that stopped where its peers went
-straight on to the op they wait for it in (else the one whose activity stopped first), and the
-others (stages starved of their input) are taken to wait for it (`implicit_edges`).
+send/recv look idle: of the idle ranks, the root is a rank with no dump (its peers stopped past
+their last recorded collective), else the one that stopped where its peers went straight on to
+the op they wait for it in (else the one whose activity stopped first), and the others (stages
+starved of their input, ring peers of a dead rank) are taken to wait for it (`implicit_edges`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from ..match.reference import CYCLE_RANKS, DUE_CANDIDATES
 from ..model.arrays import distinct
 from ..model.records import P2PKind
-from .context import Context
+from .context import Context, last_seq
 from .waits import Wait, WaitGraph
 
 P2P_CALLS = frozenset(
@@ -26,7 +27,8 @@ _PIPELINE_WORDS = frozenset({"pp", "pipe", "pipeline", "pipeline_parallel", "sta
 
 def implicit_edges(ctx: Context, g: WaitGraph) -> dict[int, tuple[int, ...]]:
     """On backends that record no send/recv, a rank blocked in one looks idle. Idle ranks
-    that others wait for are taken to wait for the one that stopped first; but a rank
+    that others wait for are taken to wait for a rank with no dump among them, else for the
+    one that stopped first; but a rank
     whose whole group stopped with it (a pipeline stage starved of its input) waits for
     the ranks that stopped alone while their groups went on, whenever there are some."""
     if not ctx.no_p2p_recorded():
@@ -34,12 +36,14 @@ def implicit_edges(ctx: Context, g: WaitGraph) -> dict[int, tuple[int, ...]]:
     idle = [r for r in g.waited_on() if r not in g.node_of]
     if len(idle) < 2:
         return {}
-    starved = {r for r in idle if r not in g.unavailable and _stopped_with_group(ctx, r, g)}
+    starved = {r for r in idle if r not in g.unavailable and stopped_with_group(ctx, r, g)}
     alone = [r for r in idle if r not in starved] or idle
     # Ranks that stopped at one op are told apart not by their hosts' clocks but by who
     # was due next: peers that went from that very op straight to one they wait for it in.
-    alone = [r for r in alone if _stopped_before_next(ctx, r, g)] or alone
-    first = min(alone, key=lambda r: (ctx.newest_ns.get(r, -1), r))
+    # A rank with no dump among them is the prime suspect: the others stopped past their
+    # last recorded collective, where the recorder keeps nothing (a send/recv with it).
+    alone = [r for r in alone if r in g.unavailable or _stopped_before_next(ctx, r, g)] or alone
+    first = min(alone, key=lambda r: (r not in g.unavailable, ctx.newest_ns.get(r, -1), r))
     stop = ctx.newest_ns.get(first, -1)
     units = ctx.m.collectives
     last = ctx.last_row.get(first)
@@ -79,7 +83,7 @@ def _stopped_before_next(ctx: Context, rank: int, g: WaitGraph) -> bool:
     return False
 
 
-def _stopped_with_group(ctx: Context, rank: int, g: WaitGraph) -> bool:
+def stopped_with_group(ctx: Context, rank: int, g: WaitGraph) -> bool:
     """Whether every member of one of the rank's groups (not the world) is idle too and
     stopped at the same collective of that group."""
     t, units = ctx.t, ctx.m.collectives
@@ -164,6 +168,33 @@ def first_waited(ctx: Context, ranks: set[int], g: WaitGraph) -> tuple[Wait | No
         mine = ctx.peers.own_next(min(ranks), [w.row for w in candidates])
         first = None if mine is None else candidates[mine]
     return (first if first is not None else ranked[0]), direct
+
+
+def first_missing(ctx: Context, roots: set[int], row: int) -> int:
+    """The first op of the group of the collective at `row` that `roots` never issued, as
+    the row of one of its issuers: the op right after the newest one the roots recorded in
+    that group, when every other member with a dump issued it (gloo runs async ops ahead, and
+    its recorder retires the copies that timed out as it retires those that completed, so the
+    peers may wait in a later op); else `row`."""
+    units = ctx.m.collectives
+    unit = int(units.entry_unit[row])
+    if unit < 0:
+        return row
+    uid, seq = int(units.group[unit]), int(units.seq[unit])
+    lasts = [last_seq(ctx, r, uid) for r in roots]
+    if not lasts or any(s is None for s in lasts):
+        return row
+    first = max(s for s in lasts if s is not None) + 1
+    found = units.find(uid, first) if first < seq else None
+    if found is None:
+        return row
+    rows = units.unit_rows(found)
+    issuers = set(ctx.t.rank[rows].tolist())
+    members = set(ctx.groups.groups[uid].ranks) - set(ctx.graph.unavailable)
+    if issuers & roots or issuers != members - roots:
+        return row
+    candidates: list[int] = rows.tolist()
+    return min(candidates, key=lambda r: (int(ctx.t.rank[r]), r))
 
 
 def went_past(ctx: Context, missing_row: int, newest_row: int, roots: set[int]) -> bool:

@@ -69,6 +69,15 @@ def skipped_collective(*, roots: Collection[int], others: Sequence[int], f: Find
     )
 
 
+def skipped_barrier(*, rank: int, inside: Sequence[int], at: str, ref: OpRef) -> str:
+    """A rank that went past a monitored_barrier (no entry) the others are in."""
+    return (
+        f"rank {rank} skipped {at}, which {label(inside)} "
+        f"{agree(inside, 'is', 'are')} in, and went on to {where(ref)}, where it blocks. "
+        f"{_bug([rank], 'a rank-dependent branch')}"
+    )
+
+
 def more_behind(*, others: int, waiters: Collection[int]) -> str:
     """The clause on the ranks that wait behind the direct waiters (empty when none do)."""
     if others <= 0:
@@ -80,10 +89,17 @@ def more_behind(*, others: int, waiters: Collection[int]) -> str:
 
 
 def dead(
-    *, gone: Sequence[int], waiters: Collection[int], at: str, more: str, no_dump: bool
+    *,
+    gone: Sequence[int],
+    waiters: Collection[int],
+    at: str,
+    more: str,
+    no_dump: bool,
+    quiet: Collection[int] = (),
 ) -> str:
     """Ranks that look dead: no usable dump (`no_dump`), or stopped recording long before
-    their peers started waiting for them in `at`."""
+    their peers started waiting for them in `at`; `quiet` ranks stopped past their last
+    recorded collective (a send/recv with them, where the recorder keeps nothing)."""
     how = (
         agree(gone, "it has no usable dump", "they have no usable dumps")
         if no_dump
@@ -91,10 +107,17 @@ def dead(
         + " recording long before they started waiting"
     )
     hosts = agree(gone, "that host's", "those hosts'")
+    peers = (
+        f"; {label(quiet)} stopped past {agree(quiet, 'its', 'their')} last recorded "
+        f"collective, most likely in a send/recv with {agree(gone, 'it', 'them')}"
+        if quiet
+        else ""
+    )
     return (
         f"{label(gone)} {agree(gone, 'looks', 'look')} dead: {label(waiters)} "
         f"{agree(waiters, 'waits', 'wait')} for {agree(gone, 'it', 'them')} in "
-        f"{at}{more}, and {how}; check {hosts} logs (OOM, crash, preemption, hardware)."
+        f"{at}{more}{peers}, and {how}; check {hosts} logs (OOM, crash, preemption, "
+        "hardware)."
     )
 
 
@@ -109,13 +132,24 @@ def skipped_op(*, roots: Collection[int], waiters: Collection[int], at: str, mor
 
 
 def never_joined(
-    *, roots: Collection[int], waiters: Collection[int], at: str, more: str, p2p: bool
+    *,
+    roots: Collection[int],
+    waiters: Collection[int],
+    at: str,
+    more: str,
+    p2p: bool,
+    ahead: str = "",
 ) -> str:
-    """Ranks that never joined (or, `p2p`, never posted their half of) the op others wait in."""
+    """Ranks that never joined (or, `p2p`, never posted their half of) the op others wait in;
+    with `ahead`, the others issued it and wait in that later op."""
     joined = "posted its half of" if p2p else "joined"
+    wait = (
+        f"{agree(waiters, 'issued it and waits', 'issued it and wait')} in {ahead}"
+        if ahead
+        else f"{agree(waiters, 'waits', 'wait')} in it"
+    )
     return (
-        f"{label(roots)} never {joined} {at}: {label(waiters)} "
-        f"{agree(waiters, 'waits', 'wait')} in it{more}. Look at what "
+        f"{label(roots)} never {joined} {at}: {label(waiters)} {wait}{more}. Look at what "
         f"{agree(roots, 'it', 'they')} did instead: newest op and code below."
     )
 

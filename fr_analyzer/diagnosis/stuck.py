@@ -7,13 +7,19 @@ every member issued and none completed (a stuck collective).
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 
 from ..model.ranks import agree, by_count, counted, label
 from ..model.records import STATE_NAMES, State
 from . import sentences
 from .context import Context, Resolved, chain, code
-from .idle import first_waited, in_unrecorded_p2p, went_past
+from .idle import (
+    first_missing,
+    first_waited,
+    in_unrecorded_p2p,
+    stopped_with_group,
+    went_past,
+)
 from .mismatch import extra_op
 from .positions import OpRef
 from .records import RootCause, RootKind
@@ -29,12 +35,26 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
     root_set = set(roots)
     waited, direct = first_waited(ctx, root_set, g)
     ref = ctx.ref(waited.row) if waited is not None else None
+    ahead = None  # the later op the peers wait in, when the root op is an earlier one
+    if ref is not None and not root_set & g.unavailable:
+        # The root op is the first op they never issued, not the later one the peers wait in.
+        first = ctx.ref(first_missing(ctx, root_set, ref.row))
+        if first.row != ref.row:
+            ahead, ref = ref, first
     evidence = []
     for w in direct[:4]:
         wref = ctx.ref(w.row)
         evidence.append(
             f"{label(w.waiters)} {agree(w.waiters, 'waits', 'wait')} in {where(wref)} "
             f"for {label(root_set & set(w.waits_for))}"
+        )
+    if ahead is not None and ref is not None and ref.collective_seq_id is not None:
+        seq = ref.collective_seq_id
+        evidence.append(
+            f"{label(roots)} recorded nothing of group {ref.group.name!r} after #{seq - 1}; "
+            f"the others issued #{seq} to #{ahead.collective_seq_id} (gloo runs async ops "
+            "ahead and retires a copy that timed out as one that completed): "
+            f"#{seq} is the first op {agree(roots, 'it', 'they')} never issued"
         )
     if len(direct) > 4:
         evidence.append(
@@ -89,20 +109,46 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
             )
     at = where(ref) if ref is not None else "the op its peers wait in"
     waiters = waited.waiters if waited is not None else ()
-    more = sentences.more_behind(
-        others=len(g.waiting_for(root_set)) - len(waiters), waiters=waiters
+    # Ranks taken to wait for a dead root in a send/recv no dump records (not stages starved
+    # with their whole group, which wait behind others): they wait for it directly.
+    quiet = (
+        sorted(
+            r
+            for r, to in view.implicit.items()
+            if root_set & set(to) and r not in waiters and not stopped_with_group(ctx, r, ctx.graph)
+        )
+        if dead
+        else []
     )
+    more = sentences.more_behind(
+        others=len(g.waiting_for(root_set)) - len(waiters) - len(quiet), waiters=waiters
+    )
+    for last, ranks in _last_ops(ctx, quiet).items():
+        evidence.append(
+            f"{label(ranks)} completed {where(ctx.ref(last))} and recorded nothing since: "
+            f"{agree(ranks, 'it is', 'they are')} blocked where the recorder keeps nothing, "
+            f"most likely a send/recv with {label(dead)} (gloo does not record send/recv)"
+        )
     own = code(ctx, ctx.last_row.get(roots[0]), [g.frontier[w] for w in waiters if w in g.frontier])
     if dead or frozen:
         gone = sorted(set(dead) | set(frozen))
-        sentence = sentences.dead(gone=gone, waiters=waiters, at=at, more=more, no_dump=bool(dead))
+        sentence = sentences.dead(
+            gone=gone, waiters=waiters, at=at, more=more, no_dump=bool(dead), quiet=quiet
+        )
         kind = RootKind.DEAD_RANK
     elif skipped and len(skipped) == len(roots):
         sentence = sentences.skipped_op(roots=roots, waiters=waiters, at=at, more=more)
         kind = RootKind.NOT_JOINED
     else:
         p2p = ref is not None and ref.p2p_seq_id is not None
-        sentence = sentences.never_joined(roots=roots, waiters=waiters, at=at, more=more, p2p=p2p)
+        sentence = sentences.never_joined(
+            roots=roots,
+            waiters=waiters,
+            at=at,
+            more=more,
+            p2p=p2p,
+            ahead=where(ahead) if ahead is not None else "",
+        )
         kind = RootKind.NOT_JOINED
     return RootCause(
         kind=kind,
@@ -117,6 +163,22 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
         deviates=bool(skipped) and len(skipped) == len(roots) and kind != RootKind.DEAD_RANK,
         code=own,
     )
+
+
+def _last_ops(ctx: Context, ranks: Sequence[int]) -> dict[int, list[int]]:
+    """Ranks grouped by their newest op (the row of the lowest rank's copy of it): the ranks
+    at one collective unit share one row."""
+    units = ctx.m.collectives
+    out: dict[int, list[int]] = {}
+    first: dict[tuple[int, int], int] = {}
+    for r in ranks:
+        row = ctx.last_row.get(r)
+        if row is None:
+            continue
+        unit = int(units.entry_unit[row])
+        key = (0, unit) if unit >= 0 else (1, row)
+        out.setdefault(first.setdefault(key, row), []).append(r)
+    return out
 
 
 def stuck_root(
