@@ -22,10 +22,18 @@ With `--writer et` the same cases are written as each rank's Chakra Execution Tr
 "ok" where it does not (stuck kernels, network hangs, stragglers, healthy runs). An analyzer
 error (it cannot read the traces) is a wrong answer, counted and shown like any other.
 
+Each case's dump files are dated as frsim draws them (`tools.frsim.dating`): written by the
+dump a little after its snapshot (0.2-3 s; 5-20 s with stack traces), or copied days later
+without their times. A file time bounds a snapshot from above only, so where the dumps cannot
+date a hang fr-analyze may print its likelier reading with `"confidence": "ambiguous"` and the
+others in `verdict.alternatives` (the JSON report; absent: "high"). The tables count, per shape
+and backend and per dating, the cases it called ambiguous and how many of those had the reading
+it printed right (the judged ones: not ambiguous by construction).
+
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
 [--writer dump|et] [--out FILE]` (`make accuracy`; `make accuracy-et` for the traces). Prints
-the share right, a table per fault kind, one per shape and backend, the confusion of answers and
-every wrong case; exits 1 unless every unambiguous case is right.
+the share right, a table per fault kind, one per shape and backend, one per dating of the files,
+the confusion of answers and every wrong case; exits 1 unless every unambiguous case is right.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -50,6 +58,7 @@ from fr_analyzer import analyze
 from fr_analyzer.conclusion import Conclusion, Role
 from fr_analyzer.errors import FrAnalyzerError
 from fr_analyzer.pipeline import Options
+from fr_analyzer.render.report_json import report_dict
 from tools.frsim.campaign import ET_OUTPUT, draw_case, parse_shapes
 from tools.frsim.truth import Truth
 
@@ -74,11 +83,25 @@ class Outcome:
     backend: str = "nccl"
     writer: str = "dump"
     """What the case was written as: "dump" (Flight Recorder) or "et" (execution traces)."""
+    confidence: str = "high"
+    """The verdict's `confidence` in the JSON report ("high" where it has none; "ambiguous":
+    the answer is the likelier of several readings)."""
+    alternatives: list[str] = field(default_factory=list)
+    """The status of each other reading the verdict lists (`verdict.alternatives`)."""
+    dating: str = "none"
+    """What the files' times were (`tools.frsim.dating.Dating`): "plain" or "stacks" (the
+    dump's own, written 0.2-3 s or 5-20 s after its snapshot), "copied" (days later), "none"
+    (not set: execution traces)."""
 
     @property
     def right(self) -> bool:
         """Whether fr-analyze's answer matched the truth (no problems found)."""
         return not self.problems
+
+    @property
+    def said_ambiguous(self) -> bool:
+        """Whether fr-analyze printed its answer as the likelier of several readings."""
+        return self.confidence == AMBIGUOUS
 
 
 def answer(c: Conclusion) -> dict[str, Any]:
@@ -99,6 +122,20 @@ def answer(c: Conclusion) -> dict[str, Any]:
             if j.role == Role.INDEPENDENT
         ],
     }
+
+
+AMBIGUOUS = "ambiguous"
+"""The verdict's `confidence` when two readings fit the dumps and it printed the likelier."""
+
+
+def reading(verdict: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The JSON report's verdict's confidence ("high" when it says none) and the status of each
+    alternative reading it lists."""
+    alternatives = verdict.get("alternatives") or []
+    return (
+        str(verdict.get("confidence") or "high"),
+        [str(a.get("status", "?")) if isinstance(a, Mapping) else str(a) for a in alternatives],
+    )
 
 
 def judge(truth: Truth, got: dict[str, Any]) -> list[str]:
@@ -140,20 +177,21 @@ def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Out
     truth = case.et_truth if et else case.truth
     started = time.perf_counter()
     ranks = 0
+    confidence = "high"
+    alternatives: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fr-accuracy-") as tmp:
         directory = Path(tmp) / "dumps"
         directory.mkdir()
         case.write(directory, ET_OUTPUT if et else None)
-        if et:
-            try:
-                analysis = analyze(directory, Options(workers=1))
-            except FrAnalyzerError as error:
-                got = _failed(error)
-            else:
-                got, ranks = answer(analysis.conclusion), len(analysis.summary.ranks_loaded)
-        else:
+        try:
             analysis = analyze(directory, Options(workers=1))
+        except FrAnalyzerError as error:
+            if not et:
+                raise
+            got = _failed(error)
+        else:
             got, ranks = answer(analysis.conclusion), len(analysis.summary.ranks_loaded)
+            confidence, alternatives = reading(report_dict(analysis, cap=1)["verdict"])
     return Outcome(
         seed=seed,
         kind=case.kind,
@@ -167,6 +205,10 @@ def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Out
         shape=case.shape,
         backend=case.backend,
         writer=writer,
+        confidence=confidence,
+        alternatives=alternatives,
+        # an execution trace keeps the time it is written (no dump, nothing to date)
+        dating="none" if et else case.dating.value,
     )
 
 
@@ -186,28 +228,61 @@ def _status_root(d: dict[str, Any]) -> str:
     return f"{d['status']}/{d.get('root') or '-'}"
 
 
-def _shape_table(outcomes: Sequence[Outcome]) -> str:
-    """Cases, right, wrong and ambiguous per (shape, backend); share right of the judged."""
+COUNT_HEADERS = ["cases", "right", "wrong", "ambiguous", "said ambiguous", "its reading right"]
+"""The counts of every breakdown: cases; right and wrong of the judged; ambiguous by
+construction (not judged); verdicts fr-analyze called ambiguous; of those that were judged,
+how many printed the right reading (right/judged)."""
+
+
+def _counts(mine: Sequence[Outcome]) -> list[Any]:
+    """The `COUNT_HEADERS` columns and the share right of the judged, for some outcomes."""
+    judged = [o for o in mine if o.ambiguous is None]
+    n_right = sum(o.right for o in judged)
+    said = [o for o in mine if o.said_ambiguous]
+    said_judged = [o for o in said if o.ambiguous is None]
+    return [
+        len(mine),
+        n_right,
+        len(judged) - n_right,
+        len(mine) - len(judged),
+        len(said),
+        f"{sum(o.right for o in said_judged)}/{len(said_judged)}" if said_judged else "-",
+        f"{100 * n_right / max(len(judged), 1):.0f}%",
+    ]
+
+
+def _table(
+    outcomes: Sequence[Outcome], keys: Sequence[str], key: Callable[[Outcome], tuple[str, ...]]
+) -> str:
+    """One row of counts per value of `key` (columns named `keys`), in sorted order."""
     rows = []
-    for shape, backend in sorted({(o.shape, o.backend) for o in outcomes}):
-        mine = [o for o in outcomes if o.shape == shape and o.backend == backend]
-        judged = [o for o in mine if o.ambiguous is None]
-        n_right = sum(o.right for o in judged)
-        rows.append(
-            [
-                shape,
-                backend,
-                len(mine),
-                n_right,
-                len(judged) - n_right,
-                len(mine) - len(judged),
-                f"{100 * n_right / max(len(judged), 1):.0f}%",
-            ]
-        )
-    return tabulate(
-        rows,
-        headers=["shape", "backend", "cases", "right", "wrong", "ambiguous", "share right"],
-        disable_numparse=True,
+    for value in sorted({key(o) for o in outcomes}):
+        rows.append([*value, *_counts([o for o in outcomes if key(o) == value])])
+    return tabulate(rows, headers=[*keys, *COUNT_HEADERS, "share right"], disable_numparse=True)
+
+
+def _shape_table(outcomes: Sequence[Outcome]) -> str:
+    """Per (shape, backend): cases, right, wrong, ambiguous by construction, said ambiguous and
+    its reading right; share right of the judged."""
+    return _table(outcomes, ["shape", "backend"], lambda o: (o.shape, o.backend))
+
+
+DATING_WORDS = {
+    "plain": "dump, no stacks: +0.2-3 s",
+    "stacks": "dump, stacks: +5-20 s",
+    "copied": "copied: +days",
+    "none": "not set",
+}
+"""Each dating of the files (`Outcome.dating`) in words: the file written by the dump so
+long after its snapshot, with or without stack traces, or copied days later."""
+
+
+def _dating_table(outcomes: Sequence[Outcome]) -> str:
+    """Per dating of the files, and per status the truth gives: the same counts."""
+    return _table(
+        outcomes,
+        ["file times", "truth"],
+        lambda o: (DATING_WORDS.get(o.dating, o.dating), str(o.truth["status"])),
     )
 
 
@@ -248,6 +323,8 @@ def render(outcomes: Sequence[Outcome]) -> str:
     )
     if any(o.shape != "3d" or o.writer == "et" for o in outcomes):
         lines += ["", "Per training shape and backend:", _shape_table(outcomes)]
+    if any(o.dating != "none" for o in outcomes):
+        lines += ["", "Per dating of the dump files:", _dating_table(outcomes)]
     confusion: Counter[tuple[str, str, str]] = Counter()
     for o in judged:
         confusion[(o.kind, _status_root(o.truth), _status_root(o.got))] += 1
@@ -269,7 +346,17 @@ def render(outcomes: Sequence[Outcome]) -> str:
             lines.append(f"  seed {o.seed}: {o.case}")
             lines.append(f"    want: {Truth.from_dict(o.truth).describe()}")
             lines.append(f"    got:  {o.got['answer'][:300]}")
+            if o.said_ambiguous:
+                others = ", ".join(o.alternatives) or "none listed"
+                lines.append(f"    said ambiguous; other readings: {others}")
             lines.append(f"    differs: {'; '.join(o.problems)}")
+    said = [o for o in outcomes if o.said_ambiguous]
+    if said:
+        lines += ["", f"Said ambiguous ({len(said)}; seed, right/wrong/not judged, dating):"]
+        lines += [
+            "  " + ", ".join(f"{o.seed} {_mark(o)} {o.dating}" for o in said[i : i + 6])
+            for i in range(0, len(said), 6)
+        ]
     ambiguous = [o for o in outcomes if o.ambiguous is not None]
     if ambiguous:
         reasons = Counter(o.ambiguous or "" for o in ambiguous)
@@ -284,6 +371,10 @@ def render(outcomes: Sequence[Outcome]) -> str:
             f"{slowest.seed} ({slowest.ranks} ranks) {slowest.seconds:.1f} s",
         ]
     return "\n".join(lines)
+
+
+def _mark(o: Outcome) -> str:
+    return "not-judged" if o.ambiguous is not None else "right" if o.right else "WRONG"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

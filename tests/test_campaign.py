@@ -1,19 +1,20 @@
 """A fixed-seed slice of the randomized fault campaign (`make accuracy` runs 300 and more):
-simulated jobs of 8 to 256 ranks with every kind of fault, each answered right."""
+simulated jobs of 8 to 256 ranks with every kind of fault, each answered right; and the
+campaign's report: per shape and backend and per dating of the files, the verdicts fr-analyze
+called ambiguous and how many of those printed the right reading."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
-from benchmarks.accuracy import Outcome, run
+from benchmarks.accuracy import Outcome, reading, render, run
 from tools.frsim.campaign import CASE_KINDS
 
 SEEDS = range(0, 66)
-
-pytestmark = pytest.mark.slow
 
 
 def _wrong(outcomes: Sequence[Outcome]) -> list[str]:
@@ -25,6 +26,7 @@ def _wrong(outcomes: Sequence[Outcome]) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_every_fault_kind_of_the_slice_is_answered_right() -> None:
     outcomes = run(SEEDS, workers=1)
     kinds = Counter(o.kind for o in outcomes if o.ambiguous is None)
@@ -44,8 +46,131 @@ layouts, lost partners, all_to_all inputs and totals, gloo async ops, skips insi
 skipped first barriers, healthy mid-run dumps."""
 
 
+@pytest.mark.slow
 def test_the_drawn_cases_of_every_job_shape_that_once_went_wrong_are_answered_right() -> None:
     outcomes = run(SHAPE_SEEDS, workers=1, shapes=("3d", *SHAPES))
     wrong = _wrong(outcomes)
     assert not wrong, "\n".join(wrong)
     assert sum(o.ambiguous is None for o in outcomes) >= 0.6 * len(outcomes)
+
+
+# --- the report: confidence and dating ---------------------------------------------------------
+
+
+def outcome(
+    seed: int,
+    want: str,
+    got: str,
+    *,
+    shape: str = "fsdp",
+    backend: str = "nccl",
+    confidence: str = "high",
+    alternatives: Sequence[str] = (),
+    dating: str = "stacks",
+    ambiguous: str | None = None,
+) -> Outcome:
+    """A campaign outcome: the truth's status `want`, fr-analyze's `got` (no root cause)."""
+    return Outcome(
+        seed=seed,
+        kind="healthy_mid" if want == "ok" else "stop_host",
+        case=f"seed {seed}: a case",
+        truth={"status": want, "root": None},
+        got={"status": got, "root": None, "answer": f"{got.upper()}."},
+        problems=[] if want == got or ambiguous else [f"status {got} (want {want})"],
+        ambiguous=ambiguous,
+        shape=shape,
+        backend=backend,
+        confidence=confidence,
+        alternatives=list(alternatives),
+        dating=dating,
+    )
+
+
+def table_rows(report: str, title: str) -> list[list[str]]:
+    """The rows of the table under `title` in a rendered report, split on two or more spaces."""
+    lines = report.split(title + "\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    return [[cell for cell in line.split("  ") if cell.strip()] for line in lines]
+
+
+def cells(row: list[str]) -> list[str]:
+    return [c.strip() for c in row]
+
+
+def test_reading_takes_the_verdicts_confidence_and_its_alternatives() -> None:
+    verdict = {
+        "status": "hung",
+        "confidence": "ambiguous",
+        "alternatives": [{"status": "ok", "reading": "in flight", "decide": "a snapshot"}],
+    }
+    assert reading(verdict) == ("ambiguous", ["ok"])
+
+
+def test_a_verdict_without_confidence_reads_as_high() -> None:
+    assert reading({"status": "hung"}) == ("high", [])
+
+
+def test_the_shape_table_counts_ambiguous_verdicts_and_their_right_readings() -> None:
+    # GIVEN four fsdp/nccl cases: two said ambiguous (one right, one wrong), one sure and right,
+    # one ambiguous by construction and said ambiguous (not judged)
+    outcomes = [
+        outcome(1, "hung", "hung", confidence="ambiguous", alternatives=["ok"]),
+        outcome(2, "ok", "hung", confidence="ambiguous", alternatives=["ok"]),
+        outcome(3, "hung", "hung"),
+        outcome(4, "ok", "hung", confidence="ambiguous", ambiguous="dumped mid-collective"),
+        outcome(5, "hung", "hung", shape="ddp", backend="gloo", dating="copied"),
+    ]
+    # WHEN the report is rendered
+    report = render(outcomes)
+    # THEN the shape table has the new columns: said ambiguous 3, its reading right 1 of the 2
+    # judged
+    rows = table_rows(report, "Per training shape and backend:")
+    assert cells(rows[0]) == [
+        "shape", "backend", "cases", "right", "wrong", "ambiguous", "said ambiguous",
+        "its reading right", "share right",
+    ]  # fmt: skip
+    assert cells(rows[2]) == ["ddp", "gloo", "1", "1", "0", "0", "0", "-", "100%"]
+    assert cells(rows[3]) == ["fsdp", "nccl", "4", "2", "1", "1", "3", "1/2", "67%"]
+
+
+def test_the_dating_table_has_a_row_per_dating_and_truth() -> None:
+    outcomes = [
+        outcome(1, "ok", "ok", dating="plain"),
+        outcome(2, "ok", "hung", dating="stacks", confidence="ambiguous", alternatives=["ok"]),
+        outcome(3, "hung", "hung", dating="stacks"),
+        outcome(4, "hung", "hung", dating="copied", confidence="ambiguous"),
+    ]
+    rows = [cells(r) for r in table_rows(render(outcomes), "Per dating of the dump files:")]
+    assert rows[0][:3] == ["file times", "truth", "cases"]
+    assert rows[2:] == [
+        ["copied: +days", "hung", "1", "1", "0", "0", "1", "1/1", "100%"],
+        ["dump, no stacks: +0.2-3 s", "ok", "1", "1", "0", "0", "0", "-", "100%"],
+        ["dump, stacks: +5-20 s", "hung", "1", "1", "0", "0", "0", "-", "100%"],
+        ["dump, stacks: +5-20 s", "ok", "1", "0", "1", "0", "1", "0/1", "0%"],
+    ]
+
+
+def test_a_wrong_case_said_ambiguous_lists_its_other_readings() -> None:
+    report = render([outcome(2, "ok", "hung", confidence="ambiguous", alternatives=["ok"])])
+    assert "said ambiguous; other readings: ok" in report
+    assert "Said ambiguous (1; seed, right/wrong/not judged, dating):\n  2 WRONG stacks" in report
+
+
+def test_execution_traces_have_no_dating_table() -> None:
+    traces = [replace(outcome(1, "ok", "ok"), writer="et", dating="none")]
+    assert "Per dating" not in render(traces)
+
+
+TINY = (1, 4, 7)
+"""Seeds of the campaign over every shape whose jobs are small (8 to 16 ranks)."""
+
+
+def test_a_tiny_campaign_reports_each_cases_dating_and_confidence() -> None:
+    # GIVEN a few drawn cases, WHEN the campaign runs them
+    outcomes = run(TINY, workers=1, shapes=("3d", *SHAPES))
+    # THEN each outcome carries its files' dating and the verdict's confidence, and the report
+    # breaks them down
+    assert {o.dating for o in outcomes} <= {"plain", "stacks", "copied"}
+    assert {o.confidence for o in outcomes} <= {"high", "ambiguous"}
+    report = render(outcomes)
+    assert "said ambiguous" in table_rows(report, "Per training shape and backend:")[0][-3]
+    assert len(table_rows(report, "Per dating of the dump files:")) >= 3
