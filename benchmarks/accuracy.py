@@ -28,7 +28,8 @@ without their times. A file time bounds a snapshot from above only, so where the
 date a hang fr-analyze may print its likelier reading with `"confidence": "ambiguous"` and the
 others in `verdict.alternatives` (the JSON report; absent: "high"). The tables count, per shape
 and backend and per dating, the cases it called ambiguous and how many of those had the reading
-it printed right (the judged ones: not ambiguous by construction).
+it printed right (the judged ones: not ambiguous by construction); the dating table also counts
+the verdicts whose `timing.age` is "unknown" (neither bound of the dump time settles it).
 
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
 [--writer dump|et] [--out FILE]` (`make accuracy`; `make accuracy-et` for the traces). Prints
@@ -88,6 +89,9 @@ class Outcome:
     the answer is the likelier of several readings)."""
     alternatives: list[str] = field(default_factory=list)
     """The status of each other reading the verdict lists (`verdict.alternatives`)."""
+    age: str = ""
+    """The verdict's `timing.age`: "old", "young", "unknown" (neither bound of the dump time
+    settles it), "" (no unfinished op)."""
     dating: str = "none"
     """What the files' times were (`tools.frsim.dating.Dating`): "plain" or "stacks" (the
     dump's own, written 0.2-3 s or 5-20 s after its snapshot), "copied" (days later), "none"
@@ -128,13 +132,29 @@ AMBIGUOUS = "ambiguous"
 """The verdict's `confidence` when two readings fit the dumps and it printed the likelier."""
 
 
-def reading(verdict: Mapping[str, Any]) -> tuple[str, list[str]]:
-    """The JSON report's verdict's confidence ("high" when it says none) and the status of each
-    alternative reading it lists."""
+@dataclass(frozen=True)
+class Reading:
+    """How sure the JSON report's verdict is, and how old it found the unfinished ops."""
+
+    confidence: str = "high"
+    """"high", or "ambiguous" (the answer is the likelier of several readings)."""
+    alternatives: tuple[str, ...] = ()
+    """The status of each other reading the verdict lists."""
+    age: str = ""
+    """`verdict.timing.age`: "old" (stuck), "young" (in flight), "unknown"; "" when none."""
+
+
+def reading(verdict: Mapping[str, Any]) -> Reading:
+    """The JSON report's verdict's confidence ("high" when it says none), the status of each
+    alternative reading it lists, and the age of its unfinished ops."""
     alternatives = verdict.get("alternatives") or []
-    return (
+    timing = verdict.get("timing") or {}
+    return Reading(
         str(verdict.get("confidence") or "high"),
-        [str(a.get("status", "?")) if isinstance(a, Mapping) else str(a) for a in alternatives],
+        tuple(
+            str(a.get("status", "?")) if isinstance(a, Mapping) else str(a) for a in alternatives
+        ),
+        str(timing.get("age") or ""),
     )
 
 
@@ -177,8 +197,7 @@ def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Out
     truth = case.et_truth if et else case.truth
     started = time.perf_counter()
     ranks = 0
-    confidence = "high"
-    alternatives: list[str] = []
+    said = Reading()
     with tempfile.TemporaryDirectory(prefix="fr-accuracy-") as tmp:
         directory = Path(tmp) / "dumps"
         directory.mkdir()
@@ -191,7 +210,7 @@ def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Out
             got = _failed(error)
         else:
             got, ranks = answer(analysis.conclusion), len(analysis.summary.ranks_loaded)
-            confidence, alternatives = reading(report_dict(analysis, cap=1)["verdict"])
+            said = reading(report_dict(analysis, cap=1)["verdict"])
     return Outcome(
         seed=seed,
         kind=case.kind,
@@ -205,8 +224,9 @@ def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Out
         shape=case.shape,
         backend=case.backend,
         writer=writer,
-        confidence=confidence,
-        alternatives=alternatives,
+        confidence=said.confidence,
+        alternatives=list(said.alternatives),
+        age=said.age,
         # an execution trace keeps the time it is written (no dump, nothing to date)
         dating="none" if et else case.dating.value,
     )
@@ -252,13 +272,22 @@ def _counts(mine: Sequence[Outcome]) -> list[Any]:
 
 
 def _table(
-    outcomes: Sequence[Outcome], keys: Sequence[str], key: Callable[[Outcome], tuple[str, ...]]
+    outcomes: Sequence[Outcome],
+    keys: Sequence[str],
+    key: Callable[[Outcome], tuple[str, ...]],
+    ages: bool = False,
 ) -> str:
-    """One row of counts per value of `key` (columns named `keys`), in sorted order."""
+    """One row of counts per value of `key` (columns named `keys`), in sorted order; with
+    `ages`, also the verdicts that found the unfinished ops' age unknown."""
     rows = []
     for value in sorted({key(o) for o in outcomes}):
-        rows.append([*value, *_counts([o for o in outcomes if key(o) == value])])
-    return tabulate(rows, headers=[*keys, *COUNT_HEADERS, "share right"], disable_numparse=True)
+        mine = [o for o in outcomes if key(o) == value]
+        counts = _counts(mine)
+        if ages:
+            counts.insert(-1, sum(o.age == "unknown" for o in mine))
+        rows.append([*value, *counts])
+    headers = [*keys, *COUNT_HEADERS, *(["age unknown"] if ages else []), "share right"]
+    return tabulate(rows, headers=headers, disable_numparse=True)
 
 
 def _shape_table(outcomes: Sequence[Outcome]) -> str:
@@ -278,11 +307,13 @@ long after its snapshot, with or without stack traces, or copied days later."""
 
 
 def _dating_table(outcomes: Sequence[Outcome]) -> str:
-    """Per dating of the files, and per status the truth gives: the same counts."""
+    """Per dating of the files, and per status the truth gives: the same counts, and the
+    verdicts that could not tell the unfinished ops' age (neither bound settles it)."""
     return _table(
         outcomes,
         ["file times", "truth"],
         lambda o: (DATING_WORDS.get(o.dating, o.dating), str(o.truth["status"])),
+        ages=True,
     )
 
 

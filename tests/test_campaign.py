@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.accuracy import Outcome, reading, render, run
+from benchmarks.accuracy import Outcome, Reading, reading, render, run
 from tools.frsim.campaign import CASE_KINDS
 
 SEEDS = range(0, 66)
@@ -66,6 +66,7 @@ def outcome(
     backend: str = "nccl",
     confidence: str = "high",
     alternatives: Sequence[str] = (),
+    age: str = "",
     dating: str = "stacks",
     ambiguous: str | None = None,
 ) -> Outcome:
@@ -82,6 +83,7 @@ def outcome(
         backend=backend,
         confidence=confidence,
         alternatives=list(alternatives),
+        age=age,
         dating=dating,
     )
 
@@ -101,12 +103,13 @@ def test_reading_takes_the_verdicts_confidence_and_its_alternatives() -> None:
         "status": "hung",
         "confidence": "ambiguous",
         "alternatives": [{"status": "ok", "reading": "in flight", "decide": "a snapshot"}],
+        "timing": {"age": "unknown"},
     }
-    assert reading(verdict) == ("ambiguous", ["ok"])
+    assert reading(verdict) == Reading("ambiguous", ("ok",), "unknown")
 
 
 def test_a_verdict_without_confidence_reads_as_high() -> None:
-    assert reading({"status": "hung"}) == ("high", [])
+    assert reading({"status": "hung", "timing": {"age": "old"}}) == Reading("high", (), "old")
 
 
 def test_the_shape_table_counts_ambiguous_verdicts_and_their_right_readings() -> None:
@@ -135,17 +138,21 @@ def test_the_shape_table_counts_ambiguous_verdicts_and_their_right_readings() ->
 def test_the_dating_table_has_a_row_per_dating_and_truth() -> None:
     outcomes = [
         outcome(1, "ok", "ok", dating="plain"),
-        outcome(2, "ok", "hung", dating="stacks", confidence="ambiguous", alternatives=["ok"]),
-        outcome(3, "hung", "hung", dating="stacks"),
-        outcome(4, "hung", "hung", dating="copied", confidence="ambiguous"),
-    ]
+        outcome(
+            2, "ok", "hung", dating="stacks", confidence="ambiguous", alternatives=["ok"],
+            age="unknown",
+        ),
+        outcome(3, "hung", "hung", dating="stacks", age="old"),
+        outcome(4, "hung", "hung", dating="copied", confidence="ambiguous", age="unknown"),
+    ]  # fmt: skip
     rows = [cells(r) for r in table_rows(render(outcomes), "Per dating of the dump files:")]
     assert rows[0][:3] == ["file times", "truth", "cases"]
+    assert rows[0][-2:] == ["age unknown", "share right"]
     assert rows[2:] == [
-        ["copied: +days", "hung", "1", "1", "0", "0", "1", "1/1", "100%"],
-        ["dump, no stacks: +0.2-3 s", "ok", "1", "1", "0", "0", "0", "-", "100%"],
-        ["dump, stacks: +5-20 s", "hung", "1", "1", "0", "0", "0", "-", "100%"],
-        ["dump, stacks: +5-20 s", "ok", "1", "0", "1", "0", "1", "0/1", "0%"],
+        ["copied: +days", "hung", "1", "1", "0", "0", "1", "1/1", "1", "100%"],
+        ["dump, no stacks: +0.2-3 s", "ok", "1", "1", "0", "0", "0", "-", "0", "100%"],
+        ["dump, stacks: +5-20 s", "hung", "1", "1", "0", "0", "0", "-", "0", "100%"],
+        ["dump, stacks: +5-20 s", "ok", "1", "0", "1", "0", "1", "0/1", "1", "0%"],
     ]
 
 
@@ -171,6 +178,7 @@ def test_a_tiny_campaign_reports_each_cases_dating_and_confidence() -> None:
     # breaks them down
     assert {o.dating for o in outcomes} <= {"plain", "stacks", "copied"}
     assert {o.confidence for o in outcomes} <= {"high", "ambiguous"}
+    assert {o.age for o in outcomes} <= {"", "old", "young", "unknown"}
     report = render(outcomes)
     assert "said ambiguous" in table_rows(report, "Per training shape and backend:")[0][-3]
     assert len(table_rows(report, "Per dating of the dump files:")) >= 3
