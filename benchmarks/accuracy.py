@@ -31,10 +31,14 @@ and backend and per dating, the cases it called ambiguous and how many of those 
 it printed right (the judged ones: not ambiguous by construction); the dating table also counts
 the verdicts whose `timing.age` is "unknown" (neither bound of the dump time settles it).
 
+`--dating plain|stacks|copied` dates every case's files that way (the same cases otherwise), to
+see what one kind of file time does to the answers.
+
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
-[--writer dump|et] [--out FILE]` (`make accuracy`; `make accuracy-et` for the traces). Prints
-the share right, a table per fault kind, one per shape and backend, one per dating of the files,
-the confusion of answers and every wrong case; exits 1 unless every unambiguous case is right.
+[--writer dump|et] [--dating drawn|plain|stacks|copied|none] [--out FILE]` (`make accuracy`;
+`make accuracy-et` for the traces). Prints the share right, a table per fault kind, one per
+shape and backend, one per dating of the files, the confusion of answers and every wrong case;
+exits 1 unless every unambiguous case is right.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from fr_analyzer.errors import FrAnalyzerError
 from fr_analyzer.pipeline import Options
 from fr_analyzer.render.report_json import report_dict
 from tools.frsim.campaign import ET_OUTPUT, draw_case, parse_shapes
+from tools.frsim.dating import Dating
 from tools.frsim.truth import Truth
 
 DEFAULT_CASES = 300
@@ -189,10 +194,12 @@ def _failed(error: FrAnalyzerError) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Outcome:
-    """Draw case `seed`, write its dumps (`writer` "et": its execution traces), analyze them and
-    compare the answer with the truth."""
-    case = draw_case(seed, shapes)
+def run_case(
+    seed: int, shapes: Sequence[str] = (), writer: str = "dump", dating: Dating | None = None
+) -> Outcome:
+    """Draw case `seed` (its files dated as drawn, or as `dating`), write its dumps (`writer`
+    "et": its execution traces), analyze them and compare the answer with the truth."""
+    case = draw_case(seed, shapes, dating)
     et = writer == "et"
     truth = case.et_truth if et else case.truth
     started = time.perf_counter()
@@ -233,11 +240,15 @@ def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Out
 
 
 def run(
-    seeds: Iterable[int], workers: int = 1, shapes: Sequence[str] = (), writer: str = "dump"
+    seeds: Iterable[int],
+    workers: int = 1,
+    shapes: Sequence[str] = (),
+    writer: str = "dump",
+    dating: Dating | None = None,
 ) -> list[Outcome]:
     """Run the cases of `seeds`, in `workers` forked processes when more than one."""
     seeds = list(seeds)
-    one = partial(run_case, shapes=tuple(shapes), writer=writer)
+    one = partial(run_case, shapes=tuple(shapes), writer=writer, dating=dating)
     if workers <= 1:
         return [one(s) for s in seeds]
     with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=20) as pool:
@@ -432,10 +443,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write each case as Flight Recorder dumps (default) or as each rank's Chakra "
         "execution trace, judged against what the traces can show",
     )
+    parser.add_argument(
+        "--dating",
+        choices=("drawn", *(d.value for d in Dating)),
+        default="drawn",
+        help="date every case's dump files one way: written by the dump 0.2-3 s (plain) or 5-20 "
+        "s (stacks) after its snapshot, copied days later, or none (the time they are written); "
+        "default: as each seed draws it",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     seeds = range(args.first, args.first + args.cases)
-    outcomes = run(seeds, args.workers, args.shapes, args.writer)
+    dating = None if args.dating == "drawn" else Dating(args.dating)
+    outcomes = run(seeds, args.workers, args.shapes, args.writer, dating)
     print(render(outcomes))
     print(f"wall time {time.perf_counter() - started:.0f} s with {args.workers} worker(s)")
     if args.out is not None:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.accuracy import Outcome, Reading, reading, render, run
+from benchmarks.accuracy import Outcome, Reading, main, reading, render, run
 from tools.frsim.campaign import CASE_KINDS
 
 SEEDS = range(0, 66)
@@ -182,3 +182,13 @@ def test_a_tiny_campaign_reports_each_cases_dating_and_confidence() -> None:
     report = render(outcomes)
     assert "said ambiguous" in table_rows(report, "Per training shape and backend:")[0][-3]
     assert len(table_rows(report, "Per dating of the dump files:")) >= 3
+
+
+def test_dating_option_dates_every_case_one_way(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN one small case (seed 1: 16 ranks, a crash), WHEN its files are dated as copied
+    main(
+        ["--cases", "1", "--first", "1", "--shapes", "all", "--workers", "1", "--dating", "copied"]
+    )
+    # THEN the dating table has that one row
+    rows = table_rows(capsys.readouterr().out, "Per dating of the dump files:")
+    assert [cells(r)[:3] for r in rows[2:]] == [["copied: +days", "hung", "1"]]

@@ -58,6 +58,11 @@ def newest_entry_ns(sim: Simulation, rank: int) -> int:
     )
 
 
+def undated(described: str) -> str:
+    """A case's `describe()` without the words on its file times."""
+    return re.sub(r" (files \+\S+ \(\w+\)|copied \+\S+d) \|", " |", described)
+
+
 def latencies_s(sim: Simulation, written: Path) -> dict[int, float]:
     """Each written file's modification time minus its rank's snapshot, in seconds."""
     return {
@@ -166,7 +171,7 @@ def test_the_campaign_dates_files_by_whether_its_dumps_have_stack_traces() -> No
         assert case.spec.file_times == draw_dating(seed)
         want = (
             Dating.COPIED
-            if case.spec.file_times.copied_after_s is not None
+            if draw_dating(seed).copied_after_s is not None
             else Dating.STACKS
             if case.spec.stack_traces
             else Dating.PLAIN
@@ -200,5 +205,19 @@ def test_dating_leaves_every_other_draw_of_a_seed_as_it_was(
     seed: int, shapes: tuple[str, ...], before: str
 ) -> None:
     """`before`: the case as `describe()` put it before files had times."""
-    now = draw_case(seed, shapes).describe()
-    assert re.sub(r" (files \+\S+ \(\w+\)|copied \+\S+d) \|", " |", now) == before
+    assert undated(draw_case(seed, shapes).describe()) == before
+
+
+@pytest.mark.parametrize("dating", [Dating.PLAIN, Dating.STACKS, Dating.COPIED, Dating.NONE])
+def test_a_forced_dating_dates_every_case_so_and_changes_nothing_else(dating: Dating) -> None:
+    for seed in (4, 7):
+        drawn, forced = draw_case(seed, ALL_SHAPES), draw_case(seed, ALL_SHAPES, dating)
+        assert forced.dating == dating
+        assert undated(forced.describe()) == undated(drawn.describe())
+
+
+def test_stack_latency_can_be_forced_on_dumps_without_frames() -> None:
+    sim = simulate(replace(SPEC, stack_traces=False, file_times=FileTimes(stacks=True)))
+    late = [(t - snapshot_ns(sim, r)) / 1e9 for r, t in enumerate(sim.file_times) if t is not None]
+    assert sim.spec.dating == Dating.STACKS
+    assert all(LATENCY_STACKS_S[0] <= s <= LATENCY_STACKS_S[1] for s in late)

@@ -264,10 +264,10 @@ def _pick_unit(rng: random.Random, program: Program, units: list[int]) -> int:
     return rng.choice(chosen or units)
 
 
-def draw_case(seed: int, shapes: Sequence[str] = ()) -> Case:
+def draw_case(seed: int, shapes: Sequence[str] = (), dating: Dating | None = None) -> Case:
     """A deterministic case for `seed`: a 3D job, or with `shapes`, a job of one of those
     shapes ("3d" among them draws the 3D case of that seed), its files dated as `draw_dating`
-    draws."""
+    draws (`dating`: every case dated that way instead, the rest of each case unchanged)."""
     case = None
     if shapes:
         pick = random.Random(f"shape:{seed}").choice(sorted(set(shapes)))
@@ -275,7 +275,8 @@ def draw_case(seed: int, shapes: Sequence[str] = ()) -> Case:
             case = _draw_shape_case(seed, shape_jobs.shape_of(pick))
     if case is None:
         case = _draw_3d_case(seed)
-    return replace(case, spec=replace(case.spec, file_times=draw_dating(seed)))
+    dated = draw_dating(seed) if dating is None else forced_dating(seed, dating)
+    return replace(case, spec=replace(case.spec, file_times=dated))
 
 
 COPIED_SHARE = 0.25
@@ -289,10 +290,27 @@ def draw_dating(seed: int) -> FileTimes:
     case's `stack_traces`, drawn with the recorder), or, for `COPIED_SHARE` of the seeds, copied
     days later without their times. Its own random stream, so every other draw of the seed is
     what it was before files had times."""
+    copied, after = _dating_draws(seed)
+    return FileTimes(copied_after_s=after) if copied else FileTimes()
+
+
+def forced_dating(seed: int, dating: Dating) -> FileTimes | None:
+    """Case `seed`'s files dated as `dating` says whatever the seed draws (a copy's delay still
+    drawn from the seed; `Dating.NONE`: no file times)."""
+    _, after = _dating_draws(seed)
+    return {
+        Dating.NONE: None,
+        Dating.PLAIN: FileTimes(stacks=False),
+        Dating.STACKS: FileTimes(stacks=True),
+        Dating.COPIED: FileTimes(copied_after_s=after),
+    }[dating]
+
+
+def _dating_draws(seed: int) -> tuple[bool, float]:
+    """Whether seed's set was copied, and how many seconds after its dumps a copy was made."""
     rng = random.Random(f"dating:{seed}")
-    if rng.random() < COPIED_SHARE:
-        return FileTimes(copied_after_s=round(rng.uniform(*COPIED_AFTER_S), 1))
-    return FileTimes()
+    copied = rng.random() < COPIED_SHARE
+    return copied, round(rng.uniform(*COPIED_AFTER_S), 1)
 
 
 def _draw_recording(

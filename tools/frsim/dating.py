@@ -12,6 +12,7 @@ A file time is therefore an upper bound of its snapshot, never the snapshot itse
 times say.
 
     spec = SimSpec(..., file_times=FileTimes())                       # latency by stack_traces
+    spec = SimSpec(..., file_times=FileTimes(stacks=True))            # 5-20 s whatever they are
     spec = SimSpec(..., file_times=FileTimes(copied_after_s=3 * DAY_S))  # then copied
     sim.file_time_ns(rank)  # what `write_files` sets as the file's modification time
 
@@ -54,24 +55,26 @@ class Dating(enum.StrEnum):
 class FileTimes:
     """How a simulated set's files are dated (`SimSpec.file_times`)."""
 
-    latency_s: tuple[float, float] | None = None
-    """Each rank's file is written U(low, high) seconds after its snapshot; None: by whether
-    the dumps carry stack traces (`LATENCY_STACKS_S`, else `LATENCY_PLAIN_S`)."""
+    stacks: bool | None = None
+    """Whether the dump symbolized stack traces before writing its file (5-20 s, else 0.2-3 s);
+    None: as the dumps carry them (`SimSpec.stack_traces`). A dump of a job whose entries have
+    no frames can still be slow (`includeStackTraces` also gathers C++ stacks)."""
     copied_after_s: float | None = None
     """The whole set was then copied without its times, this many seconds after the last file
     was written (every file's time is the copy's); None: the files are the dumps' own."""
 
     def latency_range(self, stack_traces: bool) -> tuple[float, float]:
-        """The latency range in seconds that applies to dumps with or without stack traces."""
-        if self.latency_s is not None:
-            return self.latency_s
-        return LATENCY_STACKS_S if stack_traces else LATENCY_PLAIN_S
+        """The latency range in seconds, for dumps with or without stack traces."""
+        slow = stack_traces if self.stacks is None else self.stacks
+        return LATENCY_STACKS_S if slow else LATENCY_PLAIN_S
 
     def dating(self, stack_traces: bool) -> Dating:
         """The variant these times are, for dumps with or without stack traces."""
         if self.copied_after_s is not None:
             return Dating.COPIED
-        return Dating.STACKS if stack_traces else Dating.PLAIN
+        return (
+            Dating.STACKS if self.latency_range(stack_traces) == LATENCY_STACKS_S else Dating.PLAIN
+        )
 
     def describe(self, stack_traces: bool) -> str:
         """In a few words: "files +5-20s (stacks)", "copied +3.2d"."""
