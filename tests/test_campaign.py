@@ -5,14 +5,23 @@ called ambiguous and how many of those printed the right reading."""
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from benchmarks.accuracy import Outcome, Reading, main, reading, render, run
+from fr_analyzer import analyze
+from fr_analyzer.pipeline import Options
+from fr_analyzer.render.report_json import report_dict
+from tools.frsim import Layout, ProgramSpec, SimSpec, faults, simulate, write_dumps
 from tools.frsim.campaign import CASE_KINDS
+from tools.frsim.dating import DAY_S, FileTimes
+from tools.frsim.program import Backend
 
 SEEDS = range(0, 66)
 
@@ -192,3 +201,33 @@ def test_dating_option_dates_every_case_one_way(capsys: pytest.CaptureFixture[st
     # THEN the dating table has that one row
     rows = table_rows(capsys.readouterr().out, "Per dating of the dump files:")
     assert [cells(r)[:3] for r in rows[2:]] == [["copied: +days", "hung", "1"]]
+
+
+@pytest.mark.parametrize("copied", [False, True], ids=["dumped", "copied"])
+@pytest.mark.parametrize(("backend", "timing"), [("nccl", False), ("nccl", True), ("gloo", False)])
+def test_a_healthy_job_dumped_with_stacks_reads_ok_and_the_same_job_hung_reads_hung(
+    backend: Backend, timing: bool, copied: bool
+) -> None:
+    """Issue 43: files written 5-20 s after their snapshots (stack traces, a 5 s timeout), or
+    copied days later, neither make a healthy job dumped mid-run hung nor hide a hang."""
+    dated = FileTimes(stacks=True, copied_after_s=3 * DAY_S if copied else None)
+    job = SimSpec(
+        layout=Layout(tp=2, pp=2, dp=2),
+        program=ProgramSpec(steps=3, micro_batches=2, backend=backend),
+        timing=timing,
+        timeout_ms=5_000,
+        seed=11,
+        file_times=dated,
+    )
+    healthy = analyze_sim(replace(job, dump="mid"))
+    hung = analyze_sim(replace(job, fault=faults.stop_host(rank=5, op=30)))
+    assert healthy["status"] == "ok"
+    assert hung["status"] == "hung" and hung["culprit_ranks"] == [5]
+
+
+def analyze_sim(spec: SimSpec) -> dict[str, Any]:
+    """The JSON report's verdict on the dumps of `spec`'s job."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_dumps(simulate(spec), Path(tmp))
+        verdict: dict[str, Any] = report_dict(analyze(Path(tmp), Options(workers=1)))["verdict"]
+    return verdict
