@@ -22,10 +22,23 @@ With `--writer et` the same cases are written as each rank's Chakra Execution Tr
 "ok" where it does not (stuck kernels, network hangs, stragglers, healthy runs). An analyzer
 error (it cannot read the traces) is a wrong answer, counted and shown like any other.
 
+Each case's dump files are dated as frsim draws them (`tools.frsim.dating`): written by the
+dump a little after its snapshot (0.2-3 s; 5-20 s with stack traces), or copied days later
+without their times. A file time bounds a snapshot from above only, so where the dumps cannot
+date a hang fr-analyze may print its likelier reading with `"confidence": "ambiguous"` and the
+others in `verdict.alternatives` (the JSON report; absent: "high"). The tables count, per shape
+and backend and per dating, the cases it called ambiguous and how many of those had the reading
+it printed right (the judged ones: not ambiguous by construction); the dating table also counts
+the verdicts whose `timing.age` is "unknown" (neither bound of the dump time settles it).
+
+`--dating plain|stacks|copied` dates every case's files that way (the same cases otherwise), to
+see what one kind of file time does to the answers.
+
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
-[--writer dump|et] [--out FILE]` (`make accuracy`; `make accuracy-et` for the traces). Prints
-the share right, a table per fault kind, one per shape and backend, the confusion of answers and
-every wrong case; exits 1 unless every unambiguous case is right.
+[--writer dump|et] [--dating drawn|plain|stacks|copied|none] [--out FILE]` (`make accuracy`;
+`make accuracy-et` for the traces). Prints the share right, a table per fault kind, one per
+shape and backend, one per dating of the files, the confusion of answers and every wrong case;
+exits 1 unless every unambiguous case is right.
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -50,7 +63,9 @@ from fr_analyzer import analyze
 from fr_analyzer.conclusion import Conclusion, Role
 from fr_analyzer.errors import FrAnalyzerError
 from fr_analyzer.pipeline import Options
+from fr_analyzer.render.report_json import report_dict
 from tools.frsim.campaign import ET_OUTPUT, draw_case, parse_shapes
+from tools.frsim.dating import Dating
 from tools.frsim.truth import Truth
 
 DEFAULT_CASES = 300
@@ -74,11 +89,28 @@ class Outcome:
     backend: str = "nccl"
     writer: str = "dump"
     """What the case was written as: "dump" (Flight Recorder) or "et" (execution traces)."""
+    confidence: str = "high"
+    """The verdict's `confidence` in the JSON report ("high" where it has none; "ambiguous":
+    the answer is the likelier of several readings)."""
+    alternatives: list[str] = field(default_factory=list)
+    """The status of each other reading the verdict lists (`verdict.alternatives`)."""
+    age: str = ""
+    """The verdict's `timing.age`: "old", "young", "unknown" (neither bound of the dump time
+    settles it), "" (no unfinished op)."""
+    dating: str = "none"
+    """What the files' times were (`tools.frsim.dating.Dating`): "plain" or "stacks" (the
+    dump's own, written 0.2-3 s or 5-20 s after its snapshot), "copied" (days later), "none"
+    (not set: execution traces)."""
 
     @property
     def right(self) -> bool:
         """Whether fr-analyze's answer matched the truth (no problems found)."""
         return not self.problems
+
+    @property
+    def said_ambiguous(self) -> bool:
+        """Whether fr-analyze printed its answer as the likelier of several readings."""
+        return self.confidence == AMBIGUOUS
 
 
 def answer(c: Conclusion) -> dict[str, Any]:
@@ -99,6 +131,36 @@ def answer(c: Conclusion) -> dict[str, Any]:
             if j.role == Role.INDEPENDENT
         ],
     }
+
+
+AMBIGUOUS = "ambiguous"
+"""The verdict's `confidence` when two readings fit the dumps and it printed the likelier."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How sure the JSON report's verdict is, and how old it found the unfinished ops."""
+
+    confidence: str = "high"
+    """"high", or "ambiguous" (the answer is the likelier of several readings)."""
+    alternatives: tuple[str, ...] = ()
+    """The status of each other reading the verdict lists."""
+    age: str = ""
+    """`verdict.timing.age`: "old" (stuck), "young" (in flight), "unknown"; "" when none."""
+
+
+def reading(verdict: Mapping[str, Any]) -> Reading:
+    """The JSON report's verdict's confidence ("high" when it says none), the status of each
+    alternative reading it lists, and the age of its unfinished ops."""
+    alternatives = verdict.get("alternatives") or []
+    timing = verdict.get("timing") or {}
+    return Reading(
+        str(verdict.get("confidence") or "high"),
+        tuple(
+            str(a.get("status", "?")) if isinstance(a, Mapping) else str(a) for a in alternatives
+        ),
+        str(timing.get("age") or ""),
+    )
 
 
 def judge(truth: Truth, got: dict[str, Any]) -> list[str]:
@@ -132,28 +194,30 @@ def _failed(error: FrAnalyzerError) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Outcome:
-    """Draw case `seed`, write its dumps (`writer` "et": its execution traces), analyze them and
-    compare the answer with the truth."""
-    case = draw_case(seed, shapes)
+def run_case(
+    seed: int, shapes: Sequence[str] = (), writer: str = "dump", dating: Dating | None = None
+) -> Outcome:
+    """Draw case `seed` (its files dated as drawn, or as `dating`), write its dumps (`writer`
+    "et": its execution traces), analyze them and compare the answer with the truth."""
+    case = draw_case(seed, shapes, dating)
     et = writer == "et"
     truth = case.et_truth if et else case.truth
     started = time.perf_counter()
     ranks = 0
+    said = Reading()
     with tempfile.TemporaryDirectory(prefix="fr-accuracy-") as tmp:
         directory = Path(tmp) / "dumps"
         directory.mkdir()
         case.write(directory, ET_OUTPUT if et else None)
-        if et:
-            try:
-                analysis = analyze(directory, Options(workers=1))
-            except FrAnalyzerError as error:
-                got = _failed(error)
-            else:
-                got, ranks = answer(analysis.conclusion), len(analysis.summary.ranks_loaded)
-        else:
+        try:
             analysis = analyze(directory, Options(workers=1))
+        except FrAnalyzerError as error:
+            if not et:
+                raise
+            got = _failed(error)
+        else:
             got, ranks = answer(analysis.conclusion), len(analysis.summary.ranks_loaded)
+            said = reading(report_dict(analysis, cap=1)["verdict"])
     return Outcome(
         seed=seed,
         kind=case.kind,
@@ -167,15 +231,24 @@ def run_case(seed: int, shapes: Sequence[str] = (), writer: str = "dump") -> Out
         shape=case.shape,
         backend=case.backend,
         writer=writer,
+        confidence=said.confidence,
+        alternatives=list(said.alternatives),
+        age=said.age,
+        # an execution trace keeps the time it is written (no dump, nothing to date)
+        dating="none" if et else case.dating.value,
     )
 
 
 def run(
-    seeds: Iterable[int], workers: int = 1, shapes: Sequence[str] = (), writer: str = "dump"
+    seeds: Iterable[int],
+    workers: int = 1,
+    shapes: Sequence[str] = (),
+    writer: str = "dump",
+    dating: Dating | None = None,
 ) -> list[Outcome]:
     """Run the cases of `seeds`, in `workers` forked processes when more than one."""
     seeds = list(seeds)
-    one = partial(run_case, shapes=tuple(shapes), writer=writer)
+    one = partial(run_case, shapes=tuple(shapes), writer=writer, dating=dating)
     if workers <= 1:
         return [one(s) for s in seeds]
     with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=20) as pool:
@@ -186,28 +259,72 @@ def _status_root(d: dict[str, Any]) -> str:
     return f"{d['status']}/{d.get('root') or '-'}"
 
 
-def _shape_table(outcomes: Sequence[Outcome]) -> str:
-    """Cases, right, wrong and ambiguous per (shape, backend); share right of the judged."""
+COUNT_HEADERS = ["cases", "right", "wrong", "ambiguous", "said ambiguous", "its reading right"]
+"""The counts of every breakdown: cases; right and wrong of the judged; ambiguous by
+construction (not judged); verdicts fr-analyze called ambiguous; of those that were judged,
+how many printed the right reading (right/judged)."""
+
+
+def _counts(mine: Sequence[Outcome]) -> list[Any]:
+    """The `COUNT_HEADERS` columns and the share right of the judged, for some outcomes."""
+    judged = [o for o in mine if o.ambiguous is None]
+    n_right = sum(o.right for o in judged)
+    said = [o for o in mine if o.said_ambiguous]
+    said_judged = [o for o in said if o.ambiguous is None]
+    return [
+        len(mine),
+        n_right,
+        len(judged) - n_right,
+        len(mine) - len(judged),
+        len(said),
+        f"{sum(o.right for o in said_judged)}/{len(said_judged)}" if said_judged else "-",
+        f"{100 * n_right / max(len(judged), 1):.0f}%",
+    ]
+
+
+def _table(
+    outcomes: Sequence[Outcome],
+    keys: Sequence[str],
+    key: Callable[[Outcome], tuple[str, ...]],
+    ages: bool = False,
+) -> str:
+    """One row of counts per value of `key` (columns named `keys`), in sorted order; with
+    `ages`, also the verdicts that found the unfinished ops' age unknown."""
     rows = []
-    for shape, backend in sorted({(o.shape, o.backend) for o in outcomes}):
-        mine = [o for o in outcomes if o.shape == shape and o.backend == backend]
-        judged = [o for o in mine if o.ambiguous is None]
-        n_right = sum(o.right for o in judged)
-        rows.append(
-            [
-                shape,
-                backend,
-                len(mine),
-                n_right,
-                len(judged) - n_right,
-                len(mine) - len(judged),
-                f"{100 * n_right / max(len(judged), 1):.0f}%",
-            ]
-        )
-    return tabulate(
-        rows,
-        headers=["shape", "backend", "cases", "right", "wrong", "ambiguous", "share right"],
-        disable_numparse=True,
+    for value in sorted({key(o) for o in outcomes}):
+        mine = [o for o in outcomes if key(o) == value]
+        counts = _counts(mine)
+        if ages:
+            counts.insert(-1, sum(o.age == "unknown" for o in mine))
+        rows.append([*value, *counts])
+    headers = [*keys, *COUNT_HEADERS, *(["age unknown"] if ages else []), "share right"]
+    return tabulate(rows, headers=headers, disable_numparse=True)
+
+
+def _shape_table(outcomes: Sequence[Outcome]) -> str:
+    """Per (shape, backend): cases, right, wrong, ambiguous by construction, said ambiguous and
+    its reading right; share right of the judged."""
+    return _table(outcomes, ["shape", "backend"], lambda o: (o.shape, o.backend))
+
+
+DATING_WORDS = {
+    "plain": "dump, no stacks: +0.2-3 s",
+    "stacks": "dump, stacks: +5-20 s",
+    "copied": "copied: +days",
+    "none": "not set",
+}
+"""Each dating of the files (`Outcome.dating`) in words: the file written by the dump so
+long after its snapshot, with or without stack traces, or copied days later."""
+
+
+def _dating_table(outcomes: Sequence[Outcome]) -> str:
+    """Per dating of the files, and per status the truth gives: the same counts, and the
+    verdicts that could not tell the unfinished ops' age (neither bound settles it)."""
+    return _table(
+        outcomes,
+        ["file times", "truth"],
+        lambda o: (DATING_WORDS.get(o.dating, o.dating), str(o.truth["status"])),
+        ages=True,
     )
 
 
@@ -248,6 +365,8 @@ def render(outcomes: Sequence[Outcome]) -> str:
     )
     if any(o.shape != "3d" or o.writer == "et" for o in outcomes):
         lines += ["", "Per training shape and backend:", _shape_table(outcomes)]
+    if any(o.dating != "none" for o in outcomes):
+        lines += ["", "Per dating of the dump files:", _dating_table(outcomes)]
     confusion: Counter[tuple[str, str, str]] = Counter()
     for o in judged:
         confusion[(o.kind, _status_root(o.truth), _status_root(o.got))] += 1
@@ -269,7 +388,17 @@ def render(outcomes: Sequence[Outcome]) -> str:
             lines.append(f"  seed {o.seed}: {o.case}")
             lines.append(f"    want: {Truth.from_dict(o.truth).describe()}")
             lines.append(f"    got:  {o.got['answer'][:300]}")
+            if o.said_ambiguous:
+                others = ", ".join(o.alternatives) or "none listed"
+                lines.append(f"    said ambiguous; other readings: {others}")
             lines.append(f"    differs: {'; '.join(o.problems)}")
+    said = [o for o in outcomes if o.said_ambiguous]
+    if said:
+        lines += ["", f"Said ambiguous ({len(said)}; seed, right/wrong/not judged, dating):"]
+        lines += [
+            "  " + ", ".join(f"{o.seed} {_mark(o)} {o.dating}" for o in said[i : i + 6])
+            for i in range(0, len(said), 6)
+        ]
     ambiguous = [o for o in outcomes if o.ambiguous is not None]
     if ambiguous:
         reasons = Counter(o.ambiguous or "" for o in ambiguous)
@@ -284,6 +413,10 @@ def render(outcomes: Sequence[Outcome]) -> str:
             f"{slowest.seed} ({slowest.ranks} ranks) {slowest.seconds:.1f} s",
         ]
     return "\n".join(lines)
+
+
+def _mark(o: Outcome) -> str:
+    return "not-judged" if o.ambiguous is not None else "right" if o.right else "WRONG"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -310,10 +443,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write each case as Flight Recorder dumps (default) or as each rank's Chakra "
         "execution trace, judged against what the traces can show",
     )
+    parser.add_argument(
+        "--dating",
+        choices=("drawn", *(d.value for d in Dating)),
+        default="drawn",
+        help="date every case's dump files one way: written by the dump 0.2-3 s (plain) or 5-20 "
+        "s (stacks) after its snapshot, copied days later, or none (the time they are written); "
+        "default: as each seed draws it",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     seeds = range(args.first, args.first + args.cases)
-    outcomes = run(seeds, args.workers, args.shapes, args.writer)
+    dating = None if args.dating == "drawn" else Dating(args.dating)
+    outcomes = run(seeds, args.workers, args.shapes, args.writer, dating)
     print(render(outcomes))
     print(f"wall time {time.perf_counter() - started:.0f} s with {args.workers} worker(s)")
     if args.out is not None:

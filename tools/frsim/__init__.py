@@ -14,6 +14,7 @@ See README.md in this directory. Modules:
 - faults: fault kinds and how they edit a program or the execution;
 - engine: the discrete-event execution (enqueue, start, completion times);
 - recorder: dump times, watchdog, ring buffer: each rank's dump;
+- dating: each dump file's time: its snapshot plus the dump's latency, or a copy's;
 - writers: torch-layout pickle, Python pickle, JSON, gzip, file names;
 - truth: what a correct analyzer concludes;
 - sim: the spec and the simulation tying them together;
@@ -22,6 +23,7 @@ See README.md in this directory. Modules:
 
 from .campaign import Case, draw_case
 from .custom import CustomJob
+from .dating import Dating, FileTimes
 from .faults import ExtraOp, Fault
 from .layout import Layout, Role
 from .program import ProgramSpec, Timing
@@ -33,8 +35,10 @@ from .writers import Output, write_dumps
 __all__ = [
     "Case",
     "CustomJob",
+    "Dating",
     "ExtraOp",
     "Fault",
+    "FileTimes",
     "Layout",
     "Output",
     "ProgramSpec",

@@ -5,9 +5,10 @@ Each case draws a layout (TP x PP x DP, 8 to 256 ranks, from several families), 
 gather, DP bucket, world collective, coalesced block, unbatched PP send/recv, batched PP
 block; early or late step), a variant (NCCL timing on/off; nccl, or gloo for faults that make
 sense without recorded p2p), the ring-buffer capacity (sometimes small, so buffers wrap), the
-timeout, the dump skew, and how the files are written (format, gzip, names). Programs are short
-(2-4 micro-batches, as many steps as give rank 0 100-300 entries), so a case simulates and writes
-in well under a second even at 256 ranks.
+timeout, the dump skew, and how the files are written (format, gzip, names) and dated (the
+dump's own latency, longer with stack traces, or a copy days later that kept no times:
+`draw_dating`). Programs are short (2-4 micro-batches, as many steps as give rank 0 100-300
+entries), so a case simulates and writes in well under a second even at 256 ranks.
 
     case = draw_case(7)
     case.describe()          # one line
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from . import shapes as shape_jobs
+from .dating import DAY_S, Dating, FileTimes
 from .faults import ExtraOp, Fault, Field
 from .layout import Layout, Role
 from .program import (
@@ -165,12 +167,20 @@ class Case:
         """The case's backend: "nccl" or "gloo"."""
         return self.spec.backend
 
+    @property
+    def dating(self) -> Dating:
+        """What the case's file times are: the dumps' own (with or without stack traces, hence
+        their latency), or a copy's."""
+        return self.spec.dating
+
     def describe(self) -> str:
         """The case in one line: seed, job, fault, output files and labels."""
         s, lay = self.spec, self.spec.layout
         fault = s.fault.describe() if s.fault is not None else "no fault"
         out = self.output
         files = f"{out.fmt}{'.gz' if out.gzip else ''} {out.name(0)}"
+        if s.file_times is not None:
+            files += f" {s.file_times.describe(s.stack_traces)}"
         if isinstance(lay, Layout):
             where = f"{self.family} tp{lay.tp}xpp{lay.pp}xdp{lay.dp}"
         else:
@@ -254,14 +264,53 @@ def _pick_unit(rng: random.Random, program: Program, units: list[int]) -> int:
     return rng.choice(chosen or units)
 
 
-def draw_case(seed: int, shapes: Sequence[str] = ()) -> Case:
+def draw_case(seed: int, shapes: Sequence[str] = (), dating: Dating | None = None) -> Case:
     """A deterministic case for `seed`: a 3D job, or with `shapes`, a job of one of those
-    shapes ("3d" among them draws the 3D case of that seed)."""
+    shapes ("3d" among them draws the 3D case of that seed), its files dated as `draw_dating`
+    draws (`dating`: every case dated that way instead, the rest of each case unchanged)."""
+    case = None
     if shapes:
         pick = random.Random(f"shape:{seed}").choice(sorted(set(shapes)))
         if pick != "3d":
-            return _draw_shape_case(seed, shape_jobs.shape_of(pick))
-    return _draw_3d_case(seed)
+            case = _draw_shape_case(seed, shape_jobs.shape_of(pick))
+    if case is None:
+        case = _draw_3d_case(seed)
+    dated = draw_dating(seed) if dating is None else forced_dating(seed, dating)
+    return replace(case, spec=replace(case.spec, file_times=dated))
+
+
+COPIED_SHARE = 0.25
+"""The share of cases whose whole set was copied without its times."""
+COPIED_AFTER_S = (0.5 * DAY_S, 10 * DAY_S)
+"""How long after the dumps a copy was made, in seconds."""
+
+
+def draw_dating(seed: int) -> FileTimes:
+    """How case `seed`'s files are dated: as the dumps wrote them (their latency follows the
+    case's `stack_traces`, drawn with the recorder), or, for `COPIED_SHARE` of the seeds, copied
+    days later without their times. Its own random stream, so every other draw of the seed is
+    what it was before files had times."""
+    copied, after = _dating_draws(seed)
+    return FileTimes(copied_after_s=after) if copied else FileTimes()
+
+
+def forced_dating(seed: int, dating: Dating) -> FileTimes | None:
+    """Case `seed`'s files dated as `dating` says whatever the seed draws (a copy's delay still
+    drawn from the seed; `Dating.NONE`: no file times)."""
+    _, after = _dating_draws(seed)
+    return {
+        Dating.NONE: None,
+        Dating.PLAIN: FileTimes(stacks=False),
+        Dating.STACKS: FileTimes(stacks=True),
+        Dating.COPIED: FileTimes(copied_after_s=after),
+    }[dating]
+
+
+def _dating_draws(seed: int) -> tuple[bool, float]:
+    """Whether seed's set was copied, and how many seconds after its dumps a copy was made."""
+    rng = random.Random(f"dating:{seed}")
+    copied = rng.random() < COPIED_SHARE
+    return copied, round(rng.uniform(*COPIED_AFTER_S), 1)
 
 
 def _draw_recording(

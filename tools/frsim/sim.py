@@ -1,4 +1,5 @@
-"""One simulated job end to end: spec -> programs -> execution -> dump times -> dumps.
+"""One simulated job end to end: spec -> programs -> execution -> dump times -> dumps (and
+their files' times).
 
     sim = simulate(SimSpec(layout=Layout(tp=2, pp=2, dp=2), fault=crash(5, 40)))
     sim.dump(0)          # rank 0's RankDump (None for a rank that crashed)
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from . import engine
 from .custom import CustomJob
+from .dating import Dating, FileTimes, file_times_ns
 from .faults import EngineFault, Fault, abort_site, apply, engine_fault, swap_kills_culprit
 from .layout import Layout, Topology
 from .program import Backend, Catalog, Program, ProgramSpec, build_program
@@ -59,11 +61,22 @@ class SimSpec:
     receives more bytes than it posted aborts (SIGABRT, no dump), as real gloo does, and the
     members that got all they expected complete it (`engine`). Off: none of them completes it
     (the 3D campaign's model)."""
+    file_times: FileTimes | None = None
+    """The files' modification times (`dating.py`): each rank's snapshot plus the dump's
+    latency, or a copy's time days later; None: each file keeps the time it is written."""
 
     @property
     def backend(self) -> Backend:
         """The program's backend: "nccl" or "gloo"."""
         return self.program.backend
+
+    @property
+    def dating(self) -> Dating:
+        """What the files' times are: not set, the dumps' own (with or without stack traces),
+        or a copy's."""
+        if self.file_times is None:
+            return Dating.NONE
+        return self.file_times.dating(self.stack_traces)
 
     def settings(self) -> Settings:
         """The recorder's settings for this spec (timing only on NCCL)."""
@@ -178,6 +191,18 @@ class Simulation:
     def hung(self) -> bool:
         """Some live rank has an enqueued op that never completes."""
         return self.first_dumper >= 0
+
+    @cached_property
+    def file_times(self) -> list[int | None]:
+        """Each rank's file modification time in ns since the epoch (`dating.py`); None where
+        it wrote no dump or the spec leaves file times unset."""
+        if self.spec.file_times is None:
+            return [None] * self.world_size
+        return file_times_ns(self.settings, self.spec.file_times, self.dump_times)
+
+    def file_time_ns(self, rank: int) -> int | None:
+        """The time `write_files` sets on rank `rank`'s dump file, or None (leave it)."""
+        return self.file_times[rank]
 
     def dump(self, rank: int) -> RankDump | None:
         """Rank `rank`'s dump; None if it wrote none (it crashed)."""

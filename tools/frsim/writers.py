@@ -9,6 +9,8 @@
   process_group a list; unset times 0; pg_status values as strings; an empty
   "nccl_comm_state"; no "entries" key when there is none.
 - any of them gzip-compressed (mtime 0, so reruns are byte-identical).
+- each dump file's modification time set as `SimSpec.file_times` asks (`dating.py`: the
+  snapshot plus the dump's latency, or a copy's time); unset, the time it is written.
 - `et`: not a Flight Recorder dump but each rank's Chakra Execution Trace (`et.py`): every op
   the rank issued, the real observer's layout; truncated (no closing bracket) for a rank that
   crashed or was killed in a hung job, and then, gzipped, no file at all (torch compresses
@@ -604,6 +606,9 @@ def _write_rank(job: tuple[int, str, Output]) -> tuple[int, int, int]:
     with open(tmp, "wb") as out:
         out.write(data)
     os.replace(tmp, path)
+    stamp = None if output.fmt == "et" else sim.file_time_ns(rank)
+    if stamp is not None:
+        os.utime(path, ns=(stamp, stamp))
     return rank, len(data), count
 
 
@@ -640,6 +645,7 @@ def write_files(
             progress(len(found), len(jobs))
 
     _WORKER_SIM = sim
+    sim.file_times  # noqa: B018 - computed once here, before the workers fork
     try:
         if workers > 1 and len(jobs) > 1:
             gc.collect()
