@@ -25,7 +25,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("pipeline",),  # the stages wired together
     ("replay",),  # the recorded collectives run again with torch; its dumps through the pipeline
     ("render",),  # text, JSON, HTML, entries, timeline, traces, databases
-    ("cli", "cli_compat", "__main__", "__init__"),  # the front door
+    ("cli", "__main__", "__init__"),  # the front door: the command line and its commands
 )
 RENDERERS = {
     "report",

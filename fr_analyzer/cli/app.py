@@ -45,17 +45,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from . import __version__, cli_compat
-from .errors import FrAnalyzerError, OutputError, UsageError
+from .. import __version__
+from . import compat
+from ..errors import FrAnalyzerError, OutputError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .load import live
-    from .load.sources import Source
-    from .pipeline import Analysis, Options, Progress
-    from .render.entries_view import EntriesView
-    from .replay.session import ReplayReport
+    from ..load import live
+    from ..load.sources import Source
+    from ..pipeline import Analysis, Options, Progress
+    from ..render.entries_view import EntriesView
+    from ..replay.session import ReplayReport
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -114,7 +115,7 @@ def _debug_on(value: bool) -> None:
 def _file_size(text: str | int) -> int:
     if isinstance(text, int):
         return text
-    from .load import parse_size
+    from ..load import parse_size
 
     try:
         return parse_size(text)
@@ -143,7 +144,7 @@ class Outputs:
 
     def to_stdout(self) -> bool:
         """Whether one of them goes to standard output (the text report then goes to stderr)."""
-        from .render.output import is_stdout
+        from ..render.output import is_stdout
 
         return any(is_stdout(p) for p in self.paths())
 
@@ -153,7 +154,7 @@ class Outputs:
         (`source`), a folder that does not exist or cannot be written."""
         if self.database is not None:
             _check_database_name(self.database)
-        from .render.output import is_stdout
+        from ..render.output import is_stdout
 
         if sum(is_stdout(p) for p in self.paths()) > 1:
             raise UsageError("only one output can go to standard output (-)")
@@ -166,7 +167,7 @@ class Outputs:
                 if same is not path:
                     raise UsageError(f"{same} and {path}: two outputs to one file")
         if self.database is not None and _is_parquet(self.database):
-            from .render import database_parquet
+            from ..render import database_parquet
 
             database_parquet.require()  # pyarrow, an optional extra
 
@@ -191,7 +192,7 @@ def check_output(path: Path, source: Path | Source | None, *, folder: bool = Fal
     output is a `folder`, such as a Parquet database), in a folder that exists and can be
     written. Raises `OutputError` (exit 2) naming the path. Returns the file (or folder) that
     will be replaced, None for an output written in place (stdout, a device, a FIFO)."""
-    from .render.output import How, check_output_path, destination
+    from ..render.output import How, check_output_path, destination
 
     probe = path / "probe" if folder and path.is_dir() else path
     if source is not None:
@@ -228,14 +229,14 @@ def _writers(
     analysis: Analysis, outputs: Outputs, cap: int
 ) -> list[tuple[str, Path, Callable[[], int | None]]]:
     """(what, where, write) for each output; `write` returns the bytes written when known."""
-    from .render.output import write_atomic
+    from ..render.output import write_atomic
 
     found: list[tuple[str, Path, Callable[[], int | None]]] = []
     if outputs.json is not None:
         path = outputs.json
 
         def json_report() -> int:
-            from .render import report_json
+            from ..render import report_json
 
             data = report_json.render_json(analysis, cap=cap).encode()
             write_atomic(path, data)
@@ -246,7 +247,7 @@ def _writers(
         page = outputs.html
 
         def html_report() -> int:
-            from .render import report_html
+            from ..render import report_html
 
             data = report_html.render_html(analysis).encode()
             write_atomic(page, data)
@@ -262,16 +263,16 @@ def _writers(
 def write_database(analysis: Analysis, path: Path) -> None:
     """`-o`: SQLite for .sqlite, .sqlite3 and .db; a folder of Parquet tables for .parquet;
     else a pickle of builtin types."""
-    from .render import database_sqlite
+    from ..render import database_sqlite
 
     if database_sqlite.wanted(path):
         database_sqlite.write(analysis, path)
     elif _is_parquet(path):
-        from .render import database_parquet
+        from ..render import database_parquet
 
         database_parquet.write(analysis, path)
     else:
-        from .render import database
+        from ..render import database
 
         database.write(analysis, path)
 
@@ -279,7 +280,7 @@ def write_database(analysis: Analysis, path: Path) -> None:
 def wrote(path: Path, what: str, size: int | None = None, extra: str = "") -> None:
     """One line on stderr: what was written where, and its size (on disk when it is a file or
     a folder, else the bytes written)."""
-    from .render.output import is_stdout
+    from ..render.output import is_stdout
 
     if is_stdout(path):
         where = f"{what} to standard output"
@@ -394,7 +395,7 @@ def print_report(
     """The text report on stdout (stderr when an output takes stdout), fit to its width."""
     from rich.text import Text
 
-    from .render import report
+    from ..render import report
 
     console = _console(stderr=to_stderr)
     styled = getattr(report, "render_styled", None)
@@ -417,7 +418,7 @@ def print_report(
 
 def verdict_code(analysis: Analysis) -> int:
     """0 when the answer is `ok`, else 1."""
-    from .model.records import Status
+    from ..model.records import Status
 
     return EXIT_OK if analysis.conclusion.status == Status.OK else EXIT_FINDINGS
 
@@ -447,7 +448,7 @@ def analyze_dumps(
 ) -> int:
     """The main command: check the outputs, analyze, print the report, write the outputs;
     returns the exit code."""
-    from . import pipeline
+    from .. import pipeline
 
     outputs.check(sources[-1])
     with progress_bars() as progress:
@@ -462,8 +463,8 @@ def analyze_dumps(
 def print_entries(source: Source, options: Options, view: EntriesView) -> int:
     """`-j`: analyze (for the root cause and the exit code), print the entries; returns the
     same exit code as the main command."""
-    from . import pipeline
-    from .render import entries_view
+    from .. import pipeline
+    from ..render import entries_view
 
     with progress_bars() as progress:
         analysis = pipeline.analyze(source, options, progress)
@@ -732,10 +733,10 @@ def analyze(
         raise UsageError("--transform-ft needs --group-world-size (ranks per replica group)")
     if group_world_size is not None and not transform_ft:
         raise UsageError("--group-world-size goes with --transform-ft")
-    from .diagnosis import Thresholds
-    from .load import DEFAULT_MAX_FILE_BYTES
-    from .load.opening import open_source
-    from .pipeline import Options
+    from ..diagnosis import Thresholds
+    from ..load import DEFAULT_MAX_FILE_BYTES
+    from ..load.opening import open_source
+    from ..pipeline import Options
 
     options = Options(
         prefix=prefix,
@@ -761,8 +762,8 @@ def analyze(
             raise UsageError("-j prints the entries only: -o, --json and --html go without -j")
         if around_root and (all_entries or last is not None):
             raise UsageError("--around-root goes without --all-entries and --last")
-        from .model.ranks import parse
-        from .render.entries_view import EntriesView
+        from ..model.ranks import parse
+        from ..render.entries_view import EntriesView
 
         filters = tuple(p for item in (pg_filters or []) for p in item.split(",") if p)
         elsewhere = all_entries or last is not None or bool(filters)
@@ -847,8 +848,8 @@ def live_cmd(
     times, and analyze the snapshots: what moved was in flight, what did not is stuck."""
     import tempfile
 
-    from . import pipeline
-    from .load import live
+    from .. import pipeline
+    from ..load import live
 
     outputs = Outputs(database=output, json=json_out, html=html_out)
     outputs.check(save)
@@ -894,7 +895,7 @@ def _snapshot_line(count: int, world: int) -> Callable[[live.Snapshot], None]:
 
 
 def _analysis(source: Source, prefix: str | None, workers: int | None) -> Analysis:
-    from . import pipeline
+    from .. import pipeline
 
     with progress_bars() as progress:
         return pipeline.analyze(source, pipeline.Options(prefix=prefix, workers=workers), progress)
@@ -1003,10 +1004,10 @@ def timeline_cmd(
 ) -> None:
     """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
     one thread per process group, findings and the root cause marked."""
-    from .load.opening import open_source
-    from .model.ranks import parse
-    from .render import timeline
-    from .render.output import write_atomic
+    from ..load.opening import open_source
+    from ..model.ranks import parse
+    from ..render import timeline
+    from ..render.output import write_atomic
 
     where = _one_dump_dir(dump_dir, dump_dir_option, "timeline")
     source = open_source(where, _storage_options(storage_option))
@@ -1039,7 +1040,7 @@ def timeline_cmd(
 def _seq_range(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
-    from .render import timeline
+    from ..render import timeline
 
     try:
         return timeline.parse_seq(text)
@@ -1084,8 +1085,8 @@ def merge_traces_cmd(
     """Merge per-rank profiler traces into one trace: pid = rank, clocks synced."""
     from tabulate import tabulate
 
-    from .load.opening import open_source
-    from .render import timeline, traces
+    from ..load.opening import open_source
+    from ..render import timeline, traces
 
     step_range = None
     if steps is not None:
@@ -1101,7 +1102,7 @@ def merge_traces_cmd(
     infos = [traces.inspect(f) for f in files]
     overlay = None
     if source is not None:
-        from .render import timeline
+        from ..render import timeline
 
         overlay = timeline.overlay(_analysis(source, None, None), traces.fr_shift_ns(infos))
     report_ = traces.merge(
@@ -1255,10 +1256,10 @@ def replay_cmd(
     reproduces here is a program bug; one that does not points at the machine or network."""
     import tempfile
 
-    from .load.opening import open_source
-    from .replay import session
-    from .replay.plan import PlanOptions, Window
-    from .replay.runner import RunOptions
+    from ..load.opening import open_source
+    from ..replay import session
+    from ..replay.plan import PlanOptions, Window
+    from ..replay.runner import RunOptions
 
     if backend not in ("gloo", "nccl"):
         raise UsageError(f"--backend {backend!r}: gloo or nccl")
@@ -1291,7 +1292,7 @@ def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int
     """Print a replay's header, notes and latency table, and, when it stopped, how each rank
     ended and fr-analyze's answer on its dumps; write the JSON; returns the exit code (0: every
     op completed; 1: it stopped). A rank of torchrun or srun other than 0 prints one line."""
-    from .replay import results
+    from ..replay import results
 
     plan, outcome = report.plan, report.outcome
     to_stdout = json_out is not None and str(json_out) == "-"
@@ -1307,7 +1308,7 @@ def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int
         say(line)
     say(results.table(results.per_op(plan, outcome)))
     if json_out is not None:
-        from .render.output import write_atomic
+        from ..render.output import write_atomic
 
         data = results.to_json(plan, outcome)
         if to_stdout:
@@ -1347,7 +1348,7 @@ def run(argv: Sequence[str]) -> int:
 def _run(argv: Sequence[str]) -> int:
     try:
         group = typer.main.get_group(app)
-        args = cli_compat.translate(argv, group)
+        args = compat.translate(argv, group)
         code = app(args=args, standalone_mode=False, prog_name="fr-analyze")
     except typer.Exit as exc:
         return int(exc.exit_code)
