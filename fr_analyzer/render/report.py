@@ -1,4 +1,5 @@
-"""The text report, made for one screen at 3 a.m.; returns a string (or a styled `rich` text).
+"""The text report, made for one screen at 3 a.m.: a string, a styled `rich` text, or (`write`,
+the renderer) printed on the console it is given.
 
 Its first block is the answer (`Conclusion.answer`) with the evidence, the wait chain, the
 culprit's own code line, when and where: at most `ANSWER_LINES` lines for any job, so that it
