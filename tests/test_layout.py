@@ -1,10 +1,13 @@
 """The layout follows the pipeline: load → model → match → diagnosis → conclusion → pipeline →
-replay → render.
+replay → render → cli.
 
 Each stage imports only the stages below it (`STAGES`, lowest first); the renderers side by
-side import none of one another, and what they share lives in `render.presentation`
-(sentences, records, next steps), `render.tables` (the database's one schema) and
-`render.output` (atomic writes). No module imports another module's private names.
+side import none of one another, and what they share lives in `render.renderer` (the one
+renderer contract and its registry), `render.presentation` (sentences, records, next steps),
+`render.tables` (the database's one schema) and `render.output` (atomic writes). The command
+modules of `cli/` import none of one another: what they share lives in `cli.app`,
+`cli.options`, `cli.outputs` and `cli.terminal`. No module imports another module's private
+names.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("pipeline",),  # the stages wired together
     ("replay",),  # the recorded collectives run again with torch; its dumps through the pipeline
     ("render",),  # text, JSON, HTML, entries, timeline, traces, databases
-    ("cli", "cli_compat", "__main__", "__init__"),  # the front door
+    ("cli", "__main__", "__init__"),  # the front door: the command line and its commands
 )
+COMMANDS = {"analyze", "live", "timeline", "merge_traces", "replay"}
+"""The modules of `cli/` that each hold one command."""
 RENDERERS = {
     "report",
     "report_json",
@@ -100,6 +105,25 @@ def test_no_renderer_imports_another() -> None:
             if target[:1] == ["render"] and len(target) > 1
         } | {name for target, names in imports(path) if target == ["render"] for name in names}
         assert not others & (RENDERERS - {module}), f"{module} imports {sorted(others)}"
+
+
+def test_every_command_module_is_listed() -> None:
+    shared = {"__init__", "app", "compat", "options", "outputs", "terminal"}
+    found = {path.stem for path in (PACKAGE / "cli").glob("*.py")} - shared
+    assert found == COMMANDS, "a new module of cli/: a command (COMMANDS) or shared?"
+
+
+def test_no_command_module_imports_another() -> None:
+    wrong = []
+    for module in sorted(COMMANDS):
+        path = PACKAGE / "cli" / f"{module}.py"
+        for target, names in imports(path):
+            others = set(target[1:2]) if target[:1] == ["cli"] else set()
+            if target == ["cli"]:
+                others |= set(names)
+            if others & (COMMANDS - {module}):
+                wrong.append(f"cli/{module}.py imports {'.'.join(target)} {names}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_module_imports_another_modules_private_names() -> None:

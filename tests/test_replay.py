@@ -34,7 +34,15 @@ from fr_analyzer.replay.plan import (
     from_json,
     to_json,
 )
-from fr_analyzer.replay.results import Stats, endings, per_op, per_rank, table
+from fr_analyzer.replay.results import (
+    Stats,
+    closing,
+    endings,
+    opening,
+    per_op,
+    per_rank,
+    table,
+)
 from fr_analyzer.replay.runner import (
     Launch,
     RankExit,
@@ -288,6 +296,25 @@ def test_a_stopped_replay_says_where_each_rank_stopped() -> None:
         "  rank 3: completed",
         "  ranks 1,3 ran every op of the round; rank 0 stopped in one",
     ]
+
+
+def test_a_replay_prints_its_table_first_and_how_it_ended_last() -> None:
+    """GIVEN a replay of one all_reduce that rank 2 did not finish; WHEN it is told; THEN the
+    header and table open it, and the ranks' endings and the answer's heading close it."""
+    plan = plan_of(HEALTHY, window=Window(seq=(1, 1)))
+    done = {rank: RankResult(rank, True, ((0.001,),)) for rank in range(4)}
+    stopped = {**done, 2: None}
+
+    ran = session.ReplayReport(plan, outcome_of(plan, done), None)
+    stuck = session.ReplayReport(plan, outcome_of(plan, stopped, rank2=1), None)
+    other_rank = session.ReplayReport(plan, outcome_of(plan, done), None, reporter=False)
+
+    assert opening(ran).splitlines()[0].startswith(f"replay of {plan.source}: 4 ranks, gloo")
+    assert opening(ran).endswith(table(per_op(plan, ran.outcome)))
+    assert closing(ran, kept=False) == "replay: every op of every rank completed"
+    assert closing(stuck, kept=False).splitlines()[1] == "REPLAY STOPPED. How each rank ended:"
+    assert closing(stuck, kept=False).endswith("no rank wrote a Flight Recorder dump")
+    assert opening(other_rank) == "replay: rank 0: completed"
 
 
 # --- the command without torch, and its misuse ------------------------------------------------

@@ -27,7 +27,7 @@ PACKAGE = ROOT / "fr_analyzer"
 # Where the package may turn bytes into objects without the door, and why.
 EXEMPT = {
     # `--storage-option KEY=VALUE`: the user's own command line, parsed as JSON; no dump.
-    ("cli.py", "json.loads"),
+    ("cli/options.py", "json.loads"),
     # `replay`: the plan and each rank's timings, JSON that fr-analyze's own processes write
     # into the folder the replay made (plain values, read back field by field); no dump.
     ("replay/plan.py", "json.loads"),

@@ -82,11 +82,6 @@ def wanted(path: Path) -> bool:
     return path.suffix.lower() in SUFFIXES
 
 
-def schema_sql() -> list[str]:
-    """The CREATE statements of every table and index."""
-    return table_sql() + index_sql()
-
-
 def table_sql() -> list[str]:
     """The CREATE TABLE statements."""
     statements = [

@@ -1,4 +1,5 @@
-"""The text report, made for one screen at 3 a.m.; returns a string (or a styled `rich` text).
+"""The text report, made for one screen at 3 a.m.: a string, a styled `rich` text, or (`write`,
+the renderer) printed on the console it is given.
 
 Its first block is the answer (`Conclusion.answer`) with the evidence, the wait chain, the
 culprit's own code line, when and where: at most `ANSWER_LINES` lines for any job, so that it
@@ -48,7 +49,10 @@ from .presentation import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.text import Text
+
+    from .renderer import ReportOptions
 
 DETAIL_WIDTH = 72
 ANSWER_LINES = 20
@@ -106,6 +110,27 @@ def render_text(
 ) -> str:
     """The report as plain text; lines at most `width` characters (None: not wrapped)."""
     return "\n".join(_lines(analysis, verbose, cap, ranks, width)) + "\n"
+
+
+def write(analysis: Analysis, destination: Console, options: ReportOptions) -> None:
+    """The renderer: the styled report printed on `destination`, fit to its width. A report
+    that fails to render still prints the answer, with why the rest is missing."""
+    from rich.text import Text
+
+    try:
+        text = render_styled(
+            analysis,
+            verbose=options.verbose,
+            cap=options.cap,
+            ranks=options.ranks,
+            width=destination.width,
+        )
+    except Exception as exc:  # the answer still reaches the reader
+        text = Text(
+            f"{analysis.conclusion.answer}\n(the report could not be rendered: "
+            f"{type(exc).__name__}: {exc})\n"
+        )
+    destination.print(text, end="")
 
 
 def render_styled(

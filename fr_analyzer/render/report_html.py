@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 from .. import __version__
@@ -34,6 +34,7 @@ from ..model.groups import GroupTable
 from ..model.ranks import compact, label
 from ..model.records import Group, Status
 from ..pipeline import Analysis
+from .output import write_atomic
 from .presentation import (
     confidence_line,
     next_steps,
@@ -587,3 +588,10 @@ def render_html(analysis: Analysis) -> str:
             "",
         ]
     )
+
+
+def write(analysis: Analysis, destination: Path) -> int:
+    """The renderer: the page written to `destination` atomically; the bytes written."""
+    data = render_html(analysis).encode()
+    write_atomic(destination, data)
+    return len(data)

@@ -5,11 +5,13 @@ renamed or dropped without a new schema version."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..model import ranks
 from ..pipeline import Analysis
+from .output import write_atomic
 from .presentation import (
     capped,
     finding_record,
@@ -22,6 +24,7 @@ from .presentation import (
     when_where,
     when_where_record,
 )
+from .renderer import ReportOptions
 
 SCHEMA = "fr-analyze.report/1"
 
@@ -133,3 +136,11 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
 def render_json(analysis: Analysis, *, cap: int | None = None) -> str:
     """The JSON report as indented text."""
     return json.dumps(report_dict(analysis, cap=cap), indent=2) + "\n"
+
+
+def write(analysis: Analysis, destination: Path, options: ReportOptions) -> int:
+    """The renderer: the JSON report written to `destination` atomically (`-`: standard
+    output); the bytes written."""
+    data = render_json(analysis, cap=options.cap).encode()
+    write_atomic(destination, data)
+    return len(data)

@@ -29,6 +29,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,8 @@ from ..model.arrays import distinct
 from ..model.ranks import compact
 from ..model.records import INPUT_KINDS, STATE_NAMES, State, UnitKind
 from ..pipeline import Analysis
+from .output import write_atomic
+from .renderer import Rendered
 
 SLICE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MARKER, UnitKind.P2P, UnitKind.BATCH_MARKER)
 P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MARKER)
@@ -179,6 +182,23 @@ def _newest(rank: npt.NDArray[Any], mask: npt.NDArray[np.bool_], n: int) -> npt.
     left = np.repeat(ends, ends - starts) - np.arange(len(rows))  # rows left in its rank
     found[rows[left <= n]] = True
     return found
+
+
+def write(analysis: Analysis, destination: Path, options: TimelineOptions) -> Rendered:
+    """The renderer: the trace built, encoded and written to `destination` atomically, with
+    what it leaves out (notes), a warning when a browser may not open it, and its counts."""
+    trace = build(analysis, options)
+    data = encode(trace)
+    write_atomic(destination, data)
+    warning = size_warning(len(data))
+    events = trace["traceEvents"]
+    slices = sum(1 for e in events if e["ph"] == "X")
+    return Rendered(
+        size=len(data),
+        notes=notes(trace),
+        warnings=() if warning is None else (warning,),
+        detail=f": {slices} op slices, {len(events)} events",
+    )
 
 
 def notes(trace: dict[str, Any]) -> tuple[str, ...]:

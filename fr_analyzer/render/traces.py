@@ -351,4 +351,37 @@ def merge(
     return MergeReport(clock, reports, str(output))
 
 
-__all__ = ["MergeOptions", "MergeReport", "TraceError", "expand_inputs", "inspect", "merge"]
+def summary(report: MergeReport) -> str:
+    """What `merge-traces` prints: one row per rank (its file, where its rank came from, the
+    clock offset, events in and out, warnings), then the clock sync used and the output."""
+    from tabulate import tabulate
+
+    rows = [
+        [
+            r.rank,
+            r.file,
+            r.rank_source,
+            f"{r.offset_us:.1f}",
+            r.events_in,
+            r.events_out,
+            "; ".join(r.warnings),
+        ]
+        for r in report.ranks
+    ]
+    table = tabulate(
+        rows,
+        headers=["rank", "file", "rank from", "offset µs", "events in", "events out", "warnings"],
+        tablefmt="simple",
+    )
+    return f"{table}\nclock sync: {report.clock_source}; wrote {report.output}\n"
+
+
+__all__ = [
+    "MergeOptions",
+    "MergeReport",
+    "TraceError",
+    "expand_inputs",
+    "inspect",
+    "merge",
+    "summary",
+]

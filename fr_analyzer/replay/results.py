@@ -8,11 +8,15 @@ import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from ..model.ranks import agree, compact
 from .plan import Kind, ReplayPlan
 from .runner import RunOutcome
 from .worker import RankResult
+
+if TYPE_CHECKING:
+    from .session import ReplayReport
 
 SCHEMA = "fr-analyze.replay/1"
 P2P_KINDS = frozenset({Kind.SEND, Kind.RECV, Kind.BATCH_P2P})
@@ -209,6 +213,32 @@ def own_line(outcome: RunOutcome) -> str:
     if mine is None:
         return "replay: this rank wrote no result"
     return f"replay: rank {mine.rank}: {mine.how}"
+
+
+def opening(report: ReplayReport) -> str:
+    """What a replay prints first: the header, its notes and the latency table (a rank of
+    torchrun or srun other than 0: its own end, and nothing else)."""
+    plan, outcome = report.plan, report.outcome
+    if not report.reporter:
+        return own_line(outcome)
+    return "\n".join([*header(plan, outcome), table(per_op(plan, outcome))])
+
+
+def closing(report: ReplayReport, kept: bool) -> str:
+    """What it prints last: that every op completed, or how each rank ended and the line that
+    introduces fr-analyze's answer on the replay's dumps (`kept`: they stay in --out)."""
+    outcome = report.outcome
+    if outcome.ok:
+        return "replay: every op of every rank completed"
+    lines = endings(report.plan, outcome)
+    if report.analysis is None:
+        lines.append("no rank wrote a Flight Recorder dump")
+    else:
+        kept_note = "" if kept else ", removed at exit: --out keeps them"
+        lines.append(
+            f"\nfr-analyze on the replay's Flight Recorder dumps ({outcome.fr_dir}{kept_note}):\n"
+        )
+    return "\n".join(lines)
 
 
 def _where(plan: ReplayPlan, result: RankResult | None) -> str:

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 class Command(Protocol):

@@ -1,0 +1,373 @@
+"""`fr-analyze` (the main command, `fr-analyze DIR`): analyze one dump set, or snapshots of one
+job, print the report and write the outputs asked for; with `-j`, print the ranks' entries
+side by side instead. The options become a `pipeline.Options`, an `Outputs` and a
+`ReportOptions` (or an `EntriesView`), and the body calls `analyze_dumps` (or `print_entries`).
+
+Most of it is the options, each declared with its help text in the signature (typer reads
+both from there); the ones other commands take too are declared once in `options`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from ..errors import UsageError
+from ..render.renderer import ReportOptions
+from .app import DEBUG_ENV, after_outputs, app, debug_on, show_version, verdict_code
+from .options import (
+    fsspec_option,
+    html_option,
+    json_option,
+    last_option,
+    output_option,
+    prefix_option,
+    selected_ranks_option,
+    size_option,
+    storage_options,
+    workers_option,
+)
+from .outputs import Outputs, print_report, write_outputs
+from .terminal import console, progress_bars
+
+if TYPE_CHECKING:
+    from ..load.sources import Source
+    from ..pipeline import Options
+    from ..render.entries_view import EntriesView
+
+
+def analyze_dumps(
+    sources: Sequence[Source],
+    options: Options,
+    outputs: Outputs,
+    *,
+    verbose: bool = False,
+    cap: int = 10,
+    ranks: bool = False,
+) -> int:
+    """The main command: check the outputs, analyze, print the report, write the outputs;
+    returns the exit code."""
+    from .. import pipeline
+
+    outputs.check(sources[-1])
+    with progress_bars() as progress:
+        if len(sources) > 1:
+            analysis = pipeline.analyze_series(sources, options, progress)
+        else:
+            analysis = pipeline.analyze(sources[0], options, progress)
+    report = ReportOptions(cap=cap, verbose=verbose, ranks=ranks)
+    print_report(analysis, report, to_stderr=outputs.to_stdout())
+    return after_outputs(analysis, write_outputs(analysis, outputs, report))
+
+
+def print_entries(source: Source, options: Options, view: EntriesView) -> int:
+    """`-j`: analyze (for the root cause and the exit code), print the entries; returns the
+    same exit code as the main command."""
+    from .. import pipeline
+    from ..render import entries_view
+
+    with progress_bars() as progress:
+        analysis = pipeline.analyze(source, options, progress)
+    screen = console()
+    view = dataclasses.replace(view, width=screen.width)
+    root = analysis.conclusion.root
+    screen.print(entries_view.render_styled(analysis.table, analysis.groups, view, root), end="")
+    return verdict_code(analysis)
+
+
+@app.callback(invoke_without_command=True)
+def analyze(
+    ctx: typer.Context,
+    dump_dirs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-d",
+            "--dump-dir",
+            metavar="DIR|ARCHIVE|URL",
+            help="Where the Flight Recorder dumps are, one per rank (pickle or JSON, "
+            "optionally .gz): a directory (searched recursively), a .tar, .tar.gz, .tgz or "
+            ".zip archive (read member by member, never extracted), or a URL such as "
+            "s3://bucket/job/fr/ (needs: pip install 'fr-analyze[remote]'). Required; may "
+            "also be given as the first argument, as torchfrtrace takes it (not both). Given "
+            "several times (snapshots of one job taken at different times), or a folder whose "
+            "sub-folders are snapshots (as `fr-analyze live --save` writes them), the "
+            "snapshots are compared: what moved was in flight, what stayed the same is stuck.",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        output_option(
+            "Write the flat database here: SQLite when the name ends in .sqlite, "
+            ".sqlite3 or .db, a folder of Parquet tables for .parquet, else a pickle of "
+            "builtin types (a .json or .html name is refused: see --json, --html).",
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None,
+        json_option(
+            "Write the report as JSON (schema fr-analyze.report/1) here; - for stdout "
+            "(the text report then goes to stderr).",
+        ),
+    ] = None,
+    html_out: Annotated[
+        Path | None,
+        html_option("Write the report as one self-contained web page here."),
+    ] = None,
+    just_print_entries: Annotated[
+        bool,
+        typer.Option(
+            "-j",
+            "--just-print-entries",
+            "--just_print_entries",
+            help="Print the ranks' entries side by side, aligned by sequence id, cells that "
+            "deviate marked with '!', and stop (exit code as without -j). By default around "
+            "the root cause when there is one (--around-root).",
+        ),
+    ] = False,
+    around_root: Annotated[
+        bool,
+        typer.Option(
+            "--around-root",
+            help="With -j: only the root cause's group, --context sequence ids either side, "
+            "its culprit and some of its peers (the default when there is a root cause and "
+            "no --pg-filters, --last or --all-entries).",
+        ),
+    ] = False,
+    all_entries: Annotated[
+        bool,
+        typer.Option("--all-entries", help="With -j: every group, every entry, every rank."),
+    ] = False,
+    last: Annotated[
+        int | None,
+        last_option("With -j: only each group's newest N sequence ids."),
+    ] = None,
+    context: Annotated[
+        int,
+        typer.Option("--context", min=0, help="With -j --around-root: sequence ids either side."),
+    ] = 3,
+    selected_ranks: Annotated[
+        str | None,
+        selected_ranks_option("With -j: only these ranks, e.g. 0,3-5 (or 0 3 4 5)."),
+    ] = None,
+    pg_filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pg-filters",
+            help="With -j: only groups with this name or desc (repeatable, comma- or "
+            "space-separated).",
+        ),
+    ] = None,
+    print_stack_trace: Annotated[
+        bool,
+        typer.Option(
+            "--print-stack-trace",
+            "--print_stack_trace",
+            help="With -j: show each entry's stack (innermost first).",
+        ),
+    ] = False,
+    prefix: Annotated[
+        str | None,
+        prefix_option(
+            "File name prefix before the rank number (default: detected, "
+            "e.g. rank_, nccl_trace_rank_, comm_lib_trace_rank_).",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("-v", "--verbose", help="Also print the process-group and membership tables."),
+    ] = False,
+    mismatch_cap: Annotated[
+        int,
+        typer.Option(
+            "--mismatch-cap",
+            "--mismatch_cap",
+            min=1,
+            help="Show at most this many findings per process group.",
+        ),
+    ] = 10,
+    ranks_table: Annotated[
+        bool,
+        typer.Option(
+            "--ranks",
+            help="Print where every rank stands in every group (ranks in the same position "
+            "share a row), who is blocked waiting for whom, and the grouped stacks.",
+        ),
+    ] = False,
+    stack_depth: Annotated[
+        int,
+        typer.Option(
+            "--stack-depth", min=1, help="Innermost frames compared when grouping ranks by stack."
+        ),
+    ] = 8,
+    dead_after: Annotated[
+        float,
+        typer.Option(
+            "--dead-after",
+            min=0,
+            help="Seconds an idle rank's buffer may end before "
+            "its peers start waiting for it until it is called dead.",
+        ),
+    ] = 60.0,
+    straggler_ms: Annotated[
+        float,
+        typer.Option(
+            "--straggler-ms",
+            min=0,
+            help="Median lateness (ms) at collectives that makes a rank a straggler.",
+        ),
+    ] = 50.0,
+    stall_ms: Annotated[
+        float,
+        typer.Option(
+            "--stall-ms",
+            min=0,
+            help="Lateness (ms) at one collective that makes a rank the cause of a slow job, "
+            "when its own previous op does not explain it.",
+        ),
+    ] = 2000.0,
+    workers: Annotated[
+        int | None,
+        workers_option("Processes that load dumps (default: every core; 8 for a URL)."),
+    ] = None,
+    storage_option: Annotated[
+        list[str] | None,
+        fsspec_option(
+            "For a URL: an fsspec storage option, e.g. endpoint_url=http://host:9000 or "
+            "anon=true (repeatable; VALUE read as JSON when it parses).",
+        ),
+    ] = None,
+    max_file_size: Annotated[
+        int | None,
+        size_option(
+            "--max-file-size",
+            "Largest dump file to read, counted after gunzip: bytes, or e.g. 512M, 2G "
+            "(default: 1G). A bigger file is reported unreadable; the others are analyzed.",
+        ),
+    ] = None,
+    transform_ft: Annotated[
+        bool,
+        typer.Option(
+            "--transform-ft",
+            help="A torchft job: rewrite each replica's default group (desc default_pg) to "
+            "global ranks, replica = rank // --group-world-size.",
+        ),
+    ] = False,
+    group_world_size: Annotated[
+        int | None,
+        typer.Option("--group-world-size", min=1, help="Ranks in one torchft replica group."),
+    ] = None,
+    ignore_file_times: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-file-times",
+            help="The dump files were copied without their modification times, or renamed: "
+            "do not date the dumps by their files' times or the times in their names (stuck "
+            "or in flight is then judged from the entries alone).",
+        ),
+    ] = False,
+    job_log: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--job-log",
+            help="The job's log (stderr of the ranks; repeat for several): the watchdog's "
+            "'collective operation timeout' lines prove those ops stuck, which no dump's "
+            "times can.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    allow_incomplete_ranks: Annotated[
+        bool,
+        typer.Option(
+            "--allow-incomplete-ranks",
+            help="Accepted for torchfrtrace's command line; changes nothing: fr-analyze "
+            "always analyzes the ranks it can read and names the ones missing.",
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            callback=debug_on,
+            is_eager=True,
+            help=f"On an internal error (exit code 3), print its traceback (or {DEBUG_ENV}=1).",
+        ),
+    ] = False,
+) -> None:
+    """Analyze a directory of per-rank Flight Recorder dumps and name the desync.
+
+    Other commands: `fr-analyze timeline --help`, `fr-analyze merge-traces --help`,
+    `fr-analyze live --help`, `fr-analyze replay --help`.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if not dump_dirs:
+        raise UsageError("missing option -d/--dump-dir (see fr-analyze --help)")
+    if transform_ft and group_world_size is None:
+        raise UsageError("--transform-ft needs --group-world-size (ranks per replica group)")
+    if group_world_size is not None and not transform_ft:
+        raise UsageError("--group-world-size goes with --transform-ft")
+    from ..diagnosis import Thresholds
+    from ..load import DEFAULT_MAX_FILE_BYTES
+    from ..load.opening import open_source
+    from ..pipeline import Options
+
+    options = Options(
+        prefix=prefix,
+        workers=workers,
+        thresholds=Thresholds(
+            dead_after_s=dead_after,
+            straggler_ms=straggler_ms,
+            stall_ms=stall_ms,
+            stack_depth=stack_depth,
+        ),
+        max_file_bytes=DEFAULT_MAX_FILE_BYTES if max_file_size is None else max_file_size,
+        ft_group_world_size=group_world_size,
+        file_times=not ignore_file_times,
+        job_logs=tuple(job_log or ()),
+    )
+    outputs = Outputs(database=output, json=json_out, html=html_out)
+    sources = [open_source(d, storage_options(storage_option)) for d in dump_dirs]
+    entries_only = (around_root, all_entries, last is not None, context != 3)
+    if just_print_entries:
+        if len(sources) > 1:
+            raise UsageError("-j prints one dump set: give one -d")
+        if outputs.paths():
+            raise UsageError("-j prints the entries only: -o, --json and --html go without -j")
+        if around_root and (all_entries or last is not None):
+            raise UsageError("--around-root goes without --all-entries and --last")
+        from ..model.ranks import parse
+        from ..render.entries_view import EntriesView
+
+        filters = tuple(p for item in (pg_filters or []) for p in item.split(",") if p)
+        elsewhere = all_entries or last is not None or bool(filters)
+        view = EntriesView(
+            around_root=True if around_root else (False if elsewhere else None),
+            context=context,
+            last=last,
+            ranks=parse(selected_ranks) if selected_ranks else None,
+            pg_filters=filters,
+            stack=print_stack_trace,
+        )
+        raise typer.Exit(print_entries(sources[0], options, view))
+    if selected_ranks or pg_filters or print_stack_trace or any(entries_only):
+        raise UsageError(
+            "--selected-ranks, --pg-filters, --print-stack-trace, --around-root, "
+            "--all-entries, --last and --context go with -j"
+        )
+    raise typer.Exit(
+        analyze_dumps(
+            sources, options, outputs, verbose=verbose, cap=mismatch_cap, ranks=ranks_table
+        )
+    )

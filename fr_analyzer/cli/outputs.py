@@ -1,0 +1,139 @@
+"""The outputs an analysis writes besides the text report, picked from the renderers of
+`render.renderer` by flag (`--json`, `--html`) or by the name's ending (`-o`); checked before
+the analysis, written after it, one line on stderr for each.
+
+Every output path is checked before the analysis starts, so a path that cannot take the output
+costs nothing but a one-line error (exit 2). If writing still fails afterwards (a full disk, a
+FIFO no one reads), the other outputs are still written and the error is one line on stderr;
+`write_outputs` says whether all went well, and `app.after_outputs` makes the exit code of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import FrAnalyzerError, OutputError, UsageError
+from ..render.renderer import HTML, JSON, TEXT, Renderer, ReportOptions, for_database
+from .terminal import console, error, progress_bars, step, wrote
+
+if TYPE_CHECKING:
+    from ..load.sources import Source
+    from ..pipeline import Analysis
+
+DATABASE_SUFFIXES = ".pkl, .sqlite, .parquet"
+"""What `-o` writes, as its hint says."""
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files an analysis writes besides the text report."""
+
+    database: Path | None = None  # -o: pickle, SQLite or Parquet by the name's ending
+    json: Path | None = None  # --json
+    html: Path | None = None  # --html
+
+    def renderers(self) -> list[tuple[Renderer, Path]]:
+        """The renderer of each file asked for, and the file, in the order they are written."""
+        found = [(JSON, self.json), (HTML, self.html)]
+        if self.database is not None:
+            found.append((for_database(self.database), self.database))
+        return [(renderer, path) for renderer, path in found if path is not None]
+
+    def paths(self) -> list[Path]:
+        """The files asked for, in the order they are written."""
+        return [path for _, path in self.renderers()]
+
+    def to_stdout(self) -> bool:
+        """Whether one of them goes to standard output (the text report then goes to stderr)."""
+        from ..render.output import is_stdout
+
+        return any(is_stdout(p) for p in self.paths())
+
+    def check(self, source: Path | Source | None) -> None:
+        """Refuse, before any analysis, every output that cannot be written: a database with a
+        report's name, two outputs to one file or to standard output, a path inside the dumps
+        (`source`), a folder that does not exist or cannot be written."""
+        if self.database is not None:
+            _check_database_name(self.database)
+        from ..render.output import is_stdout
+
+        if sum(is_stdout(p) for p in self.paths()) > 1:
+            raise UsageError("only one output can go to standard output (-)")
+        replaced: dict[Path, Path] = {}
+        for renderer, path in self.renderers():
+            where = check_output(path, source, folder=renderer.folder)
+            if where is not None:
+                same = replaced.setdefault(where.absolute(), path)
+                if same is not path:
+                    raise UsageError(f"{same} and {path}: two outputs to one file")
+        if self.database is not None and for_database(self.database).folder:
+            from ..render import database_parquet
+
+            database_parquet.require()  # pyarrow, an optional extra
+
+
+def _check_database_name(path: Path) -> None:
+    for report in (JSON, HTML):
+        if report.matches(path):
+            kind = report.name.upper()
+            raise UsageError(
+                f"-o {path}: -o writes the database ({DATABASE_SUFFIXES}); for the {kind} "
+                f"report use {report.flag} {path}"
+            )
+
+
+def check_output(path: Path, source: Path | Source | None, *, folder: bool = False) -> Path | None:
+    """One output path, before the analysis: not inside the dumps, not a directory (unless the
+    output is a `folder`, such as a Parquet database), in a folder that exists and can be
+    written. Raises `OutputError` (exit 2) naming the path. Returns the file (or folder) that
+    will be replaced, None for an output written in place (stdout, a device, a FIFO)."""
+    from ..render.output import How, check_output_path, destination
+
+    probe = path / "probe" if folder and path.is_dir() else path
+    if source is not None:
+        check_output_path(probe, source)
+    where = destination(probe)
+    if where.how is not How.REPLACE:
+        return None
+    target = where.path.parent if probe is not path else where.path
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{path}: cannot write: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: cannot write: permission denied in {parent}")
+    return target
+
+
+def write_outputs(analysis: Analysis, outputs: Outputs, options: ReportOptions) -> bool:
+    """Write each output (each after the one before failed, too); one line on stderr for each
+    (what was written and its size, or why not). False if one failed."""
+    ok = True
+    for renderer, path in outputs.renderers():
+        try:
+            with progress_bars() as progress:
+                rendered = step(
+                    progress,
+                    f"writing {path}",
+                    functools.partial(renderer.render, analysis, path, options),
+                )
+        except (FrAnalyzerError, OSError) as exc:
+            error(str(exc) if isinstance(exc, FrAnalyzerError) else f"{path}: cannot write: {exc}")
+            ok = False
+            continue
+        wrote(path, renderer.what, rendered.size)
+    return ok
+
+
+def write_database(analysis: Analysis, path: Path) -> None:
+    """`-o`: SQLite for .sqlite, .sqlite3 and .db; a folder of Parquet tables for .parquet;
+    else a pickle of builtin types."""
+    for_database(path).render(analysis, path)
+
+
+def print_report(analysis: Analysis, options: ReportOptions, to_stderr: bool = False) -> None:
+    """The text report on stdout (stderr when an output takes stdout), fit to its width."""
+    TEXT.render(analysis, console(stderr=to_stderr), options)

@@ -1,0 +1,101 @@
+"""`fr-analyze timeline`: analyze one dump set and write it as a Chrome trace for Perfetto
+through the timeline renderer (`render.timeline`); its notes and warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .app import app
+from .options import (
+    DumpDirArgument,
+    DumpDirOption,
+    fsspec_option,
+    last_option,
+    one_dump_dir,
+    output_option,
+    prefix_option,
+    selected_ranks_option,
+    seq_option,
+    seq_range,
+    storage_options,
+    workers_option,
+)
+from .outputs import check_output
+from .terminal import analyzed, progress_bars, say, step, wrote
+
+
+@app.command("timeline", short_help="Write the dumps as a Chrome trace (open it in Perfetto).")
+def timeline_cmd(
+    output: Annotated[Path, output_option("Write the Chrome trace JSON here.")],
+    dump_dir: DumpDirArgument = None,
+    dump_dir_option: DumpDirOption = None,
+    align: Annotated[
+        bool,
+        typer.Option(
+            "--align",
+            help="Shift each rank's clock so that the completions of "
+            "collectives every member completed line up (least squares).",
+        ),
+    ] = False,
+    last: Annotated[int | None, last_option("Only each rank's newest N ops.")] = None,
+    seq: Annotated[str | None, seq_option("Only collective sequence ids A:B (inclusive).")] = None,
+    start: Annotated[
+        float | None,
+        typer.Option("--start", help="Window start, µs from the trace's origin."),
+    ] = None,
+    end: Annotated[
+        float | None, typer.Option("--end", help="Window end, µs from the trace's origin.")
+    ] = None,
+    selected_ranks: Annotated[
+        str | None, selected_ranks_option("Only these ranks, e.g. 0,3-5.")
+    ] = None,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Every rank and op, even past 256 ranks (where the default is a window "
+            "around the root cause).",
+        ),
+    ] = False,
+    no_flows: Annotated[
+        bool, typer.Option("--no-flows", help="Leave out the flow arrows between ranks.")
+    ] = False,
+    prefix: Annotated[str | None, prefix_option("Dump file name prefix.")] = None,
+    workers: Annotated[int | None, workers_option("Processes that load dumps.")] = None,
+    storage_option: Annotated[
+        list[str] | None, fsspec_option("For a URL: an fsspec storage option.")
+    ] = None,
+) -> None:
+    """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
+    one thread per process group, findings and the root cause marked."""
+    from ..load.opening import open_source
+    from ..model.ranks import parse
+    from ..pipeline import Options
+    from ..render.renderer import TIMELINE
+    from ..render.timeline import TimelineOptions
+
+    where = one_dump_dir(dump_dir, dump_dir_option, "timeline")
+    source = open_source(where, storage_options(storage_option))
+    check_output(output, source)
+    options = TimelineOptions(
+        align=align,
+        last=last,
+        seq=seq_range(seq),
+        start_us=start,
+        end_us=end,
+        ranks=parse(selected_ranks) if selected_ranks else None,
+        flows=not no_flows,
+        all_ranks=all_,
+    )
+    analysis = analyzed(source, Options(prefix=prefix, workers=workers))
+    with progress_bars() as progress:
+        rendered = step(
+            progress, f"writing {output}", lambda: TIMELINE.render(analysis, output, options)
+        )
+    say(rendered.notes, "note: ")
+    say(rendered.warnings, "warning: ")
+    wrote(output, TIMELINE.what, rendered.size, rendered.detail)
