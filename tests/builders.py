@@ -119,3 +119,22 @@ def or_why(decoder: Callable[[bytes], Decoded]) -> Callable[[bytes], Decoded | s
             return str(exc)
 
     return decode
+
+
+def fr_json(*args: str) -> tuple[int, str, dict[str, Any]]:
+    """`python -m fr_analyzer *args --json FILE`: the exit code, the text report and the JSON
+    report (no traceback allowed)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "fr_analyzer", *args, "--json", str(report)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Traceback" not in done.stderr, done.stderr
+        return done.returncode, done.stdout, json.loads(report.read_text())

@@ -9,17 +9,16 @@ the tests restore them on a copy)."""
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.builders import fr_json
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "tests" / "data" / "real_nccl"
@@ -34,18 +33,7 @@ MTIMES_NS = {  # ../shared/real_nccl/README.md (and tests/data/real_nccl/README.
 }
 
 
-def fr(*args: str) -> tuple[int, str, dict[str, Any]]:
-    """`fr-analyze *args --json`: exit code, text report, JSON report."""
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "fr_analyzer", *args, "--json", str(report)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert "Traceback" not in done.stderr, done.stderr
-        return done.returncode, done.stdout, json.loads(report.read_text())
+fr = fr_json
 
 
 def real_set(tmp_path: Path, name: str, mtime_ns: int | None) -> Path:

@@ -12,11 +12,7 @@ GPU already running each op when its call returned."""
 from __future__ import annotations
 
 import copy
-import json
 import pickle
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -26,6 +22,7 @@ import numpy as np
 from fr_analyzer import analyze
 from fr_analyzer.load.dialects import Dialect, description, reports_completion, rewrite
 from fr_analyzer.pipeline import Options
+from tests.builders import fr_json
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_dumps"
@@ -35,18 +32,7 @@ ENQUEUE_NS = 30_000
 Edit = Callable[[dict[int, dict[str, Any]]], None]
 
 
-def fr(*args: str) -> tuple[int, str, dict[str, Any]]:
-    """`fr-analyze *args --json`: exit code, text report, JSON report."""
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "fr_analyzer", *args, "--json", str(report)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert "Traceback" not in done.stderr, done.stderr
-        return done.returncode, done.stdout, json.loads(report.read_text())
+fr = fr_json
 
 
 def torchcomms_job(sample: str, target: Path, edit: Edit) -> Path:
