@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from ..model.arrays import distinct
 from ..model.groups import GroupTable
+from ..model.ops import ALL_TO_ALL_OPS
 from ..model.ranks import by_count, counted
 from ..model.records import Group, P2PKind, UnitKind
 from ..model.table import EntryTable, rank_starts
@@ -241,6 +242,29 @@ def at_position(t: EntryTable, pos: int, read: Callable[[int], Value]) -> ValueO
             rank: (t.ops[int(t.op[rs[pos]])], read(rs[pos]))
             for rank, rs in rank_rows(t, rows).items()
             if pos < len(rs)
+        }
+
+    return value_of
+
+
+def signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
+    """Every rank's ops with their sizes and dtypes (codes into the table's lists); with
+    `free_outputs`, an all_to_all's output (its rank's own total) left out as -1."""
+    free = np.array([free_outputs and op in ALL_TO_ALL_OPS for op in t.ops], dtype=bool)
+
+    def value_of(rows: I64) -> dict[int, Value]:
+        return {
+            rank: tuple(
+                (
+                    int(t.op[r]),
+                    int(t.in_shape[r]),
+                    -1 if free[t.op[r]] else int(t.out_shape[r]),
+                    int(t.in_dtype[r]),
+                    int(t.out_dtype[r]),
+                )
+                for r in rs
+            )
+            for rank, rs in rank_rows(t, rows).items()
         }
 
     return value_of
