@@ -47,7 +47,7 @@ def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Match
         done = completion.judged_by_issue(t, groups, done, quiet.rows, rows)
     size_bad, conventions = recorder_conventions(t, groups, intrinsic_size_errors(t, groups))
     ctx = MatchContext(
-        t=t,
+        table=t,
         groups=groups,
         done=done,
         size_bad=size_bad,

@@ -73,7 +73,7 @@ def _by_group_and_seq(uid: I64, seq: I64) -> tuple[I64, I64, I64]:
 
 def match_collectives(ctx: MatchContext, findings: list[Finding]) -> CollectiveUnits:
     """Every collective joined on (group, seq id), its findings appended to `findings`."""
-    t, groups = ctx.t, ctx.groups
+    t, groups = ctx.table, ctx.groups
     unit_kind = t.unit if t.n else np.zeros(0, dtype=np.int8)
     wanted = np.isin(unit_kind, COLLECTIVE_UNITS)
     rows = np.flatnonzero(wanted)

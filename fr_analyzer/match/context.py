@@ -19,7 +19,7 @@ I64 = npt.NDArray[np.int64]
 class MatchContext:
     """What the collective and p2p matchers share: the table, the groups, completion, lookups."""
 
-    t: EntryTable
+    table: EntryTable
     groups: GroupTable
     done: npt.NDArray[np.bool_]
     size_bad: npt.NDArray[np.bool_]

@@ -45,7 +45,7 @@ def unrecorded_gap(
     mine = np.flatnonzero(uids == group.uid)
     whole = (ctx.unit_ranks[mine] == len(set(group.ranks))) & (seqs[mine] < seq)
     full = seqs[mine][whole].tolist()  # units every member holds, by seq id
-    value_of = signature_value(ctx.t)
+    value_of = signature_value(ctx.table)
     before = uniform_value(ctx, group.uid, seq - 1, value_of)
     if before is None:
         return None
@@ -78,7 +78,7 @@ def _newest_seq(ctx: MatchContext, rank: int, uid: int) -> int | None:
     Asked only for members absent from units that fail the vectorized checks, but then for
     every such member (16,384 in a world-wide hang), so all are found in one pass."""
     if ctx.newest is None:
-        t, rows = ctx.t, ctx.coll_rows
+        t, rows = ctx.table, ctx.coll_rows
         # Rows are sorted by (group, seq), and a (rank, group) pair is of one group: its last
         # row has its newest seq (of equal indices, the last assignment stays).
         last = np.full(len(t.pair_rank), -1, dtype=np.int64)
@@ -122,7 +122,7 @@ def _group_in_flight(ctx: MatchContext, uid: int) -> bool:
     found = ctx.in_flight.get(uid)
     if found is None:
         if ctx.busy is None:
-            t = ctx.t
+            t = ctx.table
             ctx.busy = frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset()
         found = ctx.in_flight[uid] = not ctx.busy.isdisjoint(ctx.groups.groups[uid].ranks)
     return found
@@ -137,4 +137,4 @@ def _stateless_group(ctx: MatchContext, uid: int) -> bool:
         span = int(starts[at[0]]) if len(at) else None
     if span is None:
         return False
-    return bool(stateless(ctx.t, ctx.coll_rows[span : span + 1])[0])
+    return bool(stateless(ctx.table, ctx.coll_rows[span : span + 1])[0])

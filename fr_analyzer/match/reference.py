@@ -137,7 +137,7 @@ def sibling_votes(
     Groups of other pipeline stages vote only when none of this one does, and never with
     `same_stage`."""
     votes: Counter[Value] = Counter()
-    ops = ops_value(ctx.t)
+    ops = ops_value(ctx.table)
     mine = [
         (k, v)
         for k in range(seq - 1, max(seq - 1 - HISTORY_UNITS, -1), -1)
@@ -169,7 +169,7 @@ def group_stage(ctx: MatchContext, group: Group) -> frozenset[tuple[str, int, in
     that carries send/recv. Groups of different stages share a description and often a short
     history (the first step's), but not a program."""
     if ctx.stages is None:
-        t = ctx.t
+        t = ctx.table
         p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
         p2p_uids = distinct(ctx.groups.entry_group[p2p_rows]).tolist()
         ctx.stages = {}

@@ -43,7 +43,7 @@ I64 = npt.NDArray[np.int64]
 def alike(ctx: MatchContext, op: str, rows: I64) -> bool:
     """Rows (one per rank) that `check_sizes` would pass at a glance: no intrinsic size
     error, and one input shape, output shape, input dtype and output dtype among them."""
-    t = ctx.t
+    t = ctx.table
     if op in ALL_TO_ALL_OPS or ctx.size_bad[rows].any():
         return False
     return all(
@@ -57,7 +57,7 @@ def check_sizes(
 ) -> list[Finding]:
     """Sizes and dtypes of the rows at one block position (`at` = position, op name; `what`:
     the op as the findings name it; `rows_at`: each rank's row there)."""
-    t, group, seq = ctx.t, unit.group, unit.seq
+    t, group, seq = ctx.table, unit.group, unit.seq
     pos, op = at
     if op in UNCHECKED_SIZE_OPS:
         return []
@@ -144,7 +144,7 @@ def _all_to_all_inputs(
     this group's last exchange of the same kind (outputs uneven or not alike) had one input
     on every member. A minority that passes another input deviates (in a pair, the one the
     groups alike do not hold). Returns its finding, if it named one."""
-    t, group, seq = ctx.t, unit.group, unit.seq
+    t, group, seq = ctx.table, unit.group, unit.seq
     pos, op = at
 
     values = {rank: (op, int(t.in_shape[r])) for rank, r in rows_at.items()}
@@ -206,7 +206,7 @@ def unlike_alike(ctx: MatchContext, unit: UnitRef, grid: I64) -> Finding | None:
     a group's newest collectives only (where its members stopped; async ops may follow the
     one that failed), when no group alike agrees with the members left and one disagrees.
     `grid`: the unit's rows, a row of block positions per member present."""
-    t, group, seq, present = ctx.t, unit.group, unit.seq, unit.present
+    t, group, seq, present = ctx.table, unit.group, unit.seq, unit.present
     lost = sorted(set(group.ranks) & ctx.unavailable)
     if not lost or newest_unit_seq(ctx, group.uid) - seq >= NEWEST_UNITS:
         return None

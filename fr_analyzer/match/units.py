@@ -52,7 +52,7 @@ class UnitCheck:
 def check_unit(ctx: MatchContext, group: Group, seq: int, unit_rows: I64) -> UnitCheck:
     """The per-unit look at collective `seq` of `group`, whose rows are `unit_rows` (by rank,
     then record order)."""
-    t = ctx.t
+    t = ctx.table
     ranks, starts, lengths = _per_rank(t, unit_rows)
     issued = set(ranks[starts].tolist())
     unit_rows = _without_cut_blocks(ctx, unit_rows, starts, lengths)
@@ -178,7 +178,7 @@ def _skipped_in_place(
     mismatch by the group's own history: after an earlier collective like this one (#j), the
     group issued at #j+1, #j+2, ... exactly what the minority holds at #seq, #seq+1, ...
     Returns (the minority, j, how many of its ops match)."""
-    value_of = signature_value(ctx.t)
+    value_of = signature_value(ctx.table)
     values = value_of(unit_rows)
     counts = Counter(values.values()).most_common()
     if len(counts) < 2 or counts[0][1] * 2 <= len(values):
@@ -210,7 +210,7 @@ def _without_cut_blocks(ctx: MatchContext, unit_rows: I64, starts: I64, lengths:
     tail of the others' block and are left out of the comparison (not in the window)."""
     if bool((lengths == lengths[0]).all()):
         return unit_rows
-    t = ctx.t
+    t = ctx.table
     full = int(lengths.max())
     reference = next(
         unit_rows[a : a + n]
