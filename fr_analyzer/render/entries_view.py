@@ -26,7 +26,7 @@ from ..errors import UsageError
 from ..match.findings import describe_group
 from ..model.groups import GroupTable
 from ..model.ranks import compact
-from ..model.records import ANY_SOURCE, STATE_NAMES, Group, P2PKind, State, UnitKind
+from ..model.records import ANY_SOURCE, STATE_NAMES, Group, P2PKind, State, UnitKind, seq_id
 from ..model.table import EntryTable
 
 MARK = "!"
@@ -237,7 +237,7 @@ def _newest(cells: dict[Key, dict[int, _Cell]], last: int) -> dict[Key, dict[int
 
 def _label(key: Key) -> str:
     coll, p2p, is_p2p, _ = key
-    return f"p{p2p}" if is_p2p else f"c{coll}"
+    return seq_id(p2p, p2p=True) if is_p2p else seq_id(coll)
 
 
 def _columns(
