@@ -119,8 +119,8 @@ def check_unit(ctx: MatchContext, group: Group, seq: int, unit_rows: I64) -> Uni
         if alike(ctx, pos_op, grid[:, pos]):
             continue
         rows_at = dict(zip(present, grid[:, pos].tolist(), strict=True))
-        what_ = pos_op if len(main_ops) == 1 else words.member(pos_op, pos, op)
-        found += check_sizes(ctx, unit, (pos, pos_op), what_, rows_at)
+        named = pos_op if len(main_ops) == 1 else words.member(pos_op, pos, op)
+        found += check_sizes(ctx, unit, (pos, pos_op), named, rows_at)
 
     skipped = _as_skip(found, shift, op, seq)
     left_agreeing = grid if not found and set(group.ranks) & ctx.unavailable else None
