@@ -9,7 +9,15 @@ import numpy.typing as npt
 from ..model.arrays import distinct
 from ..model.groups import GroupTable
 from ..model.ranks import counted
-from ..model.records import ANY_SOURCE, UNKNOWN_PEER, Finding, FindingKind, P2PKind, UnitKind
+from ..model.records import (
+    ANY_SOURCE,
+    UNKNOWN_PEER,
+    Finding,
+    FindingKind,
+    P2PKind,
+    UnitKind,
+    seq_id,
+)
 from ..model.table import EntryTable
 from .collectives import segments
 from .context import MatchContext
@@ -240,7 +248,8 @@ def _p2p_mismatches(
                 "send/recv",
                 (a, b),
                 culprits,
-                f"send {a}->{b} (p2p seq {seq_on[a]} on rank {a}, {seq_on[b]} on rank {b}): "
+                f"send {a}->{b} ({seq_id(seq_on[a], p2p=True)} on rank {a}, "
+                f"{seq_id(seq_on[b])} on rank {b}): "
                 f"rank {a} sends {_p2p_text(t, sent)}, rank {b} receives "
                 f"{_p2p_text(t, received)}{judged}",
             )
@@ -326,16 +335,16 @@ def _p2p_unmatched(
         if sending:
             culprit = (b,)
             detail = (
-                f"rank {a} posted {sends} to rank {b} ({'first ' if many else ''}at p2p seq "
-                f"{int(t.p2p_seq[first])}) that rank {b} never received"
+                f"rank {a} posted {sends} to rank {b} ({'first ' if many else ''}at "
+                f"{seq_id(int(t.p2p_seq[first]), p2p=True)}) that rank {b} never received"
             )
             ranks = (a,)
         else:
             culprit = (a,) if a >= 0 else tuple(r for r in g.ranks if r != b)
             source = f"rank {a}" if a >= 0 else "any rank"
             detail = (
-                f"rank {b} posted {recvs} from {source} ({'first ' if many else ''}at p2p seq "
-                f"{int(t.p2p_seq[first])}) that no send matches"
+                f"rank {b} posted {recvs} from {source} ({'first ' if many else ''}at "
+                f"{seq_id(int(t.p2p_seq[first]), p2p=True)}) that no send matches"
             )
             ranks = (b,)
         findings.append(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..model.ranks import agree, counted, label
-from ..model.records import STATE_NAMES, State
+from ..model.records import STATE_NAMES, State, seq_id
 
 Shape = tuple[tuple[int, ...], ...]
 """The shapes one op records for its input or output (the table's `shapes` entries)."""
@@ -107,7 +107,7 @@ def never_joined(
     """Who issued the collective, who never did, and the last collective each of those (the
     first eight) recorded on the group."""
     lasts = ", ".join(
-        f"rank {m}: {'none' if s is None else f'seq {s}'}" for m, s in sorted(last.items())[:8]
+        f"rank {m}: {'none' if s is None else seq_id(s)}" for m, s in sorted(last.items())[:8]
     )
     return (
         f"{label(present)} issued {op} #{seq}; {label(not_joined)} never "
