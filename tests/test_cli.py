@@ -242,7 +242,7 @@ def test_just_print_entries_shows_ranks_side_by_side(fr: Fr, healthy: Path) -> N
     result = fr("-d", str(healthy), "-j")
     assert result.returncode == 0
     assert "rank 0" in result.stdout and "rank 1" in result.stdout
-    assert "c2" in result.stdout and "all_reduce [[4,4]] completed,retired" in result.stdout
+    assert "#2 " in result.stdout and "all_reduce [[4,4]] completed,retired" in result.stdout
 
 
 def test_just_print_entries_filters_and_stacks(fr: Fr, healthy: Path) -> None:

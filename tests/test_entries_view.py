@@ -46,9 +46,9 @@ def view_of(analysis: Analysis, **options: Any) -> str:
 def test_around_the_root_shows_its_seq_ids_either_side_and_marks_the_skipped_op(run: Run) -> None:
     analysis = run(hung_at(seq=6, culprit=3))
     text = view_of(analysis, context=2)
-    labels = [line.split()[0] for line in text.splitlines() if line[:1] == "c"]
-    assert labels == ["c4", "c5", "c6", "c7", "c8"]
-    row = next(line for line in text.splitlines() if line.startswith("c6 "))
+    labels = [line.split()[0] for line in text.splitlines() if line[:1] == "#"]
+    assert labels == ["#4", "#5", "#6", "#7", "#8"]
+    row = next(line for line in text.splitlines() if line.startswith("#6 "))
     assert row.count(f"{MARK} {NEVER}") == 1  # rank 3's column
     assert "rank 3 (culprit)" in text
     assert "around the root cause: collective #6 and 2 sequence ids either side" in text
@@ -67,8 +67,8 @@ def test_around_the_root_caps_the_columns_at_scale(run: Run) -> None:
 def test_all_entries_shows_every_row_and_rank(run: Run) -> None:
     analysis = run(hung_at(seq=6, culprit=3))
     text = view_of(analysis, around_root=False)
-    assert [line.split()[0] for line in text.splitlines() if line[:1] == "c"] == [
-        f"c{s}" for s in range(1, 13)
+    assert [line.split()[0] for line in text.splitlines() if line[:1] == "#"] == [
+        f"#{s}" for s in range(1, 13)
     ]
     assert all(f"rank {r}" in text for r in range(8))
 
@@ -76,7 +76,7 @@ def test_all_entries_shows_every_row_and_rank(run: Run) -> None:
 def test_last_keeps_each_groups_newest_seq_ids(run: Run) -> None:
     analysis = run(hung_at(seq=6, culprit=3))
     text = view_of(analysis, around_root=False, last=2)
-    assert [line.split()[0] for line in text.splitlines() if line[:1] == "c"] == ["c11", "c12"]
+    assert [line.split()[0] for line in text.splitlines() if line[:1] == "#"] == ["#11", "#12"]
 
 
 def test_p2p_peers_are_global_ranks_and_the_odd_size_is_marked(run: Run) -> None:
@@ -122,7 +122,7 @@ def test_p2p_peers_are_global_ranks_and_the_odd_size_is_marked(run: Run) -> None
     text = view_of(analysis, around_root=False, pg_filters=("pp",))
     assert "send ->r6 [[16]]" in text and "recv <-r4 [[16]]" in text
     assert "0->1" not in text and "1<-0" not in text
-    p2 = next(line for line in text.splitlines() if line.startswith("p2 "))
+    p2 = next(line for line in text.splitlines() if line.startswith("p2p #2 "))
     assert f"{MARK} send ->r6 [[8]] scheduled" in p2
     assert f"{MARK} recv" not in p2  # the culprit deviates, not its peer
 
@@ -165,5 +165,5 @@ def test_j_exits_as_the_main_command_and_defaults_to_around_the_root(
     assert max(len(line) for line in out.splitlines()) <= 80
     assert cli.run([str(hung_dir), "-j", "--around-root", "--context", "1"]) == 1
     out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines() if line[:2] in ("c5", "c6", "c7")]
-    assert "c4 " not in out and "c8 " not in out
+    assert [line.split()[0] for line in out.splitlines() if line[:2] in ("#5", "#6", "#7")]
+    assert not any(line.startswith(("#4 ", "#8 ")) for line in out.splitlines())

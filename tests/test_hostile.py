@@ -35,8 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fr_analyzer import cli
-from fr_analyzer import load as dumps
+from fr_analyzer import cli, load
 from fr_analyzer.model.records import UnreadableDump
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -921,10 +920,10 @@ def test_a_bad_max_file_size_is_a_usage_error(
     assert "Invalid value for '--max-file-size'" in outcome.err
 
 
-_REAL_LOAD_RANK = dumps.load_rank
+_REAL_LOAD_RANK = load.load_rank
 
 
-def _load_rank_or_die(dump_file: dumps.DumpFile, max_bytes: int, **options: Any) -> Any:
+def _load_rank_or_die(dump_file: load.DumpFile, max_bytes: int, **options: Any) -> Any:
     """load_rank, except that the process reading rank 5 is killed (as the OOM killer would)."""
     if dump_file.rank == 5:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -937,7 +936,7 @@ def _load_rank_or_die(dump_file: dumps.DumpFile, max_bytes: int, **options: Any)
 def test_a_loader_process_that_dies_costs_only_its_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dumps.loading, "load_rank", _load_rank_or_die)
+    monkeypatch.setattr(load.loading, "load_rank", _load_rank_or_die)
     directory = tmp_path / "dumps"
     shutil.copytree(SAMPLES / "nccl_healthy", directory)
     outcome = run_cli(capsys, ["-d", str(directory), "--workers", "2"], tmp_path / "r.json")
@@ -1236,6 +1235,6 @@ def test_random_opcode_streams_are_refused_or_loaded_never_crash(
         path = Path(tmp) / "rank_0"
         path.write_bytes(proto + b"".join(pieces) + b".")
         start = time.perf_counter()
-        result = dumps.load_rank(dumps.DumpFile(0, path))
+        result = load.load_rank(load.DumpFile(0, path))
         assert time.perf_counter() - start < 5
-    assert isinstance(result, dumps.RankDump | UnreadableDump)
+    assert isinstance(result, load.RankDump | UnreadableDump)

@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer import load as dumps
-from fr_analyzer import pipeline
+from fr_analyzer import load, pipeline
 from fr_analyzer.load.limits import LIMITS, MIB
 from fr_analyzer.load.normalize import text_held
 
@@ -180,9 +179,9 @@ def test_genuine_ranks_hold_less_text_than_the_limit_even_without_its_floor() ->
     """The text limit is far from anything real: the sample ranks (pickles and JSON, torch's
     recorder and others') hold less text than factor x their bytes, before the floor."""
     for sample in ("nccl_healthy", "gloo_healthy_json", "fsdp_healthy", "torchcomms_healthy"):
-        for dump_file in dumps.discover(SAMPLES / sample, None).files:
-            rank = dumps.load_rank(dump_file)
-            assert isinstance(rank, dumps.RankDump) and rank.tables and rank.columns
+        for dump_file in load.discover(SAMPLES / sample, None).files:
+            rank = load.load_rank(dump_file)
+            assert isinstance(rank, load.RankDump) and rank.tables and rank.columns
             held = text_held(rank.columns, rank.tables, rank.groups, rank.claims.values())
             assert 0 < held < LIMITS.text_expansion_factor * dump_file.path.stat().st_size
 

@@ -179,10 +179,10 @@ def test_a_cascade_of_symptoms_folds_into_one_line_per_kind_and_family(
     text = render_text(screen_sets["nccl3d_cascade_scheduled"])
     assert "Symptoms the root cause explains (9 findings):" in text
     assert (
-        "  - 8 not_joined findings in 8 dp groups at c4: ranks 0-4,6-15 are held up "
+        "  - 8 not_joined findings in 8 dp groups at #4: ranks 0-4,6-15 are held up "
         "waiting, directly or not, for rank 5" in text
     )
-    assert "1 not_joined finding in group '0' (default_pg) at c5" in text
+    assert "1 not_joined finding in group '0' (default_pg) at #5" in text
 
 
 def test_a_long_report_ends_with_a_one_line_recap(screen_sets: dict[str, Analysis]) -> None:

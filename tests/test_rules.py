@@ -47,14 +47,14 @@ def situation(tmp_path: Path, dumps: dict[int, dict[str, Any]]) -> Context:
     incomplete = graph.incomplete.copy()
     incomplete[list(graph.frontier.values())] = True
     return Context(
-        t=t,
+        table=t,
         groups=groups,
-        m=matches,
+        matches=matches,
         graph=graph,
         newest_ns=newest_ns,
         last_row=last_per_rank(t),
         refs=Refs(t, groups, newest_ns, incomplete),
-        th=Thresholds(),
+        thresholds=Thresholds(),
         wrapped=frozenset(d.rank for d in got.dumps if d.wrapped),
     )
 
@@ -88,7 +88,7 @@ def test_a_rank_that_sends_other_sizes_than_the_majority_is_the_mismatch_root(
     }
     ctx = situation(tmp_path, dumps)
 
-    first = first_mismatch(ctx, ctx.m.findings)
+    first = first_mismatch(ctx, ctx.matches.findings)
 
     assert first is not None
     root = mismatch_root(ctx, first)
@@ -107,7 +107,7 @@ def test_ranks_that_agree_have_no_mismatch(tmp_path: Path) -> None:
     }
     ctx = situation(tmp_path, dumps)
 
-    assert first_mismatch(ctx, ctx.m.findings) is None
+    assert first_mismatch(ctx, ctx.matches.findings) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_a_deadlock_root_follows_a_hand_built_cycle(tmp_path: Path) -> None:
     row0, row1 = ctx.graph.frontier[0], ctx.graph.frontier[1]
     graph = WaitGraph(
         frontier={0: row0, 1: row1},
-        incomplete=np.zeros(ctx.t.n, dtype=bool),
+        incomplete=np.zeros(ctx.table.n, dtype=bool),
         node_of={0: 0, 1: 1},
         waits=(Wait(row0, -1, (0,), (1,)), Wait(row1, -1, (1,), (0,))),
         unavailable=frozenset(),
@@ -508,7 +508,9 @@ def test_a_stall_names_the_rank_that_arrived_seconds_late(tmp_path: Path) -> Non
         dumps[r] = make_dump(renumber(entries), world(3))
     ctx = situation(tmp_path, dumps)
 
-    slow = stragglers.find(ctx.t, ctx.groups, ctx.m, ctx.th.straggler_ms, ctx.th.stall_ms)
+    slow = stragglers.find(
+        ctx.table, ctx.groups, ctx.matches, ctx.thresholds.straggler_ms, ctx.thresholds.stall_ms
+    )
 
     assert slow is not None and slow.rank == 2 and slow.stall
     root = stragglers.straggler_root(slow)
@@ -526,4 +528,9 @@ def test_ranks_that_arrive_together_have_no_straggler(tmp_path: Path) -> None:
     }
     ctx = situation(tmp_path, dumps)
 
-    assert stragglers.find(ctx.t, ctx.groups, ctx.m, ctx.th.straggler_ms, ctx.th.stall_ms) is None
+    assert (
+        stragglers.find(
+            ctx.table, ctx.groups, ctx.matches, ctx.thresholds.straggler_ms, ctx.thresholds.stall_ms
+        )
+        is None
+    )

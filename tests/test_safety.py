@@ -1,4 +1,4 @@
-"""Specs for `dumps.safety`, the one door where bytes become objects: no other module of the
+"""Specs for `load.safety`, the one door where bytes become objects: no other module of the
 package unpickles or parses, and every pickle goes through the unpickler that refuses globals."""
 
 from __future__ import annotations

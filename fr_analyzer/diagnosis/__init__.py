@@ -110,14 +110,14 @@ def diagnose(
     }
     timing = judge_timing(t, graph, dumps, series, timed_out)
     ctx = Context(
-        t=t,
+        table=t,
         groups=groups,
-        m=matches,
+        matches=matches,
         graph=graph,
         newest_ns=newest_ns,
         last_row=last_row,
         refs=refs,
-        th=thresholds,
+        thresholds=thresholds,
         wrapped=frozenset(d.rank for d in dumps if d.wrapped),
     )
     root: RootCause | None = None

@@ -23,15 +23,15 @@ def behind(ctx: Context, root: RootCause, graph: WaitGraph) -> set[int]:
     if root.finding is not None:
         blocked = ctx.graph.frontier
         unit = (
-            ctx.m.collectives.find(root.group.uid, root.collective_seq_id)
+            ctx.matches.collectives.find(root.group.uid, root.collective_seq_id)
             if root.group is not None and root.collective_seq_id is not None
             else None
         )
         rows = finding_rows(ctx, root.finding)
         if unit is not None:
-            rows += ctx.m.collectives.unit_rows(unit).tolist()
+            rows += ctx.matches.collectives.unit_rows(unit).tolist()
         for row in rows:
-            rank = int(ctx.t.rank[row])
+            rank = int(ctx.table.rank[row])
             at = blocked.get(rank, ctx.last_row.get(rank))
             if at is not None and same_op(ctx, at, row):
                 anchor.add(rank)
@@ -41,7 +41,7 @@ def behind(ctx: Context, root: RootCause, graph: WaitGraph) -> set[int]:
         # blocked in a later op of the group, and those lost with no dump stand where they
         # do because of it.
         group, seq = root.group, root.collective_seq_id
-        took_part = {int(ctx.t.rank[r]) for r in rows}
+        took_part = {int(ctx.table.rank[r]) for r in rows}
         for rank in group.ranks:
             # gloo: an op that failed is retired like one that completed, so a rank whose
             # ops all failed has no frontier; its newest op says where it stopped.
@@ -53,7 +53,7 @@ def behind(ctx: Context, root: RootCause, graph: WaitGraph) -> set[int]:
                     at is not None
                     and seq is not None
                     and int(ctx.groups.entry_group[at]) == group.uid
-                    and int(ctx.t.coll_seq[at]) >= seq
+                    and int(ctx.table.coll_seq[at]) >= seq
                 )
             ):
                 anchor.add(rank)
@@ -74,7 +74,7 @@ def root_time(ctx: Context, root: RootCause) -> RootTime | None:
     """When the root op happened, on the clock of the culprit (else of a rank waiting for
     it): the culprit's entry of that op, else (it never issued the op) its newest op,
     else (no dump) the first waiter's entry of the op."""
-    t = ctx.t
+    t = ctx.table
     rows = _root_rows(ctx, root)
     stamped = [r for r in rows if int(t.t_created[r]) >= 0]
     for rank in root.ranks:
@@ -116,12 +116,12 @@ def _root_rows(ctx: Context, root: RootCause) -> list[int]:
     if group is None:
         return []
     if root.collective_seq_id is not None and root.p2p_seq_id is None:
-        unit = ctx.m.collectives.find(group.uid, root.collective_seq_id)
-        return [] if unit is None else ctx.m.collectives.unit_rows(unit).tolist()
+        unit = ctx.matches.collectives.find(group.uid, root.collective_seq_id)
+        return [] if unit is None else ctx.matches.collectives.unit_rows(unit).tolist()
     if root.p2p_seq_id is None:
         return []
     out: list[int] = []
     for rank in root.ranks:
         mine = p2p_rows_in(ctx, rank, group.uid)
-        out += mine[ctx.t.p2p_seq[mine] == root.p2p_seq_id].tolist()
+        out += mine[ctx.table.p2p_seq[mine] == root.p2p_seq_id].tolist()
     return out

@@ -40,10 +40,10 @@ class BarrierSkip:
 def skipped_barrier(ctx: Context, g: WaitGraph) -> BarrierSkip | None:
     """The rank waiting, alone with its op, for idle ranks that stopped right before a gap
     that the program left in a group's sequence ids earlier (see the module's docstring)."""
-    t = ctx.t
+    t = ctx.table
     if not t.n or not set(t.backends) <= NO_MONITORED_BARRIER_BACKENDS:
         return None
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     asked: set[int] = set()  # wait nodes: the ranks blocked at one ask the same question
     for rank, row in sorted(g.frontier.items()):
         unit = int(units.entry_unit[row])
@@ -128,12 +128,12 @@ def barrier_root(ctx: Context, skip: BarrierSkip, g: WaitGraph) -> RootCause:
 
 
 def _unit_of(ctx: Context, row: int | None) -> int:
-    return -1 if row is None else int(ctx.m.collectives.entry_unit[row])
+    return -1 if row is None else int(ctx.matches.collectives.entry_unit[row])
 
 
 def _previous_collective(ctx: Context, rank: int, row: int) -> int | None:
     """The rank's collective row before `row` (another unit)."""
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     mine = int(units.entry_unit[row])
     for r in range(row - 1, ctx.rows_of(rank).start - 1, -1):
         unit = int(units.entry_unit[r])
@@ -143,7 +143,7 @@ def _previous_collective(ctx: Context, rank: int, row: int) -> int | None:
 
 
 def _signature(ctx: Context, row: int) -> tuple[int, ...]:
-    t = ctx.t
+    t = ctx.table
     return (
         int(ctx.groups.entry_group[row]),
         int(t.op[row]),
@@ -157,7 +157,7 @@ def _earlier_gap(ctx: Context, rank: int, prev: int, row: int) -> tuple[int, int
     which one group's sequence ids jumped by exactly a barrier's width: (group uid, the
     group's id before the gap, the id after it). One pass over the rank's rows, then a
     binary search per group at each such pair."""
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     want = (_signature(ctx, prev), _signature(ctx, row))
     span = ctx.rows_of(rank)
     rows = [r for r in range(span.start, prev) if int(units.entry_unit[r]) >= 0]

@@ -31,14 +31,14 @@ P2PSequence = dict[int, tuple[int, tuple[object, ...]]]
 class Context:
     """Everything the root-cause rules read; its caches fill on first demand."""
 
-    t: EntryTable
+    table: EntryTable
     groups: GroupTable
-    m: MatchResult
+    matches: MatchResult
     graph: WaitGraph  # as built: before cycles are resolved and implicit edges added
     newest_ns: Mapping[int, int]  # rank → its newest timestamp
     last_row: Mapping[int, int]  # rank → its newest row
     refs: Refs
-    th: Thresholds
+    thresholds: Thresholds
     wrapped: frozenset[int] = frozenset()  # ranks whose ring buffer wrapped
     peers: PeerOrder = field(init=False)  # the order the other ranks follow
     # (rank, group uid) → its send/recv sequence (`p2p.sequence`)
@@ -46,12 +46,12 @@ class Context:
 
     def __post_init__(self) -> None:
         """Builds the peer reference over the same entries and matches."""
-        peers = PeerOrder(self.t, self.groups, self.m.collectives, self.m.p2p)
+        peers = PeerOrder(self.table, self.groups, self.matches.collectives, self.matches.p2p)
         object.__setattr__(self, "peers", peers)
 
     def no_p2p_recorded(self) -> bool:
         """Whether every rank's backend records no send/recv (gloo)."""
-        backends = set(self.t.backends)
+        backends = set(self.table.backends)
         return bool(backends) and backends <= NO_P2P_BACKENDS
 
     def ref(self, row: int) -> OpRef:
@@ -80,7 +80,7 @@ class Resolved:
 
 def last_seq(ctx: Context, rank: int, uid: int) -> int | None:
     """The newest collective sequence id `rank` recorded on group `uid` (None: none)."""
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     span = ctx.rows_of(rank)
     for r in range(span.stop - 1, span.start - 1, -1):
         unit = int(units.entry_unit[r])
@@ -110,7 +110,7 @@ def chain(ctx: Context, roots: set[int], graph: WaitGraph) -> tuple[WaitStep, ..
 def code(ctx: Context, culprit_row: int | None, peer_rows: Sequence[int]) -> Stack:
     """The culprit's innermost frames that its peers' most common stack lacks (its own code
     line); when the stacks are the same, its innermost frames outside torch."""
-    t = ctx.t
+    t = ctx.table
     if culprit_row is None or int(t.stack[culprit_row]) < 0:
         return ()
     mine = t.stacks[int(t.stack[culprit_row])]
@@ -125,12 +125,14 @@ def code(ctx: Context, culprit_row: int | None, peer_rows: Sequence[int]) -> Sta
 
 def same_op(ctx: Context, a: int, b: int) -> bool:
     """Whether rows `a` and `b` of one rank are the same op (one coalesced or batched block)."""
-    return a == b or (int(ctx.t.marker[a]) >= 0 and int(ctx.t.marker[a]) == int(ctx.t.marker[b]))
+    return a == b or (
+        int(ctx.table.marker[a]) >= 0 and int(ctx.table.marker[a]) == int(ctx.table.marker[b])
+    )
 
 
 def finding_rows(ctx: Context, f: Finding) -> list[int]:
     """The rows a finding is about: its collective unit's, or its culprits' send/recv."""
-    t, m = ctx.t, ctx.m
+    t, m = ctx.table, ctx.matches
     if f.group is None:
         return []
     if f.collective_seq_id is not None:
@@ -154,7 +156,7 @@ def finding_rows(ctx: Context, f: Finding) -> list[int]:
 
 def p2p_rows_in(ctx: Context, rank: int, uid: int) -> npt.NDArray[np.int64]:
     """A rank's send/recv rows on one group."""
-    t, span = ctx.t, ctx.rows_of(rank)
+    t, span = ctx.table, ctx.rows_of(rank)
     at = slice(span.start, span.stop)
     p2p = (t.unit[at] == UnitKind.P2P) | (t.unit[at] == UnitKind.BATCH_MEMBER)
     p2p &= (ctx.groups.entry_group[at] == uid) & (t.p2p_kind[at] != P2PKind.NONE)

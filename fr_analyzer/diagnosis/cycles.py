@@ -85,7 +85,7 @@ def deviant_root(ctx: Context, deviant: Deviant, graph: WaitGraph) -> RootCause:
     """The root cause of a rank that left the others' order: it skipped the op they wait
     for it in (or, for a send/recv of its own, left the pipeline schedule)."""
     rank, waited_row = deviant.rank, deviant.waited_row
-    if int(ctx.t.rank[waited_row]) == rank and int(ctx.t.p2p_kind[waited_row]) != 0:
+    if int(ctx.table.rank[waited_row]) == rank and int(ctx.table.p2p_kind[waited_row]) != 0:
         return p2p.deviant_root(ctx, rank, waited_row, graph)
     waited_row = _first_skipped(ctx, rank, waited_row)
     ref = ctx.ref(waited_row)
@@ -126,14 +126,14 @@ def _first_skipped(ctx: Context, rank: int, waited_row: int) -> int:
     # ranks that wait for the rank): it did not skip that one.
     waited_group = ctx.groups.groups[int(ctx.groups.entry_group[waited_row])]
     rows = [waited_row] if rank in waited_group.ranks else []
-    for f in ctx.m.findings:
+    for f in ctx.matches.findings:
         if f.kind != FindingKind.NOT_JOINED or f.culprit_ranks != (rank,):
             continue
         if f.group is None or f.collective_seq_id is None:
             continue
-        unit = ctx.m.collectives.find(f.group.uid, f.collective_seq_id)
+        unit = ctx.matches.collectives.find(f.group.uid, f.collective_seq_id)
         if unit is not None:
-            rows.append(int(ctx.m.collectives.unit_rows(unit)[0]))
+            rows.append(int(ctx.matches.collectives.unit_rows(unit)[0]))
     if not rows:
         return waited_row
     if len(rows) == 1:

@@ -45,7 +45,7 @@ def implicit_edges(ctx: Context, g: WaitGraph) -> dict[int, tuple[int, ...]]:
     alone = [r for r in alone if r in g.unavailable or _stopped_before_next(ctx, r, g)] or alone
     first = min(alone, key=lambda r: (r not in g.unavailable, ctx.newest_ns.get(r, -1), r))
     stop = ctx.newest_ns.get(first, -1)
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     last = ctx.last_row.get(first)
     stop_unit = int(units.entry_unit[last]) if last is not None else -1
 
@@ -64,7 +64,7 @@ def implicit_edges(ctx: Context, g: WaitGraph) -> dict[int, tuple[int, ...]]:
 def _stopped_before_next(ctx: Context, rank: int, g: WaitGraph) -> bool:
     """Whether some rank waits for `rank` in the collective it issued right after the
     collective `rank` recorded last: `rank` stopped where it was due to issue that op."""
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     last = ctx.last_row.get(rank)
     if last is None or int(units.entry_unit[last]) < 0:
         return False
@@ -86,7 +86,7 @@ def _stopped_before_next(ctx: Context, rank: int, g: WaitGraph) -> bool:
 def stopped_with_group(ctx: Context, rank: int, g: WaitGraph) -> bool:
     """Whether every member of one of the rank's groups (not the world) is idle too and
     stopped at the same collective of that group."""
-    t, units = ctx.t, ctx.m.collectives
+    t, units = ctx.table, ctx.matches.collectives
     last: dict[int, int] = {}
     for r in ctx.rows_of(rank):
         unit = int(units.entry_unit[r])
@@ -117,7 +117,7 @@ def in_unrecorded_p2p(ctx: Context, rank: int, implicit: Mapping[int, tuple[int,
         return False
     if rank in implicit or any(rank in to for to in implicit.values()):
         return True
-    t = ctx.t
+    t = ctx.table
     carry_p2p = set(distinct(ctx.groups.entry_group[t.p2p_kind != P2PKind.NONE]).tolist())
     for group in ctx.groups.groups:
         if rank in group.ranks and (group.uid in carry_p2p or _pipeline_desc(group.desc)):
@@ -151,7 +151,7 @@ def first_waited(ctx: Context, ranks: set[int], g: WaitGraph) -> tuple[Wait | No
     direct = direct_waits(ranks, g)
     if len(direct) < 2:
         return (direct[0] if direct else None), direct
-    t = ctx.t
+    t = ctx.table
 
     def since(w: Wait) -> int:
         created = [int(t.t_created[g.frontier[r]]) for r in w.waiters if r in g.frontier]
@@ -176,7 +176,7 @@ def first_missing(ctx: Context, roots: set[int], row: int) -> int:
     that group, when every other member with a dump issued it (gloo runs async ops ahead, and
     its recorder retires the copies that timed out as it retires those that completed, so the
     peers may wait in a later op); else `row`."""
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     unit = int(units.entry_unit[row])
     if unit < 0:
         return row
@@ -189,18 +189,18 @@ def first_missing(ctx: Context, roots: set[int], row: int) -> int:
     if found is None:
         return row
     rows = units.unit_rows(found)
-    issuers = set(ctx.t.rank[rows].tolist())
+    issuers = set(ctx.table.rank[rows].tolist())
     members = set(ctx.groups.groups[uid].ranks) - set(ctx.graph.unavailable)
     if issuers & roots or issuers != members - roots:
         return row
     candidates: list[int] = rows.tolist()
-    return min(candidates, key=lambda r: (int(ctx.t.rank[r]), r))
+    return min(candidates, key=lambda r: (int(ctx.table.rank[r]), r))
 
 
 def went_past(ctx: Context, missing_row: int, newest_row: int, roots: set[int]) -> bool:
     """Whether a rank whose newest op is `newest_row` went past the op at `missing_row`:
     the other ranks issue the missing op before that one."""
-    owner = int(ctx.t.rank[newest_row])
+    owner = int(ctx.table.rank[newest_row])
     a, b = ctx.peers.op_key(missing_row), ctx.peers.op_key(newest_row)
     if a is not None and b is not None and a[0] == b[0]:
         return False  # same group: seq ids already say it stopped before the missing op

@@ -26,7 +26,7 @@ def first_mismatch(ctx: Context, findings: Sequence[Finding]) -> Finding | None:
 
     def first_enqueued(f: Finding) -> int:
         rows = finding_rows(ctx, f)
-        created = [int(ctx.t.t_created[r]) for r in rows if int(ctx.t.t_created[r]) >= 0]
+        created = [int(ctx.table.t_created[r]) for r in rows if int(ctx.table.t_created[r]) >= 0]
         return min(created) if created else 1 << 62
 
     return min(found, key=first_enqueued)
@@ -35,11 +35,11 @@ def first_mismatch(ctx: Context, findings: Sequence[Finding]) -> Finding | None:
 def mismatch_root(ctx: Context, f: Finding) -> RootCause:
     """The root cause a disagreement states: its culprits, its op, their own code line."""
     roots = set(f.culprit_ranks)
-    went_on = any(f is skipped for skipped in ctx.m.skipped)
+    went_on = any(f is skipped for skipped in ctx.matches.skipped)
     sentence = sentences.mismatch(roots=roots, f=f, went_on=went_on)
     rows = finding_rows(ctx, f)
-    mine = [r for r in rows if int(ctx.t.rank[r]) in roots]
-    peers = [r for r in rows if int(ctx.t.rank[r]) not in roots]
+    mine = [r for r in rows if int(ctx.table.rank[r]) in roots]
+    peers = [r for r in rows if int(ctx.table.rank[r]) not in roots]
     return finding_root(
         ctx,
         kind=RootKind.MISMATCH,
@@ -95,12 +95,12 @@ def extra_op(ctx: Context, ref: OpRef | None, idle: set[int], graph: WaitGraph) 
     alike at that seq id: the minority issued an extra op."""
     if ref is None or ref.collective_seq_id is None:
         return None
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     unit = int(units.entry_unit[ref.row])
     if unit < 0:
         return None
     rows = units.unit_rows(unit)
-    issuers = sorted(set(ctx.t.rank[rows].tolist()))
+    issuers = sorted(set(ctx.table.rank[rows].tolist()))
     group = ref.group
     others = set(group.ranks) - set(issuers)
     # Only members with a dump show that they went past: a member with none is no

@@ -61,7 +61,7 @@ def sequence(ctx: Context, rank: int, uid: int) -> P2PSequence:
     key = (rank, uid)
     found = ctx.p2p_sequences.get(key)
     if found is None:
-        t = ctx.t
+        t = ctx.table
         found = {}
         rows = ctx.rows_of(rank)
         p2p = _p2p_rows(ctx, rows)
@@ -78,12 +78,12 @@ def sequence(ctx: Context, rank: int, uid: int) -> P2PSequence:
 
 def _p2p_rows(ctx: Context, rows: range) -> npt.NDArray[np.intp]:
     """The send/recv rows among a rank's rows, in order."""
-    return np.flatnonzero(ctx.t.p2p_kind[rows.start : rows.stop] != 0) + rows.start
+    return np.flatnonzero(ctx.table.p2p_kind[rows.start : rows.stop] != 0) + rows.start
 
 
 def _signature(ctx: Context, row: int) -> tuple[object, ...]:
     """What a send/recv (or a batched block of them) is: kinds and group-local peers."""
-    t = ctx.t
+    t = ctx.table
     marker = int(t.marker[row])
     if int(t.unit[row]) == UnitKind.BATCH_MEMBER and marker >= 0:
         rows = (np.flatnonzero(t.marker[row:marker] == marker) + row).tolist()

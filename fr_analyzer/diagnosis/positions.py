@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from ..match import stateless
 from ..model.groups import GroupTable
-from ..model.records import STATE_NAMES, Frame, Group, Stack, State, UnitKind
+from ..model.records import STATE_NAMES, Frame, Group, Stack, State, UnitKind, seq_id
 from ..model.table import EntryTable, rank_starts
 
 
@@ -54,7 +54,10 @@ class OpRef:
 
     def describe(self) -> str:
         """The op in a few words: `all_reduce #8 (completed, retired)`."""
-        seq = f"#{self.collective_seq_id}" if self.p2p_seq_id is None else f"p#{self.p2p_seq_id}"
+        if self.p2p_seq_id is not None:
+            seq = seq_id(self.p2p_seq_id, p2p=True)
+        else:
+            seq = "-" if self.collective_seq_id is None else seq_id(self.collective_seq_id)
         return f"{self.op} {seq} ({self.flags})"
 
 

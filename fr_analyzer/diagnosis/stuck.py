@@ -31,7 +31,7 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
     """Ranks waited for in an op they never issued: dead (no usable dump, or their buffer
     ends long before their peers started waiting), gone past it (skipped), or elsewhere; or
     the op is an extra one only a minority of its group issued (`mismatch.extra_op`)."""
-    t, g = ctx.t, view.graph
+    t, g = ctx.table, view.graph
     root_set = set(roots)
     waited, direct = first_waited(ctx, root_set, g)
     ref = ctx.ref(waited.row) if waited is not None else None
@@ -75,7 +75,7 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
             newest = ctx.newest_ns.get(r, -1)
             if r not in dead and newest >= 0 and since >= 0:
                 gap = (since - newest) / 1e9
-                if gap > ctx.th.dead_after_s:
+                if gap > ctx.thresholds.dead_after_s:
                     frozen.append(r)
                     evidence.append(
                         f"rank {r}'s buffer ends {gap:.0f} s before its peers started "
@@ -168,7 +168,7 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
 def _last_ops(ctx: Context, ranks: Sequence[int]) -> dict[int, list[int]]:
     """Ranks grouped by their newest op (the row of the lowest rank's copy of it): the ranks
     at one collective unit share one row."""
-    units = ctx.m.collectives
+    units = ctx.matches.collectives
     out: dict[int, list[int]] = {}
     first: dict[tuple[int, int], int] = {}
     for r in ranks:
@@ -190,7 +190,7 @@ def stuck_root(
     g = graph.graph
     wait = g.waits[node]
     ref = ctx.ref(wait.row)
-    t, m = ctx.t, ctx.m
+    t, m = ctx.table, ctx.matches
     unit = wait.unit
     completed: list[int] = []
     members: set[int] = set(ranks)

@@ -29,7 +29,7 @@ left unknown and the op is never paired. torchcomms ops keep no timeout; on gloo
 kept (it is PyTorch's gloo signal too: the op finished); on GPU backends `retired`, the
 discovery times and the retire-time duration are cleared and the state is the one frozen at
 enqueue. Where a recorder does not report completion (`reports_completion`, per backend),
-progress is judged by what every rank issued (`progress`).
+progress is judged by what every rank issued (`match.completion`).
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.records import Finding
 from ..model.table import EntryTable
-from . import progress
+from . import completion
 from .collectives import match_collectives
 from .context import MatchContext
-from .conventions import completion, intrinsic_size_errors, recorder_conventions
+from .conventions import intrinsic_size_errors, recorder_conventions
 from .p2p import match_p2p
 from .records import COLLECTIVE_UNITS, P2P_UNITS, CollectiveUnits, MatchResult, P2PPairs, stateless
 
@@ -33,7 +33,6 @@ __all__ = [
     "CollectiveUnits",
     "MatchResult",
     "P2PPairs",
-    "completion",
     "match",
     "stateless",
 ]
@@ -41,13 +40,14 @@ __all__ = [
 
 def match(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> MatchResult:
     """Match every collective and send/recv across ranks: the units, the pairs and the findings."""
-    done = completion(t)
-    quiet = progress.silent(t, dumps, stateless(t))
+    done = completion.recorded(t)
+    quiet = completion.silent(t, dumps, stateless(t))
     if quiet.rows.any():
-        done = progress.judged_by_issue(t, groups, done, quiet.rows, progress.collective_rows(t))
+        rows = completion.collective_rows(t)
+        done = completion.judged_by_issue(t, groups, done, quiet.rows, rows)
     size_bad, conventions = recorder_conventions(t, groups, intrinsic_size_errors(t, groups))
     ctx = MatchContext(
-        t=t,
+        table=t,
         groups=groups,
         done=done,
         size_bad=size_bad,

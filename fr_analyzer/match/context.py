@@ -19,7 +19,7 @@ I64 = npt.NDArray[np.int64]
 class MatchContext:
     """What the collective and p2p matchers share: the table, the groups, completion, lookups."""
 
-    t: EntryTable
+    table: EntryTable
     groups: GroupTable
     done: npt.NDArray[np.bool_]
     size_bad: npt.NDArray[np.bool_]
@@ -37,13 +37,9 @@ class MatchContext:
     # (group uid, seq) → (start, end) into coll_rows, built on first demand (no-majority ties)
     unit_at: dict[tuple[int, int], tuple[int, int]] | None = None
     unit_bounds: tuple[I64, I64, I64, I64] | None = None  # uid, seq, start, end of every unit
-    skipped: set[int] = field(default_factory=set)  # ids of the gap rule's findings
-    unit_now: int = -1  # the unit `check_unit` is looking at
+    skipped: set[int] = field(default_factory=set)  # ids of the findings that tell a skip
     # distinct ranks holding each unit (aligned with `unit_bounds`)
     unit_ranks: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
-    # units of groups that lost a member, their members left agreeing: (unit, group, seq,
-    # members present, rows), compared with groups alike once every unit is checked
-    alike_later: list[tuple[int, Group, int, tuple[int, ...], I64]] = field(default_factory=list)
     busy: frozenset[int] | None = None  # ranks with an unretired op, on first demand
     in_flight: dict[int, bool] = field(default_factory=dict)  # group uid → a member is busy
     # rank → its (desc, size, local rank) in each group carrying send/recv, on first demand

@@ -1,5 +1,5 @@
-"""Completion and the recorders' size conventions: which rows finished, and which size
-differences are a recorder's layout rather than a mismatch."""
+"""The recorders' size conventions: which size differences are a recorder's layout rather than
+a mismatch, and which sizes contradict their op."""
 
 from __future__ import annotations
 
@@ -9,25 +9,10 @@ import numpy.typing as npt
 from ..model.backends import EXACT_LAYOUT_BACKENDS, REDUCE_SCATTER_AS_ALL_REDUCE_BACKENDS
 from ..model.groups import GroupTable
 from ..model.ops import ALL_GATHER_OPS, REDUCE_SCATTER_OPS, SAME_IN_OUT_OPS
-from ..model.records import State
 from ..model.table import EntryTable
-from .records import COLLECTIVE_UNITS, stateless
+from .records import COLLECTIVE_UNITS
 
 I64 = npt.NDArray[np.int64]
-
-
-def completion(t: EntryTable) -> npt.NDArray[np.bool_]:
-    """Whether each row finished: the end marker's state for block members; gloo records no
-    states (always `scheduled`), so there `retired` is the only completion signal."""
-    if not t.n:
-        return np.zeros(0, dtype=bool)
-    head = t.marker.copy()  # plain ops are their own marker; -1 only for orphans
-    orphans = np.flatnonzero(head < 0)
-    head[orphans] = orphans
-    state = t.state[head]
-    retired = t.retired[head]
-    done: npt.NDArray[np.bool_] = np.where(stateless(t), retired, state == State.COMPLETED)
-    return done
 
 
 def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.bool_]:

@@ -9,7 +9,15 @@ import numpy.typing as npt
 from ..model.arrays import distinct
 from ..model.groups import GroupTable
 from ..model.ranks import counted
-from ..model.records import ANY_SOURCE, UNKNOWN_PEER, Finding, FindingKind, P2PKind, UnitKind
+from ..model.records import (
+    ANY_SOURCE,
+    UNKNOWN_PEER,
+    Finding,
+    FindingKind,
+    P2PKind,
+    UnitKind,
+    seq_id,
+)
 from ..model.table import EntryTable
 from .collectives import segments
 from .context import MatchContext
@@ -20,7 +28,7 @@ I64 = npt.NDArray[np.int64]
 
 def match_p2p(ctx: MatchContext, findings: list[Finding]) -> P2PPairs:
     """Pair the n-th send a→b with the n-th recv on b from a, per group; findings for the rest."""
-    t, groups = ctx.t, ctx.groups
+    t, groups = ctx.table, ctx.groups
     entry_pair = np.full(t.n, -1, dtype=np.int64)
     if not t.n:
         empty = np.zeros(0, np.int64)
@@ -162,7 +170,7 @@ def _later_pairs_prove_earlier(
         behind = found & (keys < np.where(found, highest[np.minimum(at, len(chans) - 1)], 0))
         ctx.done[rows[behind]] = True
     # A batched block is done when its sends and receives are: its end marker too.
-    t = ctx.t
+    t = ctx.table
     members = np.flatnonzero((t.unit == UnitKind.BATCH_MEMBER) & (t.marker >= 0))
     if len(members):
         all_done = np.ones(t.n, dtype=bool)
@@ -191,7 +199,7 @@ def _p2p_mismatches(
     """A matched send/recv that disagrees on shape or dtype. The side that deviates from what
     the channel carried before (earlier micro-batches), else from what channels of groups like
     this one carry, is the culprit; the detail names both ends."""
-    t, groups = ctx.t, ctx.groups
+    t, groups = ctx.table, ctx.groups
     if not len(send_row):
         return
     recv_shape = np.where(
@@ -240,7 +248,8 @@ def _p2p_mismatches(
                 "send/recv",
                 (a, b),
                 culprits,
-                f"send {a}->{b} (p2p seq {seq_on[a]} on rank {a}, {seq_on[b]} on rank {b}): "
+                f"send {a}->{b} ({seq_id(seq_on[a], p2p=True)} on rank {a}, "
+                f"{seq_id(seq_on[b])} on rank {b}): "
                 f"rank {a} sends {_p2p_text(t, sent)}, rank {b} receives "
                 f"{_p2p_text(t, received)}{judged}",
             )
@@ -270,9 +279,8 @@ def _p2p_reference(
         last = int(earlier[np.argmax(send_row[earlier])])
         n = len(earlier)
         found = (int(value[last, 0]), int(value[last, 1]))
-        return found, (
-            f"the channel carried {_p2p_text(ctx.t, found)} in its {counted(n, 'earlier transfer')}"
-        )
+        carried = _p2p_text(ctx.table, found)
+        return found, f"the channel carried {carried} in its {counted(n, 'earlier transfer')}"
     desc = ctx.groups.groups[int(uid[i])].desc
     alike = np.array([g.desc == desc for g in ctx.groups.groups], dtype=bool)[uid] & agree
     if not alike.any():
@@ -284,7 +292,7 @@ def _p2p_reference(
     found = (int(top[0]), int(top[1]))
     return found, (
         f"{counted(int(counts.max()), 'other transfer')} on {desc!r} groups carried "
-        f"{_p2p_text(ctx.t, found)}"
+        f"{_p2p_text(ctx.table, found)}"
     )
 
 
@@ -296,7 +304,7 @@ def _p2p_unmatched(
     findings: list[Finding],
 ) -> None:
     """Findings for the usable p2p rows that found no partner."""
-    t, groups = ctx.t, ctx.groups
+    t, groups = ctx.table, ctx.groups
     is_send = t.p2p_kind[rows] == P2PKind.SEND
     peer = np.where(is_send, dst, src)
     # A peer with no dump is reported as missing or unreadable, not here.
@@ -327,16 +335,16 @@ def _p2p_unmatched(
         if sending:
             culprit = (b,)
             detail = (
-                f"rank {a} posted {sends} to rank {b} ({'first ' if many else ''}at p2p seq "
-                f"{int(t.p2p_seq[first])}) that rank {b} never received"
+                f"rank {a} posted {sends} to rank {b} ({'first ' if many else ''}at "
+                f"{seq_id(int(t.p2p_seq[first]), p2p=True)}) that rank {b} never received"
             )
             ranks = (a,)
         else:
             culprit = (a,) if a >= 0 else tuple(r for r in g.ranks if r != b)
             source = f"rank {a}" if a >= 0 else "any rank"
             detail = (
-                f"rank {b} posted {recvs} from {source} ({'first ' if many else ''}at p2p seq "
-                f"{int(t.p2p_seq[first])}) that no send matches"
+                f"rank {b} posted {recvs} from {source} ({'first ' if many else ''}at "
+                f"{seq_id(int(t.p2p_seq[first]), p2p=True)}) that no send matches"
             )
             ranks = (b,)
         findings.append(

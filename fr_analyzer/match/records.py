@@ -1,16 +1,15 @@
 """What matching produces: the collective units, the send/recv pairs, and the `MatchResult`
-every later stage reads; which backends record no states."""
+every later stage reads; a unit as its findings name it; which backends record no states."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ..model.backends import NO_STATE_BACKENDS
-from ..model.records import Finding, FindingKind, UnitKind
+from ..model.records import Finding, FindingKind, Group, UnitKind
 from ..model.table import EntryTable
 
 I64 = npt.NDArray[np.int64]
@@ -27,18 +26,28 @@ COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_M
 P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
 
 
-class Adder(Protocol):
-    """Records one finding for the unit being checked."""
+@dataclass(frozen=True)
+class UnitRef:
+    """One collective unit as its findings name it: its group, its collective sequence id and
+    the ranks that hold it."""
 
-    def __call__(
+    group: Group
+    seq: int
+    present: tuple[int, ...]  # the ranks holding it, ascending
+
+    def finding(
         self,
         kind: FindingKind,
         culprits: set[int],
         detail: str,
-        name: str = ...,
-        ranks: tuple[int, ...] = ...,
-    ) -> None:
-        """Record one finding."""
+        name: str,
+        ranks: tuple[int, ...] | None = None,
+    ) -> Finding:
+        """A finding at this unit about `name` (an op, a block, a block member), over `ranks`
+        (by default the ranks holding it)."""
+        over = self.present if ranks is None else ranks
+        culprit_ranks = tuple(sorted(culprits))
+        return Finding(kind, self.group, self.seq, None, name, over, culprit_ranks, detail)
 
 
 @dataclass(frozen=True)

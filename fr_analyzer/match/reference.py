@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from ..model.arrays import distinct
 from ..model.groups import GroupTable
+from ..model.ops import ALL_TO_ALL_OPS
 from ..model.ranks import by_count, counted
 from ..model.records import Group, P2PKind, UnitKind
 from ..model.table import EntryTable, rank_starts
@@ -136,7 +137,7 @@ def sibling_votes(
     Groups of other pipeline stages vote only when none of this one does, and never with
     `same_stage`."""
     votes: Counter[Value] = Counter()
-    ops = ops_value(ctx.t)
+    ops = ops_value(ctx.table)
     mine = [
         (k, v)
         for k in range(seq - 1, max(seq - 1 - HISTORY_UNITS, -1), -1)
@@ -168,7 +169,7 @@ def group_stage(ctx: MatchContext, group: Group) -> frozenset[tuple[str, int, in
     that carries send/recv. Groups of different stages share a description and often a short
     history (the first step's), but not a program."""
     if ctx.stages is None:
-        t = ctx.t
+        t = ctx.table
         p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
         p2p_uids = distinct(ctx.groups.entry_group[p2p_rows]).tolist()
         ctx.stages = {}
@@ -241,6 +242,29 @@ def at_position(t: EntryTable, pos: int, read: Callable[[int], Value]) -> ValueO
             rank: (t.ops[int(t.op[rs[pos]])], read(rs[pos]))
             for rank, rs in rank_rows(t, rows).items()
             if pos < len(rs)
+        }
+
+    return value_of
+
+
+def signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
+    """Every rank's ops with their sizes and dtypes (codes into the table's lists); with
+    `free_outputs`, an all_to_all's output (its rank's own total) left out as -1."""
+    free = np.array([free_outputs and op in ALL_TO_ALL_OPS for op in t.ops], dtype=bool)
+
+    def value_of(rows: I64) -> dict[int, Value]:
+        return {
+            rank: tuple(
+                (
+                    int(t.op[r]),
+                    int(t.in_shape[r]),
+                    -1 if free[t.op[r]] else int(t.out_shape[r]),
+                    int(t.in_dtype[r]),
+                    int(t.out_dtype[r]),
+                )
+                for r in rs
+            )
+            for rank, rs in rank_rows(t, rows).items()
         }
 
     return value_of

@@ -147,11 +147,11 @@ class RankDump:
     # When its file was last modified (ns since the epoch; None: unknown): the recorder writes
     # the file at the dump, so this is the dump time or later (a copy that kept no times).
     file_time_ns: int | None = None
-    # A time written in its file's or folder's name (`dumps.stamps`): when the copy was made.
+    # A time written in its file's or folder's name (`load.stamps`): when the copy was made.
     name_time_ns: int | None = None
     # The host it ran on: the dump's own `host_name` (the debug server's JSON writes one),
     # else the host its file's name carries (`nccl_trace_rank_<host>_<rank>`); None: unknown.
-    # Printable and at most `HOST_CHARS` characters (`dumps.hosts`).
+    # Printable and at most `HOST_CHARS` characters (`load.hosts`).
     host: str | None = None
     # Why the decoder did not read it (None: it did, or was not asked to), and the writer whose
     # layout it found the file in (None: no writer's): `load.outcomes.NotDecoded`.

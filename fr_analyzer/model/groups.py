@@ -51,7 +51,7 @@ def _sort_key(name: str) -> tuple[int, int | str]:
 
 class _MemberSets:
     """Distinct member sets, each with a small id. Ranks loaded together share one tuple per
-    distinct set (see `dumps.loading`), so a set is looked up by identity first: hashing a
+    distinct set (see `load.loading`), so a set is looked up by identity first: hashing a
     16,384-member tuple for each of 16,384 ranks would cost more than the rest of this stage."""
 
     def __init__(self) -> None:

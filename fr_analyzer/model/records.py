@@ -23,6 +23,22 @@ class State(enum.IntEnum):
     UNKNOWN = 3
 
 
+def seq_id(seq: int, p2p: bool = False) -> str:
+    """A sequence id as every output writes it: `#12` for a collective sequence id (`all_reduce
+    #12`), `p2p #3` for a p2p one (`send p2p #3`)."""
+    return f"p2p #{seq}" if p2p else f"#{seq}"
+
+
+def seq_id_span(first: str, last: str) -> str:
+    """Two sequence ids as `seq_id` writes them, as one span: `#4-#9`, `p2p #4-#5`."""
+    if first == last:
+        return first
+    p2p = "p2p "
+    if first.startswith(p2p) and last.startswith(p2p):
+        last = last.removeprefix(p2p)
+    return f"{first}-{last}"
+
+
 STATE_NAMES = {
     State.SCHEDULED: "scheduled",
     State.STARTED: "started",

@@ -26,7 +26,7 @@ from ..errors import UsageError
 from ..match.findings import describe_group
 from ..model.groups import GroupTable
 from ..model.ranks import compact
-from ..model.records import ANY_SOURCE, STATE_NAMES, Group, P2PKind, State, UnitKind
+from ..model.records import ANY_SOURCE, STATE_NAMES, Group, P2PKind, State, UnitKind, seq_id
 from ..model.table import EntryTable
 
 MARK = "!"
@@ -49,7 +49,7 @@ SHOWN_FRAMES = 6
 """Frames of each entry's stack shown (innermost first)."""
 SHOWN_FRAME_TEXT = 240
 """Characters of a frame's name or file name shown; longer ones are cut short. A stack is
-counted once however many entries share it (`dumps.normalize.text_held`), but this view shows
+counted once however many entries share it (`load.normalize.text_held`), but this view shows
 it in every entry's cell."""
 GAP = "  "
 
@@ -237,7 +237,7 @@ def _newest(cells: dict[Key, dict[int, _Cell]], last: int) -> dict[Key, dict[int
 
 def _label(key: Key) -> str:
     coll, p2p, is_p2p, _ = key
-    return f"p{p2p}" if is_p2p else f"c{coll}"
+    return seq_id(p2p, p2p=True) if is_p2p else seq_id(coll)
 
 
 def _columns(

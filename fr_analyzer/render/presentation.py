@@ -20,7 +20,7 @@ from ..diagnosis import RootCause
 from ..diagnosis.ages import DumpTime
 from ..diagnosis.positions import OpRef
 from ..diagnosis.series import Series
-from ..model import ranks
+from ..model import ranks, records
 from ..model.records import Finding, Group
 from ..pipeline import Analysis
 
@@ -36,22 +36,22 @@ def op_text(ref: OpRef | None, sizes: bool = False) -> str:
 
 
 def seq_text(f: Finding) -> str:
-    """`c12` for a collective sequence id, `p3` for a p2p one, `-` for neither."""
+    """A finding's sequence id (`#12` for a collective one, `p2p #3` for a p2p one), `-` for
+    neither."""
     if f.collective_seq_id is not None:
-        return f"c{f.collective_seq_id}"
+        return records.seq_id(f.collective_seq_id)
     if f.p2p_seq_id is not None:
-        return f"p{f.p2p_seq_id}"
+        return records.seq_id(f.p2p_seq_id, p2p=True)
     return "-"
 
 
 def seq_span(texts: Sequence[str]) -> str:
-    """The sequence ids of several findings: `c4`, `c4..c9`; ids that are unknown are left out
-    (never `-..-`)."""
+    """The sequence ids of several findings: `#4`, `#4-#9`, `p2p #4-#5`; ids that are unknown
+    are left out (never `---`)."""
     known = [t for t in texts if t != "-"]
     if not known:
         return "-"
-    first, last = known[0], known[-1]
-    return first if first == last else f"{first}..{last}"
+    return records.seq_id_span(known[0], known[-1])
 
 
 def chain_steps(root: RootCause) -> list[str]:

@@ -31,7 +31,7 @@ from ..diagnosis import Diagnosis
 from ..diagnosis.series import Series
 from ..model.groups import GroupTable
 from ..model.ranks import compact, label
-from ..model.records import Status
+from ..model.records import Status, seq_id
 from ..pipeline import Analysis
 from .presentation import (
     capped,
@@ -227,8 +227,13 @@ def recap(c: Conclusion, width: int | None) -> str:
         where = (
             f" in group {root.group.name!r} ({root.group.desc})" if root.group is not None else ""
         )
-        seq = root.collective_seq_id if root.collective_seq_id is not None else root.p2p_seq_id
-        at = f" {root.op} #{seq}" if root.op and seq is not None else f" {root.op}"
+        if root.collective_seq_id is not None:
+            seq: str | None = seq_id(root.collective_seq_id)
+        elif root.p2p_seq_id is not None:
+            seq = seq_id(root.p2p_seq_id, p2p=True)
+        else:
+            seq = None
+        at = f" {root.op} {seq}" if root.op and seq is not None else f" {root.op}"
         text = f"{status}: {label(root.ranks)} at{at}{where} (the answer is at the top)"
     return text if width is None or len(text) <= width else fit([text], width)[0]
 

@@ -32,7 +32,7 @@ from ..diagnosis import Diagnosis, RootKind
 from ..diagnosis.positions import OpRef
 from ..model.groups import GroupTable
 from ..model.ranks import compact, label
-from ..model.records import Group, Status
+from ..model.records import Group, Status, seq_id
 from ..pipeline import Analysis
 from .output import write_atomic
 from .presentation import (
@@ -353,9 +353,9 @@ def _findings_data(c: Conclusion) -> dict[str, Any]:
 
 def _seq_text(collective: int | None, p2p: int | None) -> str | None:
     if collective is not None:
-        return f"#{collective}"
+        return seq_id(collective)
     if p2p is not None:
-        return f"p#{p2p}"
+        return seq_id(p2p, p2p=True)
     return None
 
 

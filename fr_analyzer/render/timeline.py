@@ -39,7 +39,7 @@ from ..conclusion import Judged, Role
 from ..match.findings import sentence
 from ..model.arrays import distinct
 from ..model.ranks import compact
-from ..model.records import INPUT_KINDS, STATE_NAMES, State, UnitKind
+from ..model.records import INPUT_KINDS, STATE_NAMES, State, UnitKind, seq_id
 from ..pipeline import Analysis
 from .output import write_atomic
 from .renderer import Rendered
@@ -419,9 +419,9 @@ class _Cells:
         name = self.t.profiling_names[self.pname[i]]
         op = name.partition(":")[2] or name
         if self.unit[i] in (UnitKind.P2P, UnitKind.BATCH_MARKER):
-            return f"{op} p#{self.p2p_seq[i]}"
+            return f"{op} {seq_id(int(self.p2p_seq[i]), p2p=True)}"
         suffix = "" if self.done[i] else " (not completed)"
-        return f"{op} #{self.coll_seq[i]}{suffix}"
+        return f"{op} {seq_id(int(self.coll_seq[i]))}{suffix}"
 
     def sizes(self, code: int) -> list[list[int]]:
         found = self._shapes.get(code)

@@ -1,4 +1,5 @@
-"""What tells that an op finished when the recorder does not say.
+"""Which ops finished: what the recorder says (`recorded`), and what tells it where the
+recorder does not say (`silent`, `judged_by_issue`).
 
 PyTorch's recorder says it with the op's state (NCCL: `completed`) or, on gloo, `retired`. Some
 recorders say neither:
@@ -37,8 +38,24 @@ from ..model.groups import GroupTable
 from ..model.ranks import agree, compact
 from ..model.records import P2PKind, State, UnitKind
 from ..model.table import EntryTable
+from .records import stateless
 
 B = npt.NDArray[np.bool_]
+
+
+def recorded(t: EntryTable) -> npt.NDArray[np.bool_]:
+    """Whether each row finished, as its recorder says: the end marker's state for block
+    members; gloo records no states (always `scheduled`), so there `retired` is the only
+    completion signal."""
+    if not t.n:
+        return np.zeros(0, dtype=bool)
+    head = t.marker.copy()  # plain ops are their own marker; -1 only for orphans
+    orphans = np.flatnonzero(head < 0)
+    head[orphans] = orphans
+    state = t.state[head]
+    retired = t.retired[head]
+    done: npt.NDArray[np.bool_] = np.where(stateless(t), retired, state == State.COMPLETED)
+    return done
 
 
 @dataclass(frozen=True)
