@@ -183,7 +183,8 @@ def barrier_program(r: Rank) -> None:
         r.step(f"step {step} world all_reduce")
 
 
-class _Stall(torch.autograd.Function):
+# the `misc` ignores: where torch is not installed, mypy sees it as Any (`make lint`)
+class _Stall(torch.autograd.Function):  # type: ignore[misc, unused-ignore]
     """Identity forward; its backward sleeps on the rank that hangs (a stuck compute)."""
 
     @staticmethod
@@ -198,14 +199,14 @@ class _Stall(torch.autograd.Function):
         return grad, None
 
 
-class _Layer(torch.nn.Module):
+class _Layer(torch.nn.Module):  # type: ignore[misc, unused-ignore]
     def __init__(self, width: int) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(width, width)
         self.hang = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = _Stall.apply(torch.relu(self.linear(x)), self.hang)  # type: ignore[no-untyped-call]
+        out: torch.Tensor = _Stall.apply(torch.relu(self.linear(x)), self.hang)  # type: ignore[no-untyped-call, unused-ignore]
         return out
 
 
