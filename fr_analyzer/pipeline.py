@@ -103,7 +103,7 @@ def _load(where: Path | Source, options: Options, progress: Progress | None) -> 
     workers = options.workers
     if workers is None and isinstance(source, Remote):
         workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
-    files: Sequence[DumpFile] = found.files
+    files: Sequence[DumpFile] = dumps_mod.with_shown(found.files)
     if isinstance(source, Directory):  # gloo traces: each op's group, from every rank's trace
         files = dumps_mod.with_settled_groups(files, options.max_file_bytes)
     loaded, unreadable = dumps_mod.load_all(

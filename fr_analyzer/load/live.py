@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import UsageError
+from ..model.numbers import decimal, hex_size
+from ..model.ranks import MAX_RANK
 from .limits import LIMITS
 from .safety import parse_json
 
@@ -48,7 +50,7 @@ FR_HANDLERS = ("fr_trace_json", "dump_nccl_trace_json", "torchcomms_fr_trace_jso
 """The handlers that serve a rank's Flight Recorder, in the order a tie is broken."""
 STACKS_HANDLER = "dump_traceback"
 MAX_BODY_BYTES = LIMITS.live_max_body_bytes
-_RANK_KEY = re.compile(r"debug_server/rank(\d+): b(?:'|&#39;|\")([^'\"&<\s]+)")
+_RANK_KEY = re.compile(r"debug_server/rank([0-9]+): b(?:'|&#39;|\")([^'\"&<\s]+)")
 
 
 class FetchError(UsageError):
@@ -153,7 +155,11 @@ def _base(url: str) -> str:
 
 def _tcpstore_workers(page: str) -> list[Worker]:
     """The `debug_server/rank<N>` keys of the frontend's TCPStore page."""
-    by_rank = {int(m[1]): html.unescape(m[2]) for m in _RANK_KEY.finditer(page)}
+    by_rank: dict[int, str] = {}
+    for m in _RANK_KEY.finditer(page):
+        rank = decimal(m[1], MAX_RANK)
+        if rank is not None:
+            by_rank[rank] = html.unescape(m[2])
     return [Worker(rank, _base(url)) for rank, url in sorted(by_rank.items())]
 
 
@@ -246,16 +252,18 @@ class _Connection:
         when = time.time_ns()
         lines = block.split(b"\n")
         parts = lines[0].split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        status = decimal(parts[1], 999) if len(parts) >= 2 else None
+        if status is None or not parts[0].startswith(b"HTTP/"):
             raise _Failed("answered something that is not HTTP")
-        status = int(parts[1])
         length: int | None = None
         chunked = False
         for header in lines[1:]:
             name, _, value = header.partition(b":")
             name = name.strip().lower()
-            if name == b"content-length" and value.strip().isdigit():
-                length = int(value.strip())
+            if name == b"content-length":
+                length = decimal(value.strip())
+                if length is None:
+                    raise _Failed("answered a malformed Content-Length")
             elif name == b"transfer-encoding" and b"chunked" in value.lower():
                 chunked = True
         if chunked:
@@ -276,10 +284,10 @@ class _Connection:
         total = 0
         while True:
             size_line: bytes = await self._within(self.reader.readline(), "read")
-            try:
-                size = int(size_line.split(b";")[0].strip() or b"0", 16)
-            except ValueError:
-                raise _Failed("answered a broken chunked body") from None
+            digits = size_line.split(b";", 1)[0].strip()
+            size = hex_size(size_line, MAX_BODY_BYTES) if digits else 0  # the peer closed
+            if size is None:
+                raise _Failed("answered a broken chunked body")
             if size == 0:
                 await self._within(self.reader.readline(), "read")
                 return b"".join(parts)
@@ -518,12 +526,13 @@ def read_manifest(folder: Path) -> Manifest | None:
     times: dict[int, int] = {}
     errors: dict[int, str] = {}
     for key, info in ranks.items():
-        if not (isinstance(key, str) and key.isdigit() and isinstance(info, dict)):
+        rank = decimal(key, MAX_RANK) if isinstance(key, str) else None
+        if rank is None or not isinstance(info, dict):
             continue
         if isinstance(info.get("time_ns"), int):
-            times[int(key)] = info["time_ns"]
+            times[rank] = info["time_ns"]
         if isinstance(info.get("error"), str):
-            errors[int(key)] = info["error"][:300]
+            errors[rank] = info["error"][:300]
     started = data.get("started_ns")
     world = data.get("world_size")
     others = data.get("other_handlers")

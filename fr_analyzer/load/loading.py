@@ -52,7 +52,7 @@ def load_rank(
 
             def build(raw: Raw, why: NotDecoded | None) -> RankDump:
                 rank = dump_file.rank
-                return _build(raw, rank, path, why, ft_group_world_size, dump_file.op_groups)
+                return _build(raw, rank, path, why, ft_group_world_size, dump_file)
 
             trace = dump_file.trace
             if trace is not None:  # read with its Execution Trace: as entries, to merge them
@@ -62,7 +62,7 @@ def load_rank(
                 extra = read_dump(
                     trace.path, trace.rank, max_bytes, guarded=guarded, fetch=trace.fetch
                 )
-                raw = merged_with_trace(raw, extra, dump_file.rank, printable(trace.where))
+                raw = merged_with_trace(raw, extra, dump_file, printable(trace.where))
                 return build(raw, raw.not_decoded)
             raw = read_dump(
                 dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
@@ -119,14 +119,32 @@ def _name_time_ns(dump_file: DumpFile) -> int | None:
     return stamps.name_time_ns(path.name) or stamps.name_time_ns(path.parent.name)
 
 
-def merged_with_trace(raw: Raw, trace: Raw, rank: int, where: str) -> Raw:
+def merged_with_trace(raw: Raw, trace: Raw, dump_file: DumpFile, where: str) -> Raw:
     """A rank's dump with the ops of its Execution Trace that its ring buffer no longer holds
     (`traces.merge`); the dump as it is when the trace is not one or its dump is no dict."""
     if not (isinstance(raw.obj, dict) and traces.is_execution_trace(trace.obj)):
         return raw
-    converted = traces.to_dump(trace.obj, rank)
+    converted = traces.to_dump(trace.obj, dump_file.rank, shown=dump_file.shown)
     notes = [*raw.notes, *trace.notes, *traces.merge(raw.obj, converted.dump, where)]
     return Raw(raw.obj, raw.nbytes + trace.nbytes, notes, raw.not_decoded)
+
+
+def files_show(files: Sequence[DumpFile]) -> int:
+    """The ranks a source's files show, by their rank numbers: the highest + 1, the files
+    past a gap of more missing ranks than there are files below it left out (a stray
+    `rank_1048575` beside ranks 0-3 shows 4)."""
+    ranks = sorted({f.rank for f in files})
+    for i in range(1, len(ranks)):
+        if ranks[i] - ranks[i - 1] - 1 > i:
+            return ranks[i - 1] + 1
+    return ranks[-1] + 1 if ranks else 0
+
+
+def with_shown(files: Sequence[DumpFile]) -> list[DumpFile]:
+    """The files, each told the ranks the files show (`files_show`): what a trace's group
+    given by a size alone may claim (`traces.believed_ranks`)."""
+    shown = files_show(files)
+    return [replace(f, shown=shown) for f in files]
 
 
 def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
@@ -143,10 +161,10 @@ def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[D
             continue
         if not traces.is_execution_trace(raw.obj):
             return files
-        if index == 0 and not traces.settle_groups({dump_file.rank: raw.obj}):
+        if index == 0 and not traces.settle_groups({dump_file.rank: raw.obj}, 1):
             return files  # NCCL's trace names its groups
         found[dump_file.rank] = raw.obj
-    settled = traces.settle_groups(found)
+    settled = traces.settle_groups(found, files_show(files))
     return [replace(f, op_groups=settled.get(f.rank, ())) for f in files]
 
 
@@ -160,14 +178,14 @@ def _build(
     path: str,
     not_decoded: NotDecoded | None,
     ft_group_world_size: int | None,
-    op_groups: tuple[str | None, ...] = (),
+    dump_file: DumpFile,
 ) -> RankDump:
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)
     dialect = dialects.Dialect.PYTORCH
     obj = raw.obj
     if traces.is_execution_trace(header):
-        converted = traces.to_dump(header, rank, op_groups)
+        converted = traces.to_dump(header, rank, dump_file.op_groups, dump_file.shown)
         header = obj = converted.dump
         notes += converted.notes
         dialect = dialects.Dialect.EXECUTION_TRACE
@@ -466,7 +484,10 @@ class _Members:
 def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
     """Dumps whose rank (from the file name) is beyond every group that the other ranks'
     pg_config lists: a stray file from a bigger job. Counted in, it would invent missing ranks
-    and split the groups it shares a name with."""
+    and split the groups it shares a name with. Where no pg_config lists members (gloo), the
+    files' rank numbers are the job: files past a gap of more missing ranks than there are
+    files below it (`rank_1048575` beside ranks 0-3: a job of 2**20 ranks, all but five
+    missing) are set aside, their rank named, not believed as the job's size."""
     tops = {d.rank: max((c.ranks[-1] for c in d.claims.values()), default=-1) for d in loaded}
     ordered = sorted(tops.values(), reverse=True)
     if len(ordered) < 2:
@@ -480,7 +501,30 @@ def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
                 f" process groups hold ranks up to {others}; not analyzed"
             )
             out.append((dump, reason))
-    return out if len(out) < len(loaded) else []
+    if out:
+        return out if len(out) < len(loaded) else []
+    ranks = sorted({d.rank for d in loaded})
+    far = next(
+        (
+            i
+            for i in range(1, len(ranks))
+            if ranks[i] - ranks[i - 1] - 1 > i and ranks[i] > ordered[0]
+        ),
+        None,
+    )
+    if far is None:
+        return []
+    below = ranks[far - 1]
+    return [
+        (
+            dump,
+            f"rank {dump.rank} (from the file name) is far past the other files' ranks (up to"
+            f" {below}, {far} files): believed, it would make a job of {dump.rank + 1:,} ranks,"
+            " most of them missing; not analyzed",
+        )
+        for dump in loaded
+        if dump.rank > below
+    ]
 
 
 def _claims_within_the_job(

@@ -37,6 +37,7 @@ from .presentation import (
     chain_steps,
     fit,
     fold_symptoms,
+    names_cut,
     next_steps,
     op_text,
     plural,
@@ -73,7 +74,10 @@ def table(
     limits = list(widths)
     while True:
         text = tabulate(
-            [[_wrap(str(c), w) for c, w in zip(row, limits, strict=False)] for row in rows],
+            [
+                [_wrap(names_cut(str(c)), w) for c, w in zip(row, limits, strict=False)]
+                for row in rows
+            ],
             headers=list(headers),
             tablefmt="simple",
             disable_numparse=True,
