@@ -98,12 +98,15 @@ class Limits:
     otherwise multiply in every output (the rank is refused, with its reason)."""
 
     # --- a live job ----------------------------------------------------------------------
-    trace_world_factor: int = 2
+    claimed_world_factor: int = 2
     """An Execution Trace's group given by a size alone (`[]` and `group_size`, or a record's
-    strided ranks) is believed up to this many times the ranks the files show (their highest
-    rank + 1); past that the size is named in a warning and the job is what the files show."""
+    strided ranks), or a `fetch.json`'s world, is believed up to this many times the ranks the
+    files show (their highest rank + 1); past that the job is what the files show."""
     live_max_body_bytes: int = GIB
     """Largest response read from a live job's debug server."""
+    manifest_max_bytes: int = 16 * MIB
+    """A `fetch.json` (the snapshot's manifest `live --save` writes: about 100 bytes a rank)
+    larger than this is not read; one that lists ranks past its own world is not believed."""
     stacks_max_bytes: int = 64 * MIB
     """A Python stacks file larger than this is not read (the debug server's are kilobytes per
     rank)."""

@@ -91,7 +91,9 @@ def build_groups(
     # files show: a junk `rank_8` beside an 8-rank job, or a stray `rank_1048575`, is listed
     # as unreadable, never made a member (nor a culprit) nor the job's size.
     shown = max(known, default=-1)
-    known.update(u.rank for u in unreadable if u.rank is not None and u.rank <= shown)
+    known.update(
+        u.rank for u in unreadable if u.rank is not None and (u.rank <= shown or u.job_named)
+    )
     world_size = max(known) + 1 if known else 0
 
     # Which group names each rank's entries use, and with which descriptions.

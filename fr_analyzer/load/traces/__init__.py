@@ -136,7 +136,7 @@ def believed_ranks(shown: int) -> int:
     show `shown` ranks (their highest rank + 1; 0: unknown, then the largest rank anywhere)."""
     if shown <= 0:
         return MAX_RANK + 1
-    return min(MAX_RANK + 1, LIMITS.trace_world_factor * shown)
+    return min(MAX_RANK + 1, LIMITS.claimed_world_factor * shown)
 
 
 def settle_groups(
@@ -187,7 +187,7 @@ def to_dump(
         shown_names = ", ".join(f"{g.name[:40]!r} of {g.unbelieved:,}" for g in unbelieved[:3])
         notes.append(
             f"its Execution Trace gives group(s) {shown_names} ranks by size"
-            f" alone, past {most:,} ({LIMITS.trace_world_factor}x the ranks the files show):"
+            f" alone, past {most:,} ({LIMITS.claimed_world_factor}x the ranks the files show):"
             " not believed, the job is what the files show"
         )
     config = {
