@@ -370,3 +370,61 @@ def test_a_fetch_json_claiming_a_world_past_what_the_files_show_is_not_read(
     report = report_of(run, tmp_path / "r.json")
     assert report["dumps"]["ranks_loaded"] == [0, 1, 2, 3] and report["dumps"]["unreadable"] == []
     assert "fetch.json claims a job of 64 ranks" in run.out
+
+
+# ---------------------------------------------------------------------------------------------
+# live: the hosts asked, the ranks asked
+
+
+def _frontend(answering: list[_OneAnswer], lines: str) -> str:
+    page = f"<html><pre>\n{lines}</pre></html>".encode()
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(page)}\r\n\r\n".encode()
+    server = _OneAnswer(head + page)
+    answering.append(server)
+    return server.base
+
+
+def test_live_asks_no_host_a_frontends_page_names_unless_allowed(
+    answering: list[_OneAnswer],
+) -> None:
+    """Before: POSTs to any host:port the rank list named."""
+    base = _frontend(
+        answering,
+        "debug_server/rank0: b'http://127.0.0.1:9'\ndebug_server/rank1: b'http://192.0.2.7:8080'\n",
+    )
+    with pytest.raises(live.FetchError, match=r"rank 1's worker at '192\.0\.2\.7'") as refused:
+        live.workers([base], 5)
+    assert "--allow-host 192.0.2.7" in str(refused.value) and "\n" not in str(refused.value)
+    for allowed in ({"192.0.2.7"}, {live.ANY_HOST}):
+        found = live.workers([base], 5, frozenset(allowed))
+        assert [w.url for w in found] == ["http://127.0.0.1:9", "http://192.0.2.7:8080"]
+
+
+def test_live_asks_workers_on_the_frontends_own_host(answering: list[_OneAnswer]) -> None:
+    base = _frontend(
+        answering,
+        "debug_server/rank0: b'http://127.0.0.1:9'\ndebug_server/rank1: b'http://localhost:9'\n",
+    )
+    assert [w.rank for w in live.workers([base], 5)] == [0, 1]
+
+
+def test_live_asks_only_the_ranks_of_the_job_rank_0_tells(tmp_path: Path) -> None:
+    """Before: a frontend listing 20,000 ranks behind a 4-rank job had each one asked."""
+    from tests.test_series import Fleet
+
+    job = {
+        r: make_dump([make_entry(seq=1)], groups={"0": ("default_pg", [0, 1, 2, 3])})
+        for r in range(4)
+    }
+    write_dumps(tmp_path, job, fmt="json", prefix="rank_")
+    fleet = Fleet(tmp_path)
+    try:
+        first = f"http://127.0.0.1:{fleet.servers[0].server_port}"
+        listed = [live.Worker(0, first)] + [
+            live.Worker(r, "http://127.0.0.1:9") for r in range(1, 20_000)
+        ]
+        kept, note = live.within_job(listed, 5)
+    finally:
+        fleet.close()
+    assert [w.rank for w in kept] == [0, 1, 2, 3]
+    assert note is not None and "lists 20,000 ranks" in note and "a job of 4" in note

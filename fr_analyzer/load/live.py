@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import html
+import ipaddress
 import json
 import os
 import pickle
 import re
+import socket
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
@@ -40,6 +42,7 @@ from ..model.numbers import decimal, hex_size
 from ..model.ranks import MAX_RANK
 from .limits import LIMITS
 from .safety import parse_json
+from .values import parse_ranks
 
 _T = TypeVar("_T")
 
@@ -120,9 +123,20 @@ class Settings:
 # Addresses
 
 
-def workers(urls: Sequence[str], timeout_s: float) -> list[Worker]:
+ANY_HOST = "*"
+ALLOW_HOST_FLAG = "--allow-host"
+
+
+def workers(
+    urls: Sequence[str], timeout_s: float, allowed: frozenset[str] = frozenset()
+) -> list[Worker]:
     """The job's workers, in rank order: from the frontend's `/tcpstore` page when one URL is
-    given and it is not itself a worker, else the URLs as they are (rank = position)."""
+    given and it is not itself a worker, else the URLs as they are (rank = position).
+
+    A page's workers are asked only on the frontend's own host (its address, or this machine
+    when both are), or on a host in `allowed` (`ANY_HOST`: any): a page is no operator, and
+    would otherwise send POSTs to any host:port it names. The first worker elsewhere is a
+    FetchError naming the flag that allows it."""
     bases = [_base(u) for u in urls]
     if not bases:
         raise UsageError("live: give the debug server's address (http://host:25999) or workers'")
@@ -133,6 +147,7 @@ def workers(urls: Sequence[str], timeout_s: float) -> list[Worker]:
     if status == 200:
         found = _tcpstore_workers(body.decode("utf-8", "replace"))
         if found:
+            _check_hosts(base, found, allowed)
             return found
     status, body = asyncio.run(_one(base, "GET", "/handler/", timeout_s))
     if status == 200 and _handler_list(body) is not None:
@@ -141,6 +156,105 @@ def workers(urls: Sequence[str], timeout_s: float) -> list[Worker]:
         f"{base}: neither a debug server frontend (no rank addresses at /tcpstore) nor a "
         f"worker (no handler list at /handler/): {_status_text(status, body)}"
     )
+
+
+def _check_hosts(base: str, found: Sequence[Worker], allowed: frozenset[str]) -> None:
+    """A FetchError at the first worker that is neither on the frontend's host nor allowed."""
+    if ANY_HOST in allowed:
+        return
+    frontend = Worker(0, base).host_port[0]
+    home = _addresses(frontend)
+    seen: set[str] = {frontend, *allowed}
+    for worker in found:
+        host = worker.host_port[0]
+        if host in seen:
+            continue
+        addresses = _addresses(host)
+        if not (addresses & home or (_local(home) and _local(addresses))):
+            raise FetchError(
+                f"{base}: its /tcpstore page names rank {worker.rank}'s worker at {host!r}, not"
+                f" the frontend's host: live asks only the hosts named on its command line"
+                f" ({ALLOW_HOST_FLAG} {host} allows it, {ALLOW_HOST_FLAG} '{ANY_HOST}' any host)"
+            )
+        seen.add(host)
+
+
+def _addresses(host: str) -> frozenset[str]:
+    """The IP addresses `host` resolves to (none when it does not)."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return frozenset()
+    return frozenset(str(info[4][0]) for info in found)
+
+
+def _local(addresses: frozenset[str]) -> bool:
+    """Whether every one of `addresses` is this machine's (loopback, or one it can bind)."""
+    if not addresses:
+        return False
+    for address in addresses:
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        if ip.is_loopback:
+            continue
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def within_job(fleet: Sequence[Worker], timeout_s: float) -> tuple[list[Worker], str | None]:
+    """The workers of ranks inside the job as rank 0 tells it (its Flight Recorder's groups:
+    their highest member + 1), and a note naming the others: a frontend's page may list any
+    number of ranks (20,000 behind a 4-rank job), a job's own recorder lists its members.
+    The fleet as it is (no note) when rank 0 does not tell."""
+    if len(fleet) < 2:
+        return list(fleet), None
+    size = asyncio.run(_job_size(fleet[0], timeout_s))
+    if size is None or fleet[-1].rank < size:
+        return list(fleet), None
+    kept = [w for w in fleet if w.rank < size]
+    note = (
+        f"the frontend lists {len(fleet):,} ranks (up to {fleet[-1].rank:,}), rank 0's Flight"
+        f" Recorder a job of {size:,}: the {len(fleet) - len(kept):,} past it are not asked"
+    )
+    return kept, note
+
+
+async def _job_size(worker: Worker, timeout_s: float) -> int | None:
+    """The job's size as `worker`'s Flight Recorder tells it (None when it does not)."""
+    host, port = worker.host_port
+    try:
+        async with _Connection(host, port, timeout_s) as conn:
+            status, listed, _ = await conn.request("GET", "/handler/")
+            names = _handler_list(listed) if status == 200 else None
+            for name in [h for h in FR_HANDLERS if h in (names or ())][:1]:
+                status, body, _ = await conn.request("POST", f"/handler/{name}")
+                top = _members_top(body) if status == 200 else -1
+                return top + 1 if top >= 0 else None
+    except (_Failed, asyncio.IncompleteReadError, ConnectionError):
+        return None
+    return None
+
+
+def _members_top(body: bytes) -> int:
+    """The highest rank any group of a Flight Recorder JSON body lists (-2 when none)."""
+    try:
+        dump = parse_json(body)
+    except (ValueError, RecursionError):
+        return -2
+    config = dump.get("pg_config") if isinstance(dump, dict) else None
+    tops = [
+        ranks[-1]
+        for group in (config.values() if isinstance(config, dict) else ())
+        if isinstance(group, dict) and (ranks := parse_ranks(group.get("ranks")))
+    ]
+    return max(tops, default=-2)
 
 
 def _base(url: str) -> str:
