@@ -428,3 +428,28 @@ def test_live_asks_only_the_ranks_of_the_job_rank_0_tells(tmp_path: Path) -> Non
         fleet.close()
     assert [w.rank for w in kept] == [0, 1, 2, 3]
     assert note is not None and "lists 20,000 ranks" in note and "a job of 4" in note
+
+
+def test_live_bodies_past_the_memory_budget_go_to_disk_and_read_the_same(tmp_path: Path) -> None:
+    """Before: every body held in memory until the snapshot was saved (1 GiB a handler a
+    rank, 128 ranks at once)."""
+    from fr_analyzer import pipeline
+    from fr_analyzer.load.sources import Directory
+    from tests.test_series import Fleet
+
+    entries = [make_entry(seq=i, record_id=i - 1) for i in range(1, 3001)]
+    job = {r: make_dump(entries, groups={"0": ("default_pg", [0, 1, 2])}) for r in range(3)}
+    write_dumps(tmp_path / "job", job, fmt="json", prefix="rank_")
+    fleet = Fleet(tmp_path / "job")
+    try:
+        found = live.workers([fleet.url], 5)
+        settings = live.Settings(snapshots=1, timeout_s=20, memory_budget=1 << 20)
+        (snap,) = live.take(found, tmp_path / "out", settings)
+    finally:
+        fleet.close()
+    assert all(a.size > 1 << 20 and a.entries == 3000 for a in snap.answers)
+    kept = sorted(p.name for p in snap.folder.iterdir())
+    assert {"rank_0.json", "rank_1.json", "rank_2.json"} <= set(kept)  # as served, from disk
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [snap.folder.name]  # no leftovers
+    got = pipeline.analyze(Directory(snap.folder))
+    assert got.summary.ranks_loaded == (0, 1, 2) and got.conclusion.status.value == "ok"

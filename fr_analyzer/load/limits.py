@@ -104,6 +104,9 @@ class Limits:
     files show (their highest rank + 1); past that the job is what the files show."""
     live_max_body_bytes: int = GIB
     """Largest response read from a live job's debug server."""
+    live_memory_budget: int = 2 * GIB
+    """Bytes of responses one live snapshot holds in memory, across ranks and handlers; past
+    it, each body goes to a file in the snapshot's folder as it arrives."""
     manifest_max_bytes: int = 16 * MIB
     """A `fetch.json` (the snapshot's manifest `live --save` writes: about 100 bytes a rank)
     larger than this is not read; one that lists ranks past its own world is not believed."""

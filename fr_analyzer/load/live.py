@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from ..errors import UsageError
 from ..model.numbers import decimal, hex_size
@@ -82,7 +82,7 @@ class Answer:
     answer), its stacks, when it answered and why it did not."""
 
     rank: int
-    body: bytes | None  # None once saved in the snapshot's folder (`take` keeps none)
+    body: bytes | Path | None  # a file past the memory budget; None once saved (`take`)
     stacks: str | None
     handler: str | None  # which Flight Recorder handler the body came from
     time_ns: int | None  # when the rank's answer began to arrive
@@ -117,6 +117,7 @@ class Settings:
     interval_s: float = 10.0
     timeout_s: float = 30.0
     concurrency: int = 128
+    memory_budget: int = LIMITS.live_memory_budget  # bodies held at once; past it, on disk
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,10 +233,10 @@ async def _job_size(worker: Worker, timeout_s: float) -> int | None:
     try:
         async with _Connection(host, port, timeout_s) as conn:
             status, listed, _ = await conn.request("GET", "/handler/")
-            names = _handler_list(listed) if status == 200 else None
+            names = _handler_list(_head(listed, MAX_BODY_BYTES)) if status == 200 else None
             for name in [h for h in FR_HANDLERS if h in (names or ())][:1]:
                 status, body, _ = await conn.request("POST", f"/handler/{name}")
-                top = _members_top(body) if status == 200 else -1
+                top = _members_top(_head(body, MAX_BODY_BYTES)) if status == 200 else -1
                 return top + 1 if top >= 0 else None
     except (_Failed, asyncio.IncompleteReadError, ConnectionError):
         return None
@@ -304,7 +305,7 @@ async def _one(base: str, method: str, path: str, timeout_s: float) -> tuple[int
     try:
         async with _Connection(host, port, timeout_s) as conn:
             status, body, _ = await conn.request(method, path)
-            return status, body
+            return status, _head(body, MAX_BODY_BYTES)  # no spill: always in memory
     except _Failed as exc:
         return -1, str(exc).encode()
 
@@ -347,8 +348,11 @@ class _Connection:
             reason = exc.strerror or type(exc).__name__
             raise _Failed(f"could not be reached ({what}: {reason})") from None
 
-    async def request(self, method: str, path: str) -> tuple[int, bytes, int]:
-        """(status, body, when the answer began to arrive, ns)."""
+    async def request(
+        self, method: str, path: str, spill: Spill | None = None
+    ) -> tuple[int, bytes | Path, int]:
+        """(status, body, when the answer began to arrive, ns). The body is bytes, or with
+        `spill` the file it went to once the snapshot's bodies held its memory budget."""
         assert self.reader is not None and self.writer is not None
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
@@ -380,22 +384,31 @@ class _Connection:
                     raise _Failed("answered a malformed Content-Length")
             elif name == b"transfer-encoding" and b"chunked" in value.lower():
                 chunked = True
-        if chunked:
-            body = await self._chunks()
-        elif length is not None:
-            if length > MAX_BODY_BYTES:
-                raise _Failed(f"answered {length} bytes, over {MAX_BODY_BYTES} bytes")
-            body = await self._within(self.reader.readexactly(length), "read")
-        else:
-            body = await self._within(self.reader.read(MAX_BODY_BYTES + 1), "read")
-        if len(body) > MAX_BODY_BYTES:
-            raise _Failed(f"answered more than {MAX_BODY_BYTES} bytes")
-        return status, body, when
+        if length is not None and length > MAX_BODY_BYTES and not chunked:
+            raise _Failed(f"answered {length} bytes, over {MAX_BODY_BYTES} bytes")
+        body = _Body(spill)
+        try:
+            if chunked:
+                await self._chunks(body)
+            elif length is not None:
+                await self._exactly(body, length)
+            else:
+                while piece := await self._within(self.reader.read(_PIECE), "read"):
+                    body.add(piece)
+        except BaseException:
+            body.abandon()
+            raise
+        return status, body.done(), when
 
-    async def _chunks(self) -> bytes:
+    async def _exactly(self, body: _Body, length: int) -> None:
         assert self.reader is not None
-        parts: list[bytes] = []
-        total = 0
+        while length > 0:
+            piece = await self._within(self.reader.readexactly(min(length, _PIECE)), "read")
+            body.add(piece)
+            length -= len(piece)
+
+    async def _chunks(self, body: _Body) -> None:
+        assert self.reader is not None
         while True:
             size_line: bytes = await self._within(self.reader.readline(), "read")
             digits = size_line.split(b";", 1)[0].strip()
@@ -404,36 +417,128 @@ class _Connection:
                 raise _Failed("answered a broken chunked body")
             if size == 0:
                 await self._within(self.reader.readline(), "read")
-                return b"".join(parts)
-            total += size
-            if total > MAX_BODY_BYTES:
-                raise _Failed(f"answered more than {MAX_BODY_BYTES} bytes")
-            parts.append(await self._within(self.reader.readexactly(size + 2), "read"))
-            parts[-1] = parts[-1][:-2]
+                return
+            await self._exactly(body, size)
+            await self._within(self.reader.readexactly(2), "read")
+
+
+_PIECE = 1 << 20
+"""Bytes of a body read at a time: each piece is counted against the budget as it comes."""
+
+
+class Spill:
+    """What one snapshot's bodies hold in memory, across ranks and handlers: past `budget`
+    bytes, a body goes to a file in `folder` as it arrives (endless chunked bodies from many
+    ranks at once would otherwise be held together: 3 GB for 3 ranks in 10 s)."""
+
+    def __init__(self, folder: Path, budget: int) -> None:
+        self.folder = folder
+        self.budget = budget
+        self.held = 0
+        self.files = 0
+
+    def file(self) -> tuple[Path, BinaryIO]:
+        """A new file for one body, opened for writing (never through a link)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.files += 1
+        path = self.folder / f"body-{self.files}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        return path, os.fdopen(os.open(path, flags, 0o600), "wb")
+
+
+class _Body:
+    """One response body as it arrives: in memory within its snapshot's budget, else in a
+    file; never past MAX_BODY_BYTES."""
+
+    def __init__(self, spill: Spill | None) -> None:
+        self.spill = spill
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.held = 0
+        self.path: Path | None = None
+        self.out: BinaryIO | None = None
+
+    def add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self.size > MAX_BODY_BYTES:
+            raise _Failed(f"answered more than {MAX_BODY_BYTES} bytes")
+        spill = self.spill
+        if self.out is None and spill is not None and spill.held + len(piece) > spill.budget:
+            self.path, self.out = spill.file()
+            for part in self.parts:
+                self.out.write(part)
+            spill.held -= self.held
+            self.parts, self.held = [], 0
+        if self.out is not None:
+            self.out.write(piece)
+            return
+        self.parts.append(piece)
+        self.held += len(piece)
+        if spill is not None:
+            spill.held += len(piece)
+
+    def done(self) -> bytes | Path:
+        if self.out is not None and self.path is not None:
+            self.out.close()
+            return self.path
+        return b"".join(self.parts)
+
+    def abandon(self) -> None:
+        if self.spill is not None:
+            self.spill.held -= self.held
+        self.parts, self.held = [], 0
+        if self.out is not None and self.path is not None:
+            self.out.close()
+            self.path.unlink(missing_ok=True)
+
+
+def _head(body: bytes | Path, most: int) -> bytes:
+    """The first `most` bytes of a body, in memory or in its file."""
+    if isinstance(body, bytes):
+        return body[:most]
+    try:
+        with body.open("rb") as f:
+            return f.read(most)
+    except OSError:
+        return b""
+
+
+def _drop(body: bytes | Path | None) -> None:
+    """A body no longer needed: its file, if it has one, removed."""
+    if isinstance(body, Path):
+        body.unlink(missing_ok=True)
+
+
+_Asked = tuple[int, dict[str, bytes | Path], str | None, int | None, str | None]
+STACKS_PER_RANK = 1 << 20
+"""Most bytes of one rank's Python stacks kept (the debug server's are kilobytes)."""
 
 
 async def _ask_rank(
-    worker: Worker, handlers: Sequence[str], stacks: bool, settings: Settings
-) -> tuple[int, dict[str, bytes], str | None, int | None, str | None]:
+    worker: Worker, handlers: Sequence[str], stacks: bool, settings: Settings, spill: Spill
+) -> _Asked:
     """One rank: (rank, handler -> body, stacks, when the first answer began, error)."""
     host, port = worker.host_port
-    bodies: dict[str, bytes] = {}
+    bodies: dict[str, bytes | Path] = {}
     when: int | None = None
     error: str | None = None
     text: str | None = None
     try:
         async with _Connection(host, port, settings.timeout_s) as conn:
             for name in handlers:
-                status, body, at = await conn.request("POST", f"/handler/{name}")
+                status, body, at = await conn.request("POST", f"/handler/{name}", spill)
                 when = at if when is None else when
                 if status == 200:
                     bodies[name] = body
-                elif error is None:
-                    error = f"answered {_status_text(status, body)} for {name}"
+                    continue
+                if error is None:
+                    error = f"answered {_status_text(status, _head(body, 200))} for {name}"
+                _drop(body)
             if stacks:
-                status, body, _ = await conn.request("POST", f"/handler/{STACKS_HANDLER}")
+                status, body, _ = await conn.request("POST", f"/handler/{STACKS_HANDLER}", spill)
                 if status == 200:
-                    text = body.decode("utf-8", "replace")
+                    text = _head(body, STACKS_PER_RANK).decode("utf-8", "replace")
+                _drop(body)
     except _Failed as exc:
         error = str(exc)
     except (asyncio.IncompleteReadError, ConnectionError) as exc:
@@ -444,15 +549,17 @@ async def _ask_rank(
 
 
 async def _round(
-    fleet: Sequence[Worker], handlers: Sequence[str], stacks: bool, settings: Settings
-) -> list[tuple[int, dict[str, bytes], str | None, int | None, str | None]]:
+    fleet: Sequence[Worker],
+    handlers: Sequence[str],
+    stacks: bool,
+    settings: Settings,
+    spill: Spill,
+) -> list[_Asked]:
     gate = asyncio.Semaphore(max(1, settings.concurrency))
 
-    async def bounded(
-        w: Worker,
-    ) -> tuple[int, dict[str, bytes], str | None, int | None, str | None]:
+    async def bounded(w: Worker) -> _Asked:
         async with gate:
-            return await _ask_rank(w, handlers, stacks, settings)
+            return await _ask_rank(w, handlers, stacks, settings, spill)
 
     return list(await asyncio.gather(*(bounded(w) for w in fleet)))
 
@@ -504,7 +611,26 @@ def _snapshot(
     fleet: Sequence[Worker], handlers: list[str], stacks: bool, into: Path, settings: Settings
 ) -> Snapshot:
     started = time.time_ns()
-    got = asyncio.run(_round(fleet, handlers, stacks, settings))
+    spill = Spill(into / f".bodies-{started}", settings.memory_budget)
+    try:
+        return _snapshot_spilled(fleet, handlers, stacks, into, settings, spill, started)
+    finally:  # bodies that went to files and were not saved: none is left behind
+        if spill.folder.is_dir():
+            for leftover in spill.folder.iterdir():
+                leftover.unlink(missing_ok=True)
+            spill.folder.rmdir()
+
+
+def _snapshot_spilled(
+    fleet: Sequence[Worker],
+    handlers: list[str],
+    stacks: bool,
+    into: Path,
+    settings: Settings,
+    spill: Spill,
+    started: int,
+) -> Snapshot:
+    got = asyncio.run(_round(fleet, handlers, stacks, settings, spill))
     finished = time.time_ns()
     totals = dict.fromkeys(handlers, 0)
     counts: dict[tuple[int, str], int] = {}
@@ -513,6 +639,10 @@ def _snapshot(
             counts[rank, name] = n = _entry_count(body)
             totals[name] += n
     chosen = max(handlers, key=lambda h: (totals[h], -handlers.index(h)))
+    for _, bodies, *_ in got:
+        for name, body in bodies.items():
+            if name != chosen:
+                _drop(body)
     answers = tuple(
         Answer(
             rank,
@@ -524,7 +654,7 @@ def _snapshot(
             if error is not None or chosen in bodies
             else f"did not serve {chosen} (it served {', '.join(sorted(bodies)) or 'nothing'})",
             counts.get((rank, chosen), 0),
-            len(bodies.get(chosen, b"")),
+            _size(bodies.get(chosen, b"")),
         )
         for rank, bodies, text, when, error in got
     )
@@ -543,10 +673,23 @@ def _snapshot(
     return replace(snap, answers=tuple(replace(a, body=None) for a in snap.answers))
 
 
-def _as_pickle(rank: int, body: bytes) -> tuple[str, bytes]:
+def _size(body: bytes | Path) -> int:
+    if isinstance(body, bytes):
+        return len(body)
+    try:
+        return body.stat().st_size
+    except OSError:
+        return 0
+
+
+def _as_pickle(rank: int, body: bytes | Path) -> tuple[str, bytes | Path]:
     """The rank's file: the JSON it served as the pickle the recorder itself writes
     (`rank_<N>`, builtin types only), which torchfrtrace reads too; a body that is not a JSON
-    object is kept as it came (`rank_<N>.json`), for the reader to say what is wrong with it."""
+    object is kept as it came (`rank_<N>.json`), for the reader to say what is wrong with it.
+    A body past the memory budget (in a file) is kept as it came: the reader reads it, in
+    its sandbox, as any JSON dump."""
+    if isinstance(body, Path):
+        return f"rank_{rank}.json", body
     try:
         obj = parse_json(body)
     except (ValueError, RecursionError):
@@ -556,9 +699,24 @@ def _as_pickle(rank: int, body: bytes) -> tuple[str, bytes]:
     return f"rank_{rank}", pickle.dumps(obj, protocol=2)
 
 
-def _entry_count(body: bytes) -> int:
-    """How many entries a Flight Recorder JSON body holds (counted without parsing it)."""
-    return body.count(b'"record_id"')
+_ENTRY_KEY = b'"record_id"'
+
+
+def _entry_count(body: bytes | Path) -> int:
+    """How many entries a Flight Recorder JSON body holds (counted without parsing it; a body
+    in a file, piece by piece)."""
+    if isinstance(body, bytes):
+        return body.count(_ENTRY_KEY)
+    count, tail = 0, b""
+    try:
+        with body.open("rb") as f:
+            while piece := f.read(_PIECE):
+                both = tail + piece
+                count += both.count(_ENTRY_KEY)
+                tail = both[-(len(_ENTRY_KEY) - 1) :]  # shorter than the key: never counted twice
+    except OSError:
+        return 0
+    return count
 
 
 def _folder(into: Path, started_ns: int) -> Path:
@@ -582,7 +740,10 @@ def _save(snap: Snapshot, fleet: Sequence[Worker]) -> None:
             continue
         name, data = _as_pickle(a.rank, a.body)
         path = partial / name
-        path.write_bytes(data)
+        if isinstance(data, Path):
+            data.rename(path)
+        else:
+            path.write_bytes(data)
         if a.time_ns is not None:
             os.utime(path, ns=(a.time_ns, a.time_ns))
     lines: list[str] = []
