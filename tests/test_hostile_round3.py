@@ -14,6 +14,8 @@ import json
 import pickle
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -453,3 +455,35 @@ def test_live_bodies_past_the_memory_budget_go_to_disk_and_read_the_same(tmp_pat
     assert [p.name for p in (tmp_path / "out").iterdir()] == [snap.folder.name]  # no leftovers
     got = pipeline.analyze(Directory(snap.folder))
     assert got.summary.ranks_loaded == (0, 1, 2) and got.conclusion.status.value == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution Traces parsed in the sandbox
+
+
+def test_a_gloo_trace_is_parsed_in_a_worker_never_in_the_parent(tmp_path: Path) -> None:
+    """Before: every local gloo trace was parsed in the parent to settle its ops' groups
+    (a 42 MB trace: 429 MB in the parent; 60 MB of nodes: 1.55 GB)."""
+    trace: dict[str, Any] = json.loads(GLOO_ET.read_text())
+    top = max(n["id"] for n in trace["nodes"])
+    filler = {"name": "aten::mul", "ctrl_deps": 1, "inputs": {"values": [[1, 2, 3, 4], "cpu"]}}
+    trace["nodes"] += [{**filler, "id": top + 1 + i} for i in range(200_000)]
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "rank-0.et.json").write_text(json.dumps(trace))
+    assert (tmp_path / "t" / "rank-0.et.json").stat().st_size > 16 << 20
+    code = (
+        "import resource, sys; from pathlib import Path; from fr_analyzer import pipeline;"
+        " from fr_analyzer.load.sources import Directory;"
+        " got = pipeline.analyze(Directory(Path(sys.argv[1])));"
+        " print(got.summary.ranks_loaded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded, peak_kib = done.stdout.rsplit(" ", 1)
+    assert loaded == "(0,)"
+    assert int(peak_kib) < 160 << 10, done.stdout  # before: 223 MB; now about 50

@@ -11,7 +11,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -149,23 +149,52 @@ def with_shown(files: Sequence[DumpFile]) -> list[DumpFile]:
 
 def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
     """Local gloo Execution Traces with the groups of their ops settled across every rank
-    (`traces.settle_groups`): read once here, before the workers read them again. Other
-    files as they are (a first file that is no gloo trace ends the look)."""
+    (`traces.settle`). Each trace is parsed in a worker, under the limits a dump is read with
+    (`sandbox`), and sends back only its ops; the first file is looked at alone, and one that
+    is no gloo trace ends the look. Other files as they are."""
     if not files or any(f.fetch is not None for f in files):
         return files
-    found: dict[int, Any] = {}
-    for index, dump_file in enumerate(files):
-        try:
-            raw = read_dump(dump_file.path, dump_file.rank, max_bytes)
-        except (DumpError, MemoryError, RecursionError):
-            continue
-        if not traces.is_execution_trace(raw.obj):
-            return files
-        if index == 0 and not traces.settle_groups({dump_file.rank: raw.obj}, 1):
-            return files  # NCCL's trace names its groups
-        found[dump_file.rank] = raw.obj
-    settled = traces.settle_groups(found, files_show(files))
+    shown = files_show(files)
+    found: dict[int, traces.GlooOps] = {}
+    first = _gloo_ops_of(files[:1], max_bytes, shown)
+    if not first:
+        return files  # no trace, or NCCL's, which names its groups
+    found.update(first)
+    found.update(_gloo_ops_of(files[1:], max_bytes, shown))
+    settled = traces.settle(found)
     return [replace(f, op_groups=settled.get(f.rank, ())) for f in files]
+
+
+_NoOps = str
+"""Why a file gave no gloo ops (it is no gloo trace, or could not be read)."""
+
+
+def _gloo_ops_of(
+    files: Sequence[DumpFile], max_bytes: int, shown: int
+) -> dict[int, traces.GlooOps]:
+    """The gloo ops of each file that is a gloo trace, by rank: parsed in workers where they
+    can be forked (this process's memory never holds a trace), else here."""
+    task = functools.partial(_gloo_ops_one, max_bytes=max_bytes, shown=shown)
+    if sandbox.available():
+        workers = max(1, min(os.cpu_count() or 1, len(files) // 4 or 1))
+        pool = sandbox.Sandbox(task, _file_size, _no_ops, workers, limits=limits.LIMITS)
+        results: Iterable[tuple[int, traces.GlooOps | _NoOps]] = pool.run(files)
+    else:
+        results = ((i, task(f)) for i, f in enumerate(files))
+    return {files[i].rank: got for i, got in results if isinstance(got, traces.GlooOps)}
+
+
+def _gloo_ops_one(dump_file: DumpFile, max_bytes: int, shown: int) -> traces.GlooOps | _NoOps:
+    try:
+        raw = read_dump(dump_file.path, dump_file.rank, max_bytes)
+        found = traces.gloo_ops(raw.obj, dump_file.rank, shown)
+    except (DumpError, MemoryError, RecursionError) as exc:
+        return type(exc).__name__
+    return found if found is not None else "no gloo trace"
+
+
+def _no_ops(dump_file: DumpFile, death: sandbox.Death) -> _NoOps:
+    return death.reason
 
 
 _READ_AGAIN = frozenset({Fallback.SLOWER_READER_NEEDED, Fallback.ENTRIES_NEEDED})

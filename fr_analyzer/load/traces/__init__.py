@@ -51,11 +51,14 @@ from .records import from_records
 __all__ = [
     "INIT_NODE",
     "Converted",
+    "GlooOps",
     "TraceError",
+    "gloo_ops",
     "is_execution_trace",
     "looks_like_trace",
     "merge",
     "read_truncated",
+    "settle",
     "settle_groups",
     "to_dump",
 ]
@@ -139,25 +142,51 @@ def believed_ranks(shown: int) -> int:
     return min(MAX_RANK + 1, LIMITS.claimed_world_factor * shown)
 
 
+@dataclass(frozen=True)
+class GlooOps:
+    """One rank's gloo trace as `settle` weighs it: its ops (before their groups are chosen)
+    and its groups. Small beside the trace: what a worker that parsed it sends back."""
+
+    ops: tuple[Op, ...]
+    groups: Mapping[str, Group]
+
+
+def gloo_ops(trace: Any, rank: int, shown: int) -> GlooOps | None:
+    """A gloo trace's ops and groups (`shown`: see `believed_ranks`); None when `trace` is
+    no Execution Trace or is one that names its groups (NCCL's `record_param_comms`)."""
+    if not is_execution_trace(trace):
+        return None
+    nodes = _nodes(trace)
+    if any(n.get("name") == RECORD_NODE for n in nodes):
+        return None
+    groups = groups_of(nodes, believed_ranks(shown))
+    return GlooOps(tuple(dispatcher_ops(nodes, groups, rank)), groups)
+
+
+def settle(found: Mapping[int, GlooOps]) -> dict[int, tuple[str | None, ...]]:
+    """The group of each rank's ops that a look at every rank's gloo trace settles
+    (`dispatcher.assign`), by rank."""
+    every: dict[str, Group] = {}
+    for one in found.values():
+        every.update(one.groups)
+    ops = {rank: list(one.ops) for rank, one in found.items()}
+    return {rank: tuple(chosen) for rank, chosen in assign(ops, every).items()}
+
+
 def settle_groups(
     traces: Mapping[int, Mapping[str, Any]], shown: int = 0
 ) -> dict[int, tuple[str | None, ...]]:
     """For gloo traces (no `record_param_comms`), the group of each rank's ops that a look at
     every rank's trace settles (`dispatcher.assign`), by rank; {} for other traces. `shown`:
     the ranks the files show (`believed_ranks`), else those of `traces`."""
-    ops: dict[int, list[Op]] = {}
-    every: dict[str, Group] = {}
-    most = believed_ranks(shown or max(traces, default=-1) + 1)
+    shown = shown or max(traces, default=-1) + 1
+    found: dict[int, GlooOps] = {}
     for rank, trace in traces.items():
-        if not is_execution_trace(trace):
+        one = gloo_ops(trace, rank, shown)
+        if one is None:
             return {}
-        nodes = _nodes(trace)
-        if any(n.get("name") == RECORD_NODE for n in nodes):
-            return {}
-        groups = groups_of(nodes, most)
-        every.update(groups)
-        ops[rank] = dispatcher_ops(nodes, groups, rank)
-    return {rank: tuple(chosen) for rank, chosen in assign(ops, every).items()}
+        found[rank] = one
+    return settle(found)
 
 
 def to_dump(
