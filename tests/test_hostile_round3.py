@@ -481,7 +481,7 @@ def test_a_gloo_trace_is_parsed_in_a_worker_never_in_the_parent(tmp_path: Path) 
         [sys.executable, "-c", code, str(tmp_path / "t")],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=True,
     )
     loaded, peak_kib = done.stdout.rsplit(" ", 1)

@@ -40,6 +40,7 @@ from typing import BinaryIO, TypeVar
 from ..errors import UsageError
 from ..model.numbers import decimal, hex_size
 from ..model.ranks import MAX_RANK
+from .common import printable
 from .limits import LIMITS
 from .safety import parse_json
 from .values import parse_ranks
@@ -172,10 +173,11 @@ def _check_hosts(base: str, found: Sequence[Worker], allowed: frozenset[str]) ->
             continue
         addresses = _addresses(host)
         if not (addresses & home or (_local(home) and _local(addresses))):
+            shown = printable(host)[:100]  # a page's text: never printed as it came
             raise FetchError(
-                f"{base}: its /tcpstore page names rank {worker.rank}'s worker at {host!r}, not"
+                f"{base}: its /tcpstore page names rank {worker.rank}'s worker at '{shown}', not"
                 f" the frontend's host: live asks only the hosts named on its command line"
-                f" ({ALLOW_HOST_FLAG} {host} allows it, {ALLOW_HOST_FLAG} '{ANY_HOST}' any host)"
+                f" ({ALLOW_HOST_FLAG} {shown} allows it, {ALLOW_HOST_FLAG} '{ANY_HOST}' any host)"
             )
         seen.add(host)
 

@@ -320,7 +320,7 @@ def load_all(
             unreadable.append(result)
         if progress is not None:
             progress(len(loaded) + len(unreadable), len(files))
-    loaded = _claims_within_the_job(loaded, unreadable, ft_group_world_size)
+    loaded = _claims_within_the_job(loaded, ft_group_world_size)
     outside = _outside_the_job(loaded)
     for dump, reason in outside:
         loaded.remove(dump)
@@ -557,28 +557,26 @@ def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
 
 
 def _claims_within_the_job(
-    loaded: Sequence[RankDump],
-    unreadable: Sequence[UnreadableDump],
-    ft_group_world_size: int | None = None,
+    loaded: Sequence[RankDump], ft_group_world_size: int | None = None
 ) -> list[RankDump]:
     """The ranks, each without the groups of its pg_config that reach past every rank the
-    job shows otherwise: the rank's own number, the other files' ranks and the members of the
-    other ranks' groups. One rank's claim must not grow the job (a default group of a million
-    members where eight files exist) nor turn a healthy job's verdict: such a claim is set
-    aside with a warning, and the group is rebuilt as for a rank that lists none (from the
-    other ranks' pg_config or the entries). With one rank loaded nothing compares, and
-    nothing is set aside. In a torchft job (`ft_group_world_size`) a rank's own replica
-    group is the job as it shows too."""
+    job shows otherwise: the rank's own number, the other readable files' ranks and the
+    members of the other ranks' groups (an unreadable file's name alone shows nothing: a junk
+    `rank_1048575` must not make a million-member claim believable). One rank's claim must
+    not grow the job (a default group of a million members where eight files exist) nor turn
+    a healthy job's verdict: such a claim is set aside with a warning, and the group is
+    rebuilt as for a rank that lists none (from the other ranks' pg_config or the entries).
+    With one rank loaded nothing compares, and nothing is set aside. In a torchft job
+    (`ft_group_world_size`) a rank's own replica group is the job as it shows too."""
     if len(loaded) < 2:
         return list(loaded)
     tops = [max([d.rank, *(c.ranks[-1] for c in d.claims.values())]) for d in loaded]
-    files = max((u.rank for u in unreadable if u.rank is not None), default=-1)
     ordered = sorted(tops, reverse=True)[:2]
     replica = ft_group_world_size or 1
     out = []
     for dump, top in zip(loaded, tops, strict=True):
         others = ordered[1] if top == ordered[0] else ordered[0]
-        bound = max(others, files, (dump.rank // replica + 1) * replica - 1)
+        bound = max(others, (dump.rank // replica + 1) * replica - 1)
         if top <= bound:
             out.append(dump)
             continue

@@ -23,8 +23,12 @@ def decimal(text: str | bytes, most: int = INT64_MAX) -> int | None:
     """The non-negative number `text` spells in ASCII decimal digits (`"12"`, `b"0042"`), if
     it is at most `most`; None for anything else (a sign, a space, `"²"`, 5,000 digits).
     Leading zeros count among the digits: more than 19 are refused, whatever they spell."""
-    pattern = _DECIMAL_BYTES if isinstance(text, bytes) else _DECIMAL
-    if len(text) > 19 or pattern.fullmatch(text) is None:  # type: ignore[arg-type]
+    if len(text) > 19:
+        return None
+    if isinstance(text, bytes):
+        if _DECIMAL_BYTES.fullmatch(text) is None:
+            return None
+    elif _DECIMAL.fullmatch(text) is None:
         return None
     value = int(text)
     return value if value <= most else None
