@@ -17,6 +17,15 @@ that answered (the JSON it served, as a pickle of builtin types: what the record
 writes, and what torchfrtrace reads; its time set to the moment the rank answered),
 `stacks.txt` in the debug server's own layout and `fetch.json` (`MANIFEST`): when each rank
 answered, and why the others did not.
+
+What a server sends is input: a page's workers are asked only on the frontend's host (or the
+hosts allowed), only the ranks of the job rank 0's recorder tells, every number in the
+framing is read by `model.numbers`, and a snapshot's bodies share one memory budget (`Spill`),
+past which they go to files as they arrive.
+
+The module is over 600 lines because the job's addresses, the HTTP client with its budget,
+the snapshots and their manifest share the one connection type and the answers' records;
+they are to get a room each under load/sources/ (the house, step two).
 """
 
 from __future__ import annotations
