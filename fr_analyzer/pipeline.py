@@ -18,6 +18,7 @@ from .load import DEFAULT_MAX_FILE_BYTES, live, pystacks, stamps
 from .load.dialects import description
 from .load.discovery import Discovery
 from .load.joblogs import read_job_logs
+from .load.limits import LIMITS
 from .load.pystacks import PythonStacks
 from .load.remote import Remote
 from .load.sources import Directory, DumpFile, Source
@@ -105,7 +106,7 @@ def _load(where: Path | Source, options: Options, progress: Progress | None) -> 
     workers = options.workers
     if workers is None and isinstance(source, Remote):
         workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
-    files: Sequence[DumpFile] = found.files
+    files: Sequence[DumpFile] = dumps_mod.with_shown(found.files)
     if isinstance(source, Directory):  # gloo traces: each op's group, from every rank's trace
         files = dumps_mod.with_settled_groups(files, options.max_file_bytes)
     loaded, unreadable = dumps_mod.load_all(
@@ -125,11 +126,20 @@ def _load(where: Path | Source, options: Options, progress: Progress | None) -> 
     answered: dict[int, int] = {}
     notes: list[str] = []
     manifest = live.read_manifest(source.path) if isinstance(source, Directory) else None
+    shown = files[0].shown if files else 0
+    if manifest is not None and manifest.world_size > LIMITS.claimed_world_factor * shown:
+        notes.append(
+            f"{live.MANIFEST} claims a job of {manifest.world_size:,} ranks, past"
+            f" {LIMITS.claimed_world_factor}x the ranks the files show: not read"
+        )
+        manifest = None
     if manifest is not None:  # saved by `fr-analyze live`: who did not answer, and why
         answered = manifest.times
         have = {d.rank for d in loaded} | {u.rank for u in unreadable}
         unreadable += [
-            UnreadableDump(f"{source.label}/rank_{rank}", rank, f"the debug server's worker {why}")
+            UnreadableDump(
+                f"{source.label}/rank_{rank}", rank, f"the debug server's worker {why}", True
+            )
             for rank, why in sorted(manifest.errors.items())
             if rank not in have
         ]

@@ -74,6 +74,15 @@ def live_cmd(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Also print the group tables.")
     ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="HOST",
+            help="Also ask workers on HOST, which the frontend's page names (repeatable; '*' "
+            "for any host). By default only the frontend's own host is asked.",
+        ),
+    ] = None,
 ) -> None:
     """Ask a running job's debug server for every rank's Flight Recorder and stacks, a few
     times, and analyze the snapshots: what moved was in flight, what did not is stuck."""
@@ -85,7 +94,10 @@ def live_cmd(
     outputs = Outputs(database=output, json=json_out, html=html_out)
     outputs.check(save)
     settings = live.Settings(snapshots, interval, timeout, concurrency)
-    fleet = live.workers(urls, timeout)
+    fleet = live.workers(urls, timeout, frozenset(allow_host or ()))
+    fleet, note = live.within_job(fleet, timeout)
+    if note is not None:
+        sys.stderr.write(f"warning: {note}\n")
     with contextlib.ExitStack() as stack:
         into = save or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-live-")))
         if save is not None:

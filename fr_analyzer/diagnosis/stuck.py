@@ -65,6 +65,7 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
     if extra is not None:
         return extra
     dead = [r for r in roots if r in g.unavailable]
+    dead_set = set(dead)  # a world of many ranks without a dump: asked once per root
     frozen = []
     if waited is not None:
         since = min(
@@ -73,7 +74,7 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
         )
         for r in roots:
             newest = ctx.newest_ns.get(r, -1)
-            if r not in dead and newest >= 0 and since >= 0:
+            if r not in dead_set and newest >= 0 and since >= 0:
                 gap = (since - newest) / 1e9
                 if gap > ctx.thresholds.dead_after_s:
                     frozen.append(r)
@@ -83,7 +84,7 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
                     )
     skipped: dict[int, OpRef] = {}
     for r in roots:
-        if r in dead:
+        if r in dead_set:
             evidence.append(f"rank {r} has no usable dump")
             continue
         newest_ref = ctx.ref(ctx.last_row[r]) if r in ctx.last_row else None

@@ -44,7 +44,7 @@ from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, parse_size, printable
 from .discovery import Discovery, discover
-from .loading import load_all, load_rank, with_settled_groups
+from .loading import load_all, load_rank, with_settled_groups, with_shown
 from .normalize import build_rank
 from .opening import open_source
 from .reading import read_raw
@@ -78,4 +78,5 @@ __all__ = [
     "rank_starts",
     "read_raw",
     "with_settled_groups",
+    "with_shown",
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from ..errors import DiscoveryError
+from ..model.numbers import decimal
 from ..model.ranks import MAX_RANK
 from .archives import TarArchive, ZipArchive
 from .common import printable
@@ -65,11 +66,7 @@ def _family(stem: str) -> str:
 
 def _rank_of(digits: str) -> int | None:
     """The rank a file name's trailing digits give; None when absurd (beyond MAX_RANK)."""
-    significant = digits.lstrip("0")
-    if len(significant) > len(str(MAX_RANK)):
-        return None
-    value = int(significant or "0")
-    return value if value <= MAX_RANK else None
+    return decimal(digits.lstrip("0") or "0", MAX_RANK)
 
 
 def _looks_like_dump(head: bytes) -> bool:

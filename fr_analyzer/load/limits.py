@@ -98,8 +98,18 @@ class Limits:
     otherwise multiply in every output (the rank is refused, with its reason)."""
 
     # --- a live job ----------------------------------------------------------------------
+    claimed_world_factor: int = 2
+    """An Execution Trace's group given by a size alone (`[]` and `group_size`, or a record's
+    strided ranks), or a `fetch.json`'s world, is believed up to this many times the ranks the
+    files show (their highest rank + 1); past that the job is what the files show."""
     live_max_body_bytes: int = GIB
     """Largest response read from a live job's debug server."""
+    live_memory_budget: int = 2 * GIB
+    """Bytes of responses one live snapshot holds in memory, across ranks and handlers; past
+    it, each body goes to a file in the snapshot's folder as it arrives."""
+    manifest_max_bytes: int = 16 * MIB
+    """A `fetch.json` (the snapshot's manifest `live --save` writes: about 100 bytes a rank)
+    larger than this is not read; one that lists ranks past its own world is not believed."""
     stacks_max_bytes: int = 64 * MIB
     """A Python stacks file larger than this is not read (the debug server's are kilobytes per
     rank)."""

@@ -11,7 +11,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -52,7 +52,7 @@ def load_rank(
 
             def build(raw: Raw, why: NotDecoded | None) -> RankDump:
                 rank = dump_file.rank
-                return _build(raw, rank, path, why, ft_group_world_size, dump_file.op_groups)
+                return _build(raw, rank, path, why, ft_group_world_size, dump_file)
 
             trace = dump_file.trace
             if trace is not None:  # read with its Execution Trace: as entries, to merge them
@@ -62,7 +62,7 @@ def load_rank(
                 extra = read_dump(
                     trace.path, trace.rank, max_bytes, guarded=guarded, fetch=trace.fetch
                 )
-                raw = merged_with_trace(raw, extra, dump_file.rank, printable(trace.where))
+                raw = merged_with_trace(raw, extra, dump_file, printable(trace.where))
                 return build(raw, raw.not_decoded)
             raw = read_dump(
                 dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
@@ -119,35 +119,82 @@ def _name_time_ns(dump_file: DumpFile) -> int | None:
     return stamps.name_time_ns(path.name) or stamps.name_time_ns(path.parent.name)
 
 
-def merged_with_trace(raw: Raw, trace: Raw, rank: int, where: str) -> Raw:
+def merged_with_trace(raw: Raw, trace: Raw, dump_file: DumpFile, where: str) -> Raw:
     """A rank's dump with the ops of its Execution Trace that its ring buffer no longer holds
     (`traces.merge`); the dump as it is when the trace is not one or its dump is no dict."""
     if not (isinstance(raw.obj, dict) and traces.is_execution_trace(trace.obj)):
         return raw
-    converted = traces.to_dump(trace.obj, rank)
+    converted = traces.to_dump(trace.obj, dump_file.rank, shown=dump_file.shown)
     notes = [*raw.notes, *trace.notes, *traces.merge(raw.obj, converted.dump, where)]
     return Raw(raw.obj, raw.nbytes + trace.nbytes, notes, raw.not_decoded)
 
 
+def files_show(files: Sequence[DumpFile]) -> int:
+    """The ranks a source's files show, by their rank numbers: the highest + 1, the files
+    past a gap of more missing ranks than there are files below it left out (a stray
+    `rank_1048575` beside ranks 0-3 shows 4)."""
+    ranks = sorted({f.rank for f in files})
+    for i in range(1, len(ranks)):
+        if ranks[i] - ranks[i - 1] - 1 > i:
+            return ranks[i - 1] + 1
+    return ranks[-1] + 1 if ranks else 0
+
+
+def with_shown(files: Sequence[DumpFile]) -> list[DumpFile]:
+    """The files, each told the ranks the files show (`files_show`): what a trace's group
+    given by a size alone may claim (`traces.believed_ranks`)."""
+    shown = files_show(files)
+    return [replace(f, shown=shown) for f in files]
+
+
 def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
     """Local gloo Execution Traces with the groups of their ops settled across every rank
-    (`traces.settle_groups`): read once here, before the workers read them again. Other
-    files as they are (a first file that is no gloo trace ends the look)."""
+    (`traces.settle`). Each trace is parsed in a worker, under the limits a dump is read with
+    (`sandbox`), and sends back only its ops; the first file is looked at alone, and one that
+    is no gloo trace ends the look. Other files as they are."""
     if not files or any(f.fetch is not None for f in files):
         return files
-    found: dict[int, Any] = {}
-    for index, dump_file in enumerate(files):
-        try:
-            raw = read_dump(dump_file.path, dump_file.rank, max_bytes)
-        except (DumpError, MemoryError, RecursionError):
-            continue
-        if not traces.is_execution_trace(raw.obj):
-            return files
-        if index == 0 and not traces.settle_groups({dump_file.rank: raw.obj}):
-            return files  # NCCL's trace names its groups
-        found[dump_file.rank] = raw.obj
-    settled = traces.settle_groups(found)
+    shown = files_show(files)
+    found: dict[int, traces.GlooOps] = {}
+    first = _gloo_ops_of(files[:1], max_bytes, shown)
+    if not first:
+        return files  # no trace, or NCCL's, which names its groups
+    found.update(first)
+    found.update(_gloo_ops_of(files[1:], max_bytes, shown))
+    settled = traces.settle(found)
     return [replace(f, op_groups=settled.get(f.rank, ())) for f in files]
+
+
+_NoOps = str
+"""Why a file gave no gloo ops (it is no gloo trace, or could not be read)."""
+
+
+def _gloo_ops_of(
+    files: Sequence[DumpFile], max_bytes: int, shown: int
+) -> dict[int, traces.GlooOps]:
+    """The gloo ops of each file that is a gloo trace, by rank: parsed in workers where they
+    can be forked (this process's memory never holds a trace), else here."""
+    task = functools.partial(_gloo_ops_one, max_bytes=max_bytes, shown=shown)
+    if sandbox.available():
+        workers = max(1, min(os.cpu_count() or 1, len(files) // 4 or 1))
+        pool = sandbox.Sandbox(task, _file_size, _no_ops, workers, limits=limits.LIMITS)
+        results: Iterable[tuple[int, traces.GlooOps | _NoOps]] = pool.run(files)
+    else:
+        results = ((i, task(f)) for i, f in enumerate(files))
+    return {files[i].rank: got for i, got in results if isinstance(got, traces.GlooOps)}
+
+
+def _gloo_ops_one(dump_file: DumpFile, max_bytes: int, shown: int) -> traces.GlooOps | _NoOps:
+    try:
+        raw = read_dump(dump_file.path, dump_file.rank, max_bytes)
+        found = traces.gloo_ops(raw.obj, dump_file.rank, shown)
+    except (DumpError, MemoryError, RecursionError) as exc:
+        return type(exc).__name__
+    return found if found is not None else "no gloo trace"
+
+
+def _no_ops(dump_file: DumpFile, death: sandbox.Death) -> _NoOps:
+    return death.reason
 
 
 _READ_AGAIN = frozenset({Fallback.SLOWER_READER_NEEDED, Fallback.ENTRIES_NEEDED})
@@ -160,14 +207,14 @@ def _build(
     path: str,
     not_decoded: NotDecoded | None,
     ft_group_world_size: int | None,
-    op_groups: tuple[str | None, ...] = (),
+    dump_file: DumpFile,
 ) -> RankDump:
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)
     dialect = dialects.Dialect.PYTORCH
     obj = raw.obj
     if traces.is_execution_trace(header):
-        converted = traces.to_dump(header, rank, op_groups)
+        converted = traces.to_dump(header, rank, dump_file.op_groups, dump_file.shown)
         header = obj = converted.dump
         notes += converted.notes
         dialect = dialects.Dialect.EXECUTION_TRACE
@@ -273,7 +320,7 @@ def load_all(
             unreadable.append(result)
         if progress is not None:
             progress(len(loaded) + len(unreadable), len(files))
-    loaded = _claims_within_the_job(loaded, unreadable, ft_group_world_size)
+    loaded = _claims_within_the_job(loaded, ft_group_world_size)
     outside = _outside_the_job(loaded)
     for dump, reason in outside:
         loaded.remove(dump)
@@ -466,7 +513,10 @@ class _Members:
 def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
     """Dumps whose rank (from the file name) is beyond every group that the other ranks'
     pg_config lists: a stray file from a bigger job. Counted in, it would invent missing ranks
-    and split the groups it shares a name with."""
+    and split the groups it shares a name with. Where no pg_config lists members (gloo), the
+    files' rank numbers are the job: files past a gap of more missing ranks than there are
+    files below it (`rank_1048575` beside ranks 0-3: a job of 2**20 ranks, all but five
+    missing) are set aside, their rank named, not believed as the job's size."""
     tops = {d.rank: max((c.ranks[-1] for c in d.claims.values()), default=-1) for d in loaded}
     ordered = sorted(tops.values(), reverse=True)
     if len(ordered) < 2:
@@ -480,32 +530,53 @@ def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
                 f" process groups hold ranks up to {others}; not analyzed"
             )
             out.append((dump, reason))
-    return out if len(out) < len(loaded) else []
+    if out:
+        return out if len(out) < len(loaded) else []
+    ranks = sorted({d.rank for d in loaded})
+    far = next(
+        (
+            i
+            for i in range(1, len(ranks))
+            if ranks[i] - ranks[i - 1] - 1 > i and ranks[i] > ordered[0]
+        ),
+        None,
+    )
+    if far is None:
+        return []
+    below = ranks[far - 1]
+    return [
+        (
+            dump,
+            f"rank {dump.rank} (from the file name) is far past the other files' ranks (up to"
+            f" {below}, {far} files): believed, it would make a job of {dump.rank + 1:,} ranks,"
+            " most of them missing; not analyzed",
+        )
+        for dump in loaded
+        if dump.rank > below
+    ]
 
 
 def _claims_within_the_job(
-    loaded: Sequence[RankDump],
-    unreadable: Sequence[UnreadableDump],
-    ft_group_world_size: int | None = None,
+    loaded: Sequence[RankDump], ft_group_world_size: int | None = None
 ) -> list[RankDump]:
     """The ranks, each without the groups of its pg_config that reach past every rank the
-    job shows otherwise: the rank's own number, the other files' ranks and the members of the
-    other ranks' groups. One rank's claim must not grow the job (a default group of a million
-    members where eight files exist) nor turn a healthy job's verdict: such a claim is set
-    aside with a warning, and the group is rebuilt as for a rank that lists none (from the
-    other ranks' pg_config or the entries). With one rank loaded nothing compares, and
-    nothing is set aside. In a torchft job (`ft_group_world_size`) a rank's own replica
-    group is the job as it shows too."""
+    job shows otherwise: the rank's own number, the other readable files' ranks and the
+    members of the other ranks' groups (an unreadable file's name alone shows nothing: a junk
+    `rank_1048575` must not make a million-member claim believable). One rank's claim must
+    not grow the job (a default group of a million members where eight files exist) nor turn
+    a healthy job's verdict: such a claim is set aside with a warning, and the group is
+    rebuilt as for a rank that lists none (from the other ranks' pg_config or the entries).
+    With one rank loaded nothing compares, and nothing is set aside. In a torchft job
+    (`ft_group_world_size`) a rank's own replica group is the job as it shows too."""
     if len(loaded) < 2:
         return list(loaded)
     tops = [max([d.rank, *(c.ranks[-1] for c in d.claims.values())]) for d in loaded]
-    files = max((u.rank for u in unreadable if u.rank is not None), default=-1)
     ordered = sorted(tops, reverse=True)[:2]
     replica = ft_group_world_size or 1
     out = []
     for dump, top in zip(loaded, tops, strict=True):
         others = ordered[1] if top == ordered[0] else ordered[0]
-        bound = max(others, files, (dump.rank // replica + 1) * replica - 1)
+        bound = max(others, (dump.rank // replica + 1) * replica - 1)
         if top <= bound:
             out.append(dump)
             continue

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.numbers import decimal
 from .common import printable
 from .limits import LIMITS
 
@@ -25,7 +26,7 @@ MAX_FRAMES = 12
 MAX_THREADS = 8
 """Threads kept per rank: those with Python frames, in the order the file lists them."""
 _FILE = re.compile(r"(?:stacks|pyspy_dump)(?:_(\d{8})_(\d{6}))?\.txt")
-_SECTION = re.compile(r"^=== Rank (\d{1,7})\b[^\n]*===\s*$")
+_SECTION = re.compile(r"^=== Rank ([0-9]{1,7})\b[^\n]*===\s*$")
 _THREAD = re.compile(r"^(?:Current thread|Thread) ")
 _FAULTHANDLER_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 _PYSPY_FRAME = re.compile(r"^\s+(\S.*) \((.*):(\d+)\)\s*$")
@@ -83,7 +84,7 @@ def parse(text: str) -> dict[int, tuple[PyThread, ...]]:
     for line in text.splitlines():
         head = _SECTION.match(line)
         if head is not None:
-            current = sections.setdefault(int(head[1]), [])
+            current = sections.setdefault(decimal(head[1]) or 0, [])
             continue
         if current is not None:
             current.append(line)

@@ -23,6 +23,7 @@ from typing import IO, Any
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 from ..errors import DiscoveryError
+from ..model.numbers import decimal
 from . import limits
 from .archives import ARCHIVE_SUFFIXES, archive_kind, archive_source, over_limit
 from .common import printable
@@ -309,7 +310,8 @@ def _http_fetch(fs: Any, url: str, max_bytes: int, over: str) -> bytes:
     before anything is read)."""
     with _HttpGet(fs, url) as got:
         length = got.header("Content-Length")
-        if length.isdigit() and int(length) > max_bytes:
+        announced = decimal(length)
+        if announced is not None and announced > max_bytes:
             raise UrlError(over)
         parts: list[bytes] = []
         total = 0
@@ -394,12 +396,12 @@ class _HttpRanges(io.RawIOBase):
 def _total_size(got: _HttpGet) -> int:
     """The file's size from a response to a range request: its Content-Range, or the
     Content-Length of a whole answer."""
-    total = got.header("Content-Range").rpartition("/")[2]
-    if got.status == 206 and total.isdigit():
-        return int(total)
-    length = got.header("Content-Length")
-    if got.status == 200 and length.isdigit():
-        return int(length)
+    total = decimal(got.header("Content-Range").rpartition("/")[2])
+    if got.status == 206 and total is not None:
+        return total
+    length = decimal(got.header("Content-Length"))
+    if got.status == 200 and length is not None:
+        return length
     raise UrlError("the server gives no size for this file (reading it needs one)")
 
 
@@ -537,6 +539,14 @@ def _listing_error(url: str, protocol: str, exc: BaseException) -> str:
     return f"{url}: cannot list: {_remote_error(exc)}"
 
 
+def _listed_size(value: Any) -> int:
+    """An object's size as a listing gives it (a number, or text from a server's header);
+    0, for the reader to find out, when it is none."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return decimal(value) or 0 if isinstance(value, str | bytes) else 0
+
+
 def info_time_ns(info: dict[str, Any]) -> int | None:
     """An object's modification time from an fsspec listing: `LastModified` (S3), `mtime`
     (most others), `updated` (GCS), as a datetime, a number of seconds or an ISO string."""
@@ -545,8 +555,8 @@ def info_time_ns(info: dict[str, Any]) -> int | None:
         if isinstance(value, datetime):
             stamp = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
             return int(stamp.timestamp() * 1e9)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-            return int(value * 1e9)
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e11:
+            return int(value * 1e9)  # seconds (1e11: year 5138; inf and NaN are no time)
         if isinstance(value, str):
             try:
                 parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -602,7 +612,7 @@ class Remote(Source):
                 continue
             size = info.get("size")
             yield Listed(
-                relative, self._url(path), handle=(path, int(size or 0), info_time_ns(info))
+                relative, self._url(path), handle=(path, _listed_size(size), info_time_ns(info))
             )
 
     def _http_listing(self) -> list[tuple[str, str]]:

@@ -83,9 +83,11 @@ def parse_json(
     return _JSON_LOADS(text, object_pairs_hook=object_pairs_hook)
 
 
-def parse_json_prefix(text: str) -> tuple[Any, int]:
-    """The JSON value `text` starts with and where it ends (`json.JSONDecoder.raw_decode`)."""
-    return _JSON_PREFIX(text)
+def parse_json_prefix(text: str, start: int = 0) -> tuple[Any, int]:
+    """The JSON value `text` holds at `start` and where it ends, as an index into `text`
+    (`json.JSONDecoder.raw_decode`: no copy of the rest is made, so reading many values one
+    after another costs the text once)."""
+    return _JSON_PREFIX(text, start)
 
 
 def decode_pickle(data: bytes) -> Decoded:

@@ -49,6 +49,7 @@ class DumpFile:
     fetch: Fetch | None = None
     trace: DumpFile | None = None  # the rank's Execution Trace, read with its dump (`traces`)
     op_groups: tuple[str | None, ...] = ()  # a gloo trace's ops' groups (`traces.settle_groups`)
+    shown: int = 0  # the ranks the source's files show (highest + 1): what a size alone may claim
 
     @property
     def where(self) -> str:

@@ -11,6 +11,7 @@ import math
 import re
 from typing import Any
 
+from ..model.numbers import decimal
 from ..model.ops import P2P_OPS, UNPAIRED_P2P_OPS
 from ..model.ranks import MAX_RANK
 from ..model.records import ANY_SOURCE, UNKNOWN_PEER, Frame, P2PKind
@@ -127,10 +128,11 @@ def _parse_ranks_uncached(value: Any) -> tuple[int, ...] | None:
         text = value.strip()
         if not (text.startswith("[") and text.endswith("]")):
             return None
-        items = [part.strip() for part in text[1:-1].split(",") if part.strip()]
-        if not all(item.isascii() and item.isdigit() and len(item) <= 7 for item in items):
+        parts = [part.strip() for part in text[1:-1].split(",")]
+        numbers = [decimal(part, MAX_RANK) for part in parts if part]
+        if None in numbers:
             return None
-        ranks = [int(item) for item in items]
+        ranks = [n for n in numbers if n is not None]
     elif isinstance(value, list | tuple):
         if not all(type(v) is int for v in value):
             return None
@@ -187,9 +189,10 @@ def _peer(text: str) -> int:
     text = text.strip()
     if text == "?":
         return ANY_SOURCE
-    if not (text.isascii() and text.isdigit()) or len(text) > 7 or int(text) > MAX_RANK:
+    rank = decimal(text, MAX_RANK)
+    if rank is None:
         raise EntryError(f"bad peer rank {short(text, 20)}")
-    return int(text)
+    return rank
 
 
 _Cached = tuple[int, int] | EntryError  # (code, items it stands for) or why it is unusable

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .dump import RankDump
+from .numbers import name_order
 from .ops import ALL_GATHER_OPS, REDUCE_SCATTER_OPS
 from .ranks import MAX_RANK, compact, label
 from .records import Finding, FindingKind, Group, MembershipSource, UnreadableDump
@@ -43,10 +44,6 @@ class GroupTable:
     def members(self, uid: int) -> tuple[int, ...]:
         """The global ranks of group `uid`, ascending."""
         return self.groups[uid].ranks
-
-
-def _sort_key(name: str) -> tuple[int, int | str]:
-    return (0, int(name)) if name.isdigit() else (1, name)
 
 
 class _MemberSets:
@@ -87,9 +84,16 @@ def build_groups(
     for dump in dumps:
         for name, claim in dump.claims.items():
             claimed[(dump.rank, name)] = sets.id_of(claim.ranks)
-    known = set(loaded) | {u.rank for u in unreadable if u.rank is not None}
+    known = set(loaded)
     for members in sets.sets:
         known.update(members)
+    # An unreadable file's rank (from its name alone) counts only within the job the readable
+    # files show: a junk `rank_8` beside an 8-rank job, or a stray `rank_1048575`, is listed
+    # as unreadable, never made a member (nor a culprit) nor the job's size.
+    shown = max(known, default=-1)
+    known.update(
+        u.rank for u in unreadable if u.rank is not None and (u.rank <= shown or u.job_named)
+    )
     world_size = max(known) + 1 if known else 0
 
     # Which group names each rank's entries use, and with which descriptions.
@@ -154,7 +158,7 @@ def build_groups(
         for desc, count in entry_names.get(rank, {}).get(name, Counter()).items():
             descs[(name, set_id)][desc] += count
 
-    keys = sorted(source, key=lambda k: (_sort_key(k[0]), sets.sets[k[1]]))
+    keys = sorted(source, key=lambda k: (name_order(k[0]), sets.sets[k[1]]))
     uid_of = {key: uid for uid, key in enumerate(keys)}
     groups = []
     for uid, key in enumerate(keys):
@@ -175,10 +179,11 @@ def build_groups(
         pair_uid[i] = uid_of[(name, members_of[(rank, name)])]
     entry_group = pair_uid[table.pair] if table.n else np.empty(0, dtype=np.int32)
 
-    unreadable_ranks = {u.rank for u in unreadable if u.rank is not None}
+    within = {u.rank for u in unreadable if u.rank is not None and u.rank < world_size}
     groups, world_size = _complete_by_size_rules(
-        groups, table, entry_group, set(loaded) | unreadable_ranks, world_size, len(loaded)
+        groups, table, entry_group, set(loaded) | within, world_size, len(loaded)
     )
+    unreadable_ranks = {u.rank for u in unreadable if u.rank is not None and u.rank < world_size}
     all_members: set[int] = set()
     for g in groups:
         all_members.update(g.ranks)
@@ -501,7 +506,7 @@ def _conflicts(
     by_name: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for (rank, name), set_id in claimed.items():
         by_name[name][set_id].append(rank)
-    for name, variants in sorted(by_name.items(), key=lambda kv: _sort_key(kv[0])):
+    for name, variants in sorted(by_name.items(), key=lambda kv: name_order(kv[0])):
         disagree: set[int] = set()
         for set_id, claimants in variants.items():
             for member in sets[set_id]:

@@ -155,6 +155,7 @@ class UnreadableDump:
     file: str
     rank: int | None
     reason: str
+    job_named: bool = False  # the job itself names the rank (a live fetch's manifest), not a file
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ..model.groups import GroupTable
 from ..model.ranks import compact
 from ..model.records import ANY_SOURCE, STATE_NAMES, Group, P2PKind, State, UnitKind, seq_id
 from ..model.table import EntryTable
+from .presentation import names_cut
 
 MARK = "!"
 """Prefix of a cell that deviates at its sequence id, or of an op a rank never issued."""
@@ -353,7 +354,7 @@ def _blocks(
 
 
 def _wrapped(text: str, width: int) -> str:
-    return "\n".join(textwrap.wrap(text, max(width, 20), break_on_hyphens=False)) + "\n"
+    return "\n".join(textwrap.wrap(names_cut(text), max(width, 20), break_on_hyphens=False)) + "\n"
 
 
 def _ended(line: Text) -> Text:
@@ -374,7 +375,7 @@ def _cut(text: str) -> str:
 
 def _cell(table: EntryTable, row: int, group: Group, stack: bool) -> str:
     name = table.profiling_names[int(table.pname[row])]
-    op = _op_text(table, row, group, name.partition(":")[2] or name)
+    op = names_cut(_op_text(table, row, group, name.partition(":")[2] or name))
     state = STATE_NAMES[State(int(table.state[row]))]
     if bool(table.retired[row]):
         state += ",retired"

@@ -34,6 +34,7 @@ from typing import IO
 from ..errors import OutputError
 from ..load.common import file_kind, printable
 from ..load.sources import Directory, Source
+from ..model.numbers import decimal
 
 STDOUT = "-"
 """The output path that means standard output."""
@@ -70,7 +71,7 @@ def is_stdout(path: Path | None) -> bool:
 def _descriptor_of(text: str) -> int | None:
     if not _DESCRIPTOR_PATHS.fullmatch(text):
         return None
-    return _NAMED_DESCRIPTORS.get(text) or int(text.rsplit("/", 1)[-1])
+    return _NAMED_DESCRIPTORS.get(text) or decimal(text.rsplit("/", 1)[-1])
 
 
 def destination(path: Path) -> Destination:

@@ -9,6 +9,7 @@ a record reads the same in every output. Nothing here prints.
 from __future__ import annotations
 
 import datetime
+import re
 import shlex
 from collections import defaultdict
 from collections.abc import Sequence
@@ -109,16 +110,16 @@ def wrap(text: str, width: int, indent: str = "", hang: str | None = None) -> li
     hang = indent + "  " if hang is None else hang
     room = max(width - len(hang), 8)
     pieces: list[tuple[str, bool]] = []  # (piece, joined to the previous one without a space)
-    for word in text.split():
+    for word in names_cut(text).split():
         if len(word) <= room:
             pieces.append((word, False))
             continue
         first = True
         for part in _comma_parts(word):
-            while len(part) > room:
-                pieces.append((part[:room], not first))
-                part, first = part[room:], False
-            pieces.append((part, not first))
+            for at in range(0, len(part) - room, room):  # cut in place: linear in the part
+                pieces.append((part[at : at + room], not first))
+                first = False
+            pieces.append((part[(max(len(part) - 1, 0) // room) * room :], not first))
             first = False
     lines: list[str] = []
     line = indent
@@ -133,6 +134,24 @@ def wrap(text: str, width: int, indent: str = "", hang: str | None = None) -> li
     if not fresh or not lines:
         lines.append(line)
     return lines
+
+
+NAME_SHOWN = 1024
+"""Most characters printed of one name (a word with no comma: an op, a group, a path); a
+longer one (an op named by 16 MiB of text) is cut, and says how long it is."""
+
+
+_LONG_NAME = re.compile(rf"[^\s,]{{{NAME_SHOWN + 1},}}")
+
+
+def _cut(found: re.Match[str]) -> str:
+    return f"{found[0][:NAME_SHOWN]}…({len(found[0]):,}-character name cut)"
+
+
+def names_cut(text: str) -> str:
+    """`text` with every name in it (a run with no space or comma) cut to `NAME_SHOWN`
+    characters; in one pass, however long."""
+    return _LONG_NAME.sub(_cut, text) if len(text) > NAME_SHOWN else text
 
 
 def _comma_parts(word: str) -> list[str]:
@@ -300,7 +319,8 @@ def next_steps(analysis: Analysis) -> list[NextStep]:
     seq = root.collective_seq_id
     members = root.group.ranks if root.group is not None else ()
     culprit = root.ranks[0] if root.ranks else 0
-    peers = sorted((r for r in members if r not in root.ranks), key=lambda r: abs(r - culprit))
+    culprits = set(root.ranks)  # a world of ranks without a dump: tens of thousands
+    peers = sorted((r for r in members if r not in culprits), key=lambda r: abs(r - culprit))
     shown = sorted({*root.ranks[:PEERS_SHOWN], *peers[:PEERS_SHOWN]})
     timeline = ["fr-analyze", "timeline", *where, "--selected-ranks", ranks.compact(shown)]
     if seq is not None:

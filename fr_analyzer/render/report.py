@@ -39,6 +39,7 @@ from .presentation import (
     confidence_line,
     fit,
     fold_symptoms,
+    names_cut,
     next_steps,
     op_text,
     plural,
@@ -78,7 +79,10 @@ def table(
     limits = list(widths)
     while True:
         text = tabulate(
-            [[_wrap(str(c), w) for c, w in zip(row, limits, strict=False)] for row in rows],
+            [
+                [_wrap(names_cut(str(c)), w) for c, w in zip(row, limits, strict=False)]
+                for row in rows
+            ],
             headers=list(headers),
             tablefmt="simple",
             disable_numparse=True,

@@ -38,6 +38,7 @@ import numpy.typing as npt
 from ..conclusion import Judged, Role
 from ..match.findings import sentence
 from ..model.arrays import distinct
+from ..model.numbers import decimal
 from ..model.ranks import compact
 from ..model.records import INPUT_KINDS, STATE_NAMES, State, UnitKind, seq_id
 from ..pipeline import Analysis
@@ -745,9 +746,9 @@ def overlay(analysis: Analysis, shift_ns: dict[int, int]) -> Iterator[dict[str, 
 def parse_seq(text: str) -> tuple[int, int]:
     """`"3:9"` → (3, 9); used by the CLI's --seq."""
     low, sep, high = text.partition(":")
-    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+    a, b = decimal(low.strip()), decimal(high.strip())
+    if not sep or a is None or b is None:
         raise ValueError(f"expected A:B, got {text!r}")
-    a, b = int(low), int(high)
     if b < a:
         raise ValueError(f"empty range {text!r}")
     return a, b

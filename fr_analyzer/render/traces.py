@@ -22,11 +22,13 @@ from typing import IO, Any
 
 from ..errors import FrAnalyzerError
 from ..load.safety import parse_json
+from ..model.numbers import decimal
+from ..model.ranks import MAX_RANK
 from .output import atomic_writer
 
 _HEAD_BYTES = 1 << 20
-_RANK_IN_NAME = re.compile(r"(\d+)(?:\.pt)?\.json(?:\.gz)?$")
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"([0-9]+)(?:\.pt)?\.json(?:\.gz)?$")
+_STEP = re.compile(r"^ProfilerStep#([0-9]+)$")
 _RENAMED_META = frozenset(
     {"process_name", "process_sort_index", "thread_name", "thread_sort_index", "process_labels"}
 )
@@ -128,8 +130,9 @@ def _rank_of(data: dict[str, Any], path: Path) -> tuple[int, str]:
         if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
             return rank, "trace"
     found = _RANK_IN_NAME.search(path.name)
-    if found:
-        return int(found.group(1)), "file name"
+    number = decimal(found.group(1), MAX_RANK) if found else None
+    if number is not None:
+        return number, "file name"
     raise TraceError(
         f"{path}: cannot tell the rank (no distributedInfo.rank in the trace and "
         "no rank number in the file name)"
@@ -214,7 +217,8 @@ def _step_window(
         if e.get("ph") != "X" or not isinstance(name, str):
             continue
         found = _STEP.match(name)
-        if found and low <= int(found.group(1)) <= high:
+        step = decimal(found.group(1)) if found else None
+        if step is not None and low <= step <= high:
             ts, dur = _number(e.get("ts")), _number(e.get("dur")) or 0.0
             if ts is not None:
                 spans.append((ts, ts + dur))

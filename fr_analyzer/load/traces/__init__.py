@@ -40,6 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...model.ranks import MAX_RANK
+from ..limits import LIMITS
 from ..safety import parse_json, parse_json_prefix
 from .dispatcher import Op, assign, dispatcher_ops, from_dispatcher
 from .merge import merge
@@ -49,11 +51,14 @@ from .records import from_records
 __all__ = [
     "INIT_NODE",
     "Converted",
+    "GlooOps",
     "TraceError",
+    "gloo_ops",
     "is_execution_trace",
     "looks_like_trace",
     "merge",
     "read_truncated",
+    "settle",
     "settle_groups",
     "to_dump",
 ]
@@ -105,11 +110,10 @@ def read_truncated(text: str) -> tuple[dict[str, Any], int]:
         if at >= size or text[at] != "{":
             break
         try:
-            node, length = parse_json_prefix(text[at:])
+            node, at = parse_json_prefix(text, at)  # no slice per node: linear in the text
         except ValueError:
             break  # the node the rank was writing when it stopped
         nodes.append(node)
-        at += length
     header["nodes"] = nodes
     return header, len(nodes)
 
@@ -130,33 +134,75 @@ def _nodes(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     )
 
 
-def settle_groups(traces: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[str | None, ...]]:
-    """For gloo traces (no `record_param_comms`), the group of each rank's ops that a look at
-    every rank's trace settles (`dispatcher.assign`), by rank; {} for other traces."""
-    ops: dict[int, list[Op]] = {}
+def believed_ranks(shown: int) -> int:
+    """The most ranks a trace's group given by a size alone is believed for, when the files
+    show `shown` ranks (their highest rank + 1; 0: unknown, then the largest rank anywhere)."""
+    if shown <= 0:
+        return MAX_RANK + 1
+    return min(MAX_RANK + 1, LIMITS.claimed_world_factor * shown)
+
+
+@dataclass(frozen=True)
+class GlooOps:
+    """One rank's gloo trace as `settle` weighs it: its ops (before their groups are chosen)
+    and its groups. Small beside the trace: what a worker that parsed it sends back."""
+
+    ops: tuple[Op, ...]
+    groups: Mapping[str, Group]
+
+
+def gloo_ops(trace: Any, rank: int, shown: int) -> GlooOps | None:
+    """A gloo trace's ops and groups (`shown`: see `believed_ranks`); None when `trace` is
+    no Execution Trace or is one that names its groups (NCCL's `record_param_comms`)."""
+    if not is_execution_trace(trace):
+        return None
+    nodes = _nodes(trace)
+    if any(n.get("name") == RECORD_NODE for n in nodes):
+        return None
+    groups = groups_of(nodes, believed_ranks(shown))
+    return GlooOps(tuple(dispatcher_ops(nodes, groups, rank)), groups)
+
+
+def settle(found: Mapping[int, GlooOps]) -> dict[int, tuple[str | None, ...]]:
+    """The group of each rank's ops that a look at every rank's gloo trace settles
+    (`dispatcher.assign`), by rank."""
     every: dict[str, Group] = {}
-    for rank, trace in traces.items():
-        if not is_execution_trace(trace):
-            return {}
-        nodes = _nodes(trace)
-        if any(n.get("name") == RECORD_NODE for n in nodes):
-            return {}
-        groups = groups_of(nodes)
-        every.update(groups)
-        ops[rank] = dispatcher_ops(nodes, groups, rank)
+    for one in found.values():
+        every.update(one.groups)
+    ops = {rank: list(one.ops) for rank, one in found.items()}
     return {rank: tuple(chosen) for rank, chosen in assign(ops, every).items()}
 
 
-def to_dump(trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = ()) -> Converted:
+def settle_groups(
+    traces: Mapping[int, Mapping[str, Any]], shown: int = 0
+) -> dict[int, tuple[str | None, ...]]:
+    """For gloo traces (no `record_param_comms`), the group of each rank's ops that a look at
+    every rank's trace settles (`dispatcher.assign`), by rank; {} for other traces. `shown`:
+    the ranks the files show (`believed_ranks`), else those of `traces`."""
+    shown = shown or max(traces, default=-1) + 1
+    found: dict[int, GlooOps] = {}
+    for rank, trace in traces.items():
+        one = gloo_ops(trace, rank, shown)
+        if one is None:
+            return {}
+        found[rank] = one
+    return settle(found)
+
+
+def to_dump(
+    trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = (), shown: int = 0
+) -> Converted:
     """The Flight Recorder form of one rank's Execution Trace (see the module docstring);
-    `chosen`: the groups of a gloo trace's ops that `settle_groups` settled."""
+    `chosen`: the groups of a gloo trace's ops that `settle_groups` settled; `shown`: the
+    ranks the files show, within which a group's size alone is believed (`believed_ranks`)."""
     nodes = _nodes(trace)
-    groups = groups_of(nodes)
+    most = believed_ranks(max(shown, rank + 1) if shown > 0 else 0)
+    groups = groups_of(nodes, most)
     world = world_size(groups)
     records = [n for n in nodes if n.get("name") == RECORD_NODE]
     notes: list[str] = []
     if records:
-        entries = from_records(nodes, groups, rank)
+        entries = from_records(nodes, groups, rank, most)
     else:
         entries, inferred = from_dispatcher(nodes, groups, rank, chosen)
         notes.append(
@@ -164,6 +210,14 @@ def to_dump(trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = 
             "rank's trace (which groups each op fits, and which members have it next)"
             + (", else counted on the default group" if inferred else "")
             + "; the answer's group is inferred"
+        )
+    unbelieved = [g for g in groups.values() if g.unbelieved]
+    if unbelieved:
+        shown_names = ", ".join(f"{g.name[:40]!r} of {g.unbelieved:,}" for g in unbelieved[:3])
+        notes.append(
+            f"its Execution Trace gives group(s) {shown_names} ranks by size"
+            f" alone, past {most:,} ({LIMITS.claimed_world_factor}x the ranks the files show):"
+            " not believed, the job is what the files show"
         )
     config = {
         g.name: {

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...model.numbers import decimal
 from ..safety import parse_json
 
 INIT_NODE = "## process_group:init ##"
@@ -46,10 +47,14 @@ class Group:
     desc: str
     backend: str
     ranks: tuple[int, ...]
+    unbelieved: int = 0  # a size the trace gave alone, past what the files show (`most`)
 
 
-def groups_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Group]:
-    """The groups of the init records (the last record of a group wins), by name."""
+def groups_of(nodes: Sequence[Mapping[str, Any]], most: int) -> dict[str, Group]:
+    """The groups of the init records (the last record of a group wins), by name. A group
+    listed as `[]` with a `group_size` (every rank) is believed up to `most` ranks: the size
+    alone costs nothing to write (`"group_size": 100000000` in a 20 kB trace), so past that it
+    is named (`Group.unbelieved`) and the job is what the files show."""
     found: dict[str, Group] = {}
     for node in nodes:
         if node.get("name") != INIT_NODE:
@@ -72,13 +77,18 @@ def groups_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Group]:
                 tuple(r for r in ranks if isinstance(r, int)) if isinstance(ranks, list) else ()
             )
             size = item.get("group_size")
-            if not members and isinstance(size, int) and size > 0:
-                members = tuple(range(size))  # `[]`: every rank
+            unbelieved = 0
+            if not members and type(size) is int and size > 0:
+                if size <= most:
+                    members = tuple(range(size))  # `[]`: every rank
+                else:
+                    unbelieved = size
             found[name] = Group(
                 name,
                 str(item.get("pg_desc", "")),
                 backend_of(str(item.get("backend_config", ""))),
                 members,
+                unbelieved,
             )
     return found
 
@@ -101,16 +111,22 @@ def backend_of(config: str) -> str:
 
 
 def group_from_record(
-    groups: dict[str, Group], name: str, desc: str, start: int, stride: int, size: int
+    groups: dict[str, Group],
+    name: str,
+    desc: str,
+    strided: tuple[int, int, int],
+    most: int,
 ) -> Group:
     """The group a record names; one the init record lacks is built from the record's
-    strided member list (`global_rank_start`, `global_rank_stride`, `group_size`)."""
+    strided member list (`global_rank_start`, `global_rank_stride`, `group_size`), believed
+    when its ranks stay below `most` (see `groups_of`)."""
     group = groups.get(name)
     if group is None:
-        members = (
-            tuple(start + i * stride for i in range(size)) if start >= 0 and stride > 0 else ()
-        )
-        group = groups[name] = Group(name, desc, "nccl", members)
+        start, stride, size = strided
+        fits = start >= 0 and stride > 0 and start + (size - 1) * stride < most
+        members = tuple(start + i * stride for i in range(size)) if fits else ()
+        unbelieved = size if not fits and size > 0 else 0
+        group = groups[name] = Group(name, desc, "nccl", members, unbelieved)
     return group
 
 
@@ -204,7 +220,7 @@ def entry(
     in_shapes, in_dtypes, out_shapes, out_dtypes = sizes
     return {
         "record_id": len(entries),
-        "pg_id": int(group.name) if group.name.isdigit() else 0,
+        "pg_id": decimal(group.name) or 0,
         "process_group": (group.name, group.desc),
         "collective_seq_id": coll,
         "p2p_seq_id": p2p,

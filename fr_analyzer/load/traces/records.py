@@ -44,9 +44,10 @@ _SETUP = frozenset({"init", "broadcastUniqueNCCLID"})
 
 
 def from_records(
-    nodes: Sequence[Mapping[str, Any]], groups: dict[str, Group], rank: int
+    nodes: Sequence[Mapping[str, Any]], groups: dict[str, Group], rank: int, most: int
 ) -> list[dict[str, Any]]:
-    """Entries from `record_param_comms` nodes (and the blocks' `coalesced` markers)."""
+    """Entries from `record_param_comms` nodes (and the blocks' `coalesced` markers); a
+    group only a record names is believed up to `most` ranks (`nodes.group_from_record`)."""
     kids = children(nodes)
     entries: list[dict[str, Any]] = []
     coll_seq: dict[str, int] = {}
@@ -68,7 +69,7 @@ def from_records(
         if parsed is None:
             continue
         seq, is_p2p, pg_name, pg_desc, peer, collective, start, stride, size = parsed
-        group = group_from_record(groups, pg_name, pg_desc, start, stride, size)
+        group = group_from_record(groups, pg_name, pg_desc, (start, stride, size), most)
         if collective in _SETUP:
             continue
         if collective == "wait":
