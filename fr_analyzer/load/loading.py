@@ -10,7 +10,7 @@ import pickle
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -129,12 +129,23 @@ def merged_with_trace(raw: Raw, trace: Raw, rank: int, where: str) -> Raw:
     return Raw(raw.obj, raw.nbytes + trace.nbytes, notes, raw.not_decoded)
 
 
-def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
+@dataclass(frozen=True)
+class Settled:
+    """Rank files with the groups of their gloo trace ops settled (`with_settled_groups`)."""
+
+    files: Sequence[DumpFile]
+    # the same files with another assignment that lets as many ops pass and leaves the job
+    # stopped elsewhere (`traces.Settlement.other`): its verdict may differ; None: there is none
+    other: Sequence[DumpFile] | None = None
+    notes: tuple[str, ...] = ()  # job-wide warnings (the search was past its budget)
+
+
+def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Settled:
     """Local gloo Execution Traces with the groups of their ops settled across every rank
     (`traces.settle_groups`): read once here, before the workers read them again. Other
     files as they are (a first file that is no gloo trace ends the look)."""
     if not files or any(f.fetch is not None for f in files):
-        return files
+        return Settled(files)
     found: dict[int, Any] = {}
     for index, dump_file in enumerate(files):
         try:
@@ -142,12 +153,17 @@ def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[D
         except (DumpError, MemoryError, RecursionError):
             continue
         if not traces.is_execution_trace(raw.obj):
-            return files
-        if index == 0 and not traces.settle_groups({dump_file.rank: raw.obj}):
-            return files  # NCCL's trace names its groups
+            return Settled(files)
+        if index == 0 and not traces.settle_groups({dump_file.rank: raw.obj}).chosen:
+            return Settled(files)  # NCCL's trace names its groups
         found[dump_file.rank] = raw.obj
     settled = traces.settle_groups(found)
-    return [replace(f, op_groups=settled.get(f.rank, ())) for f in files]
+    other = settled.other
+    return Settled(
+        [replace(f, op_groups=settled.chosen.get(f.rank, ())) for f in files],
+        None if other is None else [replace(f, op_groups=other.get(f.rank, ())) for f in files],
+        (settled.warning,) if settled.warning else (),
+    )
 
 
 _READ_AGAIN = frozenset({Fallback.SLOWER_READER_NEEDED, Fallback.ENTRIES_NEEDED})

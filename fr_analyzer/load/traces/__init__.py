@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..safety import parse_json, parse_json_prefix
-from .dispatcher import Op, assign, dispatcher_ops, from_dispatcher
+from .assign import Settlement, settle
+from .dispatcher import Op, dispatcher_ops, from_dispatcher
 from .merge import merge
 from .nodes import INIT_NODE, RECORD_NODE, Group, groups_of, world_size
 from .records import from_records
@@ -49,6 +50,7 @@ from .records import from_records
 __all__ = [
     "INIT_NODE",
     "Converted",
+    "Settlement",
     "TraceError",
     "is_execution_trace",
     "looks_like_trace",
@@ -130,21 +132,22 @@ def _nodes(trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     )
 
 
-def settle_groups(traces: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[str | None, ...]]:
+def settle_groups(traces: Mapping[int, Mapping[str, Any]]) -> Settlement:
     """For gloo traces (no `record_param_comms`), the group of each rank's ops that a look at
-    every rank's trace settles (`dispatcher.assign`), by rank; {} for other traces."""
+    every rank's trace settles (`assign.settle`); no groups (`chosen` {}) for other traces."""
     ops: dict[int, list[Op]] = {}
     every: dict[str, Group] = {}
     for rank, trace in traces.items():
         if not is_execution_trace(trace):
-            return {}
+            return Settlement({})
         nodes = _nodes(trace)
         if any(n.get("name") == RECORD_NODE for n in nodes):
-            return {}
+            return Settlement({})
         groups = groups_of(nodes)
         every.update(groups)
         ops[rank] = dispatcher_ops(nodes, groups, rank)
-    return {rank: tuple(chosen) for rank, chosen in assign(ops, every).items()}
+    cut = frozenset(rank for rank, trace in traces.items() if "finish_ts" not in trace)
+    return settle(ops, every, cut)
 
 
 def to_dump(trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = ()) -> Converted:
