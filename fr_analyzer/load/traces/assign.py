@@ -19,9 +19,10 @@ is cut, and the whole search is bounded in nodes (`NODE_BUDGET`, over every widt
 (`OP_BUDGET`): past either before the first width is done, the caller falls back to the greedy
 settle (`dispatcher.assign`) and says so.
 
-Which assignment is likelier, among those that let as many ops pass: the one with fewer
-collectives that pass as a disagreement, then the search's order (a larger group runs first:
-the world before a pair; the default group first among groups of one size). Where the job
+Which assignment is likelier, among those that let as many ops pass alike (the same op and
+size): the one where more pass as a disagreement (the same op, other sizes: one collective
+that went wrong, not ops that belong elsewhere), then the search's order (a larger group runs
+first: the world before a pair; the default group first among groups of one size). Where the job
 stopped, the ops left waiting are put, a party at a time, on the group that most of them (of one
 op and size) may be on, then on the one with the fewest members absent from them that could be
 what they wait for (a member waiting elsewhere, or one whose trace was cut after its last op
@@ -81,7 +82,7 @@ class Settlement:
 
 
 Score = tuple[int, int]
-"""(ops passed, -collectives passed as a disagreement): larger is likelier."""
+"""(ops passed alike, ops passed as a disagreement): larger is likelier."""
 
 Sig = tuple[frozenset[tuple[int, int]], frozenset[int]]
 """Where a reading leaves the job: (rank index, group class) of each op left waiting, and the
@@ -110,7 +111,8 @@ class _Step:
     that had no choice)."""
 
     state: State
-    passed: int
+    passed: int  # ops passed alike (the same op and size on every member)
+    loose: int  # ops passed as a disagreement (the same op, other sizes)
     disagreed: frozenset[int]
     fired: tuple[int, ...]  # the group class of each collective run, in order
 
@@ -217,7 +219,12 @@ class _Search:
         return passed
 
     def _forced(
-        self, at: list[int], allow: list[int], passed: int, disagreed: set[int], fired: list[int]
+        self,
+        at: list[int],
+        allow: list[int],
+        passed: tuple[int, int],
+        disagreed: set[int],
+        fired: list[int],
     ) -> _Step:
         """Every move with no choice (each member's next op can go nowhere else), then the
         state reached."""
@@ -232,18 +239,20 @@ class _Search:
                     continue
                 gained = self._run(c, at, allow)
                 if kind == 2:
-                    passed += gained
+                    passed = (passed[0] + gained, passed[1])
                 else:
+                    passed = (passed[0], passed[1] + gained)
                     disagreed.add(c)
                 fired.append(c)
                 moved = True
-        return _Step((tuple(at), tuple(allow)), passed, frozenset(disagreed), tuple(fired))
+        state = (tuple(at), tuple(allow))
+        return _Step(state, passed[0], passed[1], frozenset(disagreed), tuple(fired))
 
     def start(self) -> _Step:
         """The first state, after the moves with no choice."""
         at = [0] * len(self.ranks)
         allow = [self._head(i, 0) for i in range(len(self.ranks))]
-        return self._forced(at, allow, 0, set(), [])
+        return self._forced(at, allow, (0, 0), set(), [])
 
     def children(self, state: State) -> list[_Step]:
         """The moves from a state where something can run: the most likely group runs its
@@ -256,9 +265,8 @@ class _Search:
         kind, c = -ready[0][0], ready[0][1]
         run_at, run_allow = list(at), list(allow)
         gained = self._run(c, run_at, run_allow)
-        run = self._forced(
-            run_at, run_allow, gained if kind == 2 else 0, set() if kind == 2 else {c}, [c]
-        )
+        alike = (gained, 0) if kind == 2 else (0, gained)
+        run = self._forced(run_at, run_allow, alike, set() if kind == 2 else {c}, [c])
         steps = [run]
         choosy = next(
             (i for i in self.members[c] if allow[i] != 1 << c and at[i] >= self.floor[i]), None
@@ -266,7 +274,7 @@ class _Search:
         if choosy is not None:
             off_at, off_allow = list(at), list(allow)
             off_allow[choosy] &= ~(1 << c)
-            steps.append(self._forced(off_at, off_allow, 0, set(), []))
+            steps.append(self._forced(off_at, off_allow, (0, 0), set(), []))
         return steps
 
     # -- bounds and ends ----------------------------------------------------------------------
@@ -398,7 +406,7 @@ class _Search:
                     continue
                 score = reading.score
                 mine = _Reading(
-                    (score[0] + step.passed, score[1] - len(step.disagreed)),
+                    (score[0] + step.passed, score[1] + step.loose),
                     (reading.sig[0], reading.sig[1] | step.disagreed),
                     n,
                     via,
