@@ -67,8 +67,9 @@ def gloo_trace(groups: dict[str, tuple[int, ...]], steps: list[Step], world: int
 def write_job(
     where: Path, groups: dict[str, tuple[int, ...]], ranks: dict[int, list[Step]]
 ) -> Path:
-    for rank, steps in ranks.items():
-        trace = gloo_trace(groups, steps, len(ranks))
+    for rank, steps in ranks.items():  # the init record lists the groups the rank is in
+        mine = {name: members for name, members in groups.items() if rank in members}
+        trace = gloo_trace(mine, steps, len(ranks))
         (where / f"rank-{rank}.et.json").write_text(json.dumps(trace))
     return where
 
@@ -112,13 +113,14 @@ def test_the_search_puts_the_world_ops_on_the_world_and_the_pairs_on_the_pair() 
 
 
 def test_a_healthy_two_rank_job_with_one_rank_groups_is_ok(tmp_path: Path) -> None:
-    # GIVEN each rank in the world and in a group of its own (new_group([rank])), every step
-    # an all_reduce on its own group and an all_reduce and a broadcast on the world, of one
-    # size: each of rank 0's ops fits its own group as well as the world
-    groups = {"0": (0, 1), "1": (0,), "2": (1,)}
-    steps: list[Step] = [AR, AR, ("broadcast", 16)] * 3
-    analysis = run(write_job(tmp_path, groups, {0: steps, 1: steps}))
-    # THEN it reads as the healthy job it is: the ops both ranks have next pass on the world
+    # GIVEN rank 0 in a group of its own (new_group([0])) beside the world; every step, rank 0
+    # runs an all_reduce on its own group, then both an all_reduce and a broadcast on the
+    # world, all of one size: each all_reduce of rank 0 fits its own group as well
+    groups = {"0": (0, 1), "1": (0,)}
+    ranks = {0: [AR, AR, ("broadcast", 16)] * 3, 1: [AR, ("broadcast", 16)] * 3}
+    analysis = run(write_job(tmp_path, groups, ranks))
+    # THEN it reads as the healthy job it is (the greedy settle pulled both of rank 0's
+    # all_reduces onto its own group: an op-type mismatch on the world)
     assert analysis.conclusion.status.value == "ok", analysis.conclusion.answer
     assert analysis.conclusion.confidence.value == "high"
 

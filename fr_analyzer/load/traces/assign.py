@@ -210,13 +210,11 @@ class _Search:
         return 1 if len({k[0] for k in keys}) == 1 else 0
 
     def _run(self, c: int, at: list[int], allow: list[int]) -> int:
-        """Run a collective of class `c`: every member moves on; the ops passed (weighted)."""
-        passed = 0
+        """Run a collective of class `c`: every member moves on; the ops passed."""
         for i in self.members[c]:
-            passed += 1
             at[i] += 1
             allow[i] = self._head(i, at[i])
-        return passed
+        return len(self.members[c])
 
     def _forced(
         self,
@@ -280,7 +278,7 @@ class _Search:
     # -- bounds and ends ----------------------------------------------------------------------
 
     def bound(self, state: State) -> int:
-        """At most how many more ops can pass (weighted): a rank's ops pass only on groups
+        """At most how many more ops can pass alike: a rank's ops pass only on groups
         whose every member has that many ops left that may be on them."""
         at, allow = state
         runs = []
