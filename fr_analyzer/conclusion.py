@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .diagnosis import Alternative, Confidence, Diagnosis, RootCause, RootKind, Timing
 from .diagnosis.ages import Age, Unknown
@@ -182,6 +182,28 @@ def _alternatives(
                 )
             )
     return tuple(found)
+
+
+_OTHER_GROUPS = (
+    "Flight Recorder dumps of the same job (they name each op's group and sequence id), or "
+    "each rank's stack"
+)
+
+
+def with_other_reading(main: Conclusion, other: Conclusion) -> Conclusion:
+    """`main`, with `other` among its alternatives where its verdict differs (its status, root
+    kind or culprits): `other` is the answer where gloo traces' ops are put on other groups
+    that fit the traces as well (as many ops pass as the job ran them)."""
+
+    def verdict(c: Conclusion) -> tuple[Status, RootKind | None, tuple[int, ...]]:
+        return c.status, c.root.kind if c.root else None, c.root.ranks if c.root else ()
+
+    if verdict(other) == verdict(main):
+        return main
+    said = other.answer.split(". ", 1)[-1].rstrip(".")
+    reading = f"{said}, were the traces' ops on other groups that fit them as well"
+    found = (*main.alternatives, Alternative(other.status, reading, _OTHER_GROUPS))
+    return replace(main, confidence=Confidence.AMBIGUOUS, alternatives=found)
 
 
 def _dump_time(timing: Timing, root: RootCause | None) -> tuple[int | None, str, str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import load as dumps_mod
-from .conclusion import Conclusion, conclude
+from .conclusion import Conclusion, conclude, with_other_reading
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
 from .errors import DiscoveryError
@@ -88,6 +88,9 @@ class Loaded:
     answered: dict[int, int] = field(default_factory=dict)  # rank -> when it answered (live)
     python_stacks: PythonStacks | None = None  # the debug server's (or py-spy's) stacks file
     notes: tuple[str, ...] = ()  # warnings about where the dumps came from
+    # gloo traces: the same files with another assignment of their ops to groups that fits
+    # as well (`load.Settled.other`); None: there is none
+    other_files: Sequence[DumpFile] | None = None
 
 
 def load(where: Path | Source, options: Options, progress: Progress | None = None) -> Loaded:
@@ -101,14 +104,23 @@ def load(where: Path | Source, options: Options, progress: Progress | None = Non
 
 def _load(where: Path | Source, options: Options, progress: Progress | None) -> Loaded:
     found = dumps_mod.discover(where, options.prefix)
+    files: Sequence[DumpFile] = dumps_mod.with_shown(found.files)
+    if not isinstance(found.source, Directory):
+        return _load_files(found, files, options, progress)
+    # gloo traces: each op's group, from every rank's trace
+    settled = dumps_mod.with_settled_groups(files, options.max_file_bytes)
+    got = _load_files(found, settled.files, options, progress)
+    return replace(got, notes=settled.notes + got.notes, other_files=settled.other)
+
+
+def _load_files(
+    found: Discovery, files: Sequence[DumpFile], options: Options, progress: Progress | None
+) -> Loaded:
     source = found.source
     builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
     workers = options.workers
     if workers is None and isinstance(source, Remote):
         workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
-    files: Sequence[DumpFile] = dumps_mod.with_shown(found.files)
-    if isinstance(source, Directory):  # gloo traces: each op's group, from every rank's trace
-        files = dumps_mod.with_settled_groups(files, options.max_file_bytes)
     loaded, unreadable = dumps_mod.load_all(
         source.tasks(files, options.max_file_bytes),
         workers,
@@ -173,7 +185,20 @@ def analyze(
         folders = series_mod.snapshot_folders(where.path)
         if folders is not None:
             return analyze_series([Directory(f) for f in folders], options, progress)
-    return _analyze(load(where, options, progress), options, progress=progress)
+    got = load(where, options, progress)
+    return _with_other_reading(_analyze(got, options, progress=progress), got, options)
+
+
+def _with_other_reading(done: Analysis, got: Loaded, options: Options) -> Analysis:
+    """Where gloo traces fit another assignment of their ops to groups as well
+    (`Loaded.other_files`), that assignment analyzed too: its verdict is named beside the
+    answer when it differs (`conclusion.with_other_reading`)."""
+    if got.other_files is None:
+        return done
+    with collector_paused(), small_pages():
+        other = _load_files(got.found, got.other_files, options, None)
+    found = _analyze(other, options)
+    return replace(done, conclusion=with_other_reading(done.conclusion, found.conclusion))
 
 
 def analyze_series(

@@ -253,7 +253,7 @@ def _free_port() -> int:
         return port
 
 
-def _run_job(out: Path, mode: str) -> Path:
+def _run_job(out: Path, mode: str, world: int = WORLD) -> Path:
     """Run the job's ranks, each in its own process group; kill every one left at the
     deadline, by pid."""
     out.mkdir()
@@ -261,13 +261,13 @@ def _run_job(out: Path, mode: str) -> Path:
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", PYTHONPATH=str(ROOT))
     procs = [
         subprocess.Popen(
-            [sys.executable, str(JOB), str(rank), str(WORLD), port, str(out), mode],
+            [sys.executable, str(JOB), str(rank), str(world), port, str(out), mode],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
         )
-        for rank in range(WORLD)
+        for rank in range(world)
     ]
     deadline = time.monotonic() + JOB_DEADLINE_S
     try:
@@ -298,6 +298,17 @@ def test_a_healthy_gloo_jobs_traces_are_healthy(jobs: dict[str, Path]) -> None:
     assert any(
         "names no group: each op's group is inferred" in w for w in analysis.summary.warnings
     )
+
+
+@pytest.mark.slow
+def test_a_healthy_two_rank_gloo_job_whose_halves_are_one_rank_groups_is_healthy(
+    tmp_path: Path,
+) -> None:
+    # each rank's half is a group of its own: every all_reduce fits it as well as the world
+    pytest.importorskip("torch")
+    analysis = run(_run_job(tmp_path / "two", "healthy", world=2))
+    assert analysis.summary.ranks_loaded == (0, 1)
+    assert status(analysis) == "ok", analysis.conclusion.answer
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, parse_size, printable
 from .discovery import Discovery, discover
-from .loading import load_all, load_rank, with_settled_groups, with_shown
+from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
 from .normalize import build_rank
 from .opening import open_source
 from .reading import read_raw
@@ -66,6 +66,7 @@ __all__ = [
     "RankDump",
     "RankTables",
     "Reader",
+    "Settled",
     "Source",
     "TableBuilder",
     "build_rank",

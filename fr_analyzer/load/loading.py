@@ -10,7 +10,7 @@ import pickle
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -147,22 +147,38 @@ def with_shown(files: Sequence[DumpFile]) -> list[DumpFile]:
     return [replace(f, shown=shown) for f in files]
 
 
-def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Sequence[DumpFile]:
+@dataclass(frozen=True)
+class Settled:
+    """Rank files with the groups of their gloo trace ops settled (`with_settled_groups`)."""
+
+    files: Sequence[DumpFile]
+    # the same files with another assignment that lets as many ops pass and leaves the job
+    # stopped elsewhere (`traces.Settlement.other`): its verdict may differ; None: there is none
+    other: Sequence[DumpFile] | None = None
+    notes: tuple[str, ...] = ()  # job-wide warnings (the search was past its budget)
+
+
+def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Settled:
     """Local gloo Execution Traces with the groups of their ops settled across every rank
     (`traces.settle`). Each trace is parsed in a worker, under the limits a dump is read with
     (`sandbox`), and sends back only its ops; the first file is looked at alone, and one that
     is no gloo trace ends the look. Other files as they are."""
     if not files or any(f.fetch is not None for f in files):
-        return files
+        return Settled(files)
     shown = files_show(files)
     found: dict[int, traces.GlooOps] = {}
     first = _gloo_ops_of(files[:1], max_bytes, shown)
     if not first:
-        return files  # no trace, or NCCL's, which names its groups
+        return Settled(files)  # no trace, or NCCL's, which names its groups
     found.update(first)
     found.update(_gloo_ops_of(files[1:], max_bytes, shown))
     settled = traces.settle(found)
-    return [replace(f, op_groups=settled.get(f.rank, ())) for f in files]
+    other = settled.other
+    return Settled(
+        [replace(f, op_groups=settled.chosen.get(f.rank, ())) for f in files],
+        None if other is None else [replace(f, op_groups=other.get(f.rank, ())) for f in files],
+        (settled.warning,) if settled.warning else (),
+    )
 
 
 _NoOps = str

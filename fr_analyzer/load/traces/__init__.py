@@ -43,7 +43,9 @@ from typing import Any
 from ...model.ranks import MAX_RANK
 from ..limits import LIMITS
 from ..safety import parse_json, parse_json_prefix
-from .dispatcher import Op, assign, dispatcher_ops, from_dispatcher
+from .assign import Settlement
+from .assign import settle as search_settle
+from .dispatcher import Op, dispatcher_ops, from_dispatcher
 from .merge import merge
 from .nodes import INIT_NODE, RECORD_NODE, Group, groups_of, world_size
 from .records import from_records
@@ -52,6 +54,7 @@ __all__ = [
     "INIT_NODE",
     "Converted",
     "GlooOps",
+    "Settlement",
     "TraceError",
     "gloo_ops",
     "is_execution_trace",
@@ -144,11 +147,13 @@ def believed_ranks(shown: int) -> int:
 
 @dataclass(frozen=True)
 class GlooOps:
-    """One rank's gloo trace as `settle` weighs it: its ops (before their groups are chosen)
-    and its groups. Small beside the trace: what a worker that parsed it sends back."""
+    """One rank's gloo trace as `settle` weighs it: its ops (before their groups are chosen),
+    its groups, and whether the trace was cut (no `finish_ts`: the rank was killed). Small
+    beside the trace: what a worker that parsed it sends back."""
 
     ops: tuple[Op, ...]
     groups: Mapping[str, Group]
+    cut: bool = False
 
 
 def gloo_ops(trace: Any, rank: int, shown: int) -> GlooOps | None:
@@ -160,31 +165,31 @@ def gloo_ops(trace: Any, rank: int, shown: int) -> GlooOps | None:
     if any(n.get("name") == RECORD_NODE for n in nodes):
         return None
     groups = groups_of(nodes, believed_ranks(shown))
-    return GlooOps(tuple(dispatcher_ops(nodes, groups, rank)), groups)
+    ops = tuple(dispatcher_ops(nodes, groups, rank))
+    return GlooOps(ops, groups, "finish_ts" not in trace)
 
 
-def settle(found: Mapping[int, GlooOps]) -> dict[int, tuple[str | None, ...]]:
-    """The group of each rank's ops that a look at every rank's gloo trace settles
-    (`dispatcher.assign`), by rank."""
+def settle(found: Mapping[int, GlooOps]) -> Settlement:
+    """The group of each rank's ops that a look at every rank's gloo trace settles, by rank
+    (`assign.settle`: a search, greedy past its budget)."""
     every: dict[str, Group] = {}
     for one in found.values():
         every.update(one.groups)
     ops = {rank: list(one.ops) for rank, one in found.items()}
-    return {rank: tuple(chosen) for rank, chosen in assign(ops, every).items()}
+    cut = frozenset(rank for rank, one in found.items() if one.cut)
+    return search_settle(ops, every, cut)
 
 
-def settle_groups(
-    traces: Mapping[int, Mapping[str, Any]], shown: int = 0
-) -> dict[int, tuple[str | None, ...]]:
+def settle_groups(traces: Mapping[int, Mapping[str, Any]], shown: int = 0) -> Settlement:
     """For gloo traces (no `record_param_comms`), the group of each rank's ops that a look at
-    every rank's trace settles (`dispatcher.assign`), by rank; {} for other traces. `shown`:
+    every rank's trace settles (`settle`); no groups (`chosen` {}) for other traces. `shown`:
     the ranks the files show (`believed_ranks`), else those of `traces`."""
     shown = shown or max(traces, default=-1) + 1
     found: dict[int, GlooOps] = {}
     for rank, trace in traces.items():
         one = gloo_ops(trace, rank, shown)
         if one is None:
-            return {}
+            return Settlement({})
         found[rank] = one
     return settle(found)
 

@@ -171,8 +171,9 @@ def from_dispatcher(
 def assign(
     ops: Mapping[int, Sequence[Op]], groups: Mapping[str, Group]
 ) -> dict[int, list[str | None]]:
-    """The group of each rank's ops, settled across every rank's trace: run the traces as the
-    job ran them, a collective passing when every member (with a trace) has it next, with the
+    """The group of each rank's ops, settled greedily across every rank's trace (the fallback
+    of the search, `assign.settle`, for a job past its budget): run the traces as the job ran
+    them, a collective passing when every member (with a trace) has it next, with the
     same op and input size (then, when nothing passes, the same op), on a group each could
     be on; smaller groups are tried first, the default group first among groups alike. A
     send/recv takes the rank's own choice. Where it stops (a fault, a rank that stopped), a
