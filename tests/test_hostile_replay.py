@@ -139,27 +139,43 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
 # --- the plan is bounded by the host ------------------------------------------------------
 
 
-def test_a_stray_rank_file_far_beyond_the_dumps_is_not_believed_and_nothing_starts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], nothing_starts: None
+def test_stray_rank_files_far_beyond_the_dumps_are_not_believed_the_plan_keeps_its_world(
+    tmp_path: Path,
 ) -> None:
     # GIVEN a 4-rank job's dumps and two stray files named rank_1048574 and rank_1048575
     dumps = tmp_path / "dumps"
     shutil.copytree(HEALTHY, dumps)
     for rank in (1048574, 1048575):
         (dumps / f"rank_{rank}").write_text("not a dump\n")
+    options = session.ReplayOptions(plan=PlanOptions(), run=RunOptions(tmp_path / "o"))
 
-    # WHEN it is replayed
+    # WHEN it is planned
     started = time.monotonic()
-    code = cli.run(["replay", str(dumps), "--out", str(tmp_path / "out")])
-    took = time.monotonic() - started
+    plan = session.make_plan(Directory(dumps), options)
 
-    # THEN one line names the file, says it is not believed and names --max-ranks
-    err = one_line_error(code, capsys.readouterr().err)
-    assert "rank_1048575: a 1,048,576-rank world claimed only by the name" in err
-    assert "the 4 dump(s) read show ranks up to 3): not believed" in err
-    assert "--max-ranks raises it" in err
-    assert not (tmp_path / "out").exists()
-    assert took < 30
+    # THEN the loader sets the stray files aside (they show no job of 2^20 ranks): 4 ranks
+    assert plan.world_size == 4 and len(plan.ranks) == 4
+    assert time.monotonic() - started < 30
+
+
+def test_an_unreadable_file_claiming_a_world_is_refused_by_the_replay_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The replay's own bound, behind the loader's: a world that only an unreadable file's
+    name claims is not believed (one line, naming the file and --max-ranks)."""
+    from fr_analyzer.model.records import UnreadableDump
+
+    with pytest.raises(UsageError) as refused:
+        bounds.check_world(
+            1_048_576,
+            64,
+            (),
+            [UnreadableDump("dumps/rank_1048575", 1_048_575, "not a dump")],
+            "dumps",
+        )
+    message = str(refused.value)
+    assert "rank_1048575: a 1,048,576-rank world claimed only by the name" in message
+    assert "--max-ranks raises it" in message
 
 
 def test_a_world_above_max_ranks_is_refused_naming_the_flag(
@@ -222,11 +238,10 @@ def test_under_a_launcher_the_world_is_the_launcher_s_and_only_this_rank_s_bytes
 ) -> None:
     dumps = tmp_path / "dumps"
     shutil.copytree(HEALTHY, dumps)
-    (dumps / "rank_1048575").write_text("not a dump\n")
     options = session.ReplayOptions(plan=PlanOptions(), run=RunOptions(tmp_path / "o"))
 
-    with pytest.raises(UsageError, match="the job has 4 ranks and the dumps 1048576"):
-        session.make_plan(Directory(dumps), options, Launch(0, 4, 0))
+    with pytest.raises(UsageError, match="the job has 8 ranks and the dumps 4"):
+        session.make_plan(Directory(dumps), options, Launch(0, 8, 0))
 
 
 def test_a_job_of_many_groups_is_refused_within_half_the_process_limit(
