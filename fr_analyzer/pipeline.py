@@ -14,14 +14,15 @@ from .conclusion import Conclusion, conclude, with_other_reading
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
 from .errors import DiscoveryError
-from .load import DEFAULT_MAX_FILE_BYTES, live, pystacks, stamps
+from .load import DEFAULT_MAX_FILE_BYTES
 from .load.dialects import description
-from .load.discovery import Discovery
-from .load.joblogs import read_job_logs
 from .load.limits import LIMITS
-from .load.pystacks import PythonStacks
-from .load.remote import Remote
-from .load.sources import Directory, DumpFile, Source
+from .load.sources import live, pystacks, stamps
+from .load.sources.base import Directory, DumpFile, Source
+from .load.sources.discovery import Discovery
+from .load.sources.joblogs import read_job_logs
+from .load.sources.pystacks import PythonStacks
+from .load.sources.remote import Remote
 from .match import MatchResult, match
 from .match.findings import collect
 from .memory import collector_paused, small_pages

@@ -21,7 +21,7 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.load import traces as chakra
-from fr_analyzer.load.discovery import discover
+from fr_analyzer.load.sources.discovery import discover
 from fr_analyzer.pipeline import Analysis, Options
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,9 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.errors import DiscoveryError, DumpError
-from fr_analyzer.load import TableBuilder, build_rank, discover, hosts, load_rank, read_raw
+from fr_analyzer.load import TableBuilder, build_rank, discover, load_rank, read_raw
 from fr_analyzer.load.loading import _pack_arrays, _unpack_arrays
+from fr_analyzer.load.sources import hosts
 from fr_analyzer.model.dump import RankDump, Reader
 from fr_analyzer.model.records import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options

@@ -32,7 +32,7 @@ import pytest
 from fr_analyzer import cli
 from fr_analyzer.errors import OutputError, UsageError
 from fr_analyzer.load.limits import LIMITS
-from fr_analyzer.load.sources import Directory
+from fr_analyzer.load.sources.base import Directory
 from fr_analyzer.replay import bounds, files, session
 from fr_analyzer.replay.plan import Kind, OpSpec, PlanOptions
 from fr_analyzer.replay.runner import Launch, RunOptions, stopped_by, write_plan

@@ -22,8 +22,8 @@ from .outputs import Outputs, print_report, write_outputs
 from .terminal import progress_bars
 
 if TYPE_CHECKING:
-    from ..load import live
-    from ..load.sources import Source
+    from ..load.sources import live
+    from ..load.sources.base import Source
 
 
 @app.command(
@@ -89,7 +89,7 @@ def live_cmd(
     import tempfile
 
     from .. import pipeline
-    from ..load import live
+    from ..load.sources import live
 
     outputs = Outputs(database=output, json=json_out, html=html_out)
     outputs.check(save)

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..load.dialects import Dialect, dumps_look_at_ops
-from ..load.joblogs import WatchdogTimeout
+from ..load.sources.joblogs import WatchdogTimeout
 from ..match import stateless
 from ..model.dump import RankDump
 from ..model.records import State

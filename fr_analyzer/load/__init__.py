@@ -43,13 +43,13 @@ from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables,
 from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, parse_size, printable
-from .discovery import Discovery, discover
 from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
 from .normalize import build_rank
-from .opening import open_source
 from .reading import read_raw
 from .safety import NoGlobalsUnpickler
-from .sources import DumpFile, Source
+from .sources.base import DumpFile, Source
+from .sources.discovery import Discovery, discover
+from .sources.opening import open_source
 from .table import TableBuilder
 
 __all__ = [

@@ -1,4 +1,11 @@
-"""Load every rank in worker processes, and hand each to the table builder in file order."""
+"""Load every rank in worker processes, and hand each to the table builder in file order.
+
+This module drives the three wings of `load` (`sources`, `safety`, `formats`) over every rank, so
+it sits beside the face rather than in one wing. It is over 600 lines because one rank's load,
+the gloo groups settled across ranks before it, and the packing of columns from worker to parent
+run in the same worker pools and share one handling of a worker's death; split apart, each part
+would import the others' private helpers.
+"""
 
 from __future__ import annotations
 
@@ -19,15 +26,16 @@ from ..errors import DumpError, FrAnalyzerError
 from ..memory import collector_paused
 from ..model.dump import Fallback, RankColumns, RankDump
 from ..model.records import UnreadableDump
-from . import dialects, hosts, limits, sandbox, stamps, torchft, traces
-from .archives import StreamedFiles
+from . import dialects, limits, sandbox, torchft, traces
 from .common import DEFAULT_MAX_FILE_BYTES, printable
 from .decoders.columns import Decoded
 from .limits import content_bytes
 from .normalize import build_rank
 from .outcomes import NotDecoded
 from .reading import Raw, explain_pickle, read_dump, read_unpacked
-from .sources import DumpFile
+from .sources import hosts, stamps
+from .sources.archives import StreamedFiles
+from .sources.base import DumpFile
 from .values import EntryError
 
 

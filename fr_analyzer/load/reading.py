@@ -37,7 +37,7 @@ from .decoders.opcodes import CODES
 from .limits import LIMITS, memory_available
 from .outcomes import NotDecoded
 from .safety import Refused, decode_json, decode_pickle, parse_json, unpickle
-from .sources import Fetch, SourceError
+from .sources.base import Fetch, SourceError
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import IO
 
 from ..errors import OutputError
 from ..load.common import file_kind, printable
-from ..load.sources import Directory, Source
+from ..load.sources.base import Directory, Source
 from ..model.numbers import decimal
 
 STDOUT = "-"

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
-from ..errors import DiscoveryError
-from ..model.numbers import decimal
-from . import limits
+from ...errors import DiscoveryError
+from ...model.numbers import decimal
+from .. import limits
+from ..common import printable
 from .archives import ARCHIVE_SUFFIXES, archive_kind, archive_source, over_limit
-from .common import printable
-from .sources import DumpFile, Listed, Source, SourceError
+from .base import DumpFile, Listed, Source, SourceError
 
 # ---------------------------------------------------------------------------------------------
 # URLs (fsspec)

@@ -7,14 +7,14 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from ..errors import DiscoveryError
-from ..model.numbers import decimal
-from ..model.ranks import MAX_RANK
+from ...errors import DiscoveryError
+from ...model.numbers import decimal
+from ...model.ranks import MAX_RANK
+from ..common import printable
+from ..decoders.opcodes import CODES
+from ..reading import wide_json
 from .archives import TarArchive, ZipArchive
-from .common import printable
-from .decoders.opcodes import CODES
-from .reading import wide_json
-from .sources import Directory, DumpFile, Listed, Source
+from .base import Directory, DumpFile, Listed, Source
 
 # ---------------------------------------------------------------------------------------------
 # Discovery

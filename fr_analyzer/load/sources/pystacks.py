@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.numbers import decimal
-from .common import printable
-from .limits import LIMITS
+from ...model.numbers import decimal
+from ..common import printable
+from ..limits import LIMITS
 
 MAX_BYTES = LIMITS.stacks_max_bytes
 """A stacks file larger than this is not read (`Limits.stacks_max_bytes`)."""

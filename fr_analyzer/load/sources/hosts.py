@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .common import printable
+from ..common import printable
 from .discovery import KNOWN_PREFIXES
 
 HOST_CHARS = 253

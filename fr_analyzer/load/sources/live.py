@@ -46,13 +46,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from ..errors import UsageError
-from ..model.numbers import decimal, hex_size
-from ..model.ranks import MAX_RANK
-from .common import printable
-from .limits import LIMITS
-from .safety import parse_json
-from .values import parse_ranks
+from ...errors import UsageError
+from ...model.numbers import decimal, hex_size
+from ...model.ranks import MAX_RANK
+from ..common import printable
+from ..limits import LIMITS
+from ..safety import parse_json
+from ..values import parse_ranks
 
 _T = TypeVar("_T")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .common import O_FLAGS, file_kind, printable
+from ..common import O_FLAGS, file_kind, printable
 
 
 class SourceError(Exception):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import FrAnalyzerError
+from ...errors import FrAnalyzerError
 
 MAX_LOG_BYTES = 256 * 1024 * 1024
 """Most bytes read of one log (its head): a job's log past that is read no further."""

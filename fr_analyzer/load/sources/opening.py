@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import DiscoveryError
+from ...errors import DiscoveryError
 from .archives import LocalFile, archive_kind, archive_source
+from .base import Directory, Source
 from .remote import url_source
-from .sources import Directory, Source
 
 # ---------------------------------------------------------------------------------------------
 # Choosing the source
