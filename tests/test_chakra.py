@@ -150,7 +150,7 @@ def test_a_real_nccl_trace_holds_the_ops_its_flight_recorder_holds(tmp_path: Pat
 
 
 def test_a_trace_beside_its_ranks_dump_adds_the_ops_the_ring_buffer_lost(tmp_path: Path) -> None:
-    from fr_analyzer.load.reading import read_raw
+    from fr_analyzer.load.safety.reading import read_raw
 
     dump = read_raw(MANY_OPS / "nccl_trace_rank_0", 0)
     dump["entries"] = dump["entries"][5:]  # as if the ring buffer had wrapped

@@ -31,7 +31,7 @@ import pytest
 
 from fr_analyzer import cli
 from fr_analyzer.errors import OutputError, UsageError
-from fr_analyzer.load.limits import LIMITS
+from fr_analyzer.load.safety.limits import LIMITS
 from fr_analyzer.load.sources.base import Directory
 from fr_analyzer.replay import bounds, files, session
 from fr_analyzer.replay.plan import Kind, OpSpec, PlanOptions

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fr_analyzer import cli
-from fr_analyzer.load import limits
+from fr_analyzer.load.safety import limits
 from fr_analyzer.load.sources.remote import _below
 
 pytest.importorskip("fsspec", reason="the remote extra is not installed")

@@ -45,8 +45,8 @@ from ..model.table import EntryTable, rank_starts
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, parse_size, printable
 from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
 from .normalize import build_rank
-from .reading import read_raw
-from .safety import NoGlobalsUnpickler
+from .safety.door import NoGlobalsUnpickler
+from .safety.reading import read_raw
 from .sources.base import DumpFile, Source
 from .sources.discovery import Discovery, discover
 from .sources.opening import open_source

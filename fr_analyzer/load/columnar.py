@@ -24,8 +24,8 @@ from ..model.dump import COLUMNS
 from ..model.ops import KNOWN_OPS, MARKER_OPS
 from ..model.records import Frame, P2PKind
 from .common import INT64_MAX, MAX_SEQ_ID, NO_TIME, STATES, printable
-from .decoders.columns import EntryColumns, distinct_codes
 from .outcomes import slower
+from .safety.decoders.columns import EntryColumns, distinct_codes
 from .schema import KEPT_KEYS
 from .values import EntryError, ValueReader, as_int, duration, plain, plain_shape
 

@@ -26,13 +26,14 @@ from ..errors import DumpError, FrAnalyzerError
 from ..memory import collector_paused
 from ..model.dump import Fallback, RankColumns, RankDump
 from ..model.records import UnreadableDump
-from . import dialects, limits, sandbox, torchft, traces
+from . import dialects, torchft, traces
 from .common import DEFAULT_MAX_FILE_BYTES, printable
-from .decoders.columns import Decoded
-from .limits import content_bytes
 from .normalize import build_rank
 from .outcomes import NotDecoded
-from .reading import Raw, explain_pickle, read_dump, read_unpacked
+from .safety import limits, sandbox
+from .safety.decoders.columns import Decoded
+from .safety.limits import content_bytes
+from .safety.reading import Raw, explain_pickle, read_dump, read_unpacked
 from .sources import hosts, stamps
 from .sources.archives import StreamedFiles
 from .sources.base import DumpFile

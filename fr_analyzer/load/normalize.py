@@ -24,8 +24,8 @@ from .blocks import find_blocks
 from .careful import careful_columns
 from .columnar import fast_columns
 from .common import DENSE_FLOOR, INT64_MAX, MIN_ENTRY_BYTES
-from .decoders.columns import Decoded, EntryColumns
 from .outcomes import NotDecoded
+from .safety.decoders.columns import Decoded, EntryColumns
 from .sources.hosts import host_in_header
 from .values import Bomb, EntryError, ValueReader, as_int, int_or_unset, parse_ranks
 

@@ -28,7 +28,7 @@ from .common import (
     scalar_text,
     short,
 )
-from .limits import LIMITS, MIB
+from .safety.limits import LIMITS, MIB
 
 
 class EntryError(Exception):

@@ -33,8 +33,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any, Protocol
 
 from ...errors import DiscoveryError
-from .. import limits
 from ..common import GZIP_MAX_RATIO, GZIP_RATIO_FLOOR, O_FLAGS, printable
+from ..safety import limits
 from .base import DumpFile, Fetch, Listed, Refused, Source, SourceError
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")

@@ -11,8 +11,8 @@ from ...errors import DiscoveryError
 from ...model.numbers import decimal
 from ...model.ranks import MAX_RANK
 from ..common import printable
-from ..decoders.opcodes import CODES
-from ..reading import wide_json
+from ..safety.decoders.opcodes import CODES
+from ..safety.reading import wide_json
 from .archives import TarArchive, ZipArchive
 from .base import Directory, DumpFile, Listed, Source
 

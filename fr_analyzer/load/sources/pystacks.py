@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...model.numbers import decimal
 from ..common import printable
-from ..limits import LIMITS
+from ..safety.limits import LIMITS
 
 MAX_BYTES = LIMITS.stacks_max_bytes
 """A stacks file larger than this is not read (`Limits.stacks_max_bytes`)."""

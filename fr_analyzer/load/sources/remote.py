@@ -24,8 +24,8 @@ from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 from ...errors import DiscoveryError
 from ...model.numbers import decimal
-from .. import limits
 from ..common import printable
+from ..safety import limits
 from .archives import ARCHIVE_SUFFIXES, archive_kind, archive_source, over_limit
 from .base import DumpFile, Listed, Source, SourceError
 

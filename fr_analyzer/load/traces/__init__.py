@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.ranks import MAX_RANK
-from ..limits import LIMITS
-from ..safety import parse_json, parse_json_prefix
+from ..safety.door import parse_json, parse_json_prefix
+from ..safety.limits import LIMITS
 from .assign import Settlement
 from .assign import settle as search_settle
 from .dispatcher import Op, dispatcher_ops, from_dispatcher

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.numbers import decimal
-from ..safety import parse_json
+from ..safety.door import parse_json
 
 INIT_NODE = "## process_group:init ##"
 RECORD_NODE = "record_param_comms"

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...schema import ENTRY_KEYS, VARYING_KEYS, Kind
 from ..limits import LIMITS
-from ..schema import ENTRY_KEYS, VARYING_KEYS, Kind
 from .opcodes import CODES
 
 MAX_DEPTH = LIMITS.max_nesting

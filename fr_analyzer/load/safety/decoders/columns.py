@@ -14,9 +14,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ...outcomes import outside, past_limit
+from ...schema import ENTRY_KEYS, REQUIRED_KEYS, Kind, keys_of
 from ..limits import LIMITS
-from ..outcomes import outside, past_limit
-from ..schema import ENTRY_KEYS, REQUIRED_KEYS, Kind, keys_of
 from .grammar import Run
 from .opcodes import BININT, BININT1, BININT2, LONG1, NONE
 

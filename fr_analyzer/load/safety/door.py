@@ -23,7 +23,7 @@ import json
 import pickle
 from typing import TYPE_CHECKING, Any
 
-from .common import printable
+from ..common import printable
 from .decoders.decode import decode_torch
 from .decoders.decode_python import decode_python
 from .decoders.opcodes import PROTO

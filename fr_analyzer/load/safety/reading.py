@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DumpError
-from ..memory import collector_paused
-from . import traces
-from .common import (
+from ...errors import DumpError
+from ...memory import collector_paused
+from .. import traces
+from ..common import (
     DEFAULT_MAX_FILE_BYTES,
     FAST_SCAN_TUPLES,
     GZIP_MAX_RATIO,
@@ -33,11 +33,11 @@ from .common import (
     printable,
     short,
 )
+from ..outcomes import NotDecoded
+from ..sources.base import Fetch, SourceError
 from .decoders.opcodes import CODES
+from .door import Refused, decode_json, decode_pickle, parse_json, unpickle
 from .limits import LIMITS, memory_available
-from .outcomes import NotDecoded
-from .safety import Refused, decode_json, decode_pickle, parse_json, unpickle
-from .sources.base import Fetch, SourceError
 
 
 @dataclass

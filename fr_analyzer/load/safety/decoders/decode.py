@@ -33,17 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from ...model.dump import Fallback, Writer
-from ..outcomes import NotDecoded, outside, reading_layout
+from ....model.dump import Fallback, Writer
+from ...outcomes import NotDecoded, outside, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import Layout, Run, layout_of
 from .machine import Machine, read_dump
-from .opcodes import (
-    APPENDS,
-    EMPTY_DICT,
-    MARK,
-    PROTO,
-)
+from .opcodes import APPENDS, EMPTY_DICT, MARK, PROTO
 
 _TORCH = "torch's pickle layout"
 _START = bytes((PROTO, 2))

@@ -31,21 +31,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ...model.dump import Fallback, Writer
-from ..outcomes import NotDecoded, outside, reading_layout
+from ....model.dump import Fallback, Writer
+from ...outcomes import NotDecoded, outside, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import layout_of
 from .machine import AN_ENTRY, Machine, read_dump
-from .opcodes import (
-    APPEND,
-    APPENDS,
-    BINUNICODE,
-    EMPTY_DICT,
-    FRAME,
-    MARK,
-    MEMOIZE,
-    PROTO,
-)
+from .opcodes import APPEND, APPENDS, BINUNICODE, EMPTY_DICT, FRAME, MARK, MEMOIZE, PROTO
 
 _PYTHON = "Python's pickle layout"
 _TOP = bytes((EMPTY_DICT, MEMOIZE, MARK))
