@@ -15,7 +15,7 @@ from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
 from .errors import DiscoveryError
 from .load import DEFAULT_MAX_FILE_BYTES
-from .load.dialects import description
+from .load.formats.dialects import description
 from .load.safety.limits import LIMITS
 from .load.sources import live, pystacks, stamps
 from .load.sources.base import Directory, DumpFile, Source

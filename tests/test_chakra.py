@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.load import traces as chakra
+from fr_analyzer.load.formats import traces as chakra
 from fr_analyzer.load.sources.discovery import discover
 from fr_analyzer.pipeline import Analysis, Options
 
@@ -401,8 +401,8 @@ def test_a_gloo_functional_collective_is_counted_on_the_group_it_names() -> None
 
 
 def test_a_gloo_traces_ops_are_placed_on_their_groups_by_running_every_ranks_trace() -> None:
-    from fr_analyzer.load.traces.dispatcher import Op, assign
-    from fr_analyzer.load.traces.nodes import Group
+    from fr_analyzer.load.formats.traces.dispatcher import Op, assign
+    from fr_analyzer.load.formats.traces.nodes import Group
 
     groups = {
         "0": Group("0", "default_pg", "gloo", (0, 1, 2, 3)),

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from benchmarks.gen import Spec, simulation, torch_pickle
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
 from fr_analyzer.load.common import MAX_SEQ_ID
-from fr_analyzer.load.outcomes import NotDecoded
+from fr_analyzer.load.formats.outcomes import NotDecoded
 from fr_analyzer.load.safety.decoders.columns import Decoded, run_ints
 from fr_analyzer.load.safety.decoders.decode import decode_torch
 from fr_analyzer.load.safety.decoders.decode_python import decode_python

@@ -245,8 +245,8 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
 def test_fast_and_careful_normalization_agree_on_every_sample_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fr_analyzer.load import normalize
-    from fr_analyzer.load.outcomes import slower
+    from fr_analyzer.load.formats import normalize
+    from fr_analyzer.load.formats.outcomes import slower
 
     def refuse(*args: object) -> NoReturn:
         raise slower("forced by the test")

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from fr_analyzer import load, pipeline
-from fr_analyzer.load.normalize import text_held
+from fr_analyzer.load.formats.normalize import text_held
 from fr_analyzer.load.safety.limits import LIMITS, MIB
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"

@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 from fr_analyzer import analyze
 from fr_analyzer.errors import DumpError
-from fr_analyzer.load import DumpFile, build_rank, columnar, discover, load_rank
-from fr_analyzer.load.outcomes import NotDecoded
+from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
+from fr_analyzer.load.formats import columnar
+from fr_analyzer.load.formats.outcomes import NotDecoded
 from fr_analyzer.load.safety import reading
 from fr_analyzer.load.safety.decoders.columns import Decoded
 from fr_analyzer.load.safety.decoders.opcodes import BINGET

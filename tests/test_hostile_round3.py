@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer.load import traces
+from fr_analyzer.load.formats import traces
 from fr_analyzer.load.sources import live, remote
 from fr_analyzer.model.numbers import decimal, hex_size, name_order
 from fr_analyzer.render.presentation import NAME_SHOWN, wrap

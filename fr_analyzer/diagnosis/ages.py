@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ..load.dialects import Dialect, dumps_look_at_ops
+from ..load.formats.dialects import Dialect, dumps_look_at_ops
 from ..load.sources.joblogs import WatchdogTimeout
 from ..match import stateless
 from ..model.dump import RankDump

@@ -43,14 +43,14 @@ from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables,
 from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, parse_size, printable
+from .formats.normalize import build_rank
+from .formats.table import TableBuilder
 from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
-from .normalize import build_rank
 from .safety.door import NoGlobalsUnpickler
 from .safety.reading import read_raw
 from .sources.base import DumpFile, Source
 from .sources.discovery import Discovery, discover
 from .sources.opening import open_source
-from .table import TableBuilder
 
 __all__ = [
     "COLUMNS",

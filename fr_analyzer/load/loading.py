@@ -26,10 +26,11 @@ from ..errors import DumpError, FrAnalyzerError
 from ..memory import collector_paused
 from ..model.dump import Fallback, RankColumns, RankDump
 from ..model.records import UnreadableDump
-from . import dialects, torchft, traces
 from .common import DEFAULT_MAX_FILE_BYTES, printable
-from .normalize import build_rank
-from .outcomes import NotDecoded
+from .formats import dialects, torchft, traces
+from .formats.normalize import build_rank
+from .formats.outcomes import NotDecoded
+from .formats.values import EntryError
 from .safety import limits, sandbox
 from .safety.decoders.columns import Decoded
 from .safety.limits import content_bytes
@@ -37,7 +38,6 @@ from .safety.reading import Raw, explain_pickle, read_dump, read_unpacked
 from .sources import hosts, stamps
 from .sources.archives import StreamedFiles
 from .sources.base import DumpFile
-from .values import EntryError
 
 
 def load_rank(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ..load.dialects import reports_completion
+from ..load.formats.dialects import reports_completion
 from ..model.arrays import distinct
 from ..model.backends import NO_COMPLETION_BACKENDS
 from ..model.dump import RankDump

@@ -21,7 +21,6 @@ from typing import Any
 
 from ...errors import DumpError
 from ...memory import collector_paused
-from .. import traces
 from ..common import (
     DEFAULT_MAX_FILE_BYTES,
     FAST_SCAN_TUPLES,
@@ -33,7 +32,8 @@ from ..common import (
     printable,
     short,
 )
-from ..outcomes import NotDecoded
+from ..formats import traces
+from ..formats.outcomes import NotDecoded
 from ..sources.base import Fetch, SourceError
 from .decoders.opcodes import CODES
 from .door import Refused, decode_json, decode_pickle, parse_json, unpickle

@@ -50,9 +50,9 @@ from ...errors import UsageError
 from ...model.numbers import decimal, hex_size
 from ...model.ranks import MAX_RANK
 from ..common import printable
+from ..formats.values import parse_ranks
 from ..safety.door import parse_json
 from ..safety.limits import LIMITS
-from ..values import parse_ranks
 
 _T = TypeVar("_T")
 

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ...outcomes import outside, past_limit
-from ...schema import ENTRY_KEYS, REQUIRED_KEYS, Kind, keys_of
+from ...formats.outcomes import outside, past_limit
+from ...formats.schema import ENTRY_KEYS, REQUIRED_KEYS, Kind, keys_of
 from ..limits import LIMITS
 from .grammar import Run
 from .opcodes import BININT, BININT1, BININT2, LONG1, NONE

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ....model.dump import Fallback, Writer
-from ...outcomes import NotDecoded, outside, reading_layout
+from ...formats.outcomes import NotDecoded, outside, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import Layout, Run, layout_of
 from .machine import Machine, read_dump

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from ....model.dump import Fallback, Writer
-from ...outcomes import NotDecoded, outside, reading_layout
-from ...schema import ENTRY_KEYS, VARYING_KEYS, Kind
+from ...formats.outcomes import NotDecoded, outside, reading_layout
+from ...formats.schema import ENTRY_KEYS, VARYING_KEYS, Kind
 from ..door import parse_json, parse_json_prefix
 from .columns import Columns, Decoded, IntRuns, Slow, VaryingRuns, keep_slow
 from .grammar import Run

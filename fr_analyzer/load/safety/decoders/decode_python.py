@@ -32,7 +32,7 @@ import itertools
 from typing import Any
 
 from ....model.dump import Fallback, Writer
-from ...outcomes import NotDecoded, outside, reading_layout
+from ...formats.outcomes import NotDecoded, outside, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import layout_of
 from .machine import AN_ENTRY, Machine, read_dump

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...schema import ENTRY_KEYS, VARYING_KEYS, Kind
+from ...formats.schema import ENTRY_KEYS, VARYING_KEYS, Kind
 from ..limits import LIMITS
 from .opcodes import CODES
 

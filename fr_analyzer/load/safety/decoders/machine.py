@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...outcomes import outside, past_limit
+from ...formats.outcomes import outside, past_limit
 from .grammar import MAX_DEPTH
 from .opcodes import (
     APPEND,

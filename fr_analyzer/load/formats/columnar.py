@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..model.backends import KNOWN_BACKENDS
-from ..model.dump import COLUMNS
-from ..model.ops import KNOWN_OPS, MARKER_OPS
-from ..model.records import Frame, P2PKind
-from .common import INT64_MAX, MAX_SEQ_ID, NO_TIME, STATES, printable
+from ...model.backends import KNOWN_BACKENDS
+from ...model.dump import COLUMNS
+from ...model.ops import KNOWN_OPS, MARKER_OPS
+from ...model.records import Frame, P2PKind
+from ..common import INT64_MAX, MAX_SEQ_ID, NO_TIME, STATES, printable
+from ..safety.decoders.columns import EntryColumns, distinct_codes
 from .outcomes import slower
-from .safety.decoders.columns import EntryColumns, distinct_codes
 from .schema import KEPT_KEYS
 from .values import EntryError, ValueReader, as_int, duration, plain, plain_shape
 

@@ -9,7 +9,7 @@ import contextlib
 import struct
 from collections.abc import Iterator
 
-from ..model.dump import Fallback, Writer
+from ...model.dump import Fallback, Writer
 
 MALFORMED_BYTES: tuple[type[Exception], ...] = (
     IndexError,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.dump import I8, I32
-from ..model.ops import MARKER_OPS
-from ..model.records import P2PKind, UnitKind
+from ...model.dump import I8, I32
+from ...model.ops import MARKER_OPS
+from ...model.records import P2PKind, UnitKind
 
 
 def find_blocks(cols: dict[str, np.ndarray], ops: list[str], wrapped: bool) -> tuple[I8, I32]:

@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DumpError
-from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
-from ..model.records import UnitKind
+from ...errors import DumpError
+from ...model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
+from ...model.records import UnitKind
+from ..common import DENSE_FLOOR, INT64_MAX, MIN_ENTRY_BYTES
+from ..safety.decoders.columns import Decoded, EntryColumns
+from ..sources.hosts import host_in_header
 from .blocks import find_blocks
 from .careful import careful_columns
 from .columnar import fast_columns
-from .common import DENSE_FLOOR, INT64_MAX, MIN_ENTRY_BYTES
 from .outcomes import NotDecoded
-from .safety.decoders.columns import Decoded, EntryColumns
-from .sources.hosts import host_in_header
 from .values import Bomb, EntryError, ValueReader, as_int, int_or_unset, parse_ranks
 
 

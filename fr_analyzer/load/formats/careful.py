@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..model.backends import KNOWN_BACKENDS
-from ..model.dump import READ_COLUMNS
-from ..model.ops import KNOWN_OPS, MARKER_OPS
-from ..model.records import P2PKind, State
-from .common import INT64_MAX, MAX_SEQ_ID, STATES, short
+from ...model.backends import KNOWN_BACKENDS
+from ...model.dump import READ_COLUMNS
+from ...model.ops import KNOWN_OPS, MARKER_OPS
+from ...model.records import P2PKind, State
+from ..common import INT64_MAX, MAX_SEQ_ID, STATES, short
 from .values import EntryError, ValueReader, as_int, duration, int_or_unset, seq_id, timestamp
 
 

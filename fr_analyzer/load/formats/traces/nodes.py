@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.numbers import decimal
-from ..safety.door import parse_json
+from ....model.numbers import decimal
+from ...safety.door import parse_json
 
 INIT_NODE = "## process_group:init ##"
 RECORD_NODE = "record_param_comms"

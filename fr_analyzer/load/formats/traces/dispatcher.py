@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.ops import P2P_OPS
+from ....model.ops import P2P_OPS
 from .nodes import BACKENDS, Group, entry, inputs, next_id, numel, p2p_name, tensors
 
 _OUTPUT_FIRST = frozenset(

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..memory import small_pages
-from ..model.dump import RankDump
-from ..model.table import TABLE_COLUMNS, EntryTable
-from .common import INT64_MAX
+from ...memory import small_pages
+from ...model.dump import RankDump
+from ...model.table import TABLE_COLUMNS, EntryTable
+from ..common import INT64_MAX
 from .values import Interner
 
 # ---------------------------------------------------------------------------------------------

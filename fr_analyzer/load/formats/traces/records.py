@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...model.ops import P2P_OPS
+from ....model.ops import P2P_OPS
 from .nodes import (
     BACKENDS,
     KNOWN_DTYPES,

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...model.ops import P2P_OPS
+from ....model.ops import P2P_OPS
 from .dispatcher import Op, assign, default_group, own_choice
 from .nodes import Group
 

@@ -40,9 +40,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...model.ranks import MAX_RANK
-from ..safety.door import parse_json, parse_json_prefix
-from ..safety.limits import LIMITS
+from ....model.ranks import MAX_RANK
+from ...safety.door import parse_json, parse_json_prefix
+from ...safety.limits import LIMITS
 from .assign import Settlement
 from .assign import settle as search_settle
 from .dispatcher import Op, dispatcher_ops, from_dispatcher

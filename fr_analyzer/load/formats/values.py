@@ -11,11 +11,11 @@ import math
 import re
 from typing import Any
 
-from ..model.numbers import decimal
-from ..model.ops import P2P_OPS, UNPAIRED_P2P_OPS
-from ..model.ranks import MAX_RANK
-from ..model.records import ANY_SOURCE, UNKNOWN_PEER, Frame, P2PKind
-from .common import (
+from ...model.numbers import decimal
+from ...model.ops import P2P_OPS, UNPAIRED_P2P_OPS
+from ...model.ranks import MAX_RANK
+from ...model.records import ANY_SOURCE, UNKNOWN_PEER, Frame, P2PKind
+from ..common import (
     EXPANSION_FACTOR,
     EXPANSION_FLOOR,
     INT64_MAX,
@@ -28,7 +28,7 @@ from .common import (
     scalar_text,
     short,
 )
-from .safety.limits import LIMITS, MIB
+from ..safety.limits import LIMITS, MIB
 
 
 class EntryError(Exception):

@@ -39,8 +39,8 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from ..model.backends import KNOWN_BACKENDS
-from ..model.ops import BATCH_OPS
+from ...model.backends import KNOWN_BACKENDS
+from ...model.ops import BATCH_OPS
 from .values import parse_ranks
 
 
