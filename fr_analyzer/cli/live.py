@@ -22,8 +22,7 @@ from .outputs import Outputs, print_report, write_outputs
 from .terminal import progress_bars
 
 if TYPE_CHECKING:
-    from ..load.sources import live
-    from ..load.sources.base import Source
+    from ..load import Source, live
 
 
 @app.command(
@@ -89,7 +88,7 @@ def live_cmd(
     import tempfile
 
     from .. import pipeline
-    from ..load.sources import live
+    from ..load import live
 
     outputs = Outputs(database=output, json=json_out, html=html_out)
     outputs.check(save)

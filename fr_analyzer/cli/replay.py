@@ -130,7 +130,7 @@ def replay_cmd(
     reproduces here is a program bug; one that does not points at the machine or network."""
     import tempfile
 
-    from ..load.sources.opening import open_source
+    from ..load import open_source
     from ..replay import session
     from ..replay.plan import PlanOptions, Window
     from ..replay.runner import RunOptions

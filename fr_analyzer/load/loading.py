@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import DumpError, FrAnalyzerError
 from ..memory import collector_paused
 from ..model.dump import Fallback, RankColumns, RankDump
+from ..model.recorders import Dialect
 from ..model.records import UnreadableDump
 from .common import DEFAULT_MAX_FILE_BYTES, printable
 from .formats import dialects, torchft, traces
@@ -236,13 +237,13 @@ def _build(
 ) -> RankDump:
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)
-    dialect = dialects.Dialect.PYTORCH
+    dialect = Dialect.PYTORCH
     obj = raw.obj
     if traces.is_execution_trace(header):
         converted = traces.to_dump(header, rank, dump_file.op_groups, dump_file.shown)
         header = obj = converted.dump
         notes += converted.notes
-        dialect = dialects.Dialect.EXECUTION_TRACE
+        dialect = Dialect.EXECUTION_TRACE
         not_decoded = None  # no decoder reads traces: not a slower reading
     elif isinstance(header, dict):
         if isinstance(raw.obj, Decoded) and dialects.needs_entries(header):

@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..load.safety.limits import LIMITS, Limits
+from ..load import LIMITS, Limits
 from ..model.dump import RankDump
 from ..model.records import UnreadableDump
 from .dtypes import DTYPES, SAME_WIDTH

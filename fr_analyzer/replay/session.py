@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..errors import UsageError
-from ..load.sources.base import Directory, Source
+from ..load import Directory, Source
 from ..model.groups import build_groups
 from ..pipeline import Analysis, Options, analyze, load
 from . import bounds, files

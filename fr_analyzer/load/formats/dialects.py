@@ -29,30 +29,20 @@ left unknown and the op is never paired. torchcomms ops keep no timeout; on gloo
 kept (it is PyTorch's gloo signal too: the op finished); on GPU backends `retired`, the
 discovery times and the retire-time duration are cleared and the state is the one frozen at
 enqueue. Where a recorder does not report completion (`reports_completion`, per backend),
-progress is judged by what every rank issued (`match.completion`).
+progress is judged by what every rank issued (`match.completion`). What each recorder says
+(`Dialect`, `reports_completion`, ...) is a fact of the model (`model.recorders`), read by match
+and diagnosis too; only the rewriting is here.
 """
 
 from __future__ import annotations
 
-import enum
 import operator
-from collections.abc import Iterable
 from typing import Any
 
 from ...model.backends import KNOWN_BACKENDS
 from ...model.ops import BATCH_OPS
+from ...model.recorders import CALL_RUNS_OP, Dialect
 from .values import parse_ranks
-
-
-class Dialect(enum.StrEnum):
-    """Which recorder wrote a dump: PyTorch's, torchcomms' or HCCL's (torch_npu); or an
-    Execution Trace (`traces`) read in its place."""
-
-    PYTORCH = "pytorch"
-    TORCHCOMMS = "torchcomms"
-    HCCL = "hccl"
-    EXECUTION_TRACE = "execution_trace"
-
 
 _P2P_FRAMES = {"send": "send", "isend": "send", "recv": "recv", "irecv": "recv"}
 
@@ -86,52 +76,6 @@ def _some_name_empty(entries: list[Any]) -> bool:
     if set(map(type, entries)) <= {dict}:
         return "" in map(_NAME, entries)
     return any(isinstance(e, dict) and e.get("profiling_name") == "" for e in entries)
-
-
-CALL_RUNS_OP = frozenset({"gloo"})
-"""torchcomms backends whose call runs the op on the calling thread and returns once it
-finished (gloo, on the CPU); every other backend's call only enqueues it (NCCL, on a GPU)."""
-
-DESCRIPTION = {
-    Dialect.HCCL: "HCCL dumps (torch_npu): each op named by its innermost frame",
-    Dialect.EXECUTION_TRACE: "Execution Traces (Chakra), not Flight Recorder dumps: they tell "
-    "what each rank issued, in order, and nothing of states or times; disagreements, missing "
-    "and extra ops and their order are found, not whether an op finished or how long it took",
-}
-"""What the report says of ranks written by each other recorder (torchcomms: `description`,
-which depends on the backends)."""
-
-
-def description(dialect: str, backends: Iterable[str]) -> str | None:
-    """What the report says of a rank that `dialect` wrote with ops on `backends` (None for
-    PyTorch's recorder)."""
-    if dialect != Dialect.TORCHCOMMS:
-        return DESCRIPTION.get(Dialect(dialect)) if dialect in set(Dialect) else None
-    running = sorted(set(backends) & CALL_RUNS_OP)
-    queued = sorted(set(backends) - CALL_RUNS_OP)
-    parts = ["torchcomms dumps: sequence ids counted per communicator"]
-    if running:
-        parts.append(
-            f"on {', '.join(running)} an op is retired when its call returned, so it finished "
-            "(an unretired one: a call that never returned; one issued with async_op: only "
-            "handed to a thread)"
-        )
-    if queued:
-        parts.append(
-            f"on {', '.join(queued)} the recorder does not say whether an op finished (it "
-            "retires ops when they are enqueued)"
-        )
-    parts.append("no timeout kept (its timeout_ms is a constant, not the communicator's)")
-    return "; ".join(parts)
-
-
-def reports_completion(dialect: str, backend: str) -> bool:
-    """Whether the recorder says when an op of `backend` finished: PyTorch's and HCCL's do (a
-    state, or gloo's `retired`); torchcomms only where the call runs the op (gloo: `retired`
-    means the call returned); Execution Traces never."""
-    if dialect == Dialect.TORCHCOMMS:
-        return backend in CALL_RUNS_OP
-    return dialect != Dialect.EXECUTION_TRACE
 
 
 def needs_entries(header: dict[str, Any]) -> bool:
@@ -297,10 +241,3 @@ def _hccl(entries: list[Any], sizes: dict[str, tuple[int, ...]], rank: int) -> l
         plural = "y" if unnamed == 1 else "ies"
         notes.append(f"{unnamed} HCCL entr{plural} with no frames: op unknown")
     return notes
-
-
-def dumps_look_at_ops(dialect: str) -> bool:
-    """Whether the recorder stamps an unretired op's discovery times when it dumps (so they
-    are the dump time): PyTorch's and HCCL's do; torchcomms stamps them when the call returns,
-    and an Execution Trace keeps no times."""
-    return dialect not in (Dialect.TORCHCOMMS, Dialect.EXECUTION_TRACE)

@@ -25,7 +25,7 @@ real files, torch 2.11 on a GPU and 2.13 on CPU):
   ids are counted per group.
 
 An ET holds what each rank issued, in order: no states and no times. Its entries are marked
-`scheduled` and not retired, and the dialect (`dialects.Dialect.EXECUTION_TRACE`) tells the
+`scheduled` and not retired, and the dialect (`Dialect.EXECUTION_TRACE`) tells the
 matcher to judge progress by what every rank issued.
 
 A rank killed while tracing leaves a file cut in the middle of its nodes (they are appended as
