@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..load import LIMITS, Limits
+from ..model.dtypes import DTYPES
 from ..model.dump import RankDump
 from ..model.records import UnreadableDump
-from .dtypes import DTYPES, SAME_WIDTH
+from .dtypes import SAME_WIDTH
 from .plan import Kind, OpSpec, ReplayPlan
 
 GIB = 1 << 30

@@ -33,11 +33,12 @@ import numpy as np
 
 from ..errors import UsageError
 from ..model import ops as catalog
+from ..model.dtypes import DTYPES
 from ..model.groups import WORLD_DESCS, GroupTable
 from ..model.ranks import agree, compact
 from ..model.records import ANY_SOURCE, P2PKind, UnitKind
 from ..model.table import EntryTable
-from .dtypes import DTYPES, replay_dtype
+from .dtypes import replay_dtype
 
 PLAN_SCHEMA = "fr-analyze.replay-plan/1"
 

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....model.ops import P2P_OPS
-from .nodes import BACKENDS, Group, entry, inputs, next_id, numel, p2p_name, tensors
+from .nodes import (
+    Group,
+    entry,
+    inputs,
+    next_id,
+    numel,
+    p2p_name,
+    recorder_backend,
+    tensors,
+)
 
 _OUTPUT_FIRST = frozenset(
     {
@@ -47,7 +56,7 @@ def _dispatcher_ops(
                 named[node["id"]] = values[-1]
         elif name.startswith("c10d::"):
             owner = node
-        elif ":" in name and name.split(":", 1)[0] in BACKENDS:
+        elif recorder_backend(name):
             parent = owner.get("ctrl_deps") if owner is not None else None
             yield node, owner, named.get(parent) if isinstance(parent, int) else None
             owner = None

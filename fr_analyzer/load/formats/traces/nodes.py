@@ -8,34 +8,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ....model.backends import KNOWN_BACKENDS
+from ....model.dtypes import TRACE_DTYPES
 from ....model.numbers import decimal
 from ...safety.door import parse_json
 
 INIT_NODE = "## process_group:init ##"
 RECORD_NODE = "record_param_comms"
-BACKENDS = ("nccl", "xccl", "gloo", "rccl", "hccl", "mccl", "ucc", "mpi")
 
-# ET tensor element types (`Tensor(float)`) → the recorder's dtype names
-DTYPES = {
-    "float": "Float",
-    "double": "Double",
-    "c10::Half": "Half",
-    "c10::BFloat16": "BFloat16",
-    "long int": "Long",
-    "int64_t": "Long",
-    "int": "Int",
-    "short int": "Short",
-    "signed char": "Char",
-    "unsigned char": "Byte",
-    "bool": "Bool",
-    "c10::complex<float>": "ComplexFloat",
-    "c10::complex<double>": "ComplexDouble",
-    "c10::Float8_e4m3fn": "Float8_e4m3fn",
-    "c10::Float8_e5m2": "Float8_e5m2",
-    "c10::Float8_e4m3fnuz": "Float8_e4m3fnuz",
-    "c10::Float8_e5m2fnuz": "Float8_e5m2fnuz",
-}
-KNOWN_DTYPES = frozenset(DTYPES.values())
+KNOWN_DTYPES = frozenset(TRACE_DTYPES.values())
+"""The recorder's dtype names an Execution Trace's element types are read as."""
 TENSOR_TYPE = re.compile(r"Tensor\(([^()]*(?:\([^()]*\))?[^()]*)\)")
 
 
@@ -157,7 +139,7 @@ def tensors(types: Sequence[Any], shapes: Sequence[Any], index: int) -> tuple[li
     if index >= len(types) or index >= len(shapes) or not isinstance(types[index], str):
         return [], []
     kind, shape = types[index], shapes[index]
-    dtypes = [DTYPES.get(t.strip(), t.strip()) for t in TENSOR_TYPE.findall(kind)]
+    dtypes = [TRACE_DTYPES.get(t.strip(), t.strip()) for t in TENSOR_TYPE.findall(kind)]
     if not dtypes:
         return [], []
     if kind.startswith("Tensor("):
@@ -183,11 +165,19 @@ def children(nodes: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, 
     return kids
 
 
+def recorder_backend(name: str) -> str | None:
+    """The backend of a node named like a recorder's entry (`nccl:all_reduce`), one of the
+    model's backends (`model.backends`); None for any other name, a `c10d::` dispatcher op
+    included."""
+    backend, colon, op = name.partition(":")
+    return backend if colon and not op.startswith(":") and backend in KNOWN_BACKENDS else None
+
+
 def profiling_child(kids: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The child named like the recorder's entry (`nccl:all_reduce`), if any."""
     for kid in kids:
         name = kid.get("name")
-        if isinstance(name, str) and name.split(":", 1)[0] in BACKENDS and ":" in name:
+        if isinstance(name, str) and recorder_backend(name):
             return kid
     return None
 

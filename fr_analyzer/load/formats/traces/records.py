@@ -8,7 +8,6 @@ from typing import Any
 
 from ....model.ops import P2P_OPS
 from .nodes import (
-    BACKENDS,
     KNOWN_DTYPES,
     RECORD_NODE,
     Group,
@@ -21,6 +20,7 @@ from .nodes import (
     outputs,
     p2p_name,
     profiling_child,
+    recorder_backend,
     tensors,
 )
 
@@ -56,11 +56,7 @@ def from_records(
     pending_marker: Mapping[str, Any] | None = None
     for node in nodes:
         name = node.get("name")
-        if (
-            isinstance(name, str)
-            and name.endswith(":coalesced")
-            and name.split(":", 1)[0] in BACKENDS
-        ):
+        if isinstance(name, str) and name.endswith(":coalesced") and recorder_backend(name):
             pending_marker = node
             continue
         if name != RECORD_NODE:
@@ -103,7 +99,7 @@ def from_records(
             in_shapes, in_dtypes = tensors(inputs(child, "types"), inputs(child, "shapes"), 0)
         if not out_shapes:
             out_shapes, out_dtypes = list(in_shapes), list(in_dtypes)
-        named = attrs(node).get("dtype")  # the record's own dtype: for a type not in DTYPES
+        named = attrs(node).get("dtype")  # the record's own dtype: for a type not in TRACE_DTYPES
         if isinstance(named, str) and has_tensors:
             in_dtypes = [d if d in KNOWN_DTYPES else named for d in in_dtypes]
             out_dtypes = [d if d in KNOWN_DTYPES else named for d in out_dtypes]
