@@ -43,6 +43,13 @@ from .dtypes import replay_dtype
 PLAN_SCHEMA = "fr-analyze.replay-plan/1"
 
 
+class ReplayBackend(enum.StrEnum):
+    """The backend a replay runs on."""
+
+    GLOO = "gloo"  # on the CPU, every rank a local process or one of torchrun's
+    NCCL = "nccl"  # one process per GPU
+
+
 class Kind(enum.StrEnum):
     """What the worker runs for an op."""
 
@@ -97,7 +104,7 @@ class Window:
 class PlanOptions:
     """How to turn the records into a plan."""
 
-    backend: str = "gloo"
+    backend: ReplayBackend = ReplayBackend.GLOO
     scale: float = 1.0  # every element count times this (see the module docstring)
     window: Window = field(default_factory=Window)
 
@@ -145,7 +152,7 @@ class ReplayPlan:
 
     source: str
     world_size: int
-    backend: str
+    backend: ReplayBackend
     scale: float
     groups: tuple[GroupSpec, ...]
     ranks: tuple[RankPlan, ...]  # by rank, every rank of the world
@@ -542,10 +549,12 @@ def from_json(text: str) -> ReplayPlan:
     data = json.loads(text)
     if data.get("schema") != PLAN_SCHEMA:
         raise UsageError(f"not a replay plan ({PLAN_SCHEMA}): schema {data.get('schema')!r}")
+    if data.get("backend") not in set(ReplayBackend):
+        raise UsageError(f"a replay plan for backend {data.get('backend')!r}: gloo or nccl")
     return ReplayPlan(
         source=data["source"],
         world_size=data["world_size"],
-        backend=data["backend"],
+        backend=ReplayBackend(data["backend"]),
         scale=data["scale"],
         groups=tuple(
             GroupSpec(g["uid"], g["name"], g["desc"], tuple(g["ranks"]), g["world"])
