@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ....model.ops import P2P_OPS
+from ....model.ops import C10D_OUTPUT_FIRST_OPS, P2P_OPS
 from .nodes import (
     Group,
     entry,
@@ -20,20 +20,6 @@ from .nodes import (
     recorder_backend,
     tensors,
 )
-
-_OUTPUT_FIRST = frozenset(
-    {
-        "_allgather_base_",
-        "allgather_into_tensor_coalesced_",
-        "_reduce_scatter_base_",
-        "reduce_scatter_tensor_coalesced_",
-        "alltoall_base_",
-        "allgather_",
-        "reduce_scatter_",
-        "alltoall_",
-    }
-)
-
 
 _FUNCTIONAL = "_c10d_functional::"
 
@@ -95,7 +81,7 @@ def dispatcher_ops(
             call = str(owner["name"]).removeprefix("c10d::")
             types, shapes = inputs(owner, "types"), inputs(owner, "shapes")
             values = inputs(owner, "values")
-            if call in _OUTPUT_FIRST:
+            if call in C10D_OUTPUT_FIRST_OPS:
                 out_shapes, out_dtypes = tensors(types, shapes, 0)
                 in_shapes, in_dtypes = tensors(types, shapes, 1)
             if call in ("send", "recv_", "send_", "recv") and len(values) > 2:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ....model.ops import P2P_OPS
+from ....model.ops import C10D_OP_NAMES, P2P_OPS
 from .nodes import (
     KNOWN_DTYPES,
     RECORD_NODE,
@@ -23,21 +23,6 @@ from .nodes import (
     recorder_backend,
     tensors,
 )
-
-# c10d's collective names (record_param_comms) → the recorder's op names, where they differ
-_C10D_TO_FR = {
-    "allreduce": "all_reduce",
-    "_allgather_base": "_all_gather_base",
-    "allgather": "all_gather",
-    "all_to_allv": "all_to_all",
-    "all_to_all": "all_to_all",
-    "alltoall_base": "all_to_all",
-    "alltoall": "all_to_all",
-    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
-    "barrier": "all_reduce_barrier",
-}
-
 
 _SETUP = frozenset({"init", "broadcastUniqueNCCLID"})
 """Records of a communicator's setup (sequence id 0), not ops: the recorder keeps none."""
@@ -103,7 +88,7 @@ def from_records(
         if isinstance(named, str) and has_tensors:
             in_dtypes = [d if d in KNOWN_DTYPES else named for d in in_dtypes]
             out_dtypes = [d if d in KNOWN_DTYPES else named for d in out_dtypes]
-        op = _C10D_TO_FR.get(collective, collective)
+        op = C10D_OP_NAMES.get(collective, collective)
         backend = group.backend or "nccl"
         if child is not None and isinstance(child.get("name"), str):
             backend, op = child["name"].split(":", 1)
