@@ -14,20 +14,28 @@ from .conclusion import Conclusion, conclude, with_other_reading
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
 from .errors import DiscoveryError
-from .load import DEFAULT_MAX_FILE_BYTES, live, pystacks, stamps
-from .load.dialects import description
-from .load.discovery import Discovery
-from .load.joblogs import read_job_logs
-from .load.limits import LIMITS
-from .load.pystacks import PythonStacks
-from .load.remote import Remote
-from .load.sources import Directory, DumpFile, Source
+from .load import (
+    DEFAULT_MAX_FILE_BYTES,
+    LIMITS,
+    MANIFEST,
+    Directory,
+    Discovery,
+    DumpFile,
+    PythonStacks,
+    Remote,
+    Source,
+    find_python_stacks,
+    name_time_ns,
+    read_job_logs,
+    read_manifest,
+)
 from .match import MatchResult, match
 from .match.findings import collect
 from .memory import collector_paused, small_pages
 from .model.dump import RankDump, Reader, Writer
 from .model.groups import GroupTable, build_groups
 from .model.ranks import agree, compact
+from .model.recorders import description
 from .model.records import DumpSummary, Finding, UnreadableDump
 from .model.table import EntryTable
 
@@ -137,11 +145,11 @@ def _load_files(
         loaded = [replace(d, file_time_ns=None, name_time_ns=None) for d in loaded]
     answered: dict[int, int] = {}
     notes: list[str] = []
-    manifest = live.read_manifest(source.path) if isinstance(source, Directory) else None
+    manifest = read_manifest(source.path) if isinstance(source, Directory) else None
     shown = files[0].shown if files else 0
     if manifest is not None and manifest.world_size > LIMITS.claimed_world_factor * shown:
         notes.append(
-            f"{live.MANIFEST} claims a job of {manifest.world_size:,} ranks, past"
+            f"{MANIFEST} claims a job of {manifest.world_size:,} ranks, past"
             f" {LIMITS.claimed_world_factor}x the ranks the files show: not read"
         )
         manifest = None
@@ -163,7 +171,7 @@ def _load_files(
         ]
     unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
     table = builder.build([d.rank for d in loaded])
-    python = pystacks.find(source.path) if isinstance(source, Directory) else None
+    python = find_python_stacks(source.path) if isinstance(source, Directory) else None
     return Loaded(loaded, unreadable, table, found, answered, python, tuple(notes))
 
 
@@ -218,7 +226,7 @@ def analyze_series(
         got = load(where, options, progress)
         label = got.found.source.label
         name = Path(where.path).name if isinstance(where, Directory) else label
-        one = series_mod.taken(label, got.table, got.dumps, got.answered, stamps.name_time_ns(name))
+        one = series_mod.taken(label, got.table, got.dumps, got.answered, name_time_ns(name))
         summed.append(one)
         if newest is None or series_mod.ordered([newest[0], one])[-1] is one:
             newest = (one, got)

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fr_analyzer.load.decoders.columns import Decoded
-from fr_analyzer.load.outcomes import NotDecoded
+from fr_analyzer.load.formats.outcomes import NotDecoded
+from fr_analyzer.load.safety.decoders.columns import Decoded
 
 
 def make_entry(

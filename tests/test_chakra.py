@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.load import traces as chakra
-from fr_analyzer.load.discovery import discover
+from fr_analyzer.load.formats import traces as chakra
+from fr_analyzer.load.sources.discovery import discover
 from fr_analyzer.pipeline import Analysis, Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +150,7 @@ def test_a_real_nccl_trace_holds_the_ops_its_flight_recorder_holds(tmp_path: Pat
 
 
 def test_a_trace_beside_its_ranks_dump_adds_the_ops_the_ring_buffer_lost(tmp_path: Path) -> None:
-    from fr_analyzer.load.reading import read_raw
+    from fr_analyzer.load.safety.reading import read_raw
 
     dump = read_raw(MANY_OPS / "nccl_trace_rank_0", 0)
     dump["entries"] = dump["entries"][5:]  # as if the ring buffer had wrapped
@@ -401,8 +401,8 @@ def test_a_gloo_functional_collective_is_counted_on_the_group_it_names() -> None
 
 
 def test_a_gloo_traces_ops_are_placed_on_their_groups_by_running_every_ranks_trace() -> None:
-    from fr_analyzer.load.traces.dispatcher import Op, assign
-    from fr_analyzer.load.traces.nodes import Group
+    from fr_analyzer.load.formats.traces.dispatcher import Op, assign
+    from fr_analyzer.load.formats.traces.nodes import Group
 
     groups = {
         "0": Group("0", "default_pg", "gloo", (0, 1, 2, 3)),

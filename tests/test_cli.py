@@ -344,7 +344,8 @@ def test_no_readable_dump_exits_2_naming_the_file(fr: Fr, tmp_path: Path) -> Non
 def _a_bug_in_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """A TypeError raised while building every rank, in this process (no worker sandbox):
     what a bug in fr-analyze's own code looks like, whatever the dump holds."""
-    from fr_analyzer.load import loading, sandbox
+    from fr_analyzer.load import loading
+    from fr_analyzer.load.safety import sandbox
 
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
@@ -375,7 +376,8 @@ def test_a_bug_in_a_sandboxed_reader_is_an_internal_error_too(
     fr: Fr, healthy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN well-formed dumps read in the worker sandbox, whose reader has a bug
-    from fr_analyzer.load import loading, sandbox
+    from fr_analyzer.load import loading
+    from fr_analyzer.load.safety import sandbox
 
     if not sandbox.available():
         pytest.skip("no worker sandbox on this platform")

@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from benchmarks.gen import Spec, simulation, torch_pickle
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
 from fr_analyzer.load.common import MAX_SEQ_ID
-from fr_analyzer.load.decoders.columns import Decoded, run_ints
-from fr_analyzer.load.decoders.decode import decode_torch
-from fr_analyzer.load.decoders.decode_python import decode_python
-from fr_analyzer.load.outcomes import NotDecoded
-from fr_analyzer.load.safety import decode_pickle
+from fr_analyzer.load.formats.outcomes import NotDecoded
+from fr_analyzer.load.safety.decoders.columns import Decoded, run_ints
+from fr_analyzer.load.safety.decoders.decode import decode_torch
+from fr_analyzer.load.safety.decoders.decode_python import decode_python
+from fr_analyzer.load.safety.door import decode_pickle
 from fr_analyzer.model.dump import Fallback, RankDump, Reader, Writer
 from fr_analyzer.model.records import UnreadableDump
 from tests.builders import make_dump, make_entry, or_why

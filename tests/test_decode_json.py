@@ -12,9 +12,9 @@ import pytest
 from hypothesis import event, given
 
 from fr_analyzer.load import DumpFile, build_rank, load_rank
-from fr_analyzer.load.decoders.columns import Decoded
-from fr_analyzer.load.decoders.decode_json import decode_json_layout
-from fr_analyzer.load.outcomes import NotDecoded
+from fr_analyzer.load.formats.outcomes import NotDecoded
+from fr_analyzer.load.safety.decoders.columns import Decoded
+from fr_analyzer.load.safety.decoders.decode_json import decode_json_layout
 from fr_analyzer.model.dump import Reader
 from fr_analyzer.model.records import UnreadableDump
 from fr_analyzer.pipeline import Options, analyze

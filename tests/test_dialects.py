@@ -13,7 +13,7 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.errors import DiscoveryError
-from fr_analyzer.load.values import parse_name
+from fr_analyzer.load.formats.values import parse_name
 from fr_analyzer.model.records import UNKNOWN_PEER, P2PKind
 from fr_analyzer.pipeline import Options
 from tests.builders import make_dump, make_entry, write_dumps

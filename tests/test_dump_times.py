@@ -215,7 +215,7 @@ def test_a_zip_with_only_dos_times_dates_its_members_as_late_as_they_can_mean(
 def test_object_storage_listings_give_each_object_its_time() -> None:
     from datetime import UTC, datetime
 
-    from fr_analyzer.load.remote import info_time_ns
+    from fr_analyzer.load.sources.remote import info_time_ns
 
     when = datetime(2026, 11, 23, 3, 15, 2, tzinfo=UTC)
     ns = int(when.timestamp()) * 10**9

@@ -17,8 +17,9 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.errors import DiscoveryError, DumpError
-from fr_analyzer.load import TableBuilder, build_rank, discover, hosts, load_rank, read_raw
+from fr_analyzer.load import TableBuilder, build_rank, discover, load_rank, read_raw
 from fr_analyzer.load.loading import _pack_arrays, _unpack_arrays
+from fr_analyzer.load.sources import hosts
 from fr_analyzer.model.dump import RankDump, Reader
 from fr_analyzer.model.records import FindingKind, UnreadableDump
 from fr_analyzer.pipeline import Options
@@ -244,8 +245,8 @@ def test_workers_give_the_same_result_as_in_process_loading(tmp_path: Path) -> N
 def test_fast_and_careful_normalization_agree_on_every_sample_rank(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fr_analyzer.load import normalize
-    from fr_analyzer.load.outcomes import slower
+    from fr_analyzer.load.formats import normalize
+    from fr_analyzer.load.formats.outcomes import slower
 
     def refuse(*args: object) -> NoReturn:
         raise slower("forced by the test")

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from fr_analyzer import load, pipeline
-from fr_analyzer.load.limits import LIMITS, MIB
-from fr_analyzer.load.normalize import text_held
+from fr_analyzer.load.formats.normalize import text_held
+from fr_analyzer.load.safety.limits import LIMITS, MIB
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"
 MEMORY_CAP = 4 << 30

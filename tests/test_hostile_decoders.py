@@ -24,11 +24,13 @@ from hypothesis import strategies as st
 
 from fr_analyzer import analyze
 from fr_analyzer.errors import DumpError
-from fr_analyzer.load import DumpFile, build_rank, columnar, discover, load_rank, reading
-from fr_analyzer.load.decoders.columns import Decoded
-from fr_analyzer.load.decoders.opcodes import BINGET
-from fr_analyzer.load.outcomes import NotDecoded
-from fr_analyzer.load.safety import decode_pickle
+from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
+from fr_analyzer.load.formats import columnar
+from fr_analyzer.load.formats.outcomes import NotDecoded
+from fr_analyzer.load.safety import reading
+from fr_analyzer.load.safety.decoders.columns import Decoded
+from fr_analyzer.load.safety.decoders.opcodes import BINGET
+from fr_analyzer.load.safety.door import decode_pickle
 from fr_analyzer.model.dump import Fallback, RankDump, Reader
 from fr_analyzer.pipeline import Options
 from tests.builders import or_why

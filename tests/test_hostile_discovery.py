@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fr_analyzer.load import limits
+from fr_analyzer.load.safety import limits
 from tests.test_hostile import Outcome, run_cli
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dumps"

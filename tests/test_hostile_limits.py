@@ -20,8 +20,8 @@ import pytest
 
 from fr_analyzer import cli
 from fr_analyzer.errors import DumpError
-from fr_analyzer.load import limits, reading, sandbox
-from fr_analyzer.load.limits import GIB, LIMITS, Limits, content_bytes
+from fr_analyzer.load.safety import limits, reading, sandbox
+from fr_analyzer.load.safety.limits import GIB, LIMITS, Limits, content_bytes
 
 pytestmark = pytest.mark.skipif(
     not sandbox.available(), reason="worker processes need fork (Linux, macOS)"

@@ -31,10 +31,10 @@ import pytest
 
 from fr_analyzer import cli
 from fr_analyzer.errors import OutputError, UsageError
-from fr_analyzer.load.limits import LIMITS
-from fr_analyzer.load.sources import Directory
+from fr_analyzer.load.safety.limits import LIMITS
+from fr_analyzer.load.sources.base import Directory
 from fr_analyzer.replay import bounds, files, session
-from fr_analyzer.replay.plan import Kind, OpSpec, PlanOptions
+from fr_analyzer.replay.plan import Kind, OpSpec, PlanOptions, ReplayBackend
 from fr_analyzer.replay.runner import Launch, RunOptions, stopped_by, write_plan
 from fr_analyzer.replay.worker import WorkerArgs, read_result
 from fr_analyzer.replay.worker import run as run_rank
@@ -223,7 +223,8 @@ def test_the_byte_bound_applies_after_scale(tmp_path: Path) -> None:
 def test_with_nccl_each_rank_s_own_tensors_count_against_the_bound(tmp_path: Path) -> None:
     dumps = all_reduces(tmp_path / "dumps", [[2**28], [2**28]])  # 1 GiB a rank
     options = session.ReplayOptions(
-        plan=PlanOptions(backend="nccl"), run=RunOptions(tmp_path / "o", backend="nccl")
+        plan=PlanOptions(backend=ReplayBackend.NCCL),
+        run=RunOptions(tmp_path / "o", backend=ReplayBackend.NCCL),
     )
 
     fits = session.make_plan(Directory(dumps), dataclasses.replace(options, max_bytes=1 << 30))

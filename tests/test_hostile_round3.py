@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from fr_analyzer.load import live, remote, traces
+from fr_analyzer.load.formats import traces
+from fr_analyzer.load.sources import live, remote
 from fr_analyzer.model.numbers import decimal, hex_size, name_order
 from fr_analyzer.render.presentation import NAME_SHOWN, wrap
 from tests.builders import make_dump, make_entry, write_dumps
@@ -436,7 +437,7 @@ def test_live_bodies_past_the_memory_budget_go_to_disk_and_read_the_same(tmp_pat
     """Before: every body held in memory until the snapshot was saved (1 GiB a handler a
     rank, 128 ranks at once)."""
     from fr_analyzer import pipeline
-    from fr_analyzer.load.sources import Directory
+    from fr_analyzer.load.sources.base import Directory
     from tests.test_series import Fleet
 
     entries = [make_entry(seq=i, record_id=i - 1) for i in range(1, 3001)]
@@ -474,7 +475,7 @@ def test_a_gloo_trace_is_parsed_in_a_worker_never_in_the_parent(tmp_path: Path) 
     # the child's own peak (VmHWM: ru_maxrss would keep what the forked pytest process held)
     code = (
         "import re, sys; from pathlib import Path; from fr_analyzer import pipeline;"
-        " from fr_analyzer.load.sources import Directory;"
+        " from fr_analyzer.load.sources.base import Directory;"
         " got = pipeline.analyze(Directory(Path(sys.argv[1])));"
         " peak = re.search(r'VmHWM:\\s*(\\d+)', Path('/proc/self/status').read_text())[1];"
         " print(got.summary.ranks_loaded, peak)"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from fr_analyzer import cli
-from fr_analyzer.load import limits
-from fr_analyzer.load.remote import _below
+from fr_analyzer.load.safety import limits
+from fr_analyzer.load.sources.remote import _below
 
 pytest.importorskip("fsspec", reason="the remote extra is not installed")
 pytest.importorskip("aiohttp", reason="the remote extra is not installed")

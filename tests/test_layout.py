@@ -8,6 +8,12 @@ renderer contract and its registry), `render.presentation` (sentences, records, 
 modules of `cli/` import none of one another: what they share lives in `cli.app`,
 `cli.options`, `cli.outputs` and `cli.terminal`. No module imports another module's private
 names.
+
+`load` has a face: no module outside `load/` imports anything under it, only `fr_analyzer.load`
+(its `__init__`), which re-exports what the other stages need. Behind the face, its three wings
+(`LOAD_WINGS`) each say in their `__init__` what they hold, and `safety/` has a README that says
+it is safety-critical. The wings import one another freely (the door's decoders read the entry
+schema of `formats`; `formats.traces` parses through the door), so no order among them is kept.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("render",),  # text, JSON, HTML, entries, timeline, traces, databases
     ("cli", "__main__", "__init__"),  # the front door: the command line and its commands
 )
+LOAD_WINGS = {"sources", "safety", "formats"}
+"""The folders of `load/`: where bytes come from, the door to objects, what the objects mean."""
 COMMANDS = {"analyze", "live", "timeline", "merge_traces", "replay"}
 """The modules of `cli/` that each hold one command."""
 RENDERERS = {
@@ -144,3 +152,26 @@ def test_a_module_over_600_lines_says_why_in_its_docstring() -> None:
         if lines > 600 and "over 600 lines because" not in " ".join(doc.split()):
             long.append(f"{path.relative_to(PACKAGE)} ({lines} lines)")
     assert not long, "modules over 600 lines whose docstring does not say why: " + ", ".join(long)
+
+
+def test_other_stages_import_load_through_its_face() -> None:
+    inner = {path.stem for path in (PACKAGE / "load").iterdir() if path.stem != "__init__"}
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if module_of(path)[0] == "load":
+            continue
+        for target, names in imports(path):
+            deep = target[:1] == ["load"] and len(target) > 1
+            if deep or (target == ["load"] and set(names) & inner):
+                wrong.append(f"{path.relative_to(PACKAGE)} imports {'.'.join(target)} {names}")
+    assert not wrong, "import these from `fr_analyzer.load` (its face):\n" + "\n".join(wrong)
+
+
+def test_the_wings_of_load_say_what_they_hold() -> None:
+    folders = {p.name for p in (PACKAGE / "load").iterdir() if (p / "__init__.py").exists()}
+    assert folders == LOAD_WINGS, "a new folder of load/: a wing (LOAD_WINGS)?"
+    for wing in sorted(LOAD_WINGS):
+        doc = ast.get_docstring(ast.parse((PACKAGE / "load" / wing / "__init__.py").read_text()))
+        assert doc and f"The {wing} wing of `load`" in doc, f"load/{wing}/__init__.py"
+    readme = (PACKAGE / "load" / "safety" / "README.md").read_text()
+    assert "safety-critical" in readme and "tests/test_safety.py" in readme

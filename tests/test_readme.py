@@ -1,5 +1,5 @@
 """The README and docs/: the generated blocks (the usage block in docs/cli.md is the real
-`--help` output, the table of limits in docs/limits.md is `fr_analyzer/load/limits.py`), the
+`--help` output, the table of limits in docs/limits.md is `fr_analyzer/load/safety/limits.py`), the
 README kept short and for users, and every link between the pages leading somewhere."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import typer
 
 from fr_analyzer.cli import app
-from fr_analyzer.load.limits import limit_names
+from fr_analyzer.load.safety.limits import limit_names
 from tools.sync_readme_usage import (
     BLOCK,
     LIMITS_BLOCK,

@@ -21,7 +21,7 @@ import pytest
 
 from fr_analyzer import cli, pipeline
 from fr_analyzer.errors import UsageError
-from fr_analyzer.load.sources import Directory
+from fr_analyzer.load.sources.base import Directory
 from fr_analyzer.model.groups import build_groups
 from fr_analyzer.replay import session
 from fr_analyzer.replay.dtypes import replay_dtype

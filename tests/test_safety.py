@@ -1,4 +1,4 @@
-"""Specs for `load.safety`, the one door where bytes become objects: no other module of the
+"""Specs for `load.safety.door`, the one door where bytes become objects: no other module of the
 package unpickles or parses, and every pickle goes through the unpickler that refuses globals."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.load import safety, sandbox
+from fr_analyzer.load.safety import door, sandbox
 from fr_analyzer.pipeline import Analysis, Options
 from fr_analyzer.render.report import render_text
 
@@ -62,7 +62,7 @@ def test_no_module_but_the_door_turns_bytes_into_objects() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE).as_posix()
-        if name == "load/safety.py":
+        if name == "load/safety/door.py":
             continue
         for line, what in _openers(ast.parse(path.read_text(), str(path))):
             if (name, what) not in EXEMPT:
@@ -107,7 +107,7 @@ def test_the_door_refuses_every_global_extension_and_persistent_id(opener: bytes
     copyreg.add_extension("os", "system", 1)  # an extension code names a global
     try:
         with pytest.raises(pickle.UnpicklingError, match="refused"):
-            safety.unpickle(opener)
+            door.unpickle(opener)
     finally:
         copyreg.remove_extension("os", "system", 1)
 
@@ -124,23 +124,23 @@ def test_every_opcode_that_reaches_outside_builtins_is_refused_by_the_door() -> 
     stack_global = b"\x8c\x02os\x8c\x06system\x93"
     for tail in (b"\x8c\x02id\x85R.", b"(o.", b")\x81.", b")}\x92.", b"}b."):
         with pytest.raises(pickle.UnpicklingError, match="refused to load global"):
-            safety.unpickle(b"\x80\x04" + stack_global + tail)
+            door.unpickle(b"\x80\x04" + stack_global + tail)
 
 
 def test_a_pickle_of_builtins_only_comes_back_whole_through_the_door() -> None:
     torch_like = {"version": "2.10", "entries": [{"a": (1, 2.5, None, True, "x")}]}
-    assert safety.unpickle(pickle.dumps(torch_like, protocol=2)) == torch_like
+    assert door.unpickle(pickle.dumps(torch_like, protocol=2)) == torch_like
     newer = {"entries": [{"a": (1, b"x")}], "s": {1}, "f": frozenset({2})}  # no global at 4
-    assert safety.unpickle(pickle.dumps(newer, protocol=4)) == newer
-    assert safety.parse_json(b'{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}
-    assert safety.parse_json_prefix('{"a": 1} tail') == ({"a": 1}, 8)
+    assert door.unpickle(pickle.dumps(newer, protocol=4)) == newer
+    assert door.parse_json(b'{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}
+    assert door.parse_json_prefix('{"a": 1} tail') == ({"a": 1}, 8)
 
 
 # --- the analysis with every other opener refusing ---------------------------------------------
 
 
 def _refuse(*args: Any, **kwargs: Any) -> NoReturn:
-    raise AssertionError("bytes became objects outside the door (fr_analyzer.load.safety)")
+    raise AssertionError("bytes became objects outside the door (fr_analyzer.load.safety.door)")
 
 
 class _RefusingUnpickler(pickle.Unpickler):

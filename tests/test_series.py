@@ -28,8 +28,8 @@ import pytest
 
 from fr_analyzer import pipeline
 from fr_analyzer.diagnosis import series
-from fr_analyzer.load import live, pystacks, stamps
-from fr_analyzer.load.sources import Directory
+from fr_analyzer.load.sources import live, pystacks, stamps
+from fr_analyzer.load.sources.base import Directory
 from fr_analyzer.model.records import Status
 
 LIVE = Path(__file__).resolve().parent / "data" / "live"

@@ -412,7 +412,8 @@ def test_a_tarball_read_without_worker_processes_gives_the_same_ranks(
 ) -> None:
     """Where no worker can be forked the parent reads each member itself, in archive order,
     holding one member's bytes at a time."""
-    from fr_analyzer.load import discover, load_all, sandbox
+    from fr_analyzer.load import discover, load_all
+    from fr_analyzer.load.safety import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: False)
     archive = pack(SAMPLES / "nccl_not_joined", tmp_path / "d.tar.gz")

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from fr_analyzer.load import DumpFile, build_rank, discover, load_rank
-from fr_analyzer.load.decoders.columns import Decoded
-from fr_analyzer.load.decoders.decode import decode_torch
-from fr_analyzer.load.decoders.decode_json import decode_json_layout
+from fr_analyzer.load.safety.decoders.columns import Decoded
+from fr_analyzer.load.safety.decoders.decode import decode_torch
+from fr_analyzer.load.safety.decoders.decode_json import decode_json_layout
 from fr_analyzer.model.dump import RankDump, Reader
 from fr_analyzer.model.records import State
 from tests.builders import or_why

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from fr_analyzer import analyze
-from fr_analyzer.load.dialects import Dialect, description, reports_completion, rewrite
+from fr_analyzer.load.formats.dialects import rewrite
+from fr_analyzer.model.recorders import Dialect, description, reports_completion
 from fr_analyzer.pipeline import Options
 from tests.builders import fr_json
 

@@ -1,5 +1,5 @@
 """gloo Execution Traces name no group: each op's group is found by a search over every rank's
-trace (`fr_analyzer.load.traces.assign`). An extra world all_reduce after a pair all_reduce, a
+trace (`load.formats.traces.assign`). An extra world all_reduce after a pair all_reduce, a
 healthy job with one-rank groups, a tie said as `ambiguous`, and a job past the search's
 budget, which falls back to the greedy settle with a warning."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.load import traces as chakra
-from fr_analyzer.load.traces import assign
-from fr_analyzer.load.traces.dispatcher import Op
-from fr_analyzer.load.traces.nodes import Group
+from fr_analyzer.load.formats import traces as chakra
+from fr_analyzer.load.formats.traces import assign
+from fr_analyzer.load.formats.traces.dispatcher import Op
+from fr_analyzer.load.formats.traces.nodes import Group
 from fr_analyzer.pipeline import Analysis, Options
 
 Step = tuple[str, int]

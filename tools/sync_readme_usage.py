@@ -1,5 +1,5 @@
 """Rewrite the documentation's generated blocks: the usage block from the real
-`fr-analyze --help` (80 columns), and the table of limits from `fr_analyzer/load/limits.py`
+`fr-analyze --help` (80 columns), and the table of limits from `fr_analyzer/load/safety/limits.py`
 (each field of `Limits`, its default as written there, and its docstring).
 
 Each block sits between its markers (`<!-- usage:start -->` ... `<!-- usage:end -->`,
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- usage:start -->\n```\n(.*?)\n```\n<!-- usage:end -->", re.S)
-LIMITS_SOURCE = ROOT / "fr_analyzer" / "load" / "limits.py"
+LIMITS_SOURCE = ROOT / "fr_analyzer" / "load" / "safety" / "limits.py"
 LIMITS_BLOCK = re.compile(r"<!-- limits:start -->\n(.*?)\n<!-- limits:end -->", re.S)
 
 

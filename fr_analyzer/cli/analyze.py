@@ -35,7 +35,7 @@ from .outputs import Outputs, print_report, write_outputs
 from .terminal import console, progress_bars
 
 if TYPE_CHECKING:
-    from ..load.sources import Source
+    from ..load import Source
     from ..pipeline import Options
     from ..render.entries_view import EntriesView
 
@@ -319,8 +319,7 @@ def analyze(
     if group_world_size is not None and not transform_ft:
         raise UsageError("--group-world-size goes with --transform-ft")
     from ..diagnosis import Thresholds
-    from ..load import DEFAULT_MAX_FILE_BYTES
-    from ..load.opening import open_source
+    from ..load import DEFAULT_MAX_FILE_BYTES, open_source
     from ..pipeline import Options
 
     options = Options(

@@ -22,8 +22,7 @@ from .outputs import Outputs, print_report, write_outputs
 from .terminal import progress_bars
 
 if TYPE_CHECKING:
-    from ..load import live
-    from ..load.sources import Source
+    from ..load import Source, live
 
 
 @app.command(

@@ -47,7 +47,7 @@ def merge_traces_cmd(
     ] = None,
 ) -> None:
     """Merge per-rank profiler traces into one trace: pid = rank, clocks synced."""
-    from ..load.opening import open_source
+    from ..load import open_source
     from ..pipeline import Options
     from ..render import timeline, traces
 

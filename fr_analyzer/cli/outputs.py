@@ -21,7 +21,7 @@ from ..render.renderer import HTML, JSON, TEXT, Renderer, ReportOptions, for_dat
 from .terminal import console, error, progress_bars, step, wrote
 
 if TYPE_CHECKING:
-    from ..load.sources import Source
+    from ..load import Source
     from ..pipeline import Analysis
 
 DATABASE_SUFFIXES = ".pkl, .sqlite, .parquet"

@@ -130,12 +130,12 @@ def replay_cmd(
     reproduces here is a program bug; one that does not points at the machine or network."""
     import tempfile
 
-    from ..load.opening import open_source
+    from ..load import open_source
     from ..replay import session
-    from ..replay.plan import PlanOptions, Window
+    from ..replay.plan import PlanOptions, ReplayBackend, Window
     from ..replay.runner import RunOptions
 
-    if backend not in ("gloo", "nccl"):
+    if backend not in set(ReplayBackend):
         raise UsageError(f"--backend {backend!r}: gloo or nccl")
     if launcher not in ("spawn", "env"):
         raise UsageError(f"--launcher {launcher!r}: spawn or env")
@@ -151,8 +151,8 @@ def replay_cmd(
     with contextlib.ExitStack() as stack:
         folder = out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-replay-")))
         options = session.ReplayOptions(
-            plan=PlanOptions(backend, scale, Window(last, seq_range(seq))),
-            run=RunOptions(folder, backend, timeout, deadline, iterations, warmup),
+            plan=PlanOptions(ReplayBackend(backend), scale, Window(last, seq_range(seq))),
+            run=RunOptions(folder, ReplayBackend(backend), timeout, deadline, iterations, warmup),
             launcher=session.Launcher(launcher),
             world_size=ranks,
             max_ranks=max_ranks,

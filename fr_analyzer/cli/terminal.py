@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..load.sources import Source
+    from ..load import Source
     from ..pipeline import Analysis, Options, Progress
 
 

@@ -72,7 +72,7 @@ def timeline_cmd(
 ) -> None:
     """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
     one thread per process group, findings and the root cause marked."""
-    from ..load.opening import open_source
+    from ..load import open_source
     from ..model.ranks import parse
     from ..pipeline import Options
     from ..render.renderer import TIMELINE

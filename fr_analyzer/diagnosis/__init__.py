@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..load.joblogs import WatchdogTimeout
+from ..load import WatchdogTimeout
 from ..match import MatchResult
 from ..model.dump import RankDump
 from ..model.groups import GroupTable

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ..load.dialects import Dialect, dumps_look_at_ops
-from ..load.joblogs import WatchdogTimeout
+from ..load import WatchdogTimeout
 from ..match import stateless
 from ..model.dump import RankDump
+from ..model.recorders import Dialect, dumps_look_at_ops
 from ..model.records import State
 from ..model.table import EntryTable, rank_starts
 

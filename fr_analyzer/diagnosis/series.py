@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..load.stamps import name_time_ns
+from ..load import name_time_ns
 from ..model.dump import RankDump
 from ..model.records import State
 from ..model.table import EntryTable, rank_starts
@@ -205,7 +205,7 @@ def snapshot_folders(path: Path) -> list[Path] | None:
     """The snapshot sub-folders of `path`, when it is a folder of snapshots: no rank file of
     its own, and two or more sub-folders that are snapshots (a `fetch.json`, or a time in the
     name, and files inside). None otherwise."""
-    from ..load.live import MANIFEST
+    from ..load import MANIFEST
 
     if not path.is_dir():
         return None

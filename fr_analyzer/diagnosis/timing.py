@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from ..load.joblogs import WatchdogTimeout
+from ..load import WatchdogTimeout
 from ..model.dump import RankDump
 from ..model.ranks import by_count, counted, label
 from ..model.records import State

@@ -1,11 +1,25 @@
 """Find per-rank dump files, load them safely, and turn each into compact columns.
 
-The package, stage by stage: `opening` picks the source a path or URL names, and `sources` (a
-directory), `archives` (a tar or zip archive) or `remote` (an fsspec URL) lists it and says
-how each file is read, within `limits` (the table of every limit); `discovery` finds the rank
-files in it; `sandbox` runs the reading in worker processes that a hostile file can only kill;
-`reading` loads one file (gzip, JSON, pickle), every object built through `safety`, the one
-door where bytes become objects; `normalize` turns its header and entries into
+This module is the face of `load`: every other stage imports `fr_analyzer.load` and nothing
+under it (tests/test_layout.py keeps it so). Behind the face, three wings:
+
+- `sources/`: where the bytes come from (a directory, an archive, a URL, a live job's debug
+  server) and the files beside the dumps (job logs, stamps in names, hosts, Python stacks);
+- `safety/`: the only door from bytes to objects (`door`, the `decoders`), one file read within
+  the limits and its opcode scan (`reading`), the `sandbox` and the one table of `limits`;
+  safety-critical, its README.md says what a change there must show;
+- `formats/`: what the objects mean: `normalize`, the column readers, the entry `schema`, the
+  table builder, and dumps of other recorders, torchft jobs and Execution Traces rewritten into
+  PyTorch's form.
+
+`loading` (beside the face) drives the three over every rank; `common` holds what they share.
+
+The stages, in the order a file meets them: `opening` picks the source a path or URL names,
+and `base` (a directory), `archives` (a tar or zip archive) or `remote` (an fsspec URL) lists
+it and says how each file is read, within `limits` (the table of every limit); `discovery`
+finds the rank files in it; `sandbox` runs the reading in worker processes that a hostile file
+can only kill; `reading` loads one file (gzip, JSON, pickle), every object built through
+`door`, the one door where bytes become objects; `normalize` turns its header and entries into
 a `RankDump` (`model.dump`), its entries read by the fastest reader that takes them; `loading`
 runs that over every rank; `table` merges the ranks into one `EntryTable`. `schema` is the
 one table of an entry's keys that every reader follows.
@@ -24,7 +38,7 @@ name ranks that fell to the careful reader, and why.
 Hostile input is expected. Only regular files are opened; a file over `max_bytes` (or gzip
 data that inflates past it, or past `GZIP_MAX_RATIO` times its compressed size) is refused.
 The decoder's grammar has no global, no memo put out of order and no tuple of containers, so
-no bomb. Every other pickle, whatever a scan says of it, is unpickled by `safety`'s
+no bomb. Every other pickle, whatever a scan says of it, is unpickled by `door`'s
 `NoGlobalsUnpickler`, which refuses every global and persistent id,
 in a worker process limited in CPU time and address space: a tuple that takes forever to
 hash, one nested deep enough to crash, or a memo index that allocates gigabytes costs that
@@ -42,42 +56,65 @@ from __future__ import annotations
 from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
 from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
-from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, parse_size, printable
-from .discovery import Discovery, discover
+from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
+from .formats.normalize import build_rank
+from .formats.table import TableBuilder
 from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
-from .normalize import build_rank
-from .opening import open_source
-from .reading import read_raw
-from .safety import NoGlobalsUnpickler
-from .sources import DumpFile, Source
-from .table import TableBuilder
+from .safety.door import NoGlobalsUnpickler, parse_json, unpickle
+from .safety.limits import LIMITS, Limits
+from .safety.reading import read_raw
+from .sources import live
+from .sources.base import Directory, DumpFile, Source
+from .sources.discovery import Discovery, discover
+from .sources.joblogs import WatchdogTimeout, read_job_logs
+from .sources.live import MANIFEST, read_manifest
+from .sources.opening import open_source
+from .sources.pystacks import PythonStacks
+from .sources.pystacks import find as find_python_stacks
+from .sources.remote import Remote
+from .sources.stamps import name_time_ns
 
 __all__ = [
     "COLUMNS",
     "DEFAULT_MAX_FILE_BYTES",
+    "LIMITS",
+    "MANIFEST",
     "MARKER_OPS",
     "NO_TIME",
+    "Directory",
     "Discovery",
     "DumpFile",
     "EntryTable",
     "GroupClaim",
+    "Limits",
     "NoGlobalsUnpickler",
+    "PythonStacks",
     "RankColumns",
     "RankDump",
     "RankTables",
     "Reader",
+    "Remote",
     "Settled",
     "Source",
     "TableBuilder",
+    "WatchdogTimeout",
     "build_rank",
     "discover",
+    "file_kind",
+    "find_python_stacks",
+    "live",
     "load_all",
     "load_rank",
+    "name_time_ns",
     "open_source",
+    "parse_json",
     "parse_size",
     "printable",
     "rank_starts",
+    "read_job_logs",
+    "read_manifest",
     "read_raw",
+    "unpickle",
     "with_settled_groups",
     "with_shown",
 ]

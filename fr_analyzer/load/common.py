@@ -8,7 +8,7 @@ import stat
 from typing import Any
 
 from ..model.records import State
-from .limits import LIMITS
+from .safety.limits import LIMITS
 
 # Limits. Genuine dumps are far inside every one of them. Each is a field of the one table,
 # `limits.Limits` (its docstrings say what each bounds); the names below are its values, bound

@@ -1,4 +1,11 @@
-"""Load every rank in worker processes, and hand each to the table builder in file order."""
+"""Load every rank in worker processes, and hand each to the table builder in file order.
+
+This module drives the three wings of `load` (`sources`, `safety`, `formats`) over every rank, so
+it sits beside the face rather than in one wing. It is over 600 lines because one rank's load,
+the gloo groups settled across ranks before it, and the packing of columns from worker to parent
+run in the same worker pools and share one handling of a worker's death; split apart, each part
+would import the others' private helpers.
+"""
 
 from __future__ import annotations
 
@@ -18,17 +25,20 @@ import numpy as np
 from ..errors import DumpError, FrAnalyzerError
 from ..memory import collector_paused
 from ..model.dump import Fallback, RankColumns, RankDump
+from ..model.recorders import Dialect
 from ..model.records import UnreadableDump
-from . import dialects, hosts, limits, sandbox, stamps, torchft, traces
-from .archives import StreamedFiles
 from .common import DEFAULT_MAX_FILE_BYTES, printable
-from .decoders.columns import Decoded
-from .limits import content_bytes
-from .normalize import build_rank
-from .outcomes import NotDecoded
-from .reading import Raw, explain_pickle, read_dump, read_unpacked
-from .sources import DumpFile
-from .values import EntryError
+from .formats import dialects, torchft, traces
+from .formats.normalize import build_rank
+from .formats.outcomes import NotDecoded
+from .formats.values import EntryError
+from .safety import limits, sandbox
+from .safety.decoders.columns import Decoded
+from .safety.limits import content_bytes
+from .safety.reading import Raw, explain_pickle, read_dump, read_unpacked
+from .sources import hosts, stamps
+from .sources.archives import StreamedFiles
+from .sources.base import DumpFile
 
 
 def load_rank(
@@ -227,13 +237,13 @@ def _build(
 ) -> RankDump:
     header = raw.obj.header if isinstance(raw.obj, Decoded) else raw.obj
     notes = list(raw.notes)
-    dialect = dialects.Dialect.PYTORCH
+    dialect = Dialect.PYTORCH
     obj = raw.obj
     if traces.is_execution_trace(header):
         converted = traces.to_dump(header, rank, dump_file.op_groups, dump_file.shown)
         header = obj = converted.dump
         notes += converted.notes
-        dialect = dialects.Dialect.EXECUTION_TRACE
+        dialect = Dialect.EXECUTION_TRACE
         not_decoded = None  # no decoder reads traces: not a slower reading
     elif isinstance(header, dict):
         if isinstance(raw.obj, Decoded) and dialects.needs_entries(header):

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ..load.dialects import reports_completion
 from ..model.arrays import distinct
 from ..model.backends import NO_COMPLETION_BACKENDS
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.ranks import agree, compact
+from ..model.recorders import reports_completion
 from ..model.records import P2PKind, State, UnitKind
 from ..model.table import EntryTable
 from .records import stateless

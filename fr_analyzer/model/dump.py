@@ -140,7 +140,7 @@ class RankDump:
     entries: int
     tables: RankTables | None
     columns: RankColumns | None
-    dialect: str = "pytorch"  # the recorder that wrote it (`dialects.Dialect`)
+    dialect: str = "pytorch"  # the recorder that wrote it (`model.recorders.Dialect`)
     # Groups its pg_config listed with members beyond every rank the job shows otherwise,
     # set aside (`loading`): no view of those groups to compare with the other ranks'.
     claims_set_aside: frozenset[str] = frozenset()

@@ -101,3 +101,41 @@ UNCHECKED_SIZE_OPS = frozenset(
         "new_window",
     }
 )
+
+BROADCAST_OPS = frozenset({"broadcast", "_broadcast_oop"})
+REDUCE_OPS = frozenset({"reduce", "_reduce_oop"})
+BARRIER_OPS = frozenset({"barrier", "all_reduce_barrier", "monitored_barrier"})
+ALL_REDUCE_COALESCED_OPS = frozenset({"allreduce_coalesced", "all_reduce_coalesced"})
+ALL_GATHER_COALESCED_OPS = frozenset({"allgather_coalesced"})
+
+# c10d's own names for the ops, as an Execution Trace writes them
+
+C10D_OP_NAMES: dict[str, str] = {
+    "allreduce": "all_reduce",
+    "_allgather_base": "_all_gather_base",
+    "allgather": "all_gather",
+    "all_to_allv": "all_to_all",
+    "all_to_all": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "alltoall": "all_to_all",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "barrier": "all_reduce_barrier",
+}
+"""c10d's collective names (an Execution Trace's `record_param_comms`) -> the recorder's op
+names, where they differ."""
+
+C10D_OUTPUT_FIRST_OPS = frozenset(
+    {
+        "_allgather_base_",
+        "allgather_into_tensor_coalesced_",
+        "_reduce_scatter_base_",
+        "reduce_scatter_tensor_coalesced_",
+        "alltoall_base_",
+        "allgather_",
+        "reduce_scatter_",
+        "alltoall_",
+    }
+)
+"""c10d's dispatcher ops (`c10d::allgather_`) whose first argument is the output: an Execution
+Trace's gloo ops read their tensors by it."""

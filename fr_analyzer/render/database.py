@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FrAnalyzerError
-from ..load.safety import unpickle
+from ..load import unpickle
 from ..memory import collector_paused, small_pages
 from ..pipeline import Analysis
 from .output import write_atomic

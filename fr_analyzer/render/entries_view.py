@@ -50,7 +50,7 @@ SHOWN_FRAMES = 6
 """Frames of each entry's stack shown (innermost first)."""
 SHOWN_FRAME_TEXT = 240
 """Characters of a frame's name or file name shown; longer ones are cut short. A stack is
-counted once however many entries share it (`load.normalize.text_held`), but this view shows
+counted once however many entries share it (`load.formats.normalize.text_held`), but this view shows
 it in every entry's cell."""
 GAP = "  "
 

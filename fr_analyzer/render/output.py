@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import OutputError
-from ..load.common import file_kind, printable
-from ..load.sources import Directory, Source
+from ..load import Directory, Source, file_kind, printable
 from ..model.numbers import decimal
 
 STDOUT = "-"

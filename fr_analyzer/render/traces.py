@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import FrAnalyzerError
-from ..load.safety import parse_json
+from ..load import parse_json
 from ..model.numbers import decimal
 from ..model.ranks import MAX_RANK
 from .output import atomic_writer

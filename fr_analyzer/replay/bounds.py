@@ -19,10 +19,11 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..load.limits import LIMITS, Limits
+from ..load import LIMITS, Limits
+from ..model.dtypes import DTYPES
 from ..model.dump import RankDump
 from ..model.records import UnreadableDump
-from .dtypes import DTYPES, SAME_WIDTH
+from .dtypes import SAME_WIDTH
 from .plan import Kind, OpSpec, ReplayPlan
 
 GIB = 1 << 30

@@ -1,44 +1,12 @@
 """The dtypes a replay allocates: each recorded dtype name (c10's, as Flight Recorder writes
 it) as torch's name and width, and, per backend, the same-width stand-in for a dtype the backend
 cannot run in an op (gloo has no float8 reduction: "Invalid scalar type"). No torch here: the
-plan names dtypes by string and the worker looks them up."""
+plan names dtypes by string and the worker looks them up. The dtypes themselves (names, widths)
+are the model's one table (`model.dtypes`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Dtype:
-    """A recorded dtype as the replay knows it."""
-
-    torch_name: str  # the attribute of `torch` (torch.float32 is "float32")
-    width: int  # bytes per element
-
-
-DTYPES: dict[str, Dtype] = {
-    "Float": Dtype("float32", 4),
-    "Double": Dtype("float64", 8),
-    "Half": Dtype("float16", 2),
-    "BFloat16": Dtype("bfloat16", 2),
-    "Long": Dtype("int64", 8),
-    "Int": Dtype("int32", 4),
-    "Short": Dtype("int16", 2),
-    "Char": Dtype("int8", 1),
-    "Byte": Dtype("uint8", 1),
-    "Bool": Dtype("bool", 1),
-    "UInt16": Dtype("uint16", 2),
-    "UInt32": Dtype("uint32", 4),
-    "UInt64": Dtype("uint64", 8),
-    "Float8_e4m3fn": Dtype("float8_e4m3fn", 1),
-    "Float8_e5m2": Dtype("float8_e5m2", 1),
-    "Float8_e4m3fnuz": Dtype("float8_e4m3fnuz", 1),
-    "Float8_e5m2fnuz": Dtype("float8_e5m2fnuz", 1),
-    "ComplexHalf": Dtype("complex32", 4),
-    "ComplexFloat": Dtype("complex64", 8),
-    "ComplexDouble": Dtype("complex128", 16),
-}
-"""Every dtype name a recorder writes that a replay can allocate."""
+from ..model.dtypes import DTYPES
 
 SAME_WIDTH: dict[int, str] = {1: "uint8", 2: "float16", 4: "float32", 8: "float64"}
 """The stand-in of each width: a type every backend reduces, moves and compares."""

@@ -33,13 +33,21 @@ import numpy as np
 
 from ..errors import UsageError
 from ..model import ops as catalog
+from ..model.dtypes import DTYPES
 from ..model.groups import WORLD_DESCS, GroupTable
 from ..model.ranks import agree, compact
 from ..model.records import ANY_SOURCE, P2PKind, UnitKind
 from ..model.table import EntryTable
-from .dtypes import DTYPES, replay_dtype
+from .dtypes import replay_dtype
 
 PLAN_SCHEMA = "fr-analyze.replay-plan/1"
+
+
+class ReplayBackend(enum.StrEnum):
+    """The backend a replay runs on."""
+
+    GLOO = "gloo"  # on the CPU, every rank a local process or one of torchrun's
+    NCCL = "nccl"  # one process per GPU
 
 
 class Kind(enum.StrEnum):
@@ -62,21 +70,16 @@ class Kind(enum.StrEnum):
 
 KIND_OF_OP: dict[str, Kind] = {
     **dict.fromkeys(catalog.SAME_IN_OUT_OPS, Kind.ALL_REDUCE),
-    "allreduce_coalesced": Kind.ALL_REDUCE,
-    "all_reduce_coalesced": Kind.ALL_REDUCE,
+    **dict.fromkeys(catalog.ALL_REDUCE_COALESCED_OPS, Kind.ALL_REDUCE),
     **dict.fromkeys(catalog.ALL_GATHER_OPS, Kind.ALL_GATHER),
-    "allgather_coalesced": Kind.ALL_GATHER,
+    **dict.fromkeys(catalog.ALL_GATHER_COALESCED_OPS, Kind.ALL_GATHER),
     **dict.fromkeys(catalog.REDUCE_SCATTER_OPS, Kind.REDUCE_SCATTER),
-    "broadcast": Kind.BROADCAST,
-    "_broadcast_oop": Kind.BROADCAST,
-    "reduce": Kind.REDUCE,
-    "_reduce_oop": Kind.REDUCE,
+    **dict.fromkeys(catalog.BROADCAST_OPS, Kind.BROADCAST),
+    **dict.fromkeys(catalog.REDUCE_OPS, Kind.REDUCE),
     **dict.fromkeys(catalog.GATHER_OPS, Kind.GATHER),
     **dict.fromkeys(catalog.SCATTER_OPS, Kind.SCATTER),
     **dict.fromkeys(catalog.ALL_TO_ALL_OPS, Kind.ALL_TO_ALL),
-    "barrier": Kind.BARRIER,
-    "all_reduce_barrier": Kind.BARRIER,
-    "monitored_barrier": Kind.BARRIER,
+    **dict.fromkeys(catalog.BARRIER_OPS, Kind.BARRIER),
     "send": Kind.SEND,
     "recv": Kind.RECV,
 }
@@ -96,7 +99,7 @@ class Window:
 class PlanOptions:
     """How to turn the records into a plan."""
 
-    backend: str = "gloo"
+    backend: ReplayBackend = ReplayBackend.GLOO
     scale: float = 1.0  # every element count times this (see the module docstring)
     window: Window = field(default_factory=Window)
 
@@ -144,7 +147,7 @@ class ReplayPlan:
 
     source: str
     world_size: int
-    backend: str
+    backend: ReplayBackend
     scale: float
     groups: tuple[GroupSpec, ...]
     ranks: tuple[RankPlan, ...]  # by rank, every rank of the world
@@ -541,10 +544,12 @@ def from_json(text: str) -> ReplayPlan:
     data = json.loads(text)
     if data.get("schema") != PLAN_SCHEMA:
         raise UsageError(f"not a replay plan ({PLAN_SCHEMA}): schema {data.get('schema')!r}")
+    if data.get("backend") not in set(ReplayBackend):
+        raise UsageError(f"a replay plan for backend {data.get('backend')!r}: gloo or nccl")
     return ReplayPlan(
         source=data["source"],
         world_size=data["world_size"],
-        backend=data["backend"],
+        backend=ReplayBackend(data["backend"]),
         scale=data["scale"],
         groups=tuple(
             GroupSpec(g["uid"], g["name"], g["desc"], tuple(g["ranks"]), g["world"])

@@ -36,7 +36,7 @@ from types import FrameType
 from ..errors import FrAnalyzerError, UsageError
 from . import files
 from .files import LOGS, PLAN_FILE
-from .plan import ReplayPlan, to_json
+from .plan import ReplayBackend, ReplayPlan, to_json
 from .worker import FR_FOLDER, RESULT, STOP, RankResult, WorkerArgs, read_result
 
 LOG_TAIL_LINES = 5
@@ -67,7 +67,7 @@ class RunOptions:
     """How to run a plan."""
 
     out: Path  # the folder for the plan, the logs, the results and the Flight Recorder dumps
-    backend: str = "gloo"
+    backend: ReplayBackend = ReplayBackend.GLOO
     timeout_s: float = 30.0  # the process-group timeout: every op is bounded by it
     deadline_s: float | None = None  # the hard limit of the whole run (None: `deadline`)
     iterations: int = 1
@@ -324,7 +324,7 @@ def _worker_argv(
         "--world-size",
         str(world),
         "--local-rank",
-        str(rank if options.backend == "nccl" else 0),
+        str(rank if options.backend == ReplayBackend.NCCL else 0),
         "--backend",
         options.backend,
         "--init-method",

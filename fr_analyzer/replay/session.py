@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..errors import UsageError
-from ..load.sources import Directory, Source
+from ..load import Directory, Source
 from ..model.groups import build_groups
 from ..pipeline import Analysis, Options, analyze, load
 from . import bounds, files
-from .plan import PlanOptions, ReplayPlan, build
+from .plan import PlanOptions, ReplayBackend, ReplayPlan, build
 from .runner import Launch, RunOptions, RunOutcome, in_process, launch_from, spawn
 
 INSTALL_HINT = "fr-analyze replay needs torch: pip install 'fr-analyze[replay]'"
@@ -80,7 +80,7 @@ def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = Non
             "a replay runs every rank"
         )
     plan = build(got.table, groups, source, options.plan)
-    space = bounds.Space.DEVICE if options.run.backend == "nccl" else bounds.Space.HOST
+    space = bounds.Space.DEVICE if options.run.backend == ReplayBackend.NCCL else bounds.Space.HOST
     bounds.check_bytes(plan, options.max_bytes or host.max_bytes, space, here)
     return plan
 

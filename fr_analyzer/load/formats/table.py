@@ -1,0 +1,175 @@
+"""Build one EntryTable with global codes from every rank's columns, as the ranks arrive."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...memory import small_pages
+from ...model.dump import RankDump
+from ...model.table import TABLE_COLUMNS, EntryTable
+from ..common import INT64_MAX
+from .values import Interner
+
+# ---------------------------------------------------------------------------------------------
+# Global table
+
+
+_RECODED = {
+    "group": "groups",
+    "op": "ops",
+    "backend": "backends",
+    "pname": "profiling_names",
+    "in_shape": "shapes",
+    "out_shape": "shapes",
+    "in_dtype": "dtypes",
+    "out_dtype": "dtypes",
+    "stack": "stacks",
+}
+
+
+class TableBuilder:
+    """Builds the EntryTable one rank at a time, as ranks arrive from the loader.
+
+    `add` re-codes a rank's per-rank tables into global ones and writes its columns straight
+    into the table's columns; the loader keeps only the rank's header after that, so the
+    rank's own columns are freed. The columns are allocated for
+    the expected size (`ranks_hint` ranks like the average so far): pages never written cost
+    no memory, and trimming a large array moves no data, so memory stays at one table however
+    many ranks arrive. Small per-rank pieces kept until the end would cost a second table, as
+    freed small blocks stay with the process."""
+
+    def __init__(self, ranks_hint: int = 1) -> None:
+        self._interners = {name: Interner() for name in set(_RECODED.values())}
+        self._columns: dict[str, np.ndarray] = {
+            col: np.empty(0, dtype=dtype) for col, dtype in TABLE_COLUMNS
+        }
+        self._ranks_hint = max(ranks_hint, 1)
+        self._spans: list[tuple[int, int, int]] = []  # (rank, first row, rows) as added
+        self._n = 0
+        self._pair_rank: list[int] = []
+        self._pair_group: list[int] = []
+
+    def add(self, dump: RankDump, columns: Mapping[str, np.ndarray] | None = None) -> None:
+        """Take a rank's columns: `columns` by name, each in any integer type that holds its
+        values (as they travel from a worker), or else the dump's own."""
+        assert dump.tables is not None  # a rank with its entries
+        if columns is None:
+            assert dump.columns is not None
+            columns = dump.columns.arrays()
+        maps: dict[str, npt.NDArray[np.int32]] = {}
+        for table, intern in self._interners.items():
+            values = dump.groups if table == "groups" else getattr(dump.tables, table)
+            maps[table] = np.fromiter(map(intern, values), np.int32, len(values))
+        start, n = self._n, len(columns["record_id"])
+        self._reserve(start + n)
+        pairs = len(self._pair_rank)
+        self._pair_rank += [dump.rank] * len(dump.groups)
+        self._pair_group += maps["groups"].tolist()
+        for col, _ in TABLE_COLUMNS:
+            target = self._columns[col][start : start + n]  # widens what it is given
+            if col == "pair":
+                target[:] = columns["group"]
+                target += pairs
+                continue
+            values = columns[col]
+            if col in _RECODED and len(values):
+                table_map = maps[_RECODED[col]]
+                if col == "stack":
+                    safe = table_map[np.maximum(values, 0)] if len(table_map) else -1
+                    values = np.where(values >= 0, safe, -1)
+                else:
+                    values = table_map[values]
+            target[:] = values
+            if col == "marker":
+                target[target >= 0] += start
+        self._spans.append((dump.rank, start, n))
+        self._n = start + n
+
+    def _reserve(self, rows: int) -> None:
+        capacity = len(self._columns["index"])
+        if rows <= capacity:
+            return
+        # Room for the ranks still expected, each as big as the average so far: one allocation
+        # when ranks are alike, a few when the first ones are small.
+        added = len(self._spans) + 1
+        expected = rows + rows * max(self._ranks_hint - added, 0) // added
+        new = max(int(expected * 1.25) + 1024, capacity + capacity // 4)
+        for col, column in self._columns.items():
+            grown = _untouched(new, column.dtype)
+            grown[: self._n] = column[: self._n]
+            self._columns[col] = grown
+
+    def build(self, ranks: Sequence[int] | None = None) -> EntryTable:
+        """The table of the given ranks (default: every rank added), in rank order."""
+        added = self._spans
+        wanted = {r for r, _, _ in added} if ranks is None else set(ranks)
+        spans = sorted((s for s in added if s[0] in wanted), key=lambda s: s[0])
+        columns, n = self._columns, self._n
+        self._columns, self._spans, self._n = {}, [], 0
+        if spans == added:  # every rank kept, added in rank order: the columns are the table
+            for column in columns.values():
+                column.resize(n, refcheck=False)
+        else:  # ranks left out, or added out of rank order: gather the rows
+            take = np.concatenate(
+                [np.arange(s, s + k, dtype=np.int64) for _, s, k in spans]
+                or [np.empty(0, np.int64)]
+            )
+            position = np.full(max(n, 1), -1, dtype=np.int64)
+            position[take] = np.arange(len(take))
+            for col in list(columns):
+                columns[col] = columns[col][take]
+            marker = columns["marker"]
+            columns["marker"] = np.where(marker >= 0, position[np.maximum(marker, 0)], -1).astype(
+                np.int32
+            )
+        # Number only the pairs that kept rows (ranks may have been left out).
+        pair_rank = np.array(self._pair_rank, dtype=np.int32)
+        pair_group = np.array(self._pair_group, dtype=np.int32)
+        used = np.bincount(columns["pair"], minlength=len(pair_rank)) > 0
+        if not used.all():
+            renumber = (np.cumsum(used) - 1).astype(np.int32)
+            columns["pair"] = renumber[columns["pair"]]
+            pair_rank, pair_group = pair_rank[used], pair_group[used]
+        self._pair_rank, self._pair_group = [], []
+        sizes = np.array([n for _, _, n in spans], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(spans) else sizes
+        rank = np.repeat(np.array([r for r, _, _ in spans], dtype=np.int32), sizes)
+        starts = np.repeat(offsets, sizes)
+        row_in_rank = (np.arange(int(sizes.sum()), dtype=np.int64) - starts).astype(np.int32)
+        interners = self._interners
+        shapes = interners["shapes"].values
+        numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
+        return EntryTable(
+            rank=rank,
+            row_in_rank=row_in_rank,
+            group_names=interners["groups"].values,
+            ops=interners["ops"].values,
+            backends=interners["backends"].values,
+            profiling_names=interners["profiling_names"].values,
+            shapes=shapes,
+            shape_numel=numel,
+            dtypes=interners["dtypes"].values,
+            stacks=interners["stacks"].values,
+            pair_rank=pair_rank,
+            pair_group=pair_group,
+            **columns,
+        )
+
+
+def _untouched(n: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """An empty column whose pages cost nothing until written, and are written without a
+    stall (see `small_pages`)."""
+    with small_pages():
+        return np.empty(n, dtype=dtype)
+
+
+def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:
+    total = 0
+    for shape in shapes:
+        total += math.prod(shape)
+    return min(total, INT64_MAX)
