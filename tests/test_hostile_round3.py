@@ -490,3 +490,17 @@ def test_a_gloo_trace_is_parsed_in_a_worker_never_in_the_parent(tmp_path: Path) 
     loaded, peak_kib = done.stdout.rsplit(" ", 1)
     assert loaded == "(0,)"
     assert int(peak_kib) < 160 << 10, done.stdout  # before: 223 MB; now about 50
+
+
+def test_damaged_files_between_two_readable_ranks_leave_no_gap(tmp_path: Path) -> None:
+    """Ranks 1 and 2 emptied (found by hypothesis in test_byte_damage): their files still
+    fill their places, so rank 3 is no stray past a gap and stays in the job."""
+    dumps = copy_set(tmp_path, "damaged")
+    for rank in (1, 2):
+        (dumps / f"rank_{rank}.pkl").write_bytes(b"")
+    out = tmp_path / "r.json"
+    run = fr("-d", str(dumps), "--json", str(out))
+    report = report_of(run, out)
+    assert run.code == 1
+    assert report["dumps"]["ranks_loaded"] == [0, 3]
+    assert sorted(u["rank"] for u in report["dumps"]["unreadable"]) == [1, 2]

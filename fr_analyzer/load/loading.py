@@ -347,7 +347,7 @@ def load_all(
         if progress is not None:
             progress(len(loaded) + len(unreadable), len(files))
     loaded = _claims_within_the_job(loaded, ft_group_world_size)
-    outside = _outside_the_job(loaded)
+    outside = _outside_the_job(loaded, [u.rank for u in unreadable if u.rank is not None])
     for dump, reason in outside:
         loaded.remove(dump)
         unreadable.append(UnreadableDump(dump.file, dump.rank, reason))
@@ -536,13 +536,17 @@ class _Members:
         return self.share(result, done=packed), columns
 
 
-def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
+def _outside_the_job(
+    loaded: Sequence[RankDump], unreadable: Sequence[int] = ()
+) -> list[tuple[RankDump, str]]:
     """Dumps whose rank (from the file name) is beyond every group that the other ranks'
     pg_config lists: a stray file from a bigger job. Counted in, it would invent missing ranks
     and split the groups it shares a name with. Where no pg_config lists members (gloo), the
     files' rank numbers are the job: files past a gap of more missing ranks than there are
     files below it (`rank_1048575` beside ranks 0-3: a job of 2**20 ranks, all but five
-    missing) are set aside, their rank named, not believed as the job's size."""
+    missing) are set aside, their rank named, not believed as the job's size. A file that
+    could not be read still fills its place in that count (`unreadable`: their ranks): two
+    damaged files between ranks 0 and 3 leave no gap."""
     tops = {d.rank: max((c.ranks[-1] for c in d.claims.values()), default=-1) for d in loaded}
     ordered = sorted(tops.values(), reverse=True)
     if len(ordered) < 2:
@@ -558,7 +562,7 @@ def _outside_the_job(loaded: Sequence[RankDump]) -> list[tuple[RankDump, str]]:
             out.append((dump, reason))
     if out:
         return out if len(out) < len(loaded) else []
-    ranks = sorted({d.rank for d in loaded})
+    ranks = sorted({d.rank for d in loaded} | set(unreadable))
     far = next(
         (
             i
