@@ -68,28 +68,34 @@ def folder(path: Path, create: bool = True) -> Iterator[int]:
     if create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            os.mkdir(path)
-        except FileExistsError:
-            pass
         except OSError as exc:
             raise OutputError(f"{path}: cannot be made: {exc.strerror}") from None
-    fd = _open_dir(path, None, str(path))
-    try:
+        _make(path, None, path)
+    with _held(_open_dir(path, None, str(path))) as fd:
         yield fd
-    finally:
-        os.close(fd)
 
 
 @contextmanager
 def subfolder(parent: int, name: str, shown: Path) -> Iterator[int]:
     """A descriptor of the folder `name` under the descriptor `parent` (made if missing)."""
+    _make(name, parent, shown)
+    with _held(_open_dir(name, parent, str(shown))) as fd:
+        yield fd
+
+
+def _make(name: str | Path, parent: int | None, shown: Path) -> None:
+    """Make the folder `name` (under the descriptor `parent`), unless it is there."""
     try:
         os.mkdir(name, dir_fd=parent)
     except FileExistsError:
         pass
     except OSError as exc:
         raise OutputError(f"{shown}: cannot be made: {exc.strerror}") from None
-    fd = _open_dir(name, parent, str(shown))
+
+
+@contextmanager
+def _held(fd: int) -> Iterator[int]:
+    """`fd`, closed when the block ends."""
     try:
         yield fd
     finally:
