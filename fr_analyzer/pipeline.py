@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
@@ -24,6 +25,7 @@ from .load import (
     PythonStacks,
     Remote,
     Source,
+    TableBuilder,
     find_python_stacks,
     name_time_ns,
     read_job_logs,
@@ -57,6 +59,66 @@ time), unless `Options.workers` says otherwise."""
 
 
 @dataclass(frozen=True)
+class Ranks:
+    """What reading every rank's file gives: the ranks read (headers only, in rank order),
+    those that could not be, and the entry table of the first."""
+
+    loaded: list[RankDump]
+    unreadable: list[UnreadableDump]
+    table: EntryTable
+
+
+class Engine(Protocol):
+    """Where the ranks' files are read: this process and its workers (`IN_PROCESS`), or a
+    cluster (`fr_analyzer.cluster`). Every engine reads each file with the same loader and
+    limits (`load.load_all`), decides which ranks are outside the job over every rank at once
+    (`load.within_the_job`) and gives the same `Ranks`; the stages after it are the same."""
+
+    @property
+    def label(self) -> str:
+        """Where the ranks were read, for the report's header ("" for this process)."""
+        ...
+
+    def read(
+        self,
+        files: Sequence[DumpFile],
+        options: Options,
+        progress: Callable[[int, int], None] | None,
+    ) -> Ranks:
+        """Read every file (`progress(done, total)` counts ranks)."""
+        ...
+
+
+class InProcess:
+    """The default engine: this process reads, its forked workers decode (`load.load_all`),
+    and each rank's columns go into the table as they arrive."""
+
+    label = ""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
+    def read(
+        self,
+        files: Sequence[DumpFile],
+        options: Options,
+        progress: Callable[[int, int], None] | None,
+    ) -> Ranks:
+        """Read every file in this process's workers."""
+        builder = TableBuilder(ranks_hint=len(files))
+        loaded, unreadable = dumps_mod.load_all(
+            files,
+            self.workers,
+            options.max_file_bytes,
+            progress,
+            sink=builder.add,
+            ft_group_world_size=options.ft_group_world_size,
+        )
+        loaded.sort(key=lambda d: d.rank)
+        return Ranks(loaded, unreadable, builder.build([d.rank for d in loaded]))
+
+
+@dataclass(frozen=True)
 class Options:
     """How to find and load the dumps."""
 
@@ -67,6 +129,7 @@ class Options:
     ft_group_world_size: int | None = None  # a torchft job: default groups made global
     file_times: bool = True  # date each dump by its file's modification time (`ages`)
     job_logs: tuple[Path, ...] = ()  # the job's logs: the watchdog's timeouts (`joblogs`)
+    engine: Engine | None = None  # where the files are read; None: this process (`InProcess`)
 
 
 @dataclass(frozen=True)
@@ -99,6 +162,7 @@ class Loaded:
     # gloo traces: the same files with another assignment of their ops to groups that fits
     # as well (`load.Settled.other`); None: there is none
     other_files: Sequence[DumpFile] | None = None
+    engine: str = ""  # where the files were read (`Engine.label`; "" for this process)
 
 
 def load(where: Path | Source, options: Options, progress: Progress | None = None) -> Loaded:
@@ -125,22 +189,21 @@ def _load_files(
     found: Discovery, files: Sequence[DumpFile], options: Options, progress: Progress | None
 ) -> Loaded:
     source = found.source
-    builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
-    workers = options.workers
-    if workers is None and isinstance(source, Remote):
-        workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
-    loaded, unreadable = dumps_mod.load_all(
+    engine = options.engine
+    if engine is None:
+        workers = options.workers
+        if workers is None and isinstance(source, Remote):
+            workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
+        engine = InProcess(workers)
+    ranks = engine.read(
         source.tasks(files, options.max_file_bytes),
-        workers,
-        options.max_file_bytes,
+        options,
         None if progress is None else functools.partial(progress, LOADING),
-        sink=builder.add,
-        ft_group_world_size=options.ft_group_world_size,
     )
+    loaded, unreadable, table = ranks.loaded, ranks.unreadable, ranks.table
     if not loaded:
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
         raise DiscoveryError(f"{source.label}: no readable rank dump ({reasons})")
-    loaded.sort(key=lambda d: d.rank)
     if not options.file_times:
         loaded = [replace(d, file_time_ns=None, name_time_ns=None) for d in loaded]
     answered: dict[int, int] = {}
@@ -170,9 +233,10 @@ def _load_files(
             if count
         ]
     unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
-    table = builder.build([d.rank for d in loaded])
     python = find_python_stacks(source.path) if isinstance(source, Directory) else None
-    return Loaded(loaded, unreadable, table, found, answered, python, tuple(notes))
+    return Loaded(
+        loaded, unreadable, table, found, answered, python, tuple(notes), engine=engine.label
+    )
 
 
 def entries(
@@ -310,6 +374,7 @@ def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> Du
         directory=found.source.label,
         source_kind=found.source.kind,
         source_what=found.source.what,
+        engine=got.engine,
         ranks_loaded=tuple(d.rank for d in loaded),
         ranks_missing=groups.missing_ranks,
         unreadable=tuple(unreadable),

@@ -4,6 +4,7 @@ dies is read again in a fresh worker before it is called unreadable."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -222,3 +223,53 @@ def test_a_hash_bomb_padded_to_100_mb_costs_at_most_the_cpu_ceiling(
     assert unreadable["reason"].startswith(
         "refused: pickle builds a tuple of over 10000 nested or repeated tuples"
     )
+
+
+_PARENT = """
+import sys, time
+from fr_analyzer.load.safety import sandbox
+
+def wait(task):
+    time.sleep(3600)
+
+def dead(task, death):
+    return ""
+
+pool = sandbox.Sandbox(wait, lambda _: 0, dead, workers=1)
+for _ in pool.run([0]):
+    pass
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl's death signal is Linux's")
+def test_a_parent_killed_outright_takes_its_workers_with_it() -> None:
+    """A Ray worker lost mid-task, or fr-analyze killed by the OOM killer: no reader is left
+    behind holding the parent's pipes and sockets open."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (workers := _children(parent.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers, "the sandbox started no worker"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(Path(f"/proc/{w}").exists() for w in workers)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)

@@ -32,6 +32,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("diagnosis",),  # who waits for whom, ages, the root-cause rules
     ("conclusion",),  # the one answer every output renders
     ("pipeline",),  # the stages wired together
+    ("cluster",),  # the same stages with the ranks read on a Ray cluster (`--engine ray`)
     ("replay",),  # the recorded collectives run again with torch; its dumps through the pipeline
     ("render",),  # text, JSON, HTML, entries, timeline, traces, databases
     ("cli", "__main__", "__init__"),  # the front door: the command line and its commands

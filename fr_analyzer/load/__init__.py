@@ -59,7 +59,14 @@ from ..model.table import EntryTable, rank_starts
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
 from .formats.table import TableBuilder
-from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
+from .loading import (
+    Settled,
+    load_all,
+    load_rank,
+    with_settled_groups,
+    with_shown,
+    within_the_job,
+)
 from .safety.door import NoGlobalsUnpickler, parse_json, unpickle
 from .safety.limits import LIMITS, Limits
 from .safety.reading import read_raw
@@ -117,4 +124,5 @@ __all__ = [
     "unpickle",
     "with_settled_groups",
     "with_shown",
+    "within_the_job",
 ]
