@@ -14,6 +14,11 @@ names.
 (`LOAD_WINGS`) each say in their `__init__` what they hold, and `safety/` has a README that says
 it is safety-critical. The wings import one another freely (the door's decoders read the entry
 schema of `formats`; `formats.traces` parses through the door), so no order among them is kept.
+
+The tests mirror the package: every test module lives in the folder of the stage it specifies
+(`STAGE_TEST_FOLDERS`, load's wings each a folder of their own) or of an area that crosses the
+stages (`AREA_TEST_FOLDERS`), never at the top of `tests/`, which keeps the shared helpers; and
+`tests/README.md` maps every folder.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fr_analyzer"
+TESTS = PACKAGE.parent / "tests"
 
 # lowest first: a module may import its own stage and the stages before it, never one after
 STAGES: tuple[tuple[str, ...], ...] = (
@@ -40,6 +46,28 @@ LOAD_WINGS = {"sources", "safety", "formats"}
 """The folders of `load/`: where bytes come from, the door to objects, what the objects mean."""
 COMMANDS = {"analyze", "live", "timeline", "merge_traces", "replay"}
 """The modules of `cli/` that each hold one command."""
+STAGE_TEST_FOLDERS = {
+    "model",
+    "load",
+    "load/sources",
+    "load/safety",
+    "load/formats",
+    "match",
+    "diagnosis",
+    "conclusion",
+    "replay",
+    "render",
+    "cli",
+}
+"""The folders of `tests/` that mirror a stage (or a wing of `load`): each holds its specs."""
+AREA_TEST_FOLDERS = {
+    "live",  # `fr-analyze live`: snapshots of a running job, and a real torch job
+    "hostile",  # hostile and messy input, at every stage
+    "frsim",  # the recorder simulator (tools/frsim) and its fault campaign
+    "end_to_end",  # every sample set's answer and golden report; PyTorch's analyzer's specs
+    "project",  # this layout, the README and docs, `make run`
+}
+"""The folders of `tests/` for what crosses the stages."""
 RENDERERS = {
     "report",
     "report_json",
@@ -175,3 +203,31 @@ def test_the_wings_of_load_say_what_they_hold() -> None:
         assert doc and f"The {wing} wing of `load`" in doc, f"load/{wing}/__init__.py"
     readme = (PACKAGE / "load" / "safety" / "README.md").read_text()
     assert "safety-critical" in readme and "tests/load/safety/test_door.py" in readme
+
+
+def test_every_test_module_lives_in_the_folder_of_its_stage_or_area() -> None:
+    folders = STAGE_TEST_FOLDERS | AREA_TEST_FOLDERS
+    wrong = [
+        path.relative_to(TESTS).as_posix()
+        for path in sorted(TESTS.rglob("test_*.py"))
+        if path.parent.relative_to(TESTS).as_posix() not in folders
+    ]
+    assert not wrong, (
+        "move these into the folder of the stage they specify (or add an area to "
+        "AREA_TEST_FOLDERS and tests/README.md): " + ", ".join(wrong)
+    )
+
+
+def test_each_stage_folder_of_the_tests_is_a_stage_of_the_package() -> None:
+    stages = {name for names in STAGES for name in names}
+    for folder in sorted(STAGE_TEST_FOLDERS):
+        stage, *wing = folder.split("/")
+        assert stage in stages, f"tests/{folder}: no stage of the package is named {stage}"
+        assert not wing or set(wing) <= LOAD_WINGS, f"tests/{folder}: no wing of load"
+
+
+def test_each_test_folder_is_a_package_the_tests_readme_names() -> None:
+    readme = (TESTS / "README.md").read_text()
+    for folder in sorted(STAGE_TEST_FOLDERS | AREA_TEST_FOLDERS):
+        assert (TESTS / folder / "__init__.py").exists(), f"tests/{folder}/__init__.py"
+        assert f"`{folder}/`" in readme, f"tests/README.md does not name {folder}/"
