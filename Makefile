@@ -28,24 +28,25 @@ $(REMOTE_STAMP): $(STAMP)
 # torch (CPU) for the tests that run a real job; where it cannot be installed they skip
 $(LIVE_STAMP): $(REMOTE_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,remote,test-remote,live-test]' \
-		|| echo "torch could not be installed: tests/test_live.py will skip"
+		|| echo "torch could not be installed: tests/live/test_real_job.py will skip"
 	@touch $(LIVE_STAMP)
 
-# Ray for tests/test_ray_engine.py (`--engine ray` on a real local cluster); where it cannot be
-# installed they skip
+# Ray for tests/cluster/test_ray_engine.py (`--engine ray` on a real local cluster); where it
+# cannot be installed they skip
 $(RAY_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]' \
-		|| echo "Ray could not be installed: tests/test_ray_engine.py will skip"
+		|| echo "Ray could not be installed: tests/cluster/test_ray_engine.py will skip"
 	@touch $(RAY_STAMP)
 
-# playwright and Debian's chromium for tests/test_html.py; where either cannot be installed they skip
+# playwright and Debian's chromium for tests/render/test_html.py; where either cannot be installed
+# they skip
 $(BROWSER_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,html-test]' \
-		|| echo "playwright could not be installed: tests/test_html.py will skip"
+		|| echo "playwright could not be installed: tests/render/test_html.py will skip"
 	command -v chromium >/dev/null || apt-get install -y -qq chromium \
 		|| (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| sudo -n apt-get install -y -qq chromium \
-		|| echo "chromium could not be installed: tests/test_html.py will skip"
+		|| echo "chromium could not be installed: tests/render/test_html.py will skip"
 	@touch $(BROWSER_STAMP)
 
 install: $(STAMP) ## Create .venv and install fr-analyze with its test tools

@@ -1,7 +1,7 @@
 """Find per-rank dump files, load them safely, and turn each into compact columns.
 
 This module is the face of `load`: every other stage imports `fr_analyzer.load` and nothing
-under it (tests/test_layout.py keeps it so). Behind the face, three wings:
+under it (tests/project/test_layout.py keeps it so). Behind the face, three wings:
 
 - `sources/`: where the bytes come from (a directory, an archive, a URL, a live job's debug
   server) and the files beside the dumps (job logs, stamps in names, hosts, Python stacks);
