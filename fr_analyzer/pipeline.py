@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
+
+import numpy as np
 
 from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
@@ -23,6 +25,7 @@ from .load import (
     Discovery,
     DumpFile,
     PythonStacks,
+    RankCache,
     Remote,
     Source,
     TableBuilder,
@@ -58,21 +61,16 @@ REMOTE_WORKERS = 8
 time), unless `Options.workers` says otherwise."""
 
 
-@dataclass(frozen=True)
-class Ranks:
-    """What reading every rank's file gives: the ranks read (headers only, in rank order),
-    those that could not be, and the entry table of the first."""
-
-    loaded: list[RankDump]
-    unreadable: list[UnreadableDump]
-    table: EntryTable
+Sink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
+"""`sink(rank, columns)`: a rank read (its header and tables) and its columns, in file order."""
 
 
 class Engine(Protocol):
-    """Where the ranks' files are read: this process and its workers (`IN_PROCESS`), or a
+    """Where the ranks' files are read: this process and its workers (`InProcess`), or a
     cluster (`fr_analyzer.cluster`). Every engine reads each file with the same loader and
-    limits (`load.load_all`), decides which ranks are outside the job over every rank at once
-    (`load.within_the_job`) and gives the same `Ranks`; the stages after it are the same."""
+    limits (`load.load_all`) and hands each rank read to the sink in file order; what is
+    decided over every rank at once (`load.within_the_job`), the table and the cache are the
+    pipeline's, the same for every engine."""
 
     @property
     def label(self) -> str:
@@ -84,14 +82,15 @@ class Engine(Protocol):
         files: Sequence[DumpFile],
         options: Options,
         progress: Callable[[int, int], None] | None,
-    ) -> Ranks:
-        """Read every file (`progress(done, total)` counts ranks)."""
+        sink: Sink,
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        """Read every file (`progress(done, total)` counts ranks): the ranks read (headers,
+        in file order) and those that could not be."""
         ...
 
 
 class InProcess:
-    """The default engine: this process reads, its forked workers decode (`load.load_all`),
-    and each rank's columns go into the table as they arrive."""
+    """The default engine: this process reads, its forked workers decode (`load.load_all`)."""
 
     label = ""
 
@@ -103,19 +102,18 @@ class InProcess:
         files: Sequence[DumpFile],
         options: Options,
         progress: Callable[[int, int], None] | None,
-    ) -> Ranks:
+        sink: Sink,
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
         """Read every file in this process's workers."""
-        builder = TableBuilder(ranks_hint=len(files))
-        loaded, unreadable = dumps_mod.load_all(
+        return dumps_mod.load_all(
             files,
             self.workers,
             options.max_file_bytes,
             progress,
-            sink=builder.add,
+            sink=sink,
             ft_group_world_size=options.ft_group_world_size,
+            job_wide=False,
         )
-        loaded.sort(key=lambda d: d.rank)
-        return Ranks(loaded, unreadable, builder.build([d.rank for d in loaded]))
 
 
 @dataclass(frozen=True)
@@ -130,6 +128,7 @@ class Options:
     file_times: bool = True  # date each dump by its file's modification time (`ages`)
     job_logs: tuple[Path, ...] = ()  # the job's logs: the watchdog's timeouts (`joblogs`)
     engine: Engine | None = None  # where the files are read; None: this process (`InProcess`)
+    cache: RankCache | None = None  # ranks read before, kept by their files' identity
 
 
 @dataclass(frozen=True)
@@ -195,19 +194,19 @@ def _load_files(
         if workers is None and isinstance(source, Remote):
             workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
         engine = InProcess(workers)
-    ranks = engine.read(
+    loaded, unreadable, table = _read(
+        engine,
         source.tasks(files, options.max_file_bytes),
         options,
         None if progress is None else functools.partial(progress, LOADING),
     )
-    loaded, unreadable, table = ranks.loaded, ranks.unreadable, ranks.table
     if not loaded:
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
         raise DiscoveryError(f"{source.label}: no readable rank dump ({reasons})")
     if not options.file_times:
         loaded = [replace(d, file_time_ns=None, name_time_ns=None) for d in loaded]
     answered: dict[int, int] = {}
-    notes: list[str] = []
+    notes: list[str] = list(options.cache.notes) if options.cache is not None else []
     manifest = read_manifest(source.path) if isinstance(source, Directory) else None
     shown = files[0].shown if files else 0
     if manifest is not None and manifest.world_size > LIMITS.claimed_world_factor * shown:
@@ -237,6 +236,31 @@ def _load_files(
     return Loaded(
         loaded, unreadable, table, found, answered, python, tuple(notes), engine=engine.label
     )
+
+
+def _read(
+    engine: Engine,
+    files: Sequence[DumpFile],
+    options: Options,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[RankDump], list[UnreadableDump], EntryTable]:
+    """Every rank read by `engine` (or taken from the cache), its columns into the table as
+    it arrives, then what is decided over every rank at once."""
+    builder = TableBuilder(ranks_hint=len(files))
+
+    def read(
+        some: Sequence[DumpFile], progress: Callable[[int, int], None] | None, sink: Sink
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        return engine.read(some, options, progress, sink)
+
+    if options.cache is not None:
+        salt = f"{options.max_file_bytes}:{options.ft_group_world_size}"
+        loaded, unreadable = options.cache.read_through(read, files, progress, builder.add, salt)
+    else:
+        loaded, unreadable = read(files, progress, builder.add)
+    loaded, unreadable = dumps_mod.within_the_job(loaded, unreadable, options.ft_group_world_size)
+    loaded.sort(key=lambda d: d.rank)
+    return loaded, unreadable, builder.build([d.rank for d in loaded])
 
 
 def entries(

@@ -38,7 +38,7 @@ from .outputs import Outputs, print_report, write_outputs
 from .terminal import console, progress_bars
 
 if TYPE_CHECKING:
-    from ..load import Source
+    from ..load import RankCache, Source
     from ..pipeline import Options
     from ..render.entries_view import EntriesView
 
@@ -50,14 +50,23 @@ class EngineKind(StrEnum):
     RAY = "ray"  # a Ray cluster (`fr_analyzer.cluster`)
 
 
+CACHE_HELP = "$XDG_CACHE_HOME/fr-analyze/ranks, else ~/.cache/fr-analyze/ranks"
+
+
+def rank_cache() -> RankCache:
+    """The user's cache of ranks read (`load.RankCache`), where the XDG layout puts it."""
+    from ..load import RankCache
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return RankCache(Path(base) / "fr-analyze" / "ranks")
+
+
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 """The variable Ray's own tools read for the cluster's address."""
 
 
 @contextmanager
-def engine_options(
-    options: Options, kind: EngineKind, address: str | None
-) -> Iterator[Options]:
+def engine_options(options: Options, kind: EngineKind, address: str | None) -> Iterator[Options]:
     """`options` with the engine asked for, for the time of the `with` block: on Ray, the
     cluster joined (or started) before it and left after it."""
     if kind is EngineKind.PROCESS:
@@ -277,6 +286,16 @@ def analyze(
             "for the run. Every worker reads its own ranks' files; the report is the same.",
         ),
     ] = EngineKind.PROCESS,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Read every dump again, and keep nothing: by default the ranks read are kept "
+            f"in the user's cache ({CACHE_HELP}, owner-only, at most 2 GiB, the least "
+            "recently used dropped), so the next command on the same dumps (-j, --html, "
+            "another flag) reads them from there; a changed dump is read again.",
+        ),
+    ] = False,
     ray_address: Annotated[
         str | None,
         typer.Option(
@@ -387,6 +406,7 @@ def analyze(
         ft_group_world_size=group_world_size,
         file_times=not ignore_file_times,
         job_logs=tuple(job_log or ()),
+        cache=None if no_cache else rank_cache(),
     )
     outputs = Outputs(database=output, json=json_out, html=html_out)
     sources = [open_source(d, storage_options(storage_option)) for d in dump_dirs]

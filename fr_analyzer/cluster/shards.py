@@ -4,8 +4,8 @@ Each task runs on a worker, reads its shard's files itself (a shared path or the
 driver sends names, never bytes) with the loader one process uses (`load.load_all`: the same
 sandbox, decoder and limits), and returns each rank's header, its tables of distinct values
 and its columns. Ray keeps the result in its object store, which spills to disk past its
-memory. The driver takes the shards in file order, each rank's columns into the one
-`TableBuilder` as one process does, and drops the shard; at most `window` shards are in
+memory. The driver takes the shards in file order, hands each rank to the pipeline's sink
+(its table builder) as one process does, and drops the shard; at most `window` shards are in
 flight or waiting, so the store holds a bounded part of the job.
 
 Faults: a worker lost mid-task is retried by Ray (`RETRIES`); a shard whose task still fails
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..load import DumpFile, RankDump, RankTables, TableBuilder, load_all, within_the_job
+from ..load import DumpFile, RankDump, RankTables, load_all
 from ..model.records import UnreadableDump
-from ..pipeline import Ranks
+from ..pipeline import Sink
 from .connect import Cluster, import_ray
 
 if TYPE_CHECKING:
@@ -106,13 +106,14 @@ class RayEngine:
         files: Sequence[DumpFile],
         options: Options,
         progress: Callable[[int, int], None] | None,
-    ) -> Ranks:
-        """Read every file on the cluster; the shards taken in file order."""
+        sink: Sink,
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        """Read every file on the cluster; the shards taken in file order, each rank handed
+        to `sink` as one process hands it."""
         ray = import_ray()
         task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(read_shard)
         size = self.shard or shard_size(len(files), self.cluster.cpus)
         pieces = [list(files[i : i + size]) for i in range(0, len(files), size)]
-        builder = TableBuilder(ranks_hint=len(files))
         loaded: list[RankDump] = []
         unreadable: list[UnreadableDump] = []
         pending: deque[tuple[list[DumpFile], Any]] = deque()
@@ -131,7 +132,7 @@ class RayEngine:
                 for dump, tables, arrays in zip(
                     shard.loaded, shard.tables, shard.columns, strict=True
                 ):
-                    builder.add(_with_tables(dump, tables), arrays)
+                    sink(_with_tables(dump, tables), arrays)
                 loaded += members.share(shard.loaded)
                 unreadable += shard.unreadable
                 del shard
@@ -141,9 +142,7 @@ class RayEngine:
             for _, ref in pending:
                 ray.cancel(ref, force=True)
             raise
-        loaded, unreadable = within_the_job(loaded, unreadable, options.ft_group_world_size)
-        loaded.sort(key=lambda d: d.rank)
-        return Ranks(loaded, unreadable, builder.build([d.rank for d in loaded]))
+        return loaded, unreadable
 
 
 def _taken(ray: Any, piece: list[DumpFile], ref: Any) -> Shard:

@@ -334,16 +334,15 @@ def load_all(
         results = in_turn()
     for index, (result, columns) in enumerate(results):  # in file order
         if isinstance(result, RankDump):
-            if sink is not None and columns is not None:
-                sink(result, columns)
-            loaded.append(
-                replace(
-                    result.header(),
-                    file_time_ns=_file_time_ns(files[index]),
-                    name_time_ns=_name_time_ns(files[index]),
-                    host=result.host or hosts.host_in_name(files[index].path.name),
-                )
+            header = replace(
+                result.header(),
+                file_time_ns=_file_time_ns(files[index]),
+                name_time_ns=_name_time_ns(files[index]),
+                host=result.host or hosts.host_in_name(files[index].path.name),
             )
+            if sink is not None and columns is not None:
+                sink(replace(header, tables=result.tables), columns)
+            loaded.append(header)
         else:
             unreadable.append(result)
         if progress is not None:
