@@ -142,8 +142,6 @@ class Spec:
             name += f"-{self.frames}"
         if self.writer != "torch":
             name += f"-{self.writer}"
-        if self.capacity != 2000:
-            name += f"-ring{self.capacity}"
         return name
 
     def output(self) -> Output:
