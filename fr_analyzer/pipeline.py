@@ -16,7 +16,7 @@ from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
-from .errors import DiscoveryError
+from .errors import DiscoveryError, UsageError
 from .load import (
     DEFAULT_MAX_FILE_BYTES,
     LIMITS,
@@ -77,6 +77,10 @@ class Engine(Protocol):
         """Where the ranks were read, for the report's header ("" for this process)."""
         ...
 
+    def refuses(self, source: Source) -> str | None:
+        """Why this engine cannot read `source` (None: it can)."""
+        ...
+
     def read(
         self,
         files: Sequence[DumpFile],
@@ -96,6 +100,10 @@ class InProcess:
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers
+
+    def refuses(self, source: Source) -> str | None:
+        """This process reads every kind of source."""
+        return None
 
     def read(
         self,
@@ -194,6 +202,9 @@ def _load_files(
         if workers is None and isinstance(source, Remote):
             workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
         engine = InProcess(workers)
+    refused = engine.refuses(source)
+    if refused is not None:
+        raise UsageError(refused)
     loaded, unreadable, table = _read(
         engine,
         source.tasks(files, options.max_file_bytes),

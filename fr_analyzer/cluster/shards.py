@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..load import DumpFile, RankDump, RankTables, load_all
+from ..load import Directory, DumpFile, RankDump, RankTables, Remote, Source, load_all
 from ..model.records import UnreadableDump
 from ..pipeline import Sink
 from .connect import Cluster, import_ray
@@ -100,6 +100,16 @@ class RayEngine:
     def label(self) -> str:
         """Where the ranks were read, for the report's header."""
         return self.cluster.label
+
+    def refuses(self, source: Source) -> str | None:
+        """A folder (which every node must reach at the same path) or a URL: each worker
+        reads its own files. An archive is read in one stream by one process."""
+        if isinstance(source, (Directory, Remote)):
+            return None
+        return (
+            f"--engine ray reads a folder every node reaches, or a URL; {source.label} is a"
+            f" {source.kind} archive, read in one stream: drop --engine ray, or extract it"
+        )
 
     def read(
         self,

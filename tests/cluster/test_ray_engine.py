@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -266,3 +267,51 @@ def test_the_report_json_names_the_engine(cluster: Cluster) -> None:
         )
     )
     assert '"engine": "read on the Ray cluster at' in text
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    """sample_dumps/ served over HTTP on 127.0.0.1 by a server this test starts and stops."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=SAMPLES,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            assert time.monotonic() < deadline, "the HTTP server did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+
+
+def test_a_url_is_fetched_by_the_workers_themselves(cluster: Cluster, served: str) -> None:
+    from fr_analyzer.load import open_source
+
+    url = f"{served}/nccl_not_joined/"
+    alone = report_dict(analyze(open_source(url), Options()))
+    on_ray = report_dict(analyze(open_source(url), Options(engine=RayEngine(cluster))))
+    assert on_ray["dumps"].pop("engine") != alone["dumps"].pop("engine")
+    assert on_ray == alone
+    assert on_ray["verdict"]["culprit_ranks"] == alone["verdict"]["culprit_ranks"] != []
+
+
+def test_an_archive_is_refused_in_one_line(cluster: Cluster, tmp_path: Path) -> None:
+    import tarfile
+
+    from fr_analyzer.errors import UsageError
+    from fr_analyzer.load import open_source
+
+    archive = tmp_path / "dumps.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(SAMPLES / "nccl_healthy", arcname="nccl_healthy")
+    with pytest.raises(UsageError, match="drop --engine ray, or extract it"):
+        analyze(open_source(str(archive)), Options(engine=RayEngine(cluster)))

@@ -85,8 +85,9 @@ def test_the_sqlite3_tool_opens_it_and_every_foreign_key_joins(dbs: tuple[Path, 
 
 
 def _readme_queries() -> dict[str, str]:
-    """The README's SQL blocks, by the comment on their first line."""
-    text = (ROOT / "README.md").read_text()
+    """The SQL blocks of the README and docs/database.md, by the comment on their first
+    line."""
+    text = (ROOT / "README.md").read_text() + (ROOT / "docs" / "database.md").read_text()
     blocks = re.findall(r"```sql\n(.*?)```", text, re.DOTALL)
     return {block.splitlines()[0].lstrip("- ").strip(): block for block in blocks}
 
