@@ -89,11 +89,17 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
     candidates: dict[str, list[tuple[int, Listed]]] = {}
     ignored: list[str] = []
     reports: list[str] = []
+    kineto: dict[int, Listed] = {}
     for item in source.listing(ignored):
         name = item.name.rsplit("/", 1)[-1]
         if _SERVER_REPORT.fullmatch(name):
             reports.append(name)
             continue
+        if isinstance(source, Directory) and (head := _kineto_head(source, item, name)):
+            found_rank = _kineto_rank(head, name)
+            if found_rank is not None:
+                kineto.setdefault(found_rank, item)
+            continue  # a profiler trace is no rank dump: read beside the rank's trace
         if prefix is not None:
             if not name.startswith(prefix):
                 ignored.append(item.where)
@@ -141,9 +147,16 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
         ranked = sorted(found, key=lambda pair: _preference(source, *pair), reverse=True)
         chosen[rank] = keep = ranked[0][1]
         passed_over += [_passed_over(source, rank, item, keep) for _, item in ranked[1:]]
+    alone = {r: item for r, item in companions.items() if r not in chosen}
     dump_files = tuple(
-        _with_trace(source, source.dump_file(r, chosen[r]), companions.get(r))
-        for r in sorted(chosen)
+        _with_kineto(
+            source,
+            source.dump_file(r, alone[r])  # a rank with a trace and no dump: read from its trace
+            if r in alone
+            else _with_trace(source, source.dump_file(r, chosen[r]), companions.get(r)),
+            kineto.get(r),
+        )
+        for r in sorted({*chosen, *alone})
     )
     return Discovery(
         dump_files,
@@ -184,6 +197,45 @@ def _traces_beside(
         return {}, {}
     _, found = _choose_family(traces, source)
     return {rank: item for rank, item in sorted(found, key=lambda r: -_depth(r[1]))}, dumps
+
+
+_KINETO_NAME = re.compile(r"(?:.*\.pt\.trace\.json|.*kineto.*\.json)(?:\.gz)?", re.DOTALL | re.ASCII)
+_KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
+_KINETO_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*([0-9]{1,9})')
+
+
+def _kineto_head(source: Directory, item: Listed, name: str) -> bytes:
+    """The head of a PyTorch profiler (Kineto) trace (`*.pt.trace.json`, `kineto_rank0.json`,
+    or JSON whose first keys are Kineto's), b"" for any other file. Gzip copies are taken by
+    their name alone."""
+    by_name = _KINETO_NAME.fullmatch(name) is not None
+    if not name.endswith((".json", ".json.gz")):
+        return b""
+    if name.endswith(".gz"):
+        return name.encode() if by_name else b""
+    head = source.head(item, 4096)
+    if head.lstrip()[:1] != b"{" or b'"nodes"' in head or b'"entries"' in head:
+        return b""
+    if by_name or any(key in head for key in _KINETO_KEYS):
+        return head or name.encode()
+    return b""
+
+
+def _kineto_rank(head: bytes, name: str) -> int | None:
+    """A Kineto trace's rank: its `distributedInfo`'s, else its name's trailing number."""
+    found = _KINETO_RANK.search(head)
+    if found is not None:
+        return _rank_of(found[1].decode())
+    digits = re.search(r"([0-9]+)(?:\.pt\.trace)?\.json(?:\.gz)?$", name)
+    return _rank_of(digits[1]) if digits else None
+
+
+def _with_kineto(source: Source, dump: DumpFile, kineto: Listed | None) -> DumpFile:
+    """A rank's file with its Kineto trace beside it: its times are joined to the rank's
+    Execution Trace (`traces.kineto`)."""
+    if kineto is None:
+        return dump
+    return replace(dump, kineto=source.dump_file(dump.rank, kineto))
 
 
 def _with_trace(source: Source, dump: DumpFile, trace: Listed | None) -> DumpFile:
