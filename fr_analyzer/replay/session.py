@@ -5,13 +5,15 @@ analysis. No logic of its own beyond the order of those steps."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from ..errors import UsageError
 from ..load import Directory, Source
+from ..model.dump import RankDump
 from ..model.groups import build_groups
+from ..model.ranks import agree, compact
 from ..pipeline import Analysis, Options, analyze, load
 from . import bounds, files
 from .plan import PlanOptions, ReplayBackend, ReplayPlan, build
@@ -48,11 +50,26 @@ class ReplayReport:
     outcome: RunOutcome
     analysis: Analysis | None  # None: it ran to the end, or no rank could dump
     reporter: bool = True  # False: a rank of torchrun or srun other than 0 (one line of its own)
+    # the ranks whose record is cut (their Execution Trace ends inside their last op: the rank
+    # was killed there): the replay ran them to where the record ends, no further
+    cut: tuple[int, ...] = ()
+    # what the analysis printed is told (a record cut short; a gloo abort after a disagreement
+    # the records hold): lines printed before it
+    told: tuple[str, ...] = ()
 
 
 def torch_available() -> bool:
     """Whether torch can be imported here (without importing it)."""
     return importlib.util.find_spec("torch") is not None
+
+
+CUT_NOTE = "its Execution Trace ends in the middle"
+"""The loader's warning on a rank whose trace was cut (`load.safety.reading`)."""
+
+
+def cut_ranks(dumps: Sequence[RankDump]) -> tuple[int, ...]:
+    """The ranks whose record is cut: an Execution Trace that ends in the middle."""
+    return tuple(sorted(d.rank for d in dumps if any(w.startswith(CUT_NOTE) for w in d.warnings)))
 
 
 def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = None) -> ReplayPlan:
@@ -80,6 +97,9 @@ def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = Non
             "a replay runs every rank"
         )
     plan = build(got.table, groups, source, options.plan)
+    cut = cut_ranks(got.dumps)
+    if cut:
+        plan = replace(plan, cut=cut)
     space = bounds.Space.DEVICE if options.run.backend == ReplayBackend.NCCL else bounds.Space.HOST
     bounds.check_bytes(plan, options.max_bytes or host.max_bytes, space, here)
     return plan
@@ -100,6 +120,44 @@ def replay(where: Source, options: ReplayOptions, env: Mapping[str, str]) -> Rep
     else:
         outcome = spawn(plan, options.run, env)
     analysis = None
+    told: list[str] = []
     if reporter and not outcome.ok and outcome.dumps():
         analysis = analyze(Directory(outcome.fr_dir), Options(file_times=False))
-    return ReplayReport(plan, outcome, analysis, reporter)
+    if reporter and not outcome.ok and (plan.cut or outcome.aborted()):
+        recorded = analyze(where, options.load)
+        told, analysis = tell(plan, outcome, recorded, analysis)
+    return ReplayReport(plan, outcome, analysis, reporter, plan.cut, tuple(told))
+
+
+_DISAGREEMENTS = ("size mismatch", "count mismatch", "dtype mismatch", "split mismatch")
+
+
+def tell(
+    plan: ReplayPlan, outcome: RunOutcome, recorded: Analysis, replayed: Analysis | None
+) -> tuple[list[str], Analysis | None]:
+    """What the answer on a stopped replay is told, and which analysis answers: where the
+    records are cut, or gloo aborted ranks and the records hold a disagreement (a size or count
+    that differs across ranks), the records' own analysis, which the replay reproduced; else
+    the analysis of the replay's dumps."""
+    lines: list[str] = []
+    answer = recorded.conclusion.answer
+    disagreement = recorded.conclusion.status.value == "desync" and any(
+        word in answer for word in _DISAGREEMENTS
+    )
+    aborted = outcome.aborted()
+    if aborted and disagreement:
+        lines.append(
+            f"gloo aborted {agree(aborted, 'rank', 'ranks')} {compact(aborted)} on a "
+            "disagreement the records hold: a program bug, not the host. The records' answer:"
+        )
+        return lines, recorded
+    if plan.cut:
+        cut = list(plan.cut)
+        lines.append(
+            f"the record of {agree(cut, 'rank', 'ranks')} {compact(cut)} is cut (its Execution "
+            "Trace ends inside its last op: the rank was killed there): the replay ran it to "
+            "where the record ends and it stopped there, as the job did; the answer is where "
+            "the record was cut, not a shorter program. The records' answer:"
+        )
+        return lines, recorded
+    return lines, replayed

@@ -199,7 +199,9 @@ def _traces_beside(
     return {rank: item for rank, item in sorted(found, key=lambda r: -_depth(r[1]))}, dumps
 
 
-_KINETO_NAME = re.compile(r"(?:.*\.pt\.trace\.json|.*kineto.*\.json)(?:\.gz)?", re.DOTALL | re.ASCII)
+_KINETO_NAME = re.compile(
+    r"(?:.*\.pt\.trace\.json|.*kineto.*\.json)(?:\.gz)?", re.DOTALL | re.ASCII
+)
 _KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
 _KINETO_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*([0-9]{1,9})')
 

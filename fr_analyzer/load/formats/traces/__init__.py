@@ -46,10 +46,10 @@ from ...safety.limits import LIMITS
 from .assign import Settlement
 from .assign import settle as search_settle
 from .dispatcher import Op, dispatcher_ops, from_dispatcher
-from .merge import merge
 from .kineto import join as join_kineto
-from .pin import pin
+from .merge import merge
 from .nodes import INIT_NODE, RECORD_NODE, Group, groups_of, world_size
+from .pin import pin
 from .records import from_records
 
 __all__ = [

@@ -55,9 +55,10 @@ def join(entries: Sequence[dict[str, Any]], kineto: Mapping[str, Any], where: st
     joined = 0
     unended: list[str] = []
     for entry in entries:
-        event = cpu.get(entry.get("rf_id"))  # type: ignore[arg-type]
-        if event is None:
+        rf = entry.get("rf_id")
+        if not isinstance(rf, int) or rf not in cpu:
             continue
+        event = cpu[rf]
         start = _number(event.get("ts")) or 0.0
         end = start + (_number(event.get("dur")) or 0.0)
         joined += 1
@@ -89,7 +90,8 @@ def join(entries: Sequence[dict[str, Any]], kineto: Mapping[str, Any], where: st
             "Trace (recorded apart): no times joined"
         )
     if unended:
-        shown = ", ".join(unended[:3]) + (f" and {len(unended) - 3} more" if len(unended) > 3 else "")
+        more = f" and {len(unended) - 3} more" if len(unended) > 3 else ""
+        shown = ", ".join(unended[:3]) + more
         notes.append(
             f"its Kineto trace {where}: {shown} started on the CPU and never ended on the GPU"
         )

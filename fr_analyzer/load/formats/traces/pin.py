@@ -43,9 +43,9 @@ def offset(trace_ops: Sequence[str], dumped: Sequence[str]) -> int | None:
         lo, hi = max(0, -shift), min(len(trace_ops), len(dumped) - shift)
         if hi <= lo:
             continue
-        if all(trace_ops[j] == dumped[j + shift] for j in range(lo, hi)):
-            if best is None or hi - lo > best[0]:
-                best = (hi - lo, shift)
+        same = all(trace_ops[j] == dumped[j + shift] for j in range(lo, hi))
+        if same and (best is None or hi - lo > best[0]):
+            best = (hi - lo, shift)
     return None if best is None else best[1]
 
 
