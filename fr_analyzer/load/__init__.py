@@ -59,6 +59,7 @@ from ..model.table import EntryTable, rank_starts
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
 from .formats.table import TableBuilder
+from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
 from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
 from .safety.door import NoGlobalsUnpickler, parse_json, unpickle
 from .safety.limits import LIMITS, Limits
@@ -81,6 +82,7 @@ __all__ = [
     "MANIFEST",
     "MARKER_OPS",
     "NO_TIME",
+    "TRACE_CUT_NOTE",
     "Directory",
     "Discovery",
     "DumpFile",

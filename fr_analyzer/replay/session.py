@@ -10,10 +10,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from ..errors import UsageError
-from ..load import Directory, Source
+from ..load import TRACE_CUT_NOTE, Directory, Source
 from ..model.dump import RankDump
 from ..model.groups import build_groups
 from ..model.ranks import agree, compact
+from ..model.records import FindingKind
 from ..pipeline import Analysis, Options, analyze, load
 from . import bounds, files
 from .plan import PlanOptions, ReplayBackend, ReplayPlan, build
@@ -63,13 +64,9 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-CUT_NOTE = "its Execution Trace ends in the middle"
-"""The loader's warning on a rank whose trace was cut (`load.safety.reading`)."""
-
-
 def cut_ranks(dumps: Sequence[RankDump]) -> tuple[int, ...]:
     """The ranks whose record is cut: an Execution Trace that ends in the middle."""
-    return tuple(sorted(d.rank for d in dumps if any(w.startswith(CUT_NOTE) for w in d.warnings)))
+    return tuple(sorted(d.rank for d in dumps if any(TRACE_CUT_NOTE in w for w in d.warnings)))
 
 
 def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = None) -> ReplayPlan:
@@ -129,7 +126,15 @@ def replay(where: Source, options: ReplayOptions, env: Mapping[str, str]) -> Rep
     return ReplayReport(plan, outcome, analysis, reporter, plan.cut, tuple(told))
 
 
-_DISAGREEMENTS = ("size mismatch", "count mismatch", "dtype mismatch", "split mismatch")
+_DISAGREEMENTS = frozenset(
+    {
+        FindingKind.SIZE_MISMATCH,
+        FindingKind.DTYPE_MISMATCH,
+        FindingKind.P2P_SIZE_MISMATCH,
+        FindingKind.P2P_DTYPE_MISMATCH,
+    }
+)
+"""What makes gloo abort a rank: bytes that differ from what it posted (a size or a count)."""
 
 
 def tell(
@@ -140,24 +145,33 @@ def tell(
     that differs across ranks), the records' own analysis, which the replay reproduced; else
     the analysis of the replay's dumps."""
     lines: list[str] = []
-    answer = recorded.conclusion.answer
-    disagreement = recorded.conclusion.status.value == "desync" and any(
-        word in answer for word in _DISAGREEMENTS
-    )
+    root = recorded.conclusion.root
+    finding = root.finding if root is not None else None
     aborted = outcome.aborted()
-    if aborted and disagreement:
+    if aborted and finding is not None and finding.kind in _DISAGREEMENTS:
+        what = finding.kind.value.replace("p2p_", "").replace("_", " ")
+        group = f" of group '{finding.group.name}'" if finding.group is not None else ""
+        seq = finding.collective_seq_id if finding.p2p_seq_id is None else finding.p2p_seq_id
+        odd = finding.culprit_ranks
+        deviate = (
+            f"{agree(odd, 'rank', 'ranks')} {compact(odd)} {agree(odd, 'deviates', 'deviate')}"
+        )
         lines.append(
-            f"gloo aborted {agree(aborted, 'rank', 'ranks')} {compact(aborted)} on a "
-            "disagreement the records hold: a program bug, not the host. The records' answer:"
+            f"gloo aborted {agree(aborted, 'rank', 'ranks')} {compact(aborted)} on the {what} "
+            f"the records hold at {finding.op} #{seq}{group} ({deviate}): a program bug, not "
+            "the host. "
+            "The records' answer:"
         )
         return lines, recorded
     if plan.cut:
         cut = list(plan.cut)
         lines.append(
-            f"the record of {agree(cut, 'rank', 'ranks')} {compact(cut)} is cut (its Execution "
-            "Trace ends inside its last op: the rank was killed there): the replay ran it to "
-            "where the record ends and it stopped there, as the job did; the answer is where "
-            "the record was cut, not a shorter program. The records' answer:"
+            f"the record of {agree(cut, 'rank', 'ranks')} {compact(cut)} is cut ("
+            + agree(cut, "its Execution Trace ends", "their Execution Traces end")
+            + " where the rank was killed): the replay ran "
+            + agree(cut, "it", "them")
+            + " to where the record ends and stopped there, as the job did; the answer is "
+            "where the record was cut, not a shorter program. The records' answer:"
         )
         return lines, recorded
     return lines, replayed

@@ -53,6 +53,7 @@ from .pin import pin
 from .records import from_records
 
 __all__ = [
+    "CUT_NOTE",
     "INIT_NODE",
     "Converted",
     "GlooOps",
@@ -68,6 +69,11 @@ __all__ = [
     "settle_groups",
     "to_dump",
 ]
+
+
+CUT_NOTE = "its Execution Trace ends in the middle"
+"""How the report begins its note on a rank whose trace was cut (`read_truncated`): the rank
+was killed while tracing."""
 
 
 class TraceError(ValueError):
