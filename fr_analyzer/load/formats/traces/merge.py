@@ -25,6 +25,7 @@ def merge(dump: dict[str, Any], trace: Mapping[str, Any], where: str) -> list[st
     if not isinstance(entries, list):
         return []
     held: dict[tuple[str, bool, int], int] = {}
+    ops_at: dict[tuple[str, bool, int], set[str]] = {}  # a block's members share one id
     oldest: dict[tuple[str, bool], int] = {}
     newest: dict[tuple[str, bool], int] = {}
     first_record = 0
@@ -33,6 +34,7 @@ def merge(dump: dict[str, Any], trace: Mapping[str, Any], where: str) -> list[st
         if key is None or seq is None:
             continue
         held.setdefault((*key, seq), position)
+        ops_at.setdefault((*key, seq), set()).add(_op(entry))
         oldest[key] = min(oldest.get(key, seq), seq)
         newest[key] = max(newest.get(key, seq), seq)
         record = entry.get("record_id")
@@ -41,12 +43,12 @@ def merge(dump: dict[str, Any], trace: Mapping[str, Any], where: str) -> list[st
     listed = [e for e in trace.get("entries", ()) if _key(e)[1] is not None]
     for entry in listed:
         key, seq = _key(entry)
-        at = held.get((*key, seq)) if key is not None and seq is not None else None
-        if at is not None and _op(entries[at]) != _op(entry):
+        found = ops_at.get((*key, seq)) if key is not None and seq is not None else None
+        if found is not None and _op(entry) not in found and not _marker(entry):
             return [
                 f"its Execution Trace {where} disagrees with its dump ({_op(entry)} where the "
-                f"dump holds {_op(entries[at])} at #{seq} of group {key[0] if key else ''!r}): "
-                "the dump is read as it is"
+                f"dump holds {'/'.join(sorted(found))} at #{seq} of group "
+                f"{key[0] if key else ''!r}): the dump is read as it is"
             ]
     older: list[dict[str, Any]] = []
     unrecorded: list[tuple[int, dict[str, Any]]] = []  # (insert before this position, op)
@@ -56,7 +58,7 @@ def merge(dump: dict[str, Any], trace: Mapping[str, Any], where: str) -> list[st
         key, seq = _key(entry)
         if key is None or seq is None:
             continue
-        if key[1] and key not in oldest:  # a send/recv the recorder never records
+        if key[1] and key not in oldest and _unrecorded(entry):  # gloo records no send/recv
             if after < 0:
                 older.append(dict(entry, state="completed", retired=True))
             else:
@@ -103,6 +105,17 @@ def _op(entry: Mapping[str, Any]) -> str:
     """The op of an entry's profiling name (`gloo:send 0->1` -> `send`)."""
     name = entry.get("profiling_name")
     return name.partition(":")[2].split(" ", 1)[0] if isinstance(name, str) else ""
+
+
+def _marker(entry: Mapping[str, Any]) -> bool:
+    """Whether an op is a coalesced block's end marker (named unlike its members)."""
+    return _op(entry).endswith("coalesced")
+
+
+def _unrecorded(entry: Mapping[str, Any]) -> bool:
+    """Whether an op is one the recorder never records: a send/recv on gloo."""
+    name = entry.get("profiling_name")
+    return isinstance(name, str) and name.startswith("gloo:")
 
 
 def _finished(entry: Any) -> bool:
