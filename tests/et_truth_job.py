@@ -22,8 +22,15 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
+import socket
+import subprocess
 import sys
 import time
+from pathlib import Path
+
+JOB_DEADLINE_S = 90.0
+"""The longest a job runs before every rank still running is killed by its pid."""
 
 
 def main(rank: int, world: int, port: str, out: str, mode: str) -> None:
@@ -63,6 +70,7 @@ def main(rank: int, world: int, port: str, out: str, mode: str) -> None:
                 dist.recv(torch.empty(2), 0)
             dist.all_reduce(torch.ones(4))
             dist.broadcast(t, 0)
+        print("steps done", flush=True)  # the test kills a `term` job once every rank is here
         if mode == "abort":
             dist.broadcast(torch.ones(8 if rank == 0 else 4), 0)
         if mode == "stuck" and rank == 2:
@@ -79,6 +87,52 @@ def main(rank: int, world: int, port: str, out: str, mode: str) -> None:
     trace.stop()
     trace.unregister_callback()
     os._exit(0)  # no destroy: a peer may be gone
+
+
+def run_job(out: Path, mode: str, world: int = 4) -> Path:
+    """Run the job's ranks (each in its own process group, this file by its path) with their
+    files in `out` and their output in `out`'s sibling `<out>.logs`; a `term` job is killed by
+    SIGTERM once every rank reached its last op; every rank left at the deadline is killed by
+    its pid. Returns `out`."""
+    out.mkdir(parents=True)
+    logs = out.with_name(out.name + ".logs")
+    logs.mkdir()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    procs = []
+    for rank in range(world):
+        with open(logs / f"rank-{rank}.txt", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, str(rank), str(world), port, str(out), mode],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
+    deadline = time.monotonic() + JOB_DEADLINE_S
+    try:
+        if mode == "term":
+            while time.monotonic() < deadline and not all(
+                b"steps done" in (logs / f"rank-{r}.txt").read_bytes() for r in range(world)
+            ):
+                time.sleep(0.2)
+            time.sleep(1.0)  # every rank inside its last call
+            for proc in procs:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return out
 
 
 if __name__ == "__main__":

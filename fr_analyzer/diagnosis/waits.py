@@ -254,6 +254,8 @@ def build(
     unavailable = frozenset(set(range(groups.world_size)) - set(groups.loaded_ranks)) | killed
     incomplete = incomplete_rows(t, m)
     frontier = first_per_rank(t.rank, incomplete)
+    for rank in killed:  # dead: it waits for nobody (its record ends where it was killed)
+        frontier.pop(rank, None)
     frontier.update(_failed_with_the_dead(t, groups, m, frontier, unavailable))
     builder = _Builder(t, groups, m, frontier, unavailable)
     node_of: dict[int, int] = {}

@@ -15,8 +15,8 @@ def merge(dump: dict[str, Any], trace: Mapping[str, Any], where: str) -> list[st
     - ops older than the oldest op the ring buffer holds on their group, as finished (the
       dump's ops were issued after them);
     - send/recv on a group whose dump records none (gloo's), placed after the collective the
-      trace issued before them; finished when the dump holds a later op that finished, else
-      as the trace has them (issued, not known to have finished).
+      trace issued before them; finished when the dump holds a later op (the rank went on:
+      gloo's send/recv returned), else as the trace has them (issued, not known to finish).
 
     Where the trace and the dump disagree (another op at one sequence id: the trace's group or
     count is not the dump's), nothing is added: the dump is read as it is. Ops of the trace
@@ -71,7 +71,7 @@ def merge(dump: dict[str, Any], trace: Mapping[str, Any], where: str) -> list[st
             continue
         older.append(dict(entry, state="completed", retired=True))
     for position, entry in reversed(unrecorded):
-        done = any(_finished(e) for e in entries[position:])
+        done = position < len(entries)  # the rank went on: the call returned
         added = dict(entry, state="completed", retired=True) if done else dict(entry)
         added["record_id"] = _record_before(entries, position)
         entries.insert(position, added)
@@ -91,7 +91,7 @@ def merge(dump: dict[str, Any], trace: Mapping[str, Any], where: str) -> list[st
     if unrecorded:
         notes.append(
             f"{len(unrecorded)} send/recv read from its Execution Trace {where} (its recorder "
-            "records none), finished where the dump holds a later op that finished"
+            "records none), finished where the dump holds a later op"
         )
     if later:
         notes.append(
@@ -116,13 +116,6 @@ def _unrecorded(entry: Mapping[str, Any]) -> bool:
     """Whether an op is one the recorder never records: a send/recv on gloo."""
     name = entry.get("profiling_name")
     return isinstance(name, str) and name.startswith("gloo:")
-
-
-def _finished(entry: Any) -> bool:
-    """Whether the recorder says an entry finished (completed, or retired)."""
-    return isinstance(entry, dict) and (
-        entry.get("state") == "completed" or entry.get("retired") is True
-    )
 
 
 def _record_before(entries: list[Any], position: int) -> int:
