@@ -191,7 +191,7 @@ def _traces_beside(
     dumps = {
         f: found
         for f, found in candidates.items()
-        if f not in traces and any(_looks_like_dump(source.head(item)) for _, item in found[:3])
+        if f not in traces and any(_looks_like_fr(source, item) for _, item in found[:3])
     }
     if not traces or not dumps:
         return {}, {}
@@ -238,6 +238,22 @@ def _with_kineto(source: Source, dump: DumpFile, kineto: Listed | None) -> DumpF
     if kineto is None:
         return dump
     return replace(dump, kineto=source.dump_file(dump.rank, kineto))
+
+
+_FR_KEYS = (b'"entries"', b'"pg_config"', b'"version"', b'"comm_lib_version"', b'"pg_status"')
+
+
+def _looks_like_fr(source: Directory, item: Listed) -> bool:
+    """Whether a file beside Execution Traces is a Flight Recorder dump: a pickle or gzip
+    data, or JSON whose head names a dump's keys (not a meta file of Chakra's or PARAM's
+    layout, which is JSON too)."""
+    head = source.head(item, 4096)
+    if not _looks_like_dump(head[:16]):
+        return False
+    body = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if body[:1] != b"{" or wide_json(head) is not None:
+        return True
+    return any(key in head for key in _FR_KEYS)
 
 
 def _with_trace(source: Source, dump: DumpFile, trace: Listed | None) -> DumpFile:
