@@ -30,7 +30,10 @@ matcher to judge progress by what every rank issued.
 
 A rank killed while tracing leaves a file cut in the middle of its nodes (they are appended as
 ops end; the end is written at a clean stop): `read_truncated` reads it to its last complete
-node.
+node. A gloo rank killed inside a call leaves its `c10d::` node and not its backend node: that
+call is its last, unfinished op (`dispatcher`). A rank's Flight Recorder dump beside its trace
+wins where they disagree (`merge`, `pin`); a Kineto trace beside it gives its ops' times
+(`kineto`).
 """
 
 from __future__ import annotations
