@@ -210,3 +210,12 @@ def test_nccl_send_recv_a_dump_records_are_never_added_from_the_trace() -> None:
         "1 ops of its Execution Trace t are newer than its dump's newest: the trace was taken "
         "later; the dump is read as it is"
     ]
+
+
+def test_a_trace_lines_up_with_its_dump_where_they_share_the_most_and_end_together() -> None:
+    from fr_analyzer.load.formats.traces.pin import offset
+
+    # a dump that kept the newest four ops of a program that repeats itself
+    trace = ["all_reduce", "broadcast"] * 4
+    assert offset(trace, trace[-4:]) == -4
+    assert offset(trace, ["all_gather"]) is None

@@ -34,19 +34,28 @@ def recorded(entries: Any) -> list[tuple[str, str]]:
     return found
 
 
+SHIFTS = 1024
+"""Shifts tried either side of the one that ends the trace with the dump (a trace and a dump
+of one job end near each other), past which the lining up does not look."""
+
+
 def offset(trace_ops: Sequence[str], dumped: Sequence[str]) -> int | None:
     """Where the trace's collectives start in the dump's (trace op j is dump op j + offset):
-    the shift at which every op both hold is the same op, the one where they share the most;
-    None when no shift lets them share one."""
-    best: tuple[int, int] | None = None
-    for shift in range(-len(trace_ops) + 1, len(dumped)):
+    of the shifts at which every op both hold is the same op, the one where they share the
+    most, then the one that ends them nearest each other (a program repeats its ops: several
+    shifts fit); None when no shift lets them share one."""
+    ends = len(dumped) - len(trace_ops)  # the shift that ends them together
+    low = max(-len(trace_ops) + 1, ends - SHIFTS)
+    high = min(len(dumped) - 1, ends + SHIFTS)
+    best: tuple[int, int, int] | None = None  # (shared, -distance from `ends`, shift)
+    for shift in range(low, high + 1):
         lo, hi = max(0, -shift), min(len(trace_ops), len(dumped) - shift)
         if hi <= lo:
             continue
-        same = all(trace_ops[j] == dumped[j + shift] for j in range(lo, hi))
-        if same and (best is None or hi - lo > best[0]):
-            best = (hi - lo, shift)
-    return None if best is None else best[1]
+        if all(trace_ops[j] == dumped[j + shift] for j in range(lo, hi)):
+            found = (hi - lo, -abs(shift - ends), shift)
+            best = found if best is None or found > best else best
+    return None if best is None else best[2]
 
 
 def pin(ops: Sequence[Op], entries: Any, groups: Sequence[str]) -> tuple[Op, ...]:
