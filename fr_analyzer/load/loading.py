@@ -39,6 +39,7 @@ from .safety.reading import Raw, explain_pickle, read_dump, read_unpacked
 from .sources import hosts, stamps
 from .sources.archives import StreamedFiles
 from .sources.base import DumpFile
+from .sources.discovery import is_trace
 
 
 def load_rank(
@@ -172,19 +173,19 @@ class Settled:
 def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Settled:
     """Local gloo Execution Traces with the groups of their ops settled across every rank
     (`traces.settle`). Each trace is parsed in a worker, under the limits a dump is read with
-    (`sandbox`), and sends back only its ops; the first file is looked at alone, and one that
-    is no gloo trace ends the look. Other files as they are."""
+    (`sandbox`), and sends back only its ops; a rank's trace is its file, or the trace beside
+    its dump (pinned to the dump's groups). The first file with a trace is looked at alone, and
+    one that is no gloo trace ends the look. Other files as they are."""
     if not files or any(f.fetch is not None for f in files):
         return Settled(files)
     shown = files_show(files)
-    # a rank's trace: its file, or the trace beside its dump (all ranks' traces are run
-    # together, those read alone and those read with a dump)
+    traced = [f for f in files if f.trace is not None or is_trace(f.path.name)]
     found: dict[int, traces.GlooOps] = {}
-    first = _gloo_ops_of(files[:1], max_bytes, shown)
+    first = _gloo_ops_of(traced[:1], max_bytes, shown)
     if not first:
         return Settled(files)  # no trace, or NCCL's, which names its groups
     found.update(first)
-    found.update(_gloo_ops_of(files[1:], max_bytes, shown))
+    found.update(_gloo_ops_of(traced[1:], max_bytes, shown))
     settled = traces.settle(found)
     other = settled.other
 

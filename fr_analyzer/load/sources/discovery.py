@@ -169,14 +169,14 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
 _TRACE_NAME = re.compile(r"(?:.*\.et\.json|rank-[0-9]+\.json)(?:\.gz)?", re.DOTALL | re.ASCII)
 
 
-def _is_trace(name: str) -> bool:
+def is_trace(name: str) -> bool:
     """Whether a file is named like an Execution Trace (`rank-3.et.json`, PARAM's
     `rank-3.json`), not like a Flight Recorder dump."""
     return _TRACE_NAME.fullmatch(name.rsplit("/", 1)[-1]) is not None
 
 
 def _traces_only(found: _Candidates) -> bool:
-    return all(_is_trace(item.name) for _, item in found)
+    return all(is_trace(item.name) for _, item in found)
 
 
 def _traces_beside(
