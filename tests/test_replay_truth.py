@@ -2,7 +2,7 @@
 Trace ends where it was killed) stops where it was cut and the answer says so, not "a shorter
 program"; a gloo abort after a size disagreement the records hold is a program bug with the
 disagreement named, not "check the host"; `replay --json` on a stop carries the `verdict` the
-text prints. Without torch: `session.tell` on sample dumps; with torch (slow): real 4-rank
+text prints. Without torch: `told.tell` on sample dumps; with torch (slow): real 4-rank
 gloo jobs' records (`tests/et_truth_job.py`) replayed on 127.0.0.1."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 
 from fr_analyzer import analyze, cli
 from fr_analyzer.pipeline import Analysis, Options
-from fr_analyzer.replay import session
 from fr_analyzer.replay.plan import ReplayPlan, from_json, to_json
 from fr_analyzer.replay.results import to_json as results_json
 from fr_analyzer.replay.runner import RankExit, RunOutcome
+from fr_analyzer.replay.told import tell
 from fr_analyzer.replay.worker import RankResult
 from tests.et_truth_job import run_job
 
@@ -57,25 +57,25 @@ def test_a_gloo_abort_on_a_size_disagreement_the_records_hold_is_a_program_bug()
     recorded = run(SIZE_MISMATCH)
     replayed = run(HEALTHY)  # whatever the replay's own dumps say
     # WHEN the answer is told
-    told, answer = session.tell(plan(), outcome(1, -signals.SIGABRT, 1, 1), recorded, replayed)
+    lines, answer = tell(plan(), outcome(1, -signals.SIGABRT, 1, 1), recorded, replayed)
     # THEN it is the records' answer, and the disagreement is named
     assert answer is recorded
-    (line,) = told
+    (line,) = lines
     assert line.startswith("gloo aborted rank 1 on the size mismatch the records hold at ")
     assert "a program bug, not the host" in line
 
 
 def test_a_replay_that_stops_without_an_abort_or_a_cut_keeps_its_own_answer() -> None:
     recorded, replayed = run(SIZE_MISMATCH), run(HEALTHY)
-    told, answer = session.tell(plan(), outcome(1, 1, 1, 1), recorded, replayed)
-    assert told == [] and answer is replayed
+    lines, answer = tell(plan(), outcome(1, 1, 1, 1), recorded, replayed)
+    assert lines == [] and answer is replayed
 
 
 def test_a_replay_of_cut_records_answers_with_the_records_and_says_they_are_cut() -> None:
     recorded, replayed = run(HEALTHY), run(SIZE_MISMATCH)
-    told, answer = session.tell(plan(cut=(2,)), outcome(1, 1, 1, 1), recorded, replayed)
+    lines, answer = tell(plan(cut=(2,)), outcome(1, 1, 1, 1), recorded, replayed)
     assert answer is recorded
-    (line,) = told
+    (line,) = lines
     assert line.startswith("the record of rank 2 is cut (its Execution Trace ends where the")
     assert "not a shorter program" in line
 

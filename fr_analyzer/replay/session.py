@@ -5,20 +5,18 @@ analysis. No logic of its own beyond the order of those steps."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from ..errors import UsageError
-from ..load import TRACE_CUT_NOTE, Directory, Source
-from ..model.dump import RankDump
+from ..load import Directory, Source
 from ..model.groups import build_groups
-from ..model.ranks import agree, compact
-from ..model.records import FindingKind
 from ..pipeline import Analysis, Options, analyze, load
 from . import bounds, files
 from .plan import PlanOptions, ReplayBackend, ReplayPlan, build
 from .runner import Launch, RunOptions, RunOutcome, in_process, launch_from, spawn
+from .told import cut_ranks, tell
 
 INSTALL_HINT = "fr-analyze replay needs torch: pip install 'fr-analyze[replay]'"
 
@@ -62,11 +60,6 @@ class ReplayReport:
 def torch_available() -> bool:
     """Whether torch can be imported here (without importing it)."""
     return importlib.util.find_spec("torch") is not None
-
-
-def cut_ranks(dumps: Sequence[RankDump]) -> tuple[int, ...]:
-    """The ranks whose record is cut: an Execution Trace that ends in the middle."""
-    return tuple(sorted(d.rank for d in dumps if any(TRACE_CUT_NOTE in w for w in d.warnings)))
 
 
 def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = None) -> ReplayPlan:
@@ -124,54 +117,3 @@ def replay(where: Source, options: ReplayOptions, env: Mapping[str, str]) -> Rep
         recorded = analyze(where, options.load)
         told, analysis = tell(plan, outcome, recorded, analysis)
     return ReplayReport(plan, outcome, analysis, reporter, plan.cut, tuple(told))
-
-
-_DISAGREEMENTS = frozenset(
-    {
-        FindingKind.SIZE_MISMATCH,
-        FindingKind.DTYPE_MISMATCH,
-        FindingKind.P2P_SIZE_MISMATCH,
-        FindingKind.P2P_DTYPE_MISMATCH,
-    }
-)
-"""What makes gloo abort a rank: bytes that differ from what it posted (a size or a count)."""
-
-
-def tell(
-    plan: ReplayPlan, outcome: RunOutcome, recorded: Analysis, replayed: Analysis | None
-) -> tuple[list[str], Analysis | None]:
-    """What the answer on a stopped replay is told, and which analysis answers: where the
-    records are cut, or gloo aborted ranks and the records hold a disagreement (a size or count
-    that differs across ranks), the records' own analysis, which the replay reproduced; else
-    the analysis of the replay's dumps."""
-    lines: list[str] = []
-    root = recorded.conclusion.root
-    finding = root.finding if root is not None else None
-    aborted = outcome.aborted()
-    if aborted and finding is not None and finding.kind in _DISAGREEMENTS:
-        what = finding.kind.value.replace("p2p_", "").replace("_", " ")
-        group = f" of group '{finding.group.name}'" if finding.group is not None else ""
-        seq = finding.collective_seq_id if finding.p2p_seq_id is None else finding.p2p_seq_id
-        odd = finding.culprit_ranks
-        deviate = (
-            f"{agree(odd, 'rank', 'ranks')} {compact(odd)} {agree(odd, 'deviates', 'deviate')}"
-        )
-        lines.append(
-            f"gloo aborted {agree(aborted, 'rank', 'ranks')} {compact(aborted)} on the {what} "
-            f"the records hold at {finding.op} #{seq}{group} ({deviate}): a program bug, not "
-            "the host. "
-            "The records' answer:"
-        )
-        return lines, recorded
-    if plan.cut:
-        cut = list(plan.cut)
-        lines.append(
-            f"the record of {agree(cut, 'rank', 'ranks')} {compact(cut)} is cut ("
-            + agree(cut, "its Execution Trace ends", "their Execution Traces end")
-            + " where the rank was killed): the replay ran "
-            + agree(cut, "it", "them")
-            + " to where the record ends and stopped there, as the job did; the answer is "
-            "where the record was cut, not a shorter program. The records' answer:"
-        )
-        return lines, recorded
-    return lines, replayed
