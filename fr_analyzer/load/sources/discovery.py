@@ -213,6 +213,8 @@ def _kineto_head(source: Directory, item: Listed, name: str) -> bytes:
     by_name = _KINETO_NAME.fullmatch(name) is not None
     if not name.endswith((".json", ".json.gz")):
         return b""
+    if not by_name and (name.startswith(KNOWN_PREFIXES) or is_trace(name)):
+        return b""  # a dump's or a trace's name: not opened here (thousands of them)
     if name.endswith(".gz"):
         return name.encode() if by_name else b""
     head = source.head(item, 4096)
