@@ -1,5 +1,6 @@
 """One rank of a small gloo job on 127.0.0.1 that records a PyTorch Execution Trace and, where
-the rank lives to write it, its Flight Recorder dump, for tests/test_cut_traces.py:
+the rank lives to write it, its Flight Recorder dump, for the tests of cut traces, traces
+beside dumps and replays (tests/load/formats/, tests/replay/):
 `python tests/et_truth_job.py RANK WORLD PORT OUT MODE`.
 
 Every rank is in the world group and in one of two halves; each step runs an all_reduce and an

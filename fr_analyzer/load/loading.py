@@ -314,6 +314,7 @@ def load_all(
     progress: Callable[[int, int], None] | None = None,
     sink: Callable[[RankDump, Mapping[str, np.ndarray]], None] | None = None,
     ft_group_world_size: int | None = None,
+    job_wide: bool = True,
 ) -> tuple[list[RankDump], list[UnreadableDump]]:
     """Load every rank in worker processes (see `sandbox`), in file order.
 
@@ -324,7 +325,8 @@ def load_all(
     entries (`RankDump.header`), each with its file's modification time (`file_time_ns`). A
     file that kills its worker is reported unreadable, with the bomb it holds if a scan finds
     one. Ranks outside the job (see `_outside_the_job`) are set aside; the caller leaves them
-    out of its table."""
+    out of its table. With `job_wide` false (a shard of the job's files, read on a cluster) that
+    last step is left to the caller, who has every shard (`within_the_job`)."""
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(files) // 4 or 1))
@@ -370,26 +372,39 @@ def load_all(
         results = in_turn()
     for index, (result, columns) in enumerate(results):  # in file order
         if isinstance(result, RankDump):
-            if sink is not None and columns is not None:
-                sink(result, columns)
-            loaded.append(
-                replace(
-                    result.header(),
-                    file_time_ns=_file_time_ns(files[index]),
-                    name_time_ns=_name_time_ns(files[index]),
-                    host=result.host or hosts.host_in_name(files[index].path.name),
-                )
+            header = replace(
+                result.header(),
+                file_time_ns=_file_time_ns(files[index]),
+                name_time_ns=_name_time_ns(files[index]),
+                host=result.host or hosts.host_in_name(files[index].path.name),
             )
+            if sink is not None and columns is not None:
+                sink(replace(header, tables=result.tables), columns)
+            loaded.append(header)
         else:
             unreadable.append(result)
         if progress is not None:
             progress(len(loaded) + len(unreadable), len(files))
-    loaded = _claims_within_the_job(loaded, ft_group_world_size)
-    outside = _outside_the_job(loaded, [u.rank for u in unreadable if u.rank is not None])
+    if not job_wide:
+        return loaded, unreadable
+    return within_the_job(loaded, unreadable, ft_group_world_size)
+
+
+def within_the_job(
+    loaded: Sequence[RankDump],
+    unreadable: Sequence[UnreadableDump],
+    ft_group_world_size: int | None = None,
+) -> tuple[list[RankDump], list[UnreadableDump]]:
+    """The ranks read, each without the groups it claims past the job
+    (`_claims_within_the_job`), and those outside the job (`_outside_the_job`) moved to the
+    unreadable with the reason: decided over every rank of the job at once."""
+    kept = _claims_within_the_job(loaded, ft_group_world_size)
+    lost = list(unreadable)
+    outside = _outside_the_job(kept, [u.rank for u in lost if u.rank is not None])
     for dump, reason in outside:
-        loaded.remove(dump)
-        unreadable.append(UnreadableDump(dump.file, dump.rank, reason))
-    return loaded, unreadable
+        kept.remove(dump)
+        lost.append(UnreadableDump(dump.file, dump.rank, reason))
+    return kept, lost
 
 
 def _in_order(arrivals: Iterable[tuple[int, _T]]) -> Iterator[_T]:

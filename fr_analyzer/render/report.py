@@ -244,7 +244,8 @@ def recap(c: Conclusion, width: int | None) -> str:
 
 def _header(analysis: Analysis, width: int | None) -> list[str]:
     s = analysis.summary
-    source = f" ({s.source_what})" if s.source_what else ""
+    said = "; ".join(w for w in (s.source_what, s.engine) if w)
+    source = f" ({said})" if said else ""
     lines = _fill(f"fr-analyze {__version__}: {s.directory}{source}", width)
     versions = ", ".join(
         f"{v}" + (f" ({compact(r)})" if len(s.versions) > 1 else "") for v, r in s.versions.items()
