@@ -60,6 +60,7 @@ from .cache import RankCache
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
 from .formats.table import TableBuilder
+from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
 from .loading import (
     Settled,
     load_all,
@@ -89,6 +90,7 @@ __all__ = [
     "MANIFEST",
     "MARKER_OPS",
     "NO_TIME",
+    "TRACE_CUT_NOTE",
     "Directory",
     "Discovery",
     "DumpFile",
