@@ -504,7 +504,10 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
             watch = _ClusterWatch(head) if head is not None else None
             if watch is not None:
                 watch.start()
-            run = measure(cmd, scratch, args.time_limit, mem_limit, (0, 1), env, args.source)
+            # a cache of its own, new each run: every run reads every dump (`--no-cache`,
+            # in a way older revisions, without that flag, take too)
+            fresh = {**(env or os.environ), "XDG_CACHE_HOME": tempfile.mkdtemp(dir=scratch)}
+            run = measure(cmd, scratch, args.time_limit, mem_limit, (0, 1), fresh, args.source)
             if watch is not None:
                 watch.stop.set()
                 watch.join()
