@@ -108,6 +108,21 @@ def _init(ray: Any, **kwargs: Any) -> None:
     except Exception as exc:  # Ray's own: a version mismatch, a cluster gone while joining
         target = kwargs.get("address") or "a local cluster"
         raise ClusterError(f"Ray could not join {target}: {type(exc).__name__}: {exc}") from None
+    _quiet_error_events(ray)
+
+
+def _quiet_error_events(ray: Any) -> None:
+    """Keep the cluster's error events (a worker lost, its task retried) off this process's
+    stdout, where Ray's driver prints them from a thread of its own whatever `log_to_driver`
+    says: stdout is the report's (`--json -` writes JSON there). They stay in the cluster's
+    logs; the run's answer says what was lost. A Ray without that printer is left as it is."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if worker is not None and callable(getattr(worker, "print_to_stdstream", None)):
+        worker.print_to_stdstream = _dropped
+
+
+def _dropped(data: Any, ignore_prefix: bool = False) -> None:
+    """Ray's printer of error events, replaced: nothing printed."""
 
 
 def _gcs_address(ray: Any) -> str:
