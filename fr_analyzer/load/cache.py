@@ -38,6 +38,7 @@ import numpy as np
 from .. import __version__
 from ..model.dump import COLUMNS, Fallback, GroupClaim, RankDump, RankTables, Reader, Writer
 from ..model.records import Frame, UnreadableDump
+from .formats.table import RECODED
 from .safety.door import parse_json
 from .sources.base import DumpFile
 
@@ -364,31 +365,16 @@ def _decode(
     return header, tables, columns
 
 
-_CODED = {
-    "op": "ops",
-    "backend": "backends",
-    "pname": "profiling_names",
-    "in_shape": "shapes",
-    "out_shape": "shapes",
-    "in_dtype": "dtypes",
-    "out_dtype": "dtypes",
-    "stack": "stacks",
-}
 
 
 def _codes_fit(columns: Mapping[str, np.ndarray], tables: RankTables, header: RankDump) -> bool:
     """Every code indexes its table (a stack may be -1: none)."""
-    for column, table in _CODED.items():
+    for column, table in RECODED.items():
         values = columns.get(column)
         if values is None or not len(values):
             continue
-        size = len(getattr(tables, table))
+        size = len(header.groups if table == "groups" else getattr(tables, table))
         low = -1 if column == "stack" else 0
         if int(values.min()) < low or int(values.max()) >= size:
             return False
-    group = columns.get("group")
-    return not (
-        group is not None
-        and len(group)
-        and (int(group.min()) < 0 or int(group.max()) >= len(header.groups))
-    )
+    return True

@@ -19,7 +19,7 @@ from .values import Interner
 # Global table
 
 
-_RECODED = {
+RECODED = {
     "group": "groups",
     "op": "ops",
     "backend": "backends",
@@ -30,6 +30,8 @@ _RECODED = {
     "out_dtype": "dtypes",
     "stack": "stacks",
 }
+"""The columns that hold codes, and the table each indexes (`groups` is the rank's
+(name, desc) list, the others `RankTables`' lists)."""
 
 
 class TableBuilder:
@@ -44,7 +46,7 @@ class TableBuilder:
     freed small blocks stay with the process."""
 
     def __init__(self, ranks_hint: int = 1) -> None:
-        self._interners = {name: Interner() for name in set(_RECODED.values())}
+        self._interners = {name: Interner() for name in set(RECODED.values())}
         self._columns: dict[str, np.ndarray] = {
             col: np.empty(0, dtype=dtype) for col, dtype in TABLE_COLUMNS
         }
@@ -77,8 +79,8 @@ class TableBuilder:
                 target += pairs
                 continue
             values = columns[col]
-            if col in _RECODED and len(values):
-                table_map = maps[_RECODED[col]]
+            if col in RECODED and len(values):
+                table_map = maps[RECODED[col]]
                 if col == "stack":
                     safe = table_map[np.maximum(values, 0)] if len(table_map) else -1
                     values = np.where(values >= 0, safe, -1)
