@@ -48,6 +48,7 @@ def analyze_dumps(
     verbose: bool = False,
     cap: int = 10,
     ranks: bool = False,
+    quiet: bool = False,
 ) -> int:
     """The main command: check the outputs, analyze, print the report, write the outputs;
     returns the exit code."""
@@ -59,7 +60,7 @@ def analyze_dumps(
             analysis = pipeline.analyze_series(sources, options, progress)
         else:
             analysis = pipeline.analyze(sources[0], options, progress)
-    report = ReportOptions(cap=cap, verbose=verbose, ranks=ranks)
+    report = ReportOptions(cap=cap, verbose=verbose, ranks=ranks, quiet=quiet)
     print_report(analysis, report, to_stderr=outputs.to_stdout())
     return after_outputs(analysis, write_outputs(analysis, outputs, report))
 
@@ -178,7 +179,16 @@ def analyze(
     ] = None,
     verbose: Annotated[
         bool,
-        typer.Option("-v", "--verbose", help="Also print the process-group and membership tables."),
+        typer.Option(
+            "-v",
+            "--verbose",
+            help="The whole text report: every next step, symptom and finding, the stacks, "
+            "where every rank stands, the process groups (by default: at most 22 lines).",
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("-q", "--quiet", help="Only the answer, in one to three lines."),
     ] = False,
     mismatch_cap: Annotated[
         int,
@@ -367,6 +377,12 @@ def analyze(
         )
     raise typer.Exit(
         analyze_dumps(
-            sources, options, outputs, verbose=verbose, cap=mismatch_cap, ranks=ranks_table
+            sources,
+            options,
+            outputs,
+            verbose=verbose,
+            cap=mismatch_cap,
+            ranks=ranks_table,
+            quiet=quiet,
         )
     )

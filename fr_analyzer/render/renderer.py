@@ -36,6 +36,7 @@ class ReportOptions:
     cap: int | None = None  # findings shown per process group (--mismatch-cap); None: all
     verbose: bool = False  # the text report's group and membership tables (-v)
     ranks: bool = False  # the text report's table of where every rank stands (--ranks)
+    quiet: bool = False  # the text report's answer alone, one to three lines (-q)
 
 
 @dataclass(frozen=True)
