@@ -404,7 +404,7 @@ def test_s3_without_credentials_is_one_clear_line(s3: str, tmp_path: Path) -> No
 def test_timeline_reads_an_archive(tmp_path: Path) -> None:
     archive = pack(SAMPLES / "nccl_not_joined", tmp_path / "d.zip")
     result = fr("timeline", "-d", str(archive), "-o", str(tmp_path / "t.json"))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # the analysis' code: rank 5 never joined
     trace = json.loads((tmp_path / "t.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(range(8))
 
