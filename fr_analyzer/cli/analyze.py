@@ -24,6 +24,7 @@ from .options import (
     html_option,
     json_option,
     last_option,
+    out_dir_option,
     output_option,
     prefix_option,
     selected_ranks_option,
@@ -117,6 +118,15 @@ def analyze(
     html_out: Annotated[
         Path | None,
         html_option("Write the report as one self-contained web page here."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        out_dir_option(
+            "Write every output of this one analysis into the folder DIR: report.txt (the "
+            "whole text report), report.json, report.html, db.pkl and timeline.json (a window "
+            "around the root past 256 ranks). DIR is new, empty or a previous run's, and is "
+            "replaced whole once every file is written.",
+        ),
     ] = None,
     just_print_entries: Annotated[
         bool,
@@ -346,7 +356,7 @@ def analyze(
         file_times=not ignore_file_times,
         job_logs=tuple(job_log or ()),
     )
-    outputs = Outputs(database=output, json=json_out, html=html_out)
+    outputs = Outputs(database=output, json=json_out, html=html_out, out_dir=out_dir)
     sources = [open_source(d, storage_options(storage_option)) for d in dump_dirs]
     entries_only = (around_root, all_entries, last is not None, context != 3)
     if just_print_entries:
@@ -354,6 +364,8 @@ def analyze(
             raise UsageError("-j prints one dump set: give one -d")
         if outputs.paths():
             raise UsageError("-j prints the entries only: -o, --json and --html go without -j")
+        if outputs.out_dir is not None:
+            raise UsageError("-j prints the entries only: --out-dir goes without -j")
         if around_root and (all_entries or last is not None):
             raise UsageError("--around-root goes without --all-entries and --last")
         from ..model.ranks import parse

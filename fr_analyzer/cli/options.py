@@ -1,8 +1,8 @@
 """The options more than one command takes, declared once: the dump directory as an argument
 or `-d` (timeline, replay), and each flag's spelling and checks (`-o`, `--json`, `--html`,
-`-p`, `--workers`, `--storage-option`, `--selected-ranks`, `--last`, `--seq`, sizes) with the
-help text each command gives it; then the parsers of option values (sizes, `KEY=VALUE`, `A:B`,
-the one dump directory of a subcommand).
+`--out-dir`, `-p`, `--workers`, `--storage-option`, `--selected-ranks`, `--last`, `--seq`,
+sizes) with the help text each command gives it; then the parsers of option values (sizes,
+`KEY=VALUE`, `A:B`, the one dump directory of a subcommand).
 
 typer reads an option from its `Annotated` type: a shared type is one declaration for every
 command that takes it, word for word, and `--help` prints it the same everywhere.
@@ -71,6 +71,11 @@ def json_option(help: str) -> Any:
 def html_option(help: str) -> Any:
     """`--html`: the web page."""
     return typer.Option("--html", help=help)
+
+
+def out_dir_option(help: str) -> Any:
+    """`--out-dir DIR`: every output of one analysis, in one folder."""
+    return typer.Option("--out-dir", metavar="DIR", help=help)
 
 
 def prefix_option(help: str) -> Any:

@@ -25,6 +25,7 @@ import sys
 import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
@@ -155,10 +156,24 @@ def _one_line(text: str, width: int | None) -> str:
     return text if width is None or len(text) <= width else fit([text], width)[0]
 
 
-def write(analysis: Analysis, destination: Console, options: ReportOptions) -> None:
-    """The renderer: the styled report printed on `destination`, fit to its width. A report
-    that fails to render still prints the answer, with why the rest is missing."""
+def write(analysis: Analysis, destination: Console | Path, options: ReportOptions) -> None:
+    """The renderer: the styled report printed on `destination`, fit to its width, or to a
+    file (a path) unwrapped and written atomically. A report that fails to render still
+    prints the answer, with why the rest is missing."""
     from rich.text import Text
+
+    if isinstance(destination, Path):
+        from .output import write_atomic
+
+        plain = render_text(
+            analysis,
+            verbose=options.verbose,
+            cap=options.cap,
+            ranks=options.ranks,
+            quiet=options.quiet,
+        )
+        write_atomic(destination, plain.encode())
+        return
 
     try:
         text = render_styled(
