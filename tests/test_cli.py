@@ -261,7 +261,7 @@ def test_just_print_entries_filters_and_stacks(fr: Fr, healthy: Path) -> None:
     assert "step train.py:212" in result.stdout
     none = fr("-d", str(healthy), "-j", "--pg-filters", "nope")
     assert none.returncode == 2 and none.stdout == ""
-    assert none.stderr == (
+    assert none.stderr.splitlines()[0] + "\n" == (
         "fr-analyze: error: --pg-filters nope: no process group has that name or description; "
         "the job's groups are 0 (default_pg)\n"
     )
@@ -308,7 +308,7 @@ def test_workers_option(fr: Fr, healthy: Path) -> None:
         (["-d", "/no/such/dir"], "no such directory or archive"),
         ([], "missing option -d"),
         (["-d", "."], "no rank dump files"),
-        (["--bogus"], "No such option"),
+        (["--bogus"], "no such option"),
         (["-d", ".", "--mismatch-cap", "0"], "--mismatch-cap"),
     ],
 )
@@ -338,7 +338,7 @@ def test_no_readable_dump_exits_2_naming_the_file(fr: Fr, tmp_path: Path) -> Non
     result = fr("-d", str(tmp_path))
     assert result.returncode == 2
     assert "rank_0" in result.stderr and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(result.stderr.strip().splitlines()) == 2
 
 
 def _a_bug_in_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -531,7 +531,7 @@ def test_torchfrtraces_output_option_writes_the_database(fr: Fr, tmp_path: Path)
 def test_transform_ft_needs_the_replica_size_and_says_so(fr: Fr) -> None:
     result = fr(NCCL, "--transform-ft")
     assert result.returncode == 2
-    assert result.stderr.strip() == (
+    assert result.stderr.splitlines()[0] == (
         "fr-analyze: error: --transform-ft needs --group-world-size (ranks per replica group)"
     )
     assert fr(NCCL, "--transform-ft", "--group-world-size", "8").returncode == 0
@@ -616,7 +616,7 @@ def test_an_output_that_fails_after_the_analysis_keeps_the_verdicts_exit_code(
     report = tmp_path / "r.json"
     hung = fr(str(desynced), "-o", str(tmp_path / "db.pkl"), "--json", str(report))
     assert hung.returncode == 1
-    assert hung.stderr.splitlines()[-1] == (
+    assert hung.stderr.splitlines()[-2] == (
         f"fr-analyze: error: {tmp_path / 'db.pkl'}: cannot write: No space left on device"
     )
     assert json.loads(report.read_text())["verdict"]["status"] == "hung"

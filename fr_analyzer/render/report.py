@@ -14,8 +14,8 @@ groups. `quiet` is the answer alone, in one to three lines. Every line fits `wid
 cut when `width` is None). The answer is rendered first and on its own: if a later section
 fails on something unexpected, that section says so and the rest of the report is printed.
 
-It is long because each section of the report and its own failure handling is one function
-here, at the width it is given; the sentences come from `presentation`.
+It is over 600 lines because each section of the report and its own failure handling is one
+function here, at the width it is given; the sentences come from `presentation`.
 """
 
 from __future__ import annotations
