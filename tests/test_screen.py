@@ -201,3 +201,28 @@ def test_only_the_stack_group_of_the_culprit_is_the_odd_one_out() -> None:
     assert odd_one_out(groups, Root()) == 2  # type: ignore[arg-type]
     assert odd_one_out(groups, None) is None
     assert odd_one_out(groups[:2], None) == 1
+
+
+def test_many_unreadable_dumps_under_a_deep_path_still_fit_the_screen(tmp_path: Path) -> None:
+    """GIVEN a dump folder deep in the file system where most rank files are garbage WHEN the
+    default report is rendered at 80 columns THEN the unreadable files are counted, not listed
+    one by one, and the report stays within `REPORT_LINES` lines, its last line the command."""
+    import pickle
+
+    from tests.builders import make_dump, make_entry
+
+    where = tmp_path.joinpath(*(["a-rather-long-folder-name"] * 3), "dumps")
+    where.mkdir(parents=True)
+    world = {"0": ("default_pg", list(range(16)))}
+    for rank in range(16):
+        entries = [make_entry("all_reduce", s, group=("0", "default_pg")) for s in (1, 2)]
+        data = pickle.dumps(make_dump(entries, world)) if rank < 4 else b"\x80\x04garbage"
+        (where / f"rank_{rank}").write_bytes(data)
+    analysis = analyze(where, Options(workers=1))
+    assert len(analysis.summary.unreadable) == 12
+    text = report.render_text(analysis, width=COLUMNS).splitlines()
+    assert len(text) <= report.REPORT_LINES, "\n".join(text)
+    assert max(len(line) for line in text) <= COLUMNS
+    at = max(i for i, line in enumerate(text) if line.startswith("  # next: "))
+    command = "\n".join(text[at + 1 :]).replace("\\\n", "")  # as the shell joins it
+    assert shlex.split(command) == ["fr-analyze", "-d", str(where), "-v"]

@@ -198,7 +198,7 @@ def usage_error(exc: Any) -> tuple[str, str]:
             )
         return f"no such option: {exc.option_name}", help_hint
     message = exc.format_message()
-    return message[:1].lower() + message[1:].rstrip("."), help_hint
+    return message.rstrip("."), help_hint
 
 
 def _internal_error(exc: Exception) -> None:

@@ -276,7 +276,8 @@ def _short(
     root cause, the findings take what room is left after it. `ranks` adds its tables."""
     c = analysis.conclusion
     about = _guarded("dumps", lambda: ["", *_header(analysis, width, formats=False)], width)
-    notes = _guarded("dump notes", lambda: _dump_notes(analysis, width, NOTE_LINES), width)
+    about = _cut(about, 5, width)  # a very long path or URL
+    notes = _guarded("dump notes", lambda: _dump_notes(analysis, width, short=True), width)
     more = _guarded("more", lambda: _more(analysis, width), width)
     room = REPORT_LINES - len(tail) - len(about) - len(notes) - len(more)
     answer = _guarded(
@@ -396,29 +397,27 @@ def _header(analysis: Analysis, width: int | None, formats: bool) -> list[str]:
     return lines
 
 
-def _dump_notes(analysis: Analysis, width: int | None, shown: int = 10) -> list[str]:
+def _dump_notes(analysis: Analysis, width: int | None, short: bool = False) -> list[str]:
     """The unreadable files and the loader's warnings, after the answer: at scale they are
-    many, and the answer must stay on the first screen. At most `shown` of each kind (the
-    default report: `shown` in all), the rest counted."""
+    many, and the answer must stay on the first screen. Ten of each, the rest counted; `short`
+    (the default report): `NOTE_LINES` in all, one line each, cut at the width."""
     s = analysis.summary
-    lines: list[str] = []
-    unreadable = s.unreadable[:shown]
-    for u in unreadable:
-        lines += _fill(f"unreadable: {u.file} (rank {u.rank}): {u.reason}", width)
-    if len(s.unreadable) > len(unreadable):
-        lines.append(
-            f"... and {len(s.unreadable) - len(unreadable)} more unreadable files "
-            "(-v or --json lists them)"
-        )
-    warnings = s.warnings[: max(shown - len(unreadable), 0) if shown == NOTE_LINES else shown]
-    for w in warnings:
-        lines += _fill(f"warning: {w}", width)
-    if len(s.warnings) > len(warnings):
-        lines.append(
-            f"... and {plural(len(s.warnings) - len(warnings), 'more warning')} "
-            "(-v or --json lists them)"
-        )
-    return ["", *lines] if lines else []
+    notes = [f"unreadable: {u.file} (rank {u.rank}): {u.reason}" for u in s.unreadable]
+    shown = [*notes[: NOTE_LINES if short else 10]]
+    if not short and len(s.unreadable) > 10:
+        shown.append(f"... and {len(s.unreadable) - 10} more unreadable files (--json lists them)")
+    warnings = [f"warning: {w}" for w in s.warnings]
+    if short:
+        shown += warnings[: NOTE_LINES - len(shown)]
+        left = len(notes) + len(warnings) - len(shown)
+        lines = [_one_line(note, width) for note in shown]
+        if left:
+            lines.append(f"... and {plural(left, 'more note')} (-v or --json lists them)")
+        return ["", *lines] if lines else []
+    shown += warnings[:10]
+    if len(s.warnings) > 10:
+        shown.append(f"... and {len(s.warnings) - 10} more warnings (--json lists them)")
+    return ["", *(line for note in shown for line in _fill(note, width))] if shown else []
 
 
 def _series_line(series: Series) -> str:
