@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 REMOTE_STAMP := $(VENV)/.installed-remote
 LIVE_STAMP := $(VENV)/.installed-live
 BROWSER_STAMP := $(VENV)/.installed-browser
+RAY_STAMP := $(VENV)/.installed-ray
 DUMPS ?= sample_dumps
 
 .DEFAULT_GOAL := help
@@ -27,17 +28,25 @@ $(REMOTE_STAMP): $(STAMP)
 # torch (CPU) for the tests that run a real job; where it cannot be installed they skip
 $(LIVE_STAMP): $(REMOTE_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,remote,test-remote,live-test]' \
-		|| echo "torch could not be installed: tests/test_live.py will skip"
+		|| echo "torch could not be installed: tests/live/test_real_job.py will skip"
 	@touch $(LIVE_STAMP)
 
-# playwright and Debian's chromium for tests/test_html.py; where either cannot be installed they skip
+# Ray for tests/cluster/test_ray_engine.py (`--engine ray` on a real local cluster); where it
+# cannot be installed they skip
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray]' \
+		|| echo "Ray could not be installed: tests/cluster/test_ray_engine.py will skip"
+	@touch $(RAY_STAMP)
+
+# playwright and Debian's chromium for tests/render/test_html.py; where either cannot be installed
+# they skip
 $(BROWSER_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,html-test]' \
-		|| echo "playwright could not be installed: tests/test_html.py will skip"
+		|| echo "playwright could not be installed: tests/render/test_html.py will skip"
 	command -v chromium >/dev/null || apt-get install -y -qq chromium \
 		|| (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| sudo -n apt-get install -y -qq chromium \
-		|| echo "chromium could not be installed: tests/test_html.py will skip"
+		|| echo "chromium could not be installed: tests/render/test_html.py will skip"
 	@touch $(BROWSER_STAMP)
 
 install: $(STAMP) ## Create .venv and install fr-analyze with its test tools
@@ -50,7 +59,7 @@ check: lint ## The loop while editing: lint, then the fast tests (not those mark
 
 # one worker per core; each test file stays on one worker, so a file's torch job, S3 server or
 # browser is started once and its tests never compete with one another
-test: $(LIVE_STAMP) $(BROWSER_STAMP) ## Run the whole test suite, the slow tests too (with the remote extra, moto's S3 server, torch and chromium), on every core
+test: $(LIVE_STAMP) $(BROWSER_STAMP) $(RAY_STAMP) ## Run the whole test suite, the slow tests too (with the remote extra, moto's S3 server, torch, chromium and a Ray cluster), on every core
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 lint: $(REMOTE_STAMP) ## ruff and mypy (strict; with the remote extra, whose types it checks)

@@ -81,6 +81,15 @@ FILE_PREFIX = "nccl_trace_rank_"
 GPUS_PER_HOST = 8
 
 
+STEPS_PER_2000 = 28
+"""Training steps that fill a ring of 2,000 entries on every rank (with the evaluation)."""
+
+
+def ring_steps(capacity: int) -> int:
+    """Steps that fill a ring of `capacity` entries: a bigger ring holds more of the job."""
+    return max(STEPS_PER_2000, -(-STEPS_PER_2000 * capacity // 2000))
+
+
 @dataclass(frozen=True)
 class Spec:
     """One dump set. Every field changes the bytes, so all of them go into the manifest."""

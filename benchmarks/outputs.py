@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -167,6 +168,8 @@ def run_one(
         time_limit=args.time_limit,
         mem_limit=int(args.mem_limit_gib * GIB),
         ok_codes=OK_CODES,
+        # a cache of its own, new each run: every run reads every dump
+        env={**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(dir=scratch)},
     )
     row = Row(
         ranks=ranks,

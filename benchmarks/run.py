@@ -58,8 +58,12 @@ from .gen import (
     Manifest,
     Spec,
     generate,
+    ring_steps,
 )
 from .gen import stderr_progress as gen_progress
+
+with contextlib.suppress(ImportError):  # tools/ is beside benchmarks/ in the repository
+    from tools import ray_head
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = REPO / "bench-results" / "bench.json"
@@ -174,6 +178,23 @@ class _Watch(threading.Thread):
                 return
 
 
+class _ClusterWatch(threading.Thread):
+    """Samples a Ray cluster while a run uses it: the PSS summed over every Ray process (the
+    object store's shared memory counted once) and the bytes in its spill folder."""
+
+    def __init__(self, head: ray_head.Head) -> None:
+        super().__init__(daemon=True)
+        self.head = head
+        self.peak = 0
+        self.spilled = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(SAMPLE_SECONDS):
+            self.peak = max(self.peak, sum(_pss(p) for p in self.head.processes()))
+            self.spilled = max(self.spilled, self.head.spilled_bytes())
+
+
 def _tail(path: Path, lines: int = 8) -> list[str]:
     try:
         with path.open("rb") as stream:
@@ -279,6 +300,9 @@ class SizeResult:
     unreadable: int | None = None
     """Rank files fr-analyze could not read (the report's `dumps.unreadable`): every generated
     file is genuine, so any is a wrong answer (a limit refused a genuine dump)."""
+    engine: str = "process"  # `--engine`: one process, or a local Ray cluster
+    cluster_peak_pss_bytes: int | None = None  # Ray: the peak PSS over every Ray process
+    spilled_peak_bytes: int | None = None  # Ray: the most bytes its spill folder held
 
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -447,10 +471,21 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
     _log(f"{tag} warming the page cache")
     _warm(directory)
     mem_limit = int(args.mem_limit_gib * GIB)
-    with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp:
+    result.engine = args.engine
+    with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp, contextlib.ExitStack() as stack:
         scratch = Path(tmp)
         report = scratch / "report.json"
-        cmd = [*fr_analyze_cmd(args.source), "-d", str(directory), "--workers", str(args.workers)]
+        cmd = [*fr_analyze_cmd(args.source), "-d", str(directory)]
+        env = args.env
+        head: ray_head.Head | None = None
+        if args.engine == "ray":
+            _log(f"{tag} starting a local Ray cluster ({args.workers} CPUs)")
+            store = int(args.object_store_gib * GIB)
+            head = stack.enter_context(ray_head.head(args.workers, store))
+            cmd += ["--engine", "ray", "--ray-address", head.address]
+            env = {**(env or os.environ), **ray_head.QUIET}
+        else:
+            cmd += ["--workers", str(args.workers)]
         cmd += ["--json", str(report)]
         _log(f"{tag} load floor ({result.load_floor_kind}), then fr-analyze, {args.repeat} time(s)")
         _log(f"{tag} fr-analyze: {' '.join(cmd)}")
@@ -466,7 +501,18 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
             report.unlink(missing_ok=True)
             # in the exported tree, so that `python -m` does not find the working tree's package
             # first (sys.path[0] is the current directory, ahead of PYTHONPATH)
-            run = measure(cmd, scratch, args.time_limit, mem_limit, (0, 1), args.env, args.source)
+            watch = _ClusterWatch(head) if head is not None else None
+            if watch is not None:
+                watch.start()
+            # a cache of its own, new each run: every run reads every dump (`--no-cache`,
+            # in a way older revisions, without that flag, take too)
+            fresh = {**(env or os.environ), "XDG_CACHE_HOME": tempfile.mkdtemp(dir=scratch)}
+            run = measure(cmd, scratch, args.time_limit, mem_limit, (0, 1), fresh, args.source)
+            if watch is not None:
+                watch.stop.set()
+                watch.join()
+                result.cluster_peak_pss_bytes = max(result.cluster_peak_pss_bytes or 0, watch.peak)
+                result.spilled_peak_bytes = max(result.spilled_peak_bytes or 0, watch.spilled)
             if run.status == "ok":
                 try:
                     doc = json.loads(report.read_text(encoding="utf-8"))
@@ -604,6 +650,9 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
         "readers",
         "others' load",
     ]
+    ray = any(r.engine == "ray" for r in results)
+    if ray:
+        headers += ["engine", "cluster peak PSS GiB", "spilled GiB"]
     if compare:
         headers += ["torchfrtrace s", "tft max RSS GiB", "tft peak PSS GiB"]
     rows = []
@@ -631,6 +680,9 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
             readers_text(r.readers),
             f"{m.others_cores:.1f}" if m else "-",
         ]
+        if ray:
+            peak, spilled = r.cluster_peak_pss_bytes, r.spilled_peak_bytes
+            row += [r.engine, _gib(peak) if peak else "-", _gib(spilled) if spilled else "0"]
         if compare:
             t = r.torchfrtrace
             row += [
@@ -728,6 +780,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--pickler", choices=tuple(LEGACY_PICKLERS), help="deprecated: --writer torch|pickle"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("process", "ray"),
+        default="process",
+        help="fr-analyze --engine: one process, or a local Ray cluster started and stopped for "
+        "each size (`tools.ray_head`), its processes' peak and its spill measured too",
+    )
+    parser.add_argument(
+        "--object-store-gib", type=float, default=2.0, help="with --engine ray: the store's size"
+    )
+    parser.add_argument(
+        "--entries", type=int, default=2000, help="each rank's ring buffer (entries per dump)"
+    )
     parser.add_argument("--compare", action="store_true", help="also time torchfrtrace")
     parser.add_argument("--time-limit", type=float, default=1800.0, help="seconds per tool run")
     parser.add_argument(
@@ -788,7 +853,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _compile(args.source if args.source is not None else REPO)
         for size in args.sizes:
             for writer in args.writer:
-                spec = Spec(size, fault=args.fault, frames=args.frames, writer=writer)
+                spec = Spec(
+                    size,
+                    fault=args.fault,
+                    frames=args.frames,
+                    writer=writer,
+                    capacity=args.entries,
+                    steps=ring_steps(args.entries),
+                )
                 results.append(run_size(spec, args))
                 print(table(results[-1:], args.compare), file=sys.stderr, flush=True)
         args.source = args.env = None

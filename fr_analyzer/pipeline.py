@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
+
+import numpy as np
 
 from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
 from .diagnosis import Diagnosis, Thresholds, diagnose
 from .diagnosis import series as series_mod
-from .errors import DiscoveryError
+from .errors import DiscoveryError, UsageError
 from .load import (
     DEFAULT_MAX_FILE_BYTES,
     LIMITS,
@@ -22,8 +25,10 @@ from .load import (
     Discovery,
     DumpFile,
     PythonStacks,
+    RankCache,
     Remote,
     Source,
+    TableBuilder,
     find_python_stacks,
     name_time_ns,
     read_job_logs,
@@ -56,6 +61,69 @@ REMOTE_WORKERS = 8
 time), unless `Options.workers` says otherwise."""
 
 
+Sink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
+"""`sink(rank, columns)`: a rank read (its header and tables) and its columns, in file order."""
+
+
+class Engine(Protocol):
+    """Where the ranks' files are read: this process and its workers (`InProcess`), or a
+    cluster (`fr_analyzer.cluster`). Every engine reads each file with the same loader and
+    limits (`load.load_all`) and hands each rank read to the sink in file order; what is
+    decided over every rank at once (`load.within_the_job`), the table and the cache are the
+    pipeline's, the same for every engine."""
+
+    @property
+    def label(self) -> str:
+        """Where the ranks were read, for the report's header ("" for this process)."""
+        ...
+
+    def refuses(self, source: Source) -> str | None:
+        """Why this engine cannot read `source` (None: it can)."""
+        ...
+
+    def read(
+        self,
+        files: Sequence[DumpFile],
+        options: Options,
+        progress: Callable[[int, int], None] | None,
+        sink: Sink,
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        """Read every file (`progress(done, total)` counts ranks): the ranks read (headers,
+        in file order) and those that could not be."""
+        ...
+
+
+class InProcess:
+    """The default engine: this process reads, its forked workers decode (`load.load_all`)."""
+
+    label = ""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
+    def refuses(self, source: Source) -> str | None:
+        """This process reads every kind of source."""
+        return None
+
+    def read(
+        self,
+        files: Sequence[DumpFile],
+        options: Options,
+        progress: Callable[[int, int], None] | None,
+        sink: Sink,
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        """Read every file in this process's workers."""
+        return dumps_mod.load_all(
+            files,
+            self.workers,
+            options.max_file_bytes,
+            progress,
+            sink=sink,
+            ft_group_world_size=options.ft_group_world_size,
+            job_wide=False,
+        )
+
+
 @dataclass(frozen=True)
 class Options:
     """How to find and load the dumps."""
@@ -67,6 +135,8 @@ class Options:
     ft_group_world_size: int | None = None  # a torchft job: default groups made global
     file_times: bool = True  # date each dump by its file's modification time (`ages`)
     job_logs: tuple[Path, ...] = ()  # the job's logs: the watchdog's timeouts (`joblogs`)
+    engine: Engine | None = None  # where the files are read; None: this process (`InProcess`)
+    cache: RankCache | None = None  # ranks read before, kept by their files' identity
 
 
 @dataclass(frozen=True)
@@ -99,6 +169,7 @@ class Loaded:
     # gloo traces: the same files with another assignment of their ops to groups that fits
     # as well (`load.Settled.other`); None: there is none
     other_files: Sequence[DumpFile] | None = None
+    engine: str = ""  # where the files were read (`Engine.label`; "" for this process)
 
 
 def load(where: Path | Source, options: Options, progress: Progress | None = None) -> Loaded:
@@ -125,26 +196,28 @@ def _load_files(
     found: Discovery, files: Sequence[DumpFile], options: Options, progress: Progress | None
 ) -> Loaded:
     source = found.source
-    builder = dumps_mod.TableBuilder(ranks_hint=len(found.files))
-    workers = options.workers
-    if workers is None and isinstance(source, Remote):
-        workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
-    loaded, unreadable = dumps_mod.load_all(
+    engine = options.engine
+    if engine is None:
+        workers = options.workers
+        if workers is None and isinstance(source, Remote):
+            workers = REMOTE_WORKERS  # fetching waits on the network: more files in flight
+        engine = InProcess(workers)
+    refused = engine.refuses(source)
+    if refused is not None:
+        raise UsageError(refused)
+    loaded, unreadable, table = _read(
+        engine,
         source.tasks(files, options.max_file_bytes),
-        workers,
-        options.max_file_bytes,
+        options,
         None if progress is None else functools.partial(progress, LOADING),
-        sink=builder.add,
-        ft_group_world_size=options.ft_group_world_size,
     )
     if not loaded:
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
         raise DiscoveryError(f"{source.label}: no readable rank dump ({reasons})")
-    loaded.sort(key=lambda d: d.rank)
     if not options.file_times:
         loaded = [replace(d, file_time_ns=None, name_time_ns=None) for d in loaded]
     answered: dict[int, int] = {}
-    notes: list[str] = []
+    notes: list[str] = list(options.cache.notes) if options.cache is not None else []
     manifest = read_manifest(source.path) if isinstance(source, Directory) else None
     shown = files[0].shown if files else 0
     if manifest is not None and manifest.world_size > LIMITS.claimed_world_factor * shown:
@@ -170,9 +243,35 @@ def _load_files(
             if count
         ]
     unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
-    table = builder.build([d.rank for d in loaded])
     python = find_python_stacks(source.path) if isinstance(source, Directory) else None
-    return Loaded(loaded, unreadable, table, found, answered, python, tuple(notes))
+    return Loaded(
+        loaded, unreadable, table, found, answered, python, tuple(notes), engine=engine.label
+    )
+
+
+def _read(
+    engine: Engine,
+    files: Sequence[DumpFile],
+    options: Options,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[RankDump], list[UnreadableDump], EntryTable]:
+    """Every rank read by `engine` (or taken from the cache), its columns into the table as
+    it arrives, then what is decided over every rank at once."""
+    builder = TableBuilder(ranks_hint=len(files))
+
+    def read(
+        some: Sequence[DumpFile], progress: Callable[[int, int], None] | None, sink: Sink
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        return engine.read(some, options, progress, sink)
+
+    if options.cache is not None:
+        salt = f"{options.max_file_bytes}:{options.ft_group_world_size}"
+        loaded, unreadable = options.cache.read_through(read, files, progress, builder.add, salt)
+    else:
+        loaded, unreadable = read(files, progress, builder.add)
+    loaded, unreadable = dumps_mod.within_the_job(loaded, unreadable, options.ft_group_world_size)
+    loaded.sort(key=lambda d: d.rank)
+    return loaded, unreadable, builder.build([d.rank for d in loaded])
 
 
 def entries(
@@ -310,6 +409,7 @@ def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> Du
         directory=found.source.label,
         source_kind=found.source.kind,
         source_what=found.source.what,
+        engine=got.engine,
         ranks_loaded=tuple(d.rank for d in loaded),
         ranks_missing=groups.missing_ranks,
         unreadable=tuple(unreadable),

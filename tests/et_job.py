@@ -1,5 +1,5 @@
 """One rank of a small gloo job on 127.0.0.1 that records a PyTorch Execution Trace, for
-tests/test_chakra.py: `python tests/et_job.py RANK WORLD PORT OUT MODE`.
+tests/load/formats/test_chakra.py: `python tests/et_job.py RANK WORLD PORT OUT MODE`.
 
 Every rank is in the world group and in one of two halves; each step runs an all_reduce and an
 all_gather on its half, then an all_reduce and a broadcast on the world. MODE `healthy`; `extra`:

@@ -1,6 +1,6 @@
 """One rank of a real 4-rank gloo job (torch, CPU, 127.0.0.1) with PyTorch's debug server up,
-for tests/test_live.py. The only file of the test suite that imports torch; run it by its path,
-once per rank::
+for tests/live/test_real_job.py. The only file of the test suite that imports torch; run it by
+its path, once per rank::
 
     python tests/live_job.py --mode sleeper --rank 0 --world 4 --port 29500 --fport 25999
 

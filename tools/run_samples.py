@@ -2,7 +2,8 @@
 answer, answer got, and whether they agree.
 
 The expected answer is the `EXPECTED:` line that ends each set's NOTE.md (written by whoever
-made the set, never by fr-analyze; `tests/test_scenarios.py` checks the same line in-process).
+made the set, never by fr-analyze; `tests/end_to_end/test_scenarios.py` checks the same line
+in-process).
 The answer got is what the real `fr-analyze` command wrote with `--json`: `verdict.status` and
 `verdict.culprit_ranks`. Each set's full text report and JSON report are written to the output
 folder (`run-reports/` by default); `--verbose` also prints the text reports.

@@ -10,7 +10,10 @@ both from there); the ones other commands take too are declared once in `options
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -45,9 +48,48 @@ from .outputs import Outputs, print_report, write_outputs
 from .terminal import console, progress_bars
 
 if TYPE_CHECKING:
-    from ..load import Source
+    from ..load import RankCache, Source
     from ..pipeline import Options
     from ..render.entries_view import EntriesView
+
+
+class EngineKind(StrEnum):
+    """`--engine`: where the dumps are read."""
+
+    PROCESS = "process"  # this process and its forked workers
+    RAY = "ray"  # a Ray cluster (`fr_analyzer.cluster`)
+
+
+CACHE_HELP = "$XDG_CACHE_HOME/fr-analyze/ranks, else ~/.cache/fr-analyze/ranks"
+
+
+def rank_cache() -> RankCache:
+    """The user's cache of ranks read (`load.RankCache`), where the XDG layout puts it."""
+    from ..load import RankCache
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return RankCache(Path(base) / "fr-analyze" / "ranks")
+
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""The variable Ray's own tools read for the cluster's address."""
+
+
+@contextmanager
+def engine_options(options: Options, kind: EngineKind, address: str | None) -> Iterator[Options]:
+    """`options` with the engine asked for, for the time of the `with` block: on Ray, the
+    cluster joined (or started) before it and left after it."""
+    if kind is EngineKind.PROCESS:
+        if address is not None:
+            raise UsageError("--ray-address goes with --engine ray")
+        yield options
+        return
+    from ..cluster import RayEngine, connect
+
+    if options.workers is not None:
+        raise UsageError("--workers sets this process's readers: with --engine ray, Ray's CPUs")
+    with connect(address or os.environ.get(RAY_ADDRESS_ENV) or None) as cluster:
+        yield dataclasses.replace(options, engine=RayEngine(cluster))
 
 
 def analyze_dumps(
@@ -113,6 +155,7 @@ HELP_SECTIONS.update(
         (
             "prefix",
             "workers",
+            "no_cache",
             "storage_option",
             "max_file_size",
             "transform_ft",
@@ -121,6 +164,7 @@ HELP_SECTIONS.update(
         ),
         "Reading the dumps",
     )
+    | dict.fromkeys(("engine", "ray_address"), "Where the analysis runs")
 )
 """`--help`'s sections: the options not named here (-d, the outputs, -q, -v, -j) come first."""
 
@@ -293,6 +337,35 @@ def analyze(
         int | None,
         workers_option("Processes that load dumps (default: every core; 8 for a URL)."),
     ] = None,
+    engine: Annotated[
+        EngineKind,
+        typer.Option(
+            "--engine",
+            case_sensitive=False,
+            help="Where the dumps are read: this process and its workers, or a Ray cluster "
+            "(needs: pip install 'fr-analyze[ray]'): the one at --ray-address or "
+            f"${RAY_ADDRESS_ENV}, else one running on this machine, else a local one started "
+            "for the run. Every worker reads its own ranks' files; the report is the same.",
+        ),
+    ] = EngineKind.PROCESS,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Read every dump again, and keep nothing: by default the ranks read are kept "
+            f"in the user's cache ({CACHE_HELP}, owner-only, at most 2 GiB, the least "
+            "recently used dropped), so the next command on the same dumps (-j, --html, "
+            "another flag) reads them from there; a changed dump is read again.",
+        ),
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            metavar="HOST:PORT",
+            help=f"With --engine ray: the cluster to join (default: ${RAY_ADDRESS_ENV}).",
+        ),
+    ] = None,
     storage_option: Annotated[
         list[str] | None,
         fsspec_option(
@@ -404,6 +477,7 @@ def analyze(
         ft_group_world_size=group_world_size,
         file_times=not ignore_file_times,
         job_logs=tuple(job_log or ()),
+        cache=None if no_cache else rank_cache(),
     )
     outputs = Outputs(database=output, json=json_out, html=html_out, out_dir=out_dir)
     sources = [open_source(d, storage_options(storage_option)) for d in dump_dirs]
@@ -435,14 +509,15 @@ def analyze(
             pg_filters=filters,
             stack=print_stack_trace,
         )
-        raise typer.Exit(print_entries(sources[0], options, view))
+        with engine_options(options, engine, ray_address) as options:
+            raise typer.Exit(print_entries(sources[0], options, view))
     if selected_ranks or pg_filters or print_stack_trace or any(entries_only):
         raise UsageError(
             "--selected-ranks, --pg-filters, --print-stack-trace, --around-root, "
             "--all-entries, --last and --context go with -j"
         )
-    raise typer.Exit(
-        analyze_dumps(
+    with engine_options(options, engine, ray_address) as options:
+        code = analyze_dumps(
             sources,
             options,
             outputs,
@@ -451,4 +526,4 @@ def analyze(
             ranks=ranks_table,
             quiet=quiet,
         )
-    )
+    raise typer.Exit(code)

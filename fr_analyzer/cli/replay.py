@@ -178,7 +178,12 @@ def print_replay(report: ReplayReport, json_out: Path | None, kept: bool) -> int
     if json_out is not None:
         from ..render.output import write_atomic
 
-        data = results.to_json(plan, outcome)
+        verdict = None
+        if not outcome.ok and report.analysis is not None:
+            from ..render.presentation import verdict_record
+
+            verdict = verdict_record(report.analysis.conclusion)
+        data = results.to_json(plan, outcome, verdict)
         if to_stdout:
             sys.stdout.write(data + "\n")
         else:

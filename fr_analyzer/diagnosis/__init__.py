@@ -37,10 +37,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ..load import TRACE_CUT_NOTE as TRACE_CUT
 from ..load import WatchdogTimeout
 from ..match import MatchResult
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
+from ..model.recorders import Dialect
 from ..model.records import Finding
 from ..model.table import EntryTable
 from . import aftermath, stragglers, waits
@@ -81,6 +83,19 @@ __all__ = [
 ]
 
 
+def killed_ranks(dumps: Sequence[RankDump]) -> frozenset[int]:
+    """Ranks read from an Execution Trace cut where they were killed, beside other ranks'
+    Flight Recorder dumps: dead, as a rank with no dump is (`waits.build`). Where every rank
+    is a trace, progress is judged by what each issued instead."""
+    if all(d.dialect == Dialect.EXECUTION_TRACE for d in dumps):
+        return frozenset()
+    return frozenset(
+        d.rank
+        for d in dumps
+        if d.dialect == Dialect.EXECUTION_TRACE and any(TRACE_CUT in w for w in d.warnings)
+    )
+
+
 def diagnose(
     dumps: Sequence[RankDump],
     table: EntryTable,
@@ -95,7 +110,7 @@ def diagnose(
     (`timed_out`: the ops the job's log says the watchdog timed out)."""
     t = table
     newest_ns = newest_per_rank(t)
-    graph = waits.build(t, groups, matches)
+    graph = waits.build(t, groups, matches, killed_ranks(dumps))
     # A rank's frontier did not complete, whatever the row's flags say (`waits`: gloo retires
     # a collective that failed with a dead rank as one that completed).
     incomplete = graph.incomplete.copy()

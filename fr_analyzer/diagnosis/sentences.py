@@ -96,12 +96,19 @@ def dead(
     more: str,
     no_dump: bool,
     quiet: Collection[int] = (),
+    killed: bool = False,
 ) -> str:
-    """Ranks that look dead: no usable dump (`no_dump`), or stopped recording long before
+    """Ranks that look dead: no usable dump (`no_dump`; `killed`: their record is an Execution
+    Trace cut where they were killed), or stopped recording long before
     their peers started waiting for them in `at`; `quiet` ranks stopped past their last
     recorded collective (a send/recv with them, where the recorder keeps nothing)."""
     how = (
-        agree(gone, "it has no usable dump", "they have no usable dumps")
+        agree(gone, "it was killed", "they were killed")
+        + " (no dump; "
+        + agree(gone, "its Execution Trace ends", "their Execution Traces end")
+        + " in the middle)"
+        if killed
+        else agree(gone, "it has no usable dump", "they have no usable dumps")
         if no_dump
         else agree(gone, "it stopped", "they stopped")
         + " recording long before they started waiting"

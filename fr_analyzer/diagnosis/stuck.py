@@ -84,6 +84,12 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
                     )
     skipped: dict[int, OpRef] = {}
     for r in roots:
+        if r in dead_set and r in ctx.last_row:  # read from a trace cut where it was killed
+            evidence.append(
+                f"rank {r} left no dump and its Execution Trace ends in the middle (it was "
+                f"killed): its newest op is {where(ctx.ref(ctx.last_row[r]))}"
+            )
+            continue
         if r in dead_set:
             evidence.append(f"rank {r} has no usable dump")
             continue
@@ -134,7 +140,13 @@ def not_joined_root(ctx: Context, roots: tuple[int, ...], view: Resolved) -> Roo
     if dead or frozen:
         gone = sorted(set(dead) | set(frozen))
         sentence = sentences.dead(
-            gone=gone, waiters=waiters, at=at, more=more, no_dump=bool(dead), quiet=quiet
+            gone=gone,
+            waiters=waiters,
+            at=at,
+            more=more,
+            no_dump=bool(dead),
+            quiet=quiet,
+            killed=bool(dead) and all(r in ctx.last_row for r in dead),
         )
         kind = RootKind.DEAD_RANK
     elif skipped and len(skipped) == len(roots):

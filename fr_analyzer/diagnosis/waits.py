@@ -16,7 +16,7 @@ Ranks at one op that wait for the same ranks share one *wait* node, so the graph
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -245,11 +245,17 @@ def first_per_rank(rank: npt.NDArray[np.int32], mask: npt.NDArray[np.bool_]) -> 
     return dict(zip(rank[rows[first]].tolist(), rows[first].tolist(), strict=True))
 
 
-def build(t: EntryTable, groups: GroupTable, m: MatchResult) -> WaitGraph:
-    """The frontier of every rank and the wait graph."""
-    unavailable = frozenset(set(range(groups.world_size)) - set(groups.loaded_ranks))
+def build(
+    t: EntryTable, groups: GroupTable, m: MatchResult, killed: Set[int] = frozenset()
+) -> WaitGraph:
+    """The frontier of every rank and the wait graph; `killed`: ranks read from a trace cut
+    where they were killed, beside ranks' dumps, taken as dead as a rank with no dump is (their
+    record says what they issued, not what finished)."""
+    unavailable = frozenset(set(range(groups.world_size)) - set(groups.loaded_ranks)) | killed
     incomplete = incomplete_rows(t, m)
     frontier = first_per_rank(t.rank, incomplete)
+    for rank in killed:  # dead: it waits for nobody (its record ends where it was killed)
+        frontier.pop(rank, None)
     frontier.update(_failed_with_the_dead(t, groups, m, frontier, unavailable))
     builder = _Builder(t, groups, m, frontier, unavailable)
     node_of: dict[int, int] = {}

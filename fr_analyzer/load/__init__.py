@@ -1,7 +1,7 @@
 """Find per-rank dump files, load them safely, and turn each into compact columns.
 
 This module is the face of `load`: every other stage imports `fr_analyzer.load` and nothing
-under it (tests/test_layout.py keeps it so). Behind the face, three wings:
+under it (tests/project/test_layout.py keeps it so). Behind the face, three wings:
 
 - `sources/`: where the bytes come from (a directory, an archive, a URL, a live job's debug
   server) and the files beside the dumps (job logs, stamps in names, hosts, Python stacks);
@@ -56,10 +56,19 @@ from __future__ import annotations
 from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
 from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
+from .cache import RankCache
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
 from .formats.table import TableBuilder
-from .loading import Settled, load_all, load_rank, with_settled_groups, with_shown
+from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
+from .loading import (
+    Settled,
+    load_all,
+    load_rank,
+    with_settled_groups,
+    with_shown,
+    within_the_job,
+)
 from .safety.door import NoGlobalsUnpickler, parse_json, unpickle
 from .safety.limits import LIMITS, Limits
 from .safety.reading import read_raw
@@ -81,6 +90,7 @@ __all__ = [
     "MANIFEST",
     "MARKER_OPS",
     "NO_TIME",
+    "TRACE_CUT_NOTE",
     "Directory",
     "Discovery",
     "DumpFile",
@@ -89,6 +99,7 @@ __all__ = [
     "Limits",
     "NoGlobalsUnpickler",
     "PythonStacks",
+    "RankCache",
     "RankColumns",
     "RankDump",
     "RankTables",
@@ -117,4 +128,5 @@ __all__ = [
     "unpickle",
     "with_settled_groups",
     "with_shown",
+    "within_the_job",
 ]

@@ -18,7 +18,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from .safety.reading import Raw, explain_pickle, read_dump, read_unpacked
 from .sources import hosts, stamps
 from .sources.archives import StreamedFiles
 from .sources.base import DumpFile
+from .sources.discovery import is_trace
 
 
 def load_rank(
@@ -134,7 +135,8 @@ def merged_with_trace(raw: Raw, trace: Raw, dump_file: DumpFile, where: str) -> 
     (`traces.merge`); the dump as it is when the trace is not one or its dump is no dict."""
     if not (isinstance(raw.obj, dict) and traces.is_execution_trace(trace.obj)):
         return raw
-    converted = traces.to_dump(trace.obj, dump_file.rank, shown=dump_file.shown)
+    chosen = dump_file.trace.op_groups if dump_file.trace is not None else ()
+    converted = traces.to_dump(trace.obj, dump_file.rank, chosen, shown=dump_file.shown)
     notes = [*raw.notes, *trace.notes, *traces.merge(raw.obj, converted.dump, where)]
     return Raw(raw.obj, raw.nbytes + trace.nbytes, notes, raw.not_decoded)
 
@@ -171,22 +173,35 @@ class Settled:
 def with_settled_groups(files: Sequence[DumpFile], max_bytes: int) -> Settled:
     """Local gloo Execution Traces with the groups of their ops settled across every rank
     (`traces.settle`). Each trace is parsed in a worker, under the limits a dump is read with
-    (`sandbox`), and sends back only its ops; the first file is looked at alone, and one that
-    is no gloo trace ends the look. Other files as they are."""
+    (`sandbox`), and sends back only its ops; a rank's trace is its file, or the trace beside
+    its dump (pinned to the dump's groups). The first file with a trace is looked at alone, and
+    one that is no gloo trace ends the look. Other files as they are."""
     if not files or any(f.fetch is not None for f in files):
         return Settled(files)
     shown = files_show(files)
+    traced = [f for f in files if f.trace is not None or is_trace(f.path.name)]
     found: dict[int, traces.GlooOps] = {}
-    first = _gloo_ops_of(files[:1], max_bytes, shown)
+    first = _gloo_ops_of(traced[:1], max_bytes, shown)
     if not first:
         return Settled(files)  # no trace, or NCCL's, which names its groups
     found.update(first)
-    found.update(_gloo_ops_of(files[1:], max_bytes, shown))
+    found.update(_gloo_ops_of(traced[1:], max_bytes, shown))
     settled = traces.settle(found)
     other = settled.other
+
+    def placed(chosen: Mapping[int, tuple[str | None, ...]]) -> list[DumpFile]:
+        out = []
+        for f in files:
+            groups = chosen.get(f.rank, ())
+            if f.trace is not None:
+                out.append(replace(f, trace=replace(f.trace, op_groups=groups)))
+            else:
+                out.append(replace(f, op_groups=groups))
+        return out
+
     return Settled(
-        [replace(f, op_groups=settled.chosen.get(f.rank, ())) for f in files],
-        None if other is None else [replace(f, op_groups=other.get(f.rank, ())) for f in files],
+        placed(settled.chosen),
+        None if other is None else placed(other),
         (settled.warning,) if settled.warning else (),
     )
 
@@ -211,9 +226,17 @@ def _gloo_ops_of(
 
 
 def _gloo_ops_one(dump_file: DumpFile, max_bytes: int, shown: int) -> traces.GlooOps | _NoOps:
+    """A rank's gloo trace ops: of its file, or of the trace beside its dump, pinned to the
+    groups its dump records for them (`traces.pin`: the dump's facts win)."""
+    trace = dump_file.trace if dump_file.trace is not None else dump_file
     try:
-        raw = read_dump(dump_file.path, dump_file.rank, max_bytes)
+        raw = read_dump(trace.path, trace.rank, max_bytes)
         found = traces.gloo_ops(raw.obj, dump_file.rank, shown)
+        if found is not None and dump_file.trace is not None:
+            dump = read_dump(dump_file.path, dump_file.rank, max_bytes).obj
+            if isinstance(dump, dict):
+                pinned = traces.pin(found.ops, dump.get("entries"), tuple(found.groups))
+                found = replace(found, ops=pinned)
     except (DumpError, MemoryError, RecursionError) as exc:
         return type(exc).__name__
     return found if found is not None else "no gloo trace"
@@ -240,7 +263,9 @@ def _build(
     dialect = Dialect.PYTORCH
     obj = raw.obj
     if traces.is_execution_trace(header):
-        converted = traces.to_dump(header, rank, dump_file.op_groups, dump_file.shown)
+        converted = traces.to_dump(
+            header, rank, dump_file.op_groups, dump_file.shown, _kineto(dump_file)
+        )
         header = obj = converted.dump
         notes += converted.notes
         dialect = Dialect.EXECUTION_TRACE
@@ -269,6 +294,19 @@ def _build(
     return dump
 
 
+def _kineto(dump_file: DumpFile) -> tuple[dict[str, Any], str] | None:
+    """The rank's Kineto trace beside its Execution Trace, parsed, and where it is; None when
+    there is none or it cannot be read as one (the rank is read without its times)."""
+    kineto = dump_file.kineto
+    if kineto is None:
+        return None
+    try:
+        found = read_dump(kineto.path, kineto.rank, DEFAULT_MAX_FILE_BYTES, fetch=kineto.fetch)
+    except (DumpError, MemoryError, RecursionError):
+        return None
+    return (found.obj, printable(kineto.where)) if isinstance(found.obj, dict) else None
+
+
 def load_all(
     files: Sequence[DumpFile],
     workers: int | None = None,
@@ -276,6 +314,7 @@ def load_all(
     progress: Callable[[int, int], None] | None = None,
     sink: Callable[[RankDump, Mapping[str, np.ndarray]], None] | None = None,
     ft_group_world_size: int | None = None,
+    job_wide: bool = True,
 ) -> tuple[list[RankDump], list[UnreadableDump]]:
     """Load every rank in worker processes (see `sandbox`), in file order.
 
@@ -286,7 +325,8 @@ def load_all(
     entries (`RankDump.header`), each with its file's modification time (`file_time_ns`). A
     file that kills its worker is reported unreadable, with the bomb it holds if a scan finds
     one. Ranks outside the job (see `_outside_the_job`) are set aside; the caller leaves them
-    out of its table."""
+    out of its table. With `job_wide` false (a shard of the job's files, read on a cluster) that
+    last step is left to the caller, who has every shard (`within_the_job`)."""
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(files) // 4 or 1))
@@ -332,26 +372,39 @@ def load_all(
         results = in_turn()
     for index, (result, columns) in enumerate(results):  # in file order
         if isinstance(result, RankDump):
-            if sink is not None and columns is not None:
-                sink(result, columns)
-            loaded.append(
-                replace(
-                    result.header(),
-                    file_time_ns=_file_time_ns(files[index]),
-                    name_time_ns=_name_time_ns(files[index]),
-                    host=result.host or hosts.host_in_name(files[index].path.name),
-                )
+            header = replace(
+                result.header(),
+                file_time_ns=_file_time_ns(files[index]),
+                name_time_ns=_name_time_ns(files[index]),
+                host=result.host or hosts.host_in_name(files[index].path.name),
             )
+            if sink is not None and columns is not None:
+                sink(replace(header, tables=result.tables), columns)
+            loaded.append(header)
         else:
             unreadable.append(result)
         if progress is not None:
             progress(len(loaded) + len(unreadable), len(files))
-    loaded = _claims_within_the_job(loaded, ft_group_world_size)
-    outside = _outside_the_job(loaded, [u.rank for u in unreadable if u.rank is not None])
+    if not job_wide:
+        return loaded, unreadable
+    return within_the_job(loaded, unreadable, ft_group_world_size)
+
+
+def within_the_job(
+    loaded: Sequence[RankDump],
+    unreadable: Sequence[UnreadableDump],
+    ft_group_world_size: int | None = None,
+) -> tuple[list[RankDump], list[UnreadableDump]]:
+    """The ranks read, each without the groups it claims past the job
+    (`_claims_within_the_job`), and those outside the job (`_outside_the_job`) moved to the
+    unreadable with the reason: decided over every rank of the job at once."""
+    kept = _claims_within_the_job(loaded, ft_group_world_size)
+    lost = list(unreadable)
+    outside = _outside_the_job(kept, [u.rank for u in lost if u.rank is not None])
     for dump, reason in outside:
-        loaded.remove(dump)
-        unreadable.append(UnreadableDump(dump.file, dump.rank, reason))
-    return loaded, unreadable
+        kept.remove(dump)
+        lost.append(UnreadableDump(dump.file, dump.rank, reason))
+    return kept, lost
 
 
 def _in_order(arrivals: Iterable[tuple[int, _T]]) -> Iterator[_T]:

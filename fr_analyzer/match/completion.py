@@ -136,6 +136,10 @@ def judged_by_issue(t: EntryTable, groups: GroupTable, done: B, silent_rows: B, 
         pairs = np.unique(np.stack([unit, t.rank[every].astype(np.int64)]), axis=1)
         units, members = np.unique(pairs[0], return_counts=True)
         full = units[members >= sizes[units // span]]
+        # a member whose recorder says it did not finish (a dump beside traces) outweighs
+        # the issue: the traced ranks' ops did not pass either
+        unfinished = ~silent_rows[every] & ~done[every]
+        full = np.setdiff1d(full, unit[unfinished])
         mine = uid[coll] * span + (t.coll_seq[coll].astype(np.int64) - low)
         out[coll] = np.isin(mine, full) | done[coll]
     other = np.flatnonzero(silent_rows & ~collective)

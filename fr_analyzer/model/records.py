@@ -214,3 +214,4 @@ class DumpSummary:
     readers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # reader -> ranks read
     source_kind: str = "directory"  # where the dumps came from: tar.gz, zip, url, ...
     source_what: str = ""  # said in the report's header ("" for a plain directory)
+    engine: str = ""  # where the files were read, said in the header ("" for this process)

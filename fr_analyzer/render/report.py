@@ -364,7 +364,8 @@ def _header(analysis: Analysis, width: int | None, formats: bool) -> list[str]:
     """The dumps read: where, how many ranks, which are missing or unreadable; `formats`
     adds their format, backend and comm lib versions."""
     s = analysis.summary
-    source = f" ({s.source_what})" if s.source_what else ""
+    said = "; ".join(w for w in (s.source_what, s.engine) if w)
+    source = f" ({said})" if said else ""
     lines = _fill(f"fr-analyze {__version__}: {s.directory}{source}", width)
     lines += _fill(
         f"ranks loaded: {len(s.ranks_loaded)} ({compact(s.ranks_loaded)}); missing dumps: "

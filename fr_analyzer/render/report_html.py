@@ -519,7 +519,8 @@ def _answer_html(analysis: Analysis) -> str:
 def _header_html(analysis: Analysis) -> str:
     e = html.escape
     s = analysis.summary
-    what = f" ({s.source_what})" if s.source_what else ""
+    said = "; ".join(w for w in (s.source_what, s.engine) if w)
+    what = f" ({said})" if said else ""
     missing = compact(s.ranks_missing) if s.ranks_missing else "none"
     return (
         f'<header><span class="tool">fr-analyze {e(__version__)}</span> '

@@ -67,6 +67,7 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
         "dumps": {
             "directory": s.directory,
             "source": {"kind": s.source_kind, "location": s.directory},
+            "engine": s.engine or "one process",
             "ranks_loaded": list(s.ranks_loaded),
             "ranks_missing": list(s.ranks_missing),
             "unreadable": [

@@ -152,6 +152,7 @@ class ReplayPlan:
     groups: tuple[GroupSpec, ...]
     ranks: tuple[RankPlan, ...]  # by rank, every rank of the world
     notes: tuple[str, ...] = ()  # what the replay changes: dtypes, ops left out, roots guessed
+    cut: tuple[int, ...] = ()  # ranks whose record is cut: replayed to where it ends
 
     def group(self, uid: int) -> GroupSpec:
         """The group of uid `uid`."""
@@ -559,6 +560,7 @@ def from_json(text: str) -> ReplayPlan:
             RankPlan(r["rank"], tuple(_op_from(o) for o in r["ops"])) for r in data["ranks"]
         ),
         notes=tuple(data["notes"]),
+        cut=tuple(data.get("cut", ())),
     )
 
 

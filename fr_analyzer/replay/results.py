@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..model.ranks import agree, compact
 from .plan import Kind, ReplayPlan
@@ -231,7 +231,9 @@ def closing(report: ReplayReport, kept: bool) -> str:
     if outcome.ok:
         return "replay: every op of every rank completed"
     lines = endings(report.plan, outcome)
-    if report.analysis is None:
+    if report.told:
+        lines += ["", *report.told]
+    elif report.analysis is None:
         lines.append("no rank wrote a Flight Recorder dump")
     else:
         kept_note = "" if kept else ", removed at exit: --out keeps them"
@@ -252,10 +254,11 @@ def _where(plan: ReplayPlan, result: RankResult | None) -> str:
     return f" in {op.op} #{op.seq} of group '{group}' (round {round_}, the warm-up counted)"
 
 
-def to_json(plan: ReplayPlan, outcome: RunOutcome) -> str:
+def to_json(plan: ReplayPlan, outcome: RunOutcome, verdict: Mapping[str, Any] | None = None) -> str:
     """The replay as JSON: the plan's facts, how every rank ended, per rank and op the wall
-    times (min, median, max over the iterations, ms), and per op the same over the ranks."""
-    data = {
+    times (min, median, max over the iterations, ms), and per op the same over the ranks;
+    on a stop, `verdict`: the answer of the analysis the text prints (the JSON report's)."""
+    data: dict[str, Any] = {
         "schema": SCHEMA,
         "source": plan.source,
         "world_size": plan.world_size,
@@ -275,5 +278,8 @@ def to_json(plan: ReplayPlan, outcome: RunOutcome) -> str:
         ],
         "rank_ops": [asdict(r) for r in per_rank(plan, outcome)],
         "ops": [asdict(o) for o in per_op(plan, outcome)],
+        "cut_ranks": list(plan.cut),
     }
+    if verdict is not None:
+        data["verdict"] = dict(verdict)
     return json.dumps(data, indent=1)

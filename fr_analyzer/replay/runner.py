@@ -119,6 +119,11 @@ class RunOutcome:
             for e in self.exits
         ) and all(e.returncode in (0, None) for e in self.exits)
 
+    def aborted(self) -> list[int]:
+        """The ranks that aborted (SIGABRT: gloo aborts a rank that receives more bytes than it
+        posted)."""
+        return [e.rank for e in self.exits if e.returncode == -signal.SIGABRT]
+
     def dumps(self) -> list[Path]:
         """The Flight Recorder dumps the ranks wrote."""
         if not self.fr_dir.is_dir():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from ..errors import UsageError
@@ -16,6 +16,7 @@ from ..pipeline import Analysis, Options, analyze, load
 from . import bounds, files
 from .plan import PlanOptions, ReplayBackend, ReplayPlan, build
 from .runner import Launch, RunOptions, RunOutcome, in_process, launch_from, spawn
+from .told import cut_ranks, tell
 
 INSTALL_HINT = "fr-analyze replay needs torch: pip install 'fr-analyze[replay]'"
 
@@ -48,6 +49,12 @@ class ReplayReport:
     outcome: RunOutcome
     analysis: Analysis | None  # None: it ran to the end, or no rank could dump
     reporter: bool = True  # False: a rank of torchrun or srun other than 0 (one line of its own)
+    # the ranks whose record is cut (their Execution Trace ends inside their last op: the rank
+    # was killed there): the replay ran them to where the record ends, no further
+    cut: tuple[int, ...] = ()
+    # what the analysis printed is told (a record cut short; a gloo abort after a disagreement
+    # the records hold): lines printed before it
+    told: tuple[str, ...] = ()
 
 
 def torch_available() -> bool:
@@ -80,6 +87,9 @@ def make_plan(where: Source, options: ReplayOptions, launch: Launch | None = Non
             "a replay runs every rank"
         )
     plan = build(got.table, groups, source, options.plan)
+    cut = cut_ranks(got.dumps)
+    if cut:
+        plan = replace(plan, cut=cut)
     space = bounds.Space.DEVICE if options.run.backend == ReplayBackend.NCCL else bounds.Space.HOST
     bounds.check_bytes(plan, options.max_bytes or host.max_bytes, space, here)
     return plan
@@ -100,6 +110,10 @@ def replay(where: Source, options: ReplayOptions, env: Mapping[str, str]) -> Rep
     else:
         outcome = spawn(plan, options.run, env)
     analysis = None
+    told: list[str] = []
     if reporter and not outcome.ok and outcome.dumps():
         analysis = analyze(Directory(outcome.fr_dir), Options(file_times=False))
-    return ReplayReport(plan, outcome, analysis, reporter)
+    if reporter and not outcome.ok and (plan.cut or outcome.aborted()):
+        recorded = analyze(where, options.load)
+        told, analysis = tell(plan, outcome, recorded, analysis)
+    return ReplayReport(plan, outcome, analysis, reporter, plan.cut, tuple(told))

@@ -59,6 +59,15 @@ class WorkerArgs:
     plan_sha256: str | None = None  # the plan's digest as the runner wrote it
 
 
+class RecordCut(Exception):
+    """A rank whose record is cut reached where it was cut: it stops there, as the job's did."""
+
+
+CUT_ERROR = (
+    "its record is cut: the job's rank was killed inside its last op, and the replay stops it there"
+)
+
+
 @dataclass(frozen=True)
 class RankResult:
     """What one rank wrote: its ops' wall times, or where and why it stopped."""
@@ -143,6 +152,9 @@ def run(args: WorkerArgs) -> int:
                 seconds = _timed(op, plan, handles, args.rank, device, torch, dist)
                 if iteration >= args.warmup:
                     times[index].append(seconds)
+            if args.rank in plan.cut and ops:  # the job's rank was killed inside its last op
+                failed_op = len(ops) - 1
+                raise RecordCut(CUT_ERROR)
             failed_op = None
             if iteration + 1 < rounds:  # rounds apart: a rank done early waits, not runs ahead
                 dist.barrier()

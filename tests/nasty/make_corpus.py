@@ -4,7 +4,7 @@
 
 Every file stands in for rank 1 of `sample_dumps/gloo_healthy`; the field-level ones are that
 real dump with one thing spoiled. The exact reason each must produce is pinned in
-tests/test_hostile.py (NASTY). Files meant to run code would create a file named
+tests/hostile/test_damaged_dumps.py (NASTY). Files meant to run code would create a file named
 `fr_analyze_pwned` in the working directory.
 """
 
@@ -347,9 +347,9 @@ CORPUS: list[tuple[str, str, Callable[[], bytes]]] = [
 README_HEAD = """# Nasty files
 
 Hostile and broken rank files, each standing in for rank 1 of `sample_dumps/gloo_healthy`.
-`tests/test_hostile.py` (`NASTY`) pins the exact reason fr-analyze gives for each; files meant
-to run code would create `fr_analyze_pwned` in the working directory, and the tests check that
-it never appears. Regenerate (byte for byte the same) with
+`tests/hostile/test_damaged_dumps.py` (`NASTY`) pins the exact reason fr-analyze gives for
+each; files meant to run code would create `fr_analyze_pwned` in the working directory, and the
+tests check that it never appears. Regenerate (byte for byte the same) with
 
     .venv/bin/python tests/nasty/make_corpus.py
 

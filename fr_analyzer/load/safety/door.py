@@ -13,7 +13,7 @@ scan's reading of a pickle never has to agree with the unpickler's for a file to
 
 The standard library's functions are bound here when the module is imported, so that a test
 can make `pickle.load`, `pickle.loads`, `pickle.Unpickler` and `json.loads` raise everywhere
-else and the analysis still runs (`tests/test_safety.py`).
+else and the analysis still runs (`tests/load/safety/test_door.py`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Every limit fr-analyze puts on what it reads, in one table: genuine dumps are far inside
 each of them, and each one bounds what a hostile or broken input can cost.
 
-The README's "Limits" section is this table; `tests/test_readme.py` checks that it lists every
-field. A limit that scales with a file's size also has an absolute ceiling, and a file's size
-counts by its content (a sparse file of 200 MB holding 8 bytes is 8 bytes, see
+The README's "Limits" section is this table; `tests/project/test_readme.py` checks that it
+lists every field. A limit that scales with a file's size also has an absolute ceiling, and a
+file's size counts by its content (a sparse file of 200 MB holding 8 bytes is 8 bytes, see
 `content_bytes`).
 """
 

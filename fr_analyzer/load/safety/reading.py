@@ -306,7 +306,7 @@ def _truncated_trace(
     except traces.TraceError as why:
         raise DumpError(where, rank, f"malformed Execution Trace: {why} ({exc.msg})") from None
     notes.append(
-        f"its Execution Trace ends in the middle (the rank was killed or was still tracing): "
+        f"{traces.CUT_NOTE} (the rank was killed or was still tracing): "
         f"read to its last complete node ({count} nodes)"
     )
     return trace

@@ -22,6 +22,7 @@ called unreadable: a genuine dump is never refused for what another file left be
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import gc
 import multiprocessing
@@ -223,6 +224,7 @@ def _serve(
 ) -> None:
     """A worker: read tasks until told to stop, each under its own limits (`retry` reads a
     task that killed an earlier worker)."""
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
     signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # the CPU limit: the timer's signal kills
     gc.enable()  # the parent may have paused its collector; a worker's garbage is its own
@@ -245,6 +247,23 @@ def _serve(
         finally:
             signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         conn.send((index, result))
+
+
+_PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: the signal a process gets when the thread that forked it dies."""
+
+
+def _die_with_parent() -> None:
+    """Make this worker die when its parent does. A worker holds a copy of every file its
+    parent had open (its end of each pipe, a cluster's sockets), so a parent killed outright
+    (SIGKILL: the OOM killer, a Ray worker lost) would leave it waiting forever on a pipe it
+    holds open itself, and the parent's sockets open behind it. Linux only; elsewhere a no-op."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the call: nothing would tell us
+        os._exit(1)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class DumpFile:
     path: Path
     fetch: Fetch | None = None
     trace: DumpFile | None = None  # the rank's Execution Trace, read with its dump (`traces`)
+    kineto: DumpFile | None = None  # the rank's Kineto (profiler) trace, beside its Execution Trace
     op_groups: tuple[str | None, ...] = ()  # a gloo trace's ops' groups (`traces.settle_groups`)
     shown: int = 0  # the ranks the source's files show (highest + 1): what a size alone may claim
 
@@ -144,8 +145,8 @@ class Directory(Source):
         local: _LocalItem = item.handle
         return local.mtime
 
-    def head(self, item: Listed) -> bytes:
-        """The file's first bytes, to sniff its format (`b""` for one never opened)."""
+    def head(self, item: Listed, size: int = 16) -> bytes:
+        """The file's first `size` bytes, to sniff its format (`b""` for one never opened)."""
         if item.problem:
             return b""  # never opened: it may lead outside, or block
         path = item.handle.path
@@ -154,7 +155,7 @@ class Directory(Source):
                 return b""
             fd = os.open(path, O_FLAGS)
             try:
-                return os.read(fd, 16)
+                return os.read(fd, size)
             finally:
                 os.close(fd)
         except (OSError, ValueError):

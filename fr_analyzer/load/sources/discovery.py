@@ -89,11 +89,17 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
     candidates: dict[str, list[tuple[int, Listed]]] = {}
     ignored: list[str] = []
     reports: list[str] = []
+    kineto: dict[int, Listed] = {}
     for item in source.listing(ignored):
         name = item.name.rsplit("/", 1)[-1]
         if _SERVER_REPORT.fullmatch(name):
             reports.append(name)
             continue
+        if isinstance(source, Directory) and (head := _kineto_head(source, item, name)):
+            found_rank = _kineto_rank(head, name)
+            if found_rank is not None:
+                kineto.setdefault(found_rank, item)
+            continue  # a profiler trace is no rank dump: read beside the rank's trace
         if prefix is not None:
             if not name.startswith(prefix):
                 ignored.append(item.where)
@@ -141,9 +147,16 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
         ranked = sorted(found, key=lambda pair: _preference(source, *pair), reverse=True)
         chosen[rank] = keep = ranked[0][1]
         passed_over += [_passed_over(source, rank, item, keep) for _, item in ranked[1:]]
+    alone = {r: item for r, item in companions.items() if r not in chosen}
     dump_files = tuple(
-        _with_trace(source, source.dump_file(r, chosen[r]), companions.get(r))
-        for r in sorted(chosen)
+        _with_kineto(
+            source,
+            source.dump_file(r, alone[r])  # a rank with a trace and no dump: read from its trace
+            if r in alone
+            else _with_trace(source, source.dump_file(r, chosen[r]), companions.get(r)),
+            kineto.get(r),
+        )
+        for r in sorted({*chosen, *alone})
     )
     return Discovery(
         dump_files,
@@ -156,14 +169,14 @@ def discover(where: Path | Source, prefix: str | None = None) -> Discovery:
 _TRACE_NAME = re.compile(r"(?:.*\.et\.json|rank-[0-9]+\.json)(?:\.gz)?", re.DOTALL | re.ASCII)
 
 
-def _is_trace(name: str) -> bool:
+def is_trace(name: str) -> bool:
     """Whether a file is named like an Execution Trace (`rank-3.et.json`, PARAM's
     `rank-3.json`), not like a Flight Recorder dump."""
     return _TRACE_NAME.fullmatch(name.rsplit("/", 1)[-1]) is not None
 
 
 def _traces_only(found: _Candidates) -> bool:
-    return all(_is_trace(item.name) for _, item in found)
+    return all(is_trace(item.name) for _, item in found)
 
 
 def _traces_beside(
@@ -178,12 +191,71 @@ def _traces_beside(
     dumps = {
         f: found
         for f, found in candidates.items()
-        if f not in traces and any(_looks_like_dump(source.head(item)) for _, item in found[:3])
+        if f not in traces and any(_looks_like_fr(source, item) for _, item in found[:3])
     }
     if not traces or not dumps:
         return {}, {}
     _, found = _choose_family(traces, source)
     return {rank: item for rank, item in sorted(found, key=lambda r: -_depth(r[1]))}, dumps
+
+
+_KINETO_NAME = re.compile(
+    r"(?:.*\.pt\.trace\.json|.*kineto.*\.json)(?:\.gz)?", re.DOTALL | re.ASCII
+)
+_KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
+_KINETO_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*([0-9]{1,9})')
+
+
+def _kineto_head(source: Directory, item: Listed, name: str) -> bytes:
+    """The head of a PyTorch profiler (Kineto) trace (`*.pt.trace.json`, `kineto_rank0.json`,
+    or JSON whose first keys are Kineto's), b"" for any other file. Gzip copies are taken by
+    their name alone."""
+    by_name = _KINETO_NAME.fullmatch(name) is not None
+    if not name.endswith((".json", ".json.gz")):
+        return b""
+    if not by_name and (name.startswith(KNOWN_PREFIXES) or is_trace(name)):
+        return b""  # a dump's or a trace's name: not opened here (thousands of them)
+    if name.endswith(".gz"):
+        return name.encode() if by_name else b""
+    head = source.head(item, 4096)
+    if head.lstrip()[:1] != b"{" or b'"nodes"' in head or b'"entries"' in head:
+        return b""
+    if by_name or any(key in head for key in _KINETO_KEYS):
+        return head or name.encode()
+    return b""
+
+
+def _kineto_rank(head: bytes, name: str) -> int | None:
+    """A Kineto trace's rank: its `distributedInfo`'s, else its name's trailing number."""
+    found = _KINETO_RANK.search(head)
+    if found is not None:
+        return _rank_of(found[1].decode())
+    digits = re.search(r"([0-9]+)(?:\.pt\.trace)?\.json(?:\.gz)?$", name)
+    return _rank_of(digits[1]) if digits else None
+
+
+def _with_kineto(source: Source, dump: DumpFile, kineto: Listed | None) -> DumpFile:
+    """A rank's file with its Kineto trace beside it: its times are joined to the rank's
+    Execution Trace (`traces.kineto`)."""
+    if kineto is None:
+        return dump
+    return replace(dump, kineto=source.dump_file(dump.rank, kineto))
+
+
+_FR_KEYS = (b'"entries"', b'"pg_config"', b'"version"', b'"comm_lib_version"', b'"pg_status"')
+
+
+def _looks_like_fr(source: Directory, item: Listed) -> bool:
+    """Whether a file beside Execution Traces is a Flight Recorder dump: a pickle or gzip
+    data, or JSON whose head names a dump's keys (not a meta file of Chakra's or PARAM's
+    layout, which is JSON too)."""
+    head = source.head(item, 4096)
+    if not _looks_like_dump(head[:16]):
+        return False
+    body = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if body[:1] != b"{" or wide_json(head) is not None:
+        return True
+    return any(key in head for key in _FR_KEYS)
 
 
 def _with_trace(source: Source, dump: DumpFile, trace: Listed | None) -> DumpFile:

@@ -30,7 +30,10 @@ matcher to judge progress by what every rank issued.
 
 A rank killed while tracing leaves a file cut in the middle of its nodes (they are appended as
 ops end; the end is written at a clean stop): `read_truncated` reads it to its last complete
-node.
+node. A gloo rank killed inside a call leaves its `c10d::` node and not its backend node: that
+call is its last, unfinished op (`dispatcher`). A rank's Flight Recorder dump beside its trace
+wins where they disagree (`merge`, `pin`); a Kineto trace beside it gives its ops' times
+(`kineto`).
 """
 
 from __future__ import annotations
@@ -46,11 +49,14 @@ from ...safety.limits import LIMITS
 from .assign import Settlement
 from .assign import settle as search_settle
 from .dispatcher import Op, dispatcher_ops, from_dispatcher
+from .kineto import join as join_kineto
 from .merge import merge
 from .nodes import INIT_NODE, RECORD_NODE, Group, groups_of, world_size
+from .pin import pin
 from .records import from_records
 
 __all__ = [
+    "CUT_NOTE",
     "INIT_NODE",
     "Converted",
     "GlooOps",
@@ -60,11 +66,17 @@ __all__ = [
     "is_execution_trace",
     "looks_like_trace",
     "merge",
+    "pin",
     "read_truncated",
     "settle",
     "settle_groups",
     "to_dump",
 ]
+
+
+CUT_NOTE = "its Execution Trace ends in the middle"
+"""How the report begins its note on a rank whose trace was cut (`read_truncated`): the rank
+was killed while tracing."""
 
 
 class TraceError(ValueError):
@@ -195,11 +207,17 @@ def settle_groups(traces: Mapping[int, Mapping[str, Any]], shown: int = 0) -> Se
 
 
 def to_dump(
-    trace: Mapping[str, Any], rank: int, chosen: Sequence[str | None] = (), shown: int = 0
+    trace: Mapping[str, Any],
+    rank: int,
+    chosen: Sequence[str | None] = (),
+    shown: int = 0,
+    kineto: tuple[Mapping[str, Any], str] | None = None,
 ) -> Converted:
     """The Flight Recorder form of one rank's Execution Trace (see the module docstring);
     `chosen`: the groups of a gloo trace's ops that `settle_groups` settled; `shown`: the
-    ranks the files show, within which a group's size alone is believed (`believed_ranks`)."""
+    ranks the files show, within which a group's size alone is believed (`believed_ranks`);
+    `kineto`: the rank's Kineto trace and where it is, whose times are joined to the ops
+    (`kineto.join`)."""
     nodes = _nodes(trace)
     most = believed_ranks(max(shown, rank + 1) if shown > 0 else 0)
     groups = groups_of(nodes, most)
@@ -216,6 +234,10 @@ def to_dump(
             + (", else counted on the default group" if inferred else "")
             + "; the answer's group is inferred"
         )
+    if kineto is not None:
+        notes += join_kineto(entries, *kineto)
+    for one in entries:
+        one.pop("rf_id", None)
     unbelieved = [g for g in groups.values() if g.unbelieved]
     if unbelieved:
         shown_names = ", ".join(f"{g.name[:40]!r} of {g.unbelieved:,}" for g in unbelieved[:3])

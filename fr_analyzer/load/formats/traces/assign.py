@@ -27,6 +27,8 @@ stopped, the ops left waiting are put, a party at a time, on the group that most
 op and size) may be on, then on the one with the fewest members absent from them that could be
 what they wait for (a member waiting elsewhere, or one whose trace was cut after its last op
 passed: a member whose trace ended cleanly finished its program), then the larger.
+An op a cut trace ends in (`Op.cut`: its backend node never written) passes only with a member
+whose op ended: where no member's did, the job stopped in it.
 Where another assignment lets as many ops pass and leaves the job stopped elsewhere, it is
 returned as `Settlement.other`: the caller analyzes it too and, when its verdict differs, says
 the answer is ambiguous.
@@ -153,6 +155,11 @@ class _Search:
             for masks in self.masks
         ]
         self.cut = [rank in cut for rank in self.ranks]
+        # where each rank's last op never ended (`Op.cut`): its index among its collectives
+        self.unended = [
+            len(p) - 1 if p and ops[rank][p[-1]].cut else -1
+            for rank, p in zip(self.ranks, self.positions, strict=True)
+        ]
         self.memo: dict[State, tuple[_Reading, _Reading | None]] = {}
         self.floor = [0] * len(self.ranks)  # where a rank's ops may start to be taken off
 
@@ -204,6 +211,8 @@ class _Search:
         members = self.members[c]
         if not members or any(not (allow[i] >> c) & 1 for i in members):
             return 0
+        if all(at[i] == self.unended[i] for i in members):
+            return 0  # no member's op ended: it never passed, the job stopped in it
         keys = {self.keys[i][at[i]] for i in members}
         if len(keys) == 1:
             return 2

@@ -12,6 +12,7 @@ from typing import Any
 from ....model.ops import C10D_OUTPUT_FIRST_OPS, P2P_OPS
 from .nodes import (
     Group,
+    attrs,
     entry,
     inputs,
     next_id,
@@ -24,14 +25,49 @@ from .nodes import (
 _FUNCTIONAL = "_c10d_functional::"
 
 
+_CALL_OPS: dict[str, str] = {
+    "allreduce_": "all_reduce",
+    "allreduce_coalesced_": "allreduce_coalesced",
+    "broadcast_": "broadcast",
+    "reduce_": "reduce",
+    "allgather_": "all_gather",
+    "_allgather_base_": "all_gather",
+    "allgather_coalesced_": "allgather_coalesced",
+    "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "gather_": "gather",
+    "scatter_": "scatter",
+    "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "all_reduce",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all",
+    "barrier": "barrier",
+    "send": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
+}
+"""c10d's dispatcher calls -> the op gloo's backend node names (`c10d::allreduce_` ->
+`gloo:all_reduce`; gloo records `reduce_scatter_tensor` as an all_reduce and
+`all_gather_into_tensor` as an all_gather), for a call whose backend node was never written;
+a call the trace names otherwise before is read as the trace names it. `monitored_barrier_`
+is not here: gloo records no op for it."""
+
+
 def _dispatcher_ops(
     nodes: Sequence[Mapping[str, Any]],
-) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None, str | None]]:
+) -> Iterator[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, str | None]]:
     """Each backend op node (`gloo:all_reduce`) with the `c10d::` node that issued it (the
     newest one started before it) and the group a functional collective named for it
-    (`_c10d_functional::all_reduce(t, "sum", "1")`: the last string is the group's name)."""
+    (`_c10d_functional::all_reduce(t, "sum", "1")`: the last string is the group's name).
+    A `c10d::` call left with no backend node at the end of the trace is the rank's last
+    op, cut (the rank was killed inside it: its backend node is written when the op ends):
+    it comes last, as (None, the call, its group)."""
     owner: Mapping[str, Any] | None = None
     named: dict[int, str] = {}
+
+    def group_of(call: Mapping[str, Any] | None) -> str | None:
+        parent = call.get("ctrl_deps") if call is not None else None
+        return named.get(parent) if isinstance(parent, int) else None
+
     for node in nodes:
         name = node.get("name")
         if not isinstance(name, str):
@@ -43,9 +79,10 @@ def _dispatcher_ops(
         elif name.startswith("c10d::"):
             owner = node
         elif recorder_backend(name):
-            parent = owner.get("ctrl_deps") if owner is not None else None
-            yield node, owner, named.get(parent) if isinstance(parent, int) else None
+            yield node, owner, group_of(owner)
             owner = None
+    if owner is not None:
+        yield None, owner, group_of(owner)
 
 
 @dataclass(frozen=True)
@@ -58,6 +95,8 @@ class Op:
     sizes: tuple[list[Any], list[str], list[Any], list[str]]
     peer: int
     candidates: tuple[str, ...]
+    cut: bool = False  # the rank's last op, its backend node never written: it never ended
+    rf_id: Any = None  # its `c10d::` call's record function id (its Kineto events')
 
     @property
     def signature(self) -> tuple[str, int]:
@@ -71,19 +110,31 @@ def dispatcher_ops(
     """The ops of a gloo trace, in issue order, each with the groups it could be on."""
     mine = [g for g in groups.values() if rank in g.ranks] or list(groups.values())
     found: list[Op] = []
+    learned: dict[str, tuple[str, str]] = {}  # c10d call -> (backend, op) as the trace names it
     for node, owner, named in _dispatcher_ops(nodes):
-        backend, op = str(node["name"]).split(":", 1)
-        op = op.split(" ", 1)[0]
-        in_shapes, in_dtypes = tensors(inputs(node, "types"), inputs(node, "shapes"), 0)
+        call = str(owner["name"]).removeprefix("c10d::") if owner is not None else ""
+        if node is not None:
+            backend, op = str(node["name"]).split(":", 1)
+            op = op.split(" ", 1)[0]
+            if call:
+                learned.setdefault(call, (backend, op))
+            in_shapes, in_dtypes = tensors(inputs(node, "types"), inputs(node, "shapes"), 0)
+        else:  # cut: the call alone tells the op and its sizes
+            backend, op = learned.get(call) or (_backend(found, groups), _CALL_OPS.get(call, ""))
+            if not op:
+                continue
+            in_shapes, in_dtypes = [], []
         out_shapes, out_dtypes = list(in_shapes), list(in_dtypes)
         peer = -1
         if owner is not None:
-            call = str(owner["name"]).removeprefix("c10d::")
             types, shapes = inputs(owner, "types"), inputs(owner, "shapes")
             values = inputs(owner, "values")
             if call in C10D_OUTPUT_FIRST_OPS:
                 out_shapes, out_dtypes = tensors(types, shapes, 0)
                 in_shapes, in_dtypes = tensors(types, shapes, 1)
+            elif node is None:
+                in_shapes, in_dtypes = tensors(types, shapes, 0)
+                out_shapes, out_dtypes = list(in_shapes), list(in_dtypes)
             if call in ("send", "recv_", "send_", "recv") and len(values) > 2:
                 peer = values[2] if isinstance(values[2], int) else -1
         if named is not None and named in groups:
@@ -93,8 +144,16 @@ def dispatcher_ops(
                 g.name for g in mine if _fits(g, op, in_shapes, out_shapes, peer, rank)
             )
         sizes = (in_shapes, in_dtypes, out_shapes, out_dtypes)
-        found.append(Op(backend, op, sizes, peer, candidates))
+        rf_id = attrs(owner).get("rf_id") if owner is not None else None
+        found.append(Op(backend, op, sizes, peer, candidates, cut=node is None, rf_id=rf_id))
     return found
+
+
+def _backend(found: Sequence[Op], groups: Mapping[str, Group]) -> str:
+    """The backend of a cut op: the trace's other ops', else its groups'."""
+    if found:
+        return found[-1].backend
+    return next((g.backend for g in groups.values() if g.backend), "gloo")
 
 
 def own_choice(op: Op, groups: Mapping[str, Group], default: Group) -> tuple[Group, bool]:
@@ -157,10 +216,30 @@ def from_dispatcher(
                 p2p=p2p,
                 is_p2p=op in P2P_OPS,
                 op_id=next_id(op_ids, group.name),
-                sizes=item.sizes,
+                sizes=_as_recorded(item, group),
             )
         )
+        entries[-1]["rf_id"] = item.rf_id
     return entries, guessed
+
+
+def _as_recorded(item: Op, group: Group) -> tuple[list[Any], list[str], list[Any], list[str]]:
+    """An op's sizes as gloo's recorder writes them: `all_gather_into_tensor`'s one output
+    of the group size times its input is recorded as `[[group size, *input]]`."""
+    ins, in_dtypes, outs, out_dtypes = item.sizes
+    size = len(group.ranks)
+    if (
+        item.op == "all_gather"
+        and len(ins) == 1
+        and len(outs) == 1
+        and isinstance(ins[0], list)
+        and isinstance(outs[0], list)
+        and len(outs[0]) == len(ins[0])
+        and size > 1
+        and numel(outs) == numel(ins) * size
+    ):
+        return ins, in_dtypes, [[size, *ins[0]]], out_dtypes
+    return item.sizes
 
 
 def assign(

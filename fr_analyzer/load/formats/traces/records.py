@@ -113,6 +113,7 @@ def from_records(
                 sizes=(in_shapes, in_dtypes, out_shapes, out_dtypes),
             )
         )
+        entries[-1]["rf_id"] = attrs(node).get("rf_id")  # its Kineto events' (`kineto`)
     return entries
 
 

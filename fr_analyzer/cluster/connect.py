@@ -1,0 +1,123 @@
+"""Join a Ray cluster, or start a local one, for one run; say which.
+
+The cluster is the one Ray's own tools would use: the address given (`--ray-address`, else
+`RAY_ADDRESS`, read by the CLI), else a cluster already running on this machine (what
+`ray.init(address="auto")` finds), else a local one started for this run and stopped after
+it. An address that does not answer is refused in one line before Ray is asked (Ray would
+retry for a minute), and so is a Ray that is not installed.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import FrAnalyzerError
+
+PROBE_TIMEOUT_S = 5.0
+"""How long an address may take to accept a connection before the cluster is called silent."""
+
+
+class ClusterError(FrAnalyzerError):
+    """The cluster cannot be used: Ray is not installed, or the cluster does not answer."""
+
+    default_hint = (
+        "check --ray-address (the head's address, as `ray status` prints it), or leave out "
+        "--engine ray to analyze in this process"
+    )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The cluster a run uses: where it is, whether this run started it, and its size."""
+
+    address: str
+    started: bool  # a local cluster started for this run (stopped after it)
+    nodes: int
+    cpus: int
+
+    @property
+    def label(self) -> str:
+        """For the report's header: where the ranks were read."""
+        size = (
+            f"{self.nodes} node{'s' if self.nodes != 1 else ''},"
+            f" {self.cpus} CPU{'s' if self.cpus != 1 else ''}"
+        )
+        if self.started:
+            return f"read on a local Ray cluster started for this run ({size})"
+        return f"read on the Ray cluster at {self.address} ({size})"
+
+
+def import_ray() -> Any:
+    """Ray, or a `ClusterError` saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ClusterError(
+            f"--engine ray needs Ray ({exc}): pip install 'fr-analyze[ray]'"
+        ) from None
+    return ray
+
+
+def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse, in one line, an address (`host:port`, optionally `ray://`) that does not
+    accept a connection within `timeout_s`."""
+    bare = address.removeprefix("ray://")
+    host, sep, port = bare.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ClusterError(f"Ray address {address!r}: not host:port")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ClusterError(f"the Ray cluster at {address} does not answer ({reason})") from None
+
+
+@contextmanager
+def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[Cluster]:
+    """The cluster at `address` (None: a running local one, else one started here) for the
+    time of the `with` block; Ray is shut down (this driver disconnected, a cluster started
+    here stopped) when it ends, whatever happens in it."""
+    ray = import_ray()
+    started = False
+    try:
+        if address is not None:
+            probe(address)
+            _init(ray, address=address)
+        else:
+            try:
+                _init(ray, address="auto")
+            except ConnectionError:  # none running here: start one for this run
+                _init(ray, num_cpus=num_cpus, include_dashboard=False)
+                started = True
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        where = address or ("local" if started else _gcs_address(ray))
+        yield Cluster(where, started, len(nodes), cpus)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def _init(ray: Any, **kwargs: Any) -> None:
+    """`ray.init`, quiet (Ray's own log lines stay in its session folder), its failures one
+    line."""
+    try:
+        ray.init(logging_level="ERROR", log_to_driver=False, configure_logging=True, **kwargs)
+    except ConnectionError:
+        raise
+    except Exception as exc:  # Ray's own: a version mismatch, a cluster gone while joining
+        target = kwargs.get("address") or "a local cluster"
+        raise ClusterError(f"Ray could not join {target}: {type(exc).__name__}: {exc}") from None
+
+
+def _gcs_address(ray: Any) -> str:
+    """The address of the cluster joined by "auto"."""
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # an older Ray: the address is not kept
+        return "auto"

@@ -1,0 +1,214 @@
+"""Read the ranks' files on a Ray cluster: the map stage, one task per shard of ranks.
+
+Each task runs on a worker, reads its shard's files itself (a shared path or the URL; the
+driver sends names, never bytes) with the loader one process uses (`load.load_all`: the same
+sandbox, decoder and limits), and returns each rank's header, its tables of distinct values
+and its columns. Ray keeps the result in its object store, which spills to disk past its
+memory. The driver takes the shards in file order, hands each rank to the pipeline's sink
+(its table builder) as one process does, and drops the shard; at most `window` shards are in
+flight or waiting, so the store holds a bounded part of the job.
+
+Faults: a worker lost mid-task is retried by Ray (`RETRIES`); a shard whose task still fails
+makes its ranks unreadable, the reason named, and the other ranks are analyzed. Ctrl-C
+cancels every task still in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..load import Directory, DumpFile, RankDump, RankTables, Remote, Source, load_all
+from ..model.records import UnreadableDump
+from ..pipeline import Sink
+from .connect import Cluster, import_ray
+
+if TYPE_CHECKING:
+    from ..pipeline import Options
+
+RETRIES = 3
+"""How often Ray runs a shard's task again after losing its worker (a crash, a node lost)."""
+SHARD_MIN, SHARD_MAX = 8, 512
+"""Ranks per task: enough that a task's start is a small part of it, few enough that a lost
+worker costs little and every core has work (`shard_size`)."""
+TASKS_PER_CPU = 4
+"""Shards per CPU of the cluster: the last tasks are short, so no core waits long."""
+
+
+def shard_size(ranks: int, cpus: int) -> int:
+    """How many ranks one task reads, for a job of `ranks` on a cluster of `cpus`."""
+    per = math.ceil(ranks / max(1, cpus * TASKS_PER_CPU))
+    return max(SHARD_MIN, min(SHARD_MAX, per))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one task read: its ranks' headers (with their files' times), each rank's tables
+    and columns (in the same order), and the files that could not be read."""
+
+    loaded: list[RankDump]
+    tables: list[RankTables]
+    columns: list[dict[str, np.ndarray]]
+    unreadable: list[UnreadableDump]
+
+
+def read_shard(files: Sequence[DumpFile], max_bytes: int, ft_group_world_size: int | None) -> Shard:
+    """The task: read a shard's files in this worker (one sandboxed reader process), as
+    `load.load_all` reads them in one process, leaving the job-wide checks to the driver."""
+    tables: list[RankTables] = []
+    columns: list[dict[str, np.ndarray]] = []
+
+    def keep(dump: RankDump, arrays: Mapping[str, np.ndarray]) -> None:
+        assert dump.tables is not None
+        tables.append(dump.tables)
+        columns.append(dict(arrays))
+
+    loaded, unreadable = load_all(
+        files,
+        1,
+        max_bytes,
+        None,
+        sink=keep,
+        ft_group_world_size=ft_group_world_size,
+        job_wide=False,
+    )
+    return Shard(loaded, tables, columns, unreadable)
+
+
+class RayEngine:
+    """The engine (`pipeline.Engine`) that reads on a Ray cluster joined with `connect`."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        shard: int | None = None,
+        window: int | None = None,
+        retries: int = RETRIES,
+    ) -> None:
+        self.cluster = cluster
+        self.shard = shard  # ranks per task (None: `shard_size`)
+        self.window = window or max(2, 2 * cluster.cpus)  # shards in flight or waiting
+        self.retries = retries
+
+    @property
+    def label(self) -> str:
+        """Where the ranks were read, for the report's header."""
+        return self.cluster.label
+
+    def refuses(self, source: Source) -> str | None:
+        """A folder (which every node must reach at the same path) or a URL: each worker
+        reads its own files. An archive is read in one stream by one process."""
+        if isinstance(source, (Directory, Remote)):
+            return None
+        return (
+            f"--engine ray reads a folder every node reaches, or a URL; {source.label} is a"
+            f" {source.kind} archive, read in one stream: drop --engine ray, or extract it"
+        )
+
+    def read(
+        self,
+        files: Sequence[DumpFile],
+        options: Options,
+        progress: Callable[[int, int], None] | None,
+        sink: Sink,
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        """Read every file on the cluster; the shards taken in file order, each rank handed
+        to `sink` as one process hands it."""
+        ray = import_ray()
+        task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(read_shard)
+        size = self.shard or shard_size(len(files), self.cluster.cpus)
+        pieces = [list(files[i : i + size]) for i in range(0, len(files), size)]
+        loaded: list[RankDump] = []
+        unreadable: list[UnreadableDump] = []
+        pending: deque[tuple[list[DumpFile], Any]] = deque()
+        members = _Members()
+        following = 0
+        try:
+            while following < len(pieces) or pending:
+                while following < len(pieces) and len(pending) < self.window:
+                    piece = pieces[following]
+                    ref = task.remote(piece, options.max_file_bytes, options.ft_group_world_size)
+                    pending.append((piece, ref))
+                    following += 1
+                piece, ref = pending.popleft()
+                shard = _taken(ray, piece, ref)
+                del ref
+                for dump, tables, arrays in zip(
+                    shard.loaded, shard.tables, shard.columns, strict=True
+                ):
+                    sink(_with_tables(dump, tables), arrays)
+                loaded += members.share(shard.loaded)
+                unreadable += shard.unreadable
+                del shard
+                if progress is not None:
+                    progress(len(loaded) + len(unreadable), len(files))
+        except BaseException:  # Ctrl-C, or the driver failing: nothing left running
+            for _, ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        return loaded, unreadable
+
+
+def _taken(ray: Any, piece: list[DumpFile], ref: Any) -> Shard:
+    """The shard a task returned, or, where its task failed past its retries, every rank of
+    it unreadable with the reason."""
+    try:
+        got = ray.get(ref)
+    except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
+        why = _reason(exc)
+        return Shard(
+            [],
+            [],
+            [],
+            [
+                UnreadableDump(f.where, f.rank, f"the Ray task reading it failed: {why}")
+                for f in piece
+            ],
+        )
+    assert isinstance(got, Shard)
+    return got
+
+
+def _reason(exc: BaseException) -> str:
+    """A Ray error in one line: its class and the first line of its message."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
+def _with_tables(dump: RankDump, tables: RankTables) -> RankDump:
+    """The header with its tables again, as the table builder takes a rank."""
+    return replace(dump, tables=tables)
+
+
+class _Members:
+    """One tuple per distinct member list across shards (each shard's ranks share theirs
+    already, as one process's do): else a job of N ranks whose groups span it holds N copies
+    of an N-member list, memory growing with N squared."""
+
+    def __init__(self) -> None:
+        self._by_value: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    def share(self, dumps: list[RankDump]) -> list[RankDump]:
+        """The shard's ranks with their claims' member lists swapped for the shared copies
+        (each distinct list object of the shard hashed once)."""
+        seen: dict[int, tuple[int, ...]] = {}
+        out = []
+        for dump in dumps:
+            if not dump.claims:
+                out.append(dump)
+                continue
+            claims = {}
+            for name, claim in dump.claims.items():
+                shared = seen.get(id(claim.ranks))
+                if shared is None:
+                    shared = self._by_value.setdefault(claim.ranks, claim.ranks)
+                    seen[id(claim.ranks)] = shared
+                claims[name] = replace(claim, ranks=shared)
+            out.append(replace(dump, claims=claims))
+        return out

@@ -1,0 +1,394 @@
+"""Ranks read before, kept in the user's cache: the next command on the same dumps reads the
+cache instead of decoding every file again.
+
+A rank is kept under its file's identity: the path, size and modification time, a hash of the
+file's first `HEAD_BYTES` (a file rewritten in place within one tick of its clock still
+changes its key), what changes its reading (the size limit, a torchft world size) and this
+cache's format and fr-analyze's version. A changed file has another key, and is read again.
+Only plain local files are kept (not an archive's member, a URL's answer, a file read with its
+Execution Trace).
+
+Each rank is one file: a line of JSON (the rank's header and tables, and where each column's
+bytes are) and the columns' raw bytes. Nothing is unpickled: the JSON goes through the door
+(`safety.door.parse_json`) and the columns are taken as typed arrays of their bytes; an entry
+that does not read back whole (a truncated file, a code past its table) is a miss, dropped.
+
+The cache is the user's own: its folder is made owner-only (0700) and each file 0600, written
+whole and renamed into place; a folder or file that another user owns or could write is not
+read (a note says so), never trusted. It is bounded (`max_bytes`): past it, the files used
+longest ago are dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import struct
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..model.dump import COLUMNS, Fallback, GroupClaim, RankDump, RankTables, Reader, Writer
+from ..model.records import Frame, UnreadableDump
+from .safety.door import parse_json
+from .sources.base import DumpFile
+
+FORMAT = 1
+"""Bump when what a cache file holds changes: every older file becomes a miss."""
+HEAD_BYTES = 1 << 16
+"""The part of each dump hashed into its key."""
+MAGIC = b"fr-analyze-rank-cache\n"
+DEFAULT_MAX_BYTES = 2 << 30
+"""The cache's size bound by default (2 GiB: about 35 M entries at ~60 bytes each)."""
+SUFFIX = ".rank"
+
+Sink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
+Read = Callable[
+    [Sequence[DumpFile], Callable[[int, int], None] | None, Sink],
+    tuple[list[RankDump], list[UnreadableDump]],
+]
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """A rank found in the cache: the file it is kept in."""
+
+    path: Path
+
+
+class RankCache:
+    """The cache folder `root`, bounded to `max_bytes`."""
+
+    def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.notes: list[str] = []  # why the cache was not used (another user's folder)
+        self.hits = 0
+        self.stored = 0
+
+    def read_through(
+        self,
+        read: Read,
+        files: Sequence[DumpFile],
+        progress: Callable[[int, int], None] | None,
+        sink: Sink,
+        salt: str,
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
+        """Every rank, in file order, handed to `sink`: from the cache where it is kept, else
+        read by `read` (and kept). Returns the ranks' headers and the unreadable, as `read`."""
+        if not self._usable():
+            return read(files, progress, sink)
+        keys = [self._key(f, salt) for f in files]
+        hits = {i: _Hit(self.root / (k + SUFFIX)) for i, k in enumerate(keys) if k and self._has(k)}
+        if not hits:
+            keep = self._keeping(sink, files, keys)
+            read_all = read(files, progress, keep)
+            self._trim()
+            return read_all
+        # Some ranks kept: read the others first (held, they are few), then hand every rank
+        # to the sink in file order, so that the table is the one a fresh read builds.
+        todo = [f for i, f in enumerate(files) if i not in hits]
+        held: dict[int, tuple[RankDump, dict[str, np.ndarray]]] = {}
+
+        def hold(dump: RankDump, columns: Mapping[str, np.ndarray]) -> None:
+            held[dump.rank] = (dump, dict(columns))
+
+        got, unreadable = read(todo, None, hold) if todo else ([], [])
+        by_rank = {d.rank: d for d in got}
+        loaded: list[RankDump] = []
+        members: dict[tuple[int, ...], tuple[int, ...]] = {}
+        for i, dump_file in enumerate(files):
+            hit = hits.get(i)
+            kept = None
+            if hit is not None:
+                kept = _load(hit.path, members)
+                if kept is not None:
+                    self.hits += 1
+                    with contextlib.suppress(OSError):
+                        os.utime(hit.path)  # used now: the last to be dropped
+                else:  # it did not read back whole: read the file now
+                    more, lost = read([dump_file], None, hold)
+                    by_rank.update((d.rank, d) for d in more)
+                    unreadable += lost
+            if kept is None and dump_file.rank in held:
+                dump, columns = held.pop(dump_file.rank)
+                assert dump.tables is not None
+                kept = (by_rank[dump_file.rank], dump.tables, columns)
+                key = keys[i]
+                if key:
+                    self._store(key, kept)
+            if kept is not None:
+                header, tables, columns = kept
+                sink(_with(header, tables), columns)
+                loaded.append(header)
+            if progress is not None:
+                progress(i + 1, len(files))
+        self._trim()
+        return loaded, unreadable
+
+    def _keeping(self, sink: Sink, files: Sequence[DumpFile], keys: list[str | None]) -> Sink:
+        """`sink`, each rank also kept under its file's key."""
+        key_of = {f.rank: k for f, k in zip(files, keys, strict=True) if k}
+
+        def keep(dump: RankDump, columns: Mapping[str, np.ndarray]) -> None:
+            sink(dump, columns)
+            key = key_of.get(dump.rank)
+            if key is not None and dump.tables is not None:
+                self._store(key, (dump.header(), dump.tables, columns))
+
+        return keep
+
+    def _usable(self) -> bool:
+        """Whether the folder is this user's alone (made so when it is new)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            info = self.root.stat()
+        except OSError as exc:
+            self.notes.append(f"cache {self.root}: {exc.strerror}; not used")
+            return False
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            self.notes.append(
+                f"cache {self.root} is not this user's alone (owner or permissions): not used"
+            )
+            return False
+        return True
+
+    def _key(self, dump_file: DumpFile, salt: str) -> str | None:
+        """The file's identity as a key; None for what is not kept (not a plain local file)."""
+        if dump_file.fetch is not None or dump_file.trace is not None or dump_file.op_groups:
+            return None
+        try:
+            with open(dump_file.path, "rb", opener=_no_follow) as stream:
+                info = os.fstat(stream.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    return None
+                head = stream.read(HEAD_BYTES)
+        except OSError:
+            return None
+        identity = (
+            f"{FORMAT}\0{__version__}\0{salt}\0{os.path.abspath(dump_file.path)}\0"
+            f"{dump_file.rank}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\0"
+        )
+        digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape"))
+        digest.update(head)
+        return digest.hexdigest()
+
+    def _has(self, key: str) -> bool:
+        try:
+            info = (self.root / (key + SUFFIX)).lstat()
+        except OSError:
+            return False
+        return (
+            stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+        )
+
+    def _store(self, key: str, kept: tuple[RankDump, RankTables, Mapping[str, np.ndarray]]) -> None:
+        """Write one rank whole, then rename it into place (a failure keeps nothing)."""
+        header, tables, columns = kept
+        try:
+            blob = _encode(header, tables, columns)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(blob)
+                os.replace(tmp, self.root / (key + SUFFIX))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            if not self.notes:
+                self.notes.append(f"cache {self.root}: {exc.strerror}; ranks not kept")
+            return
+        self.stored += 1
+
+    def _trim(self) -> None:
+        """Drop the files used longest ago until the cache is within its bound."""
+        try:
+            found = [
+                (entry.stat().st_mtime_ns, entry.stat().st_size, Path(entry.path))
+                for entry in os.scandir(self.root)
+                if entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False)
+            ]
+        except OSError:
+            return
+        total = sum(size for _, size, _ in found)
+        for _, size, path in sorted(found):
+            if total <= self.max_bytes:
+                break
+            with contextlib.suppress(OSError):
+                path.unlink()
+                total -= size
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def _with(header: RankDump, tables: RankTables) -> RankDump:
+    return replace(header, tables=tables)
+
+
+# --- one rank as bytes, and back ----------------------------------------------------------------
+
+_ENUMS: dict[str, type[Reader] | type[Fallback] | type[Writer]] = {
+    "reader": Reader,
+    "fallback_reason": Fallback,
+    "fallback_writer": Writer,
+}
+
+
+def _encode(header: RankDump, tables: RankTables, columns: Mapping[str, np.ndarray]) -> bytes:
+    """MAGIC, the JSON line's length, the JSON line, then each column's bytes."""
+    head: dict[str, Any] = {}
+    for f in fields(RankDump):
+        if f.name in ("tables", "columns"):
+            continue
+        value = getattr(header, f.name)
+        if f.name in _ENUMS:
+            value = None if value is None else value.value
+        elif f.name == "claims":
+            value = [[c.name, c.desc, list(c.ranks)] for c in value.values()]
+        elif f.name == "pg_status":
+            value = [[k, list(v)] for k, v in value.items()]
+        elif f.name == "claims_set_aside":
+            value = sorted(value)
+        head[f.name] = value
+    table = asdict(tables)
+    layout = []
+    offset = 0
+    arrays = []
+    for name in COLUMNS:
+        if name not in columns:
+            continue
+        array = np.ascontiguousarray(columns[name])
+        layout.append([name, array.dtype.str, len(array), offset])
+        arrays.append(array.tobytes())
+        offset += array.nbytes
+    text = _json({"header": head, "tables": table, "columns": layout})
+    return MAGIC + struct.pack("<Q", len(text)) + text + b"".join(arrays)
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def _load(
+    path: Path, members: dict[tuple[int, ...], tuple[int, ...]]
+) -> tuple[RankDump, RankTables, dict[str, np.ndarray]] | None:
+    """The rank kept in `path`, or None where it does not read back whole (then dropped)."""
+    try:
+        with open(path, "rb", opener=_no_follow) as stream:
+            data = stream.read()
+        got = _decode(data, members)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error):
+        got = None
+    if got is None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return got
+
+
+def _members(ranks: list[Any], members: dict[tuple[int, ...], tuple[int, ...]]) -> tuple[int, ...]:
+    """One tuple per distinct member list, shared by every rank that lists it (else a job of
+    N ranks holds N copies of its N-member world), checked once."""
+    key = tuple(ranks)
+    found = members.get(key)
+    if found is None:
+        if not all(type(r) is int for r in key):
+            raise TypeError("a member is not a rank number")
+        found = members[key] = key
+    return found
+
+
+def _decode(
+    data: bytes, members: dict[tuple[int, ...], tuple[int, ...]]
+) -> tuple[RankDump, RankTables, dict[str, np.ndarray]] | None:
+    if not data.startswith(MAGIC):
+        return None
+    at = len(MAGIC)
+    (length,) = struct.unpack_from("<Q", data, at)
+    at += 8
+    doc = parse_json(data[at : at + length])
+    body = memoryview(data)[at + length :]
+    head = dict(doc["header"])
+    for name, enum in _ENUMS.items():
+        value = head[name]
+        head[name] = None if value is None else enum(value)
+    head["claims"] = {
+        name: GroupClaim(name, desc, _members(ranks, members))
+        for name, desc, ranks in head["claims"]
+    }
+    head["pg_status"] = {int(k): (int(v[0]), int(v[1]), int(v[2])) for k, v in head["pg_status"]}
+    head["claims_set_aside"] = frozenset(head["claims_set_aside"])
+    head["entry_errors"] = tuple((int(i), str(t)) for i, t in head["entry_errors"])
+    head["warnings"] = tuple(head["warnings"])
+    head["groups"] = [(str(n), str(d)) for n, d in head["groups"]]
+    header = RankDump(**head, tables=None, columns=None)
+    t = doc["tables"]
+    tables = RankTables(
+        ops=[str(v) for v in t["ops"]],
+        backends=[str(v) for v in t["backends"]],
+        profiling_names=[str(v) for v in t["profiling_names"]],
+        shapes=[tuple(tuple(int(d) for d in shape) for shape in s) for s in t["shapes"]],
+        dtypes=[tuple(str(d) for d in s) for s in t["dtypes"]],
+        stacks=[tuple(Frame(str(n), str(f), int(line)) for n, f, line in s) for s in t["stacks"]],
+    )
+    columns: dict[str, np.ndarray] = {}
+    rows = None
+    for name, dtype, count, offset in doc["columns"]:
+        if name not in COLUMNS:
+            return None
+        kind = np.dtype(dtype)
+        if kind.kind not in "iubf" or kind.hasobject:
+            return None
+        end = offset + count * kind.itemsize
+        if end > len(body):
+            return None
+        columns[name] = np.frombuffer(body[offset:end], dtype=kind)
+        rows = count if rows is None else rows
+        if count != rows:
+            return None
+    if set(columns) != set(COLUMNS) - {"unit", "marker"} and set(columns) != set(COLUMNS):
+        return None
+    if not _codes_fit(columns, tables, header):
+        return None
+    return header, tables, columns
+
+
+_CODED = {
+    "op": "ops",
+    "backend": "backends",
+    "pname": "profiling_names",
+    "in_shape": "shapes",
+    "out_shape": "shapes",
+    "in_dtype": "dtypes",
+    "out_dtype": "dtypes",
+    "stack": "stacks",
+}
+
+
+def _codes_fit(columns: Mapping[str, np.ndarray], tables: RankTables, header: RankDump) -> bool:
+    """Every code indexes its table (a stack may be -1: none)."""
+    for column, table in _CODED.items():
+        values = columns.get(column)
+        if values is None or not len(values):
+            continue
+        size = len(getattr(tables, table))
+        low = -1 if column == "stack" else 0
+        if int(values.min()) < low or int(values.max()) >= size:
+            return False
+    group = columns.get("group")
+    return not (
+        group is not None
+        and len(group)
+        and (int(group.min()) < 0 or int(group.max()) >= len(header.groups))
+    )

@@ -1,0 +1,1 @@
+"""Specs for `fr_analyzer.cli`: flags, exit codes, one-line errors, misuse."""

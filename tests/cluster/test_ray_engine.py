@@ -1,0 +1,323 @@
+"""`--engine ray`: the ranks read on a real Ray cluster give the report one process gives.
+
+A Ray head is started for this module with `ray start --head --block` on 127.0.0.1, in its
+own session, temp folder and process group, and stopped after it by its pids (never `ray
+stop`). Where Ray cannot be imported, every test here skips in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_analyzer.cli.app import run
+from fr_analyzer.cluster import Cluster, RayEngine, connect, shard_size
+from fr_analyzer.load import Directory
+from fr_analyzer.pipeline import Options, analyze
+from fr_analyzer.render.report_json import report_dict
+from tests.builders import make_dump, make_entry, write_dumps
+from tools import ray_head
+from tools.ray_head import QUIET, free_port
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fr-analyze[ray]')")
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_dumps"
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[str]:
+    """The address of a Ray head started for this module on 127.0.0.1 (`tools.ray_head`)."""
+    with ray_head.head() as running:
+        yield running.address
+
+
+@pytest.fixture(scope="module")
+def cluster(head: str) -> Iterator[Cluster]:
+    """This process joined to the head (as the driver of the runs below)."""
+    saved = {k: os.environ.get(k) for k in QUIET}
+    os.environ.update(QUIET)
+    try:
+        with connect(head) as joined:
+            yield joined
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _report(where: Path, options: Options) -> dict[str, Any]:
+    doc = report_dict(analyze(Directory(where), options))
+    doc["dumps"].pop("engine")
+    return doc
+
+
+def test_every_sample_set_gives_the_same_report_on_ray_as_in_one_process(
+    cluster: Cluster,
+) -> None:
+    engine = RayEngine(cluster)
+    sets = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
+    assert len(sets) >= 60
+    differ = [s.name for s in sets if _report(s, Options()) != _report(s, Options(engine=engine))]
+    assert differ == []
+
+
+def test_the_header_says_which_cluster_read_the_ranks(cluster: Cluster, head: str) -> None:
+    doc = report_dict(
+        analyze(Directory(SAMPLES / "nccl_not_joined"), Options(engine=RayEngine(cluster)))
+    )
+    assert doc["dumps"]["engine"] == f"read on the Ray cluster at {head} (1 node, 2 CPUs)"
+    alone = report_dict(analyze(Directory(SAMPLES / "nccl_not_joined"), Options()))
+    assert alone["dumps"]["engine"] == "one process"
+
+
+def test_the_command_line_joins_the_cluster_and_exits_as_one_process_does(head: str) -> None:
+    env = {**os.environ, **QUIET, "COLUMNS": "200"}
+    base = [sys.executable, "-m", "fr_analyzer", "-d", str(SAMPLES / "nccl_not_joined")]
+    alone = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
+    on_ray = subprocess.run(
+        [*base, "--engine", "ray", "--ray-address", head],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert on_ray.returncode == alone.returncode == 1
+    assert f"(read on the Ray cluster at {head} (1 node, 2 CPUs))" in on_ray.stdout
+
+    def without_source(text: str) -> list[str]:  # the line that names where the dumps were read
+        return [line for line in text.splitlines() if not line.startswith("fr-analyze 1.0.0: ")]
+
+    assert without_source(on_ray.stdout) == without_source(alone.stdout)
+    assert "Traceback" not in on_ray.stderr
+
+
+def test_a_cluster_that_does_not_answer_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    silent = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    code = run(["-d", str(SAMPLES / "nccl_healthy"), "--engine", "ray", "--ray-address", silent])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 2  # the error and its hint
+    assert err.splitlines()[0].endswith(
+        f"the Ray cluster at {silent} does not answer (Connection refused)"
+    )
+    assert time.monotonic() - started < 30
+
+
+def test_ray_not_installed_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    code = run(["-d", str(SAMPLES / "nccl_healthy"), "--engine", "ray"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "pip install 'fr-analyze[ray]'" in err
+    assert len(err.strip().splitlines()) == 2  # the error and its hint
+
+
+def test_ray_address_without_the_ray_engine_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code = run(["-d", str(SAMPLES / "nccl_healthy"), "--ray-address", "127.0.0.1:1"])
+    assert code == 2
+    assert "--ray-address goes with --engine ray" in capsys.readouterr().err
+
+
+def _job(tmp_path: Path, ranks: int, entries: int) -> Path:
+    """A healthy job of `ranks` ranks, each with `entries` all_reduces on the world."""
+    dumps = {
+        rank: make_dump(
+            [make_entry("all_reduce", i + 1) for i in range(entries)],
+            groups={"0": ("default_pg", list(range(ranks)))},
+        )
+        for rank in range(ranks)
+    }
+    return write_dumps(tmp_path / "job", dumps)
+
+
+def _title(pid: int | str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _parent(pid: int | str) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+class _Killer(threading.Thread):
+    """Kills, by its pid, the first Ray worker seen reading a shard (`ray::read_shard`; not
+    its sandboxed reader, a fork that carries the same title)."""
+
+    def __init__(self, limit_s: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self.killed: int | None = None
+        self.stop = threading.Event()
+        self.limit_s = limit_s
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.limit_s
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                if not _title(entry.name).startswith(b"ray::read_shard"):
+                    continue
+                if not _title(_parent(entry.name)).startswith(b"ray::read_shard"):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(entry.name), signal.SIGKILL)
+                        self.killed = int(entry.name)
+                        return
+            time.sleep(0.005)
+
+
+def test_a_worker_killed_mid_run_is_retried_and_the_answer_still_comes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, 96, 300)
+    alone = _report(job, Options())
+    killer = _Killer()
+    killer.start()
+    try:
+        on_ray = _report(job, Options(engine=RayEngine(cluster, shard=8)))
+    finally:
+        killer.stop.set()
+        killer.join()
+    assert killer.killed is not None
+    assert on_ray == alone
+    assert on_ray["dumps"]["unreadable"] == []
+    assert len(on_ray["dumps"]["ranks_loaded"]) == 96
+
+
+def test_a_shard_lost_past_its_retries_leaves_its_ranks_unreadable_and_the_rest_analyzed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, 96, 300)
+    killer = _Killer()
+    killer.start()
+    try:
+        doc = report_dict(
+            analyze(Directory(job), Options(engine=RayEngine(cluster, shard=8, retries=0)))
+        )
+    finally:
+        killer.stop.set()
+        killer.join()
+    assert killer.killed is not None
+    lost = doc["dumps"]["unreadable"]
+    assert 1 <= len(lost) <= 8 * 2  # the shard (or two) its worker was reading
+    assert all(u["reason"].startswith("the Ray task reading it failed: ") for u in lost)
+    assert len(doc["dumps"]["ranks_loaded"]) + len(lost) == 96
+    assert doc["verdict"]["status"] != "ok" or not lost
+
+
+def test_ctrl_c_cancels_the_tasks_and_leaves_the_cluster_usable(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, 64, 50)
+
+    def interrupt(phase: str, done: int, total: int) -> None:
+        if done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        analyze(Directory(job), Options(engine=RayEngine(cluster, shard=8)), interrupt)
+    doc = _report(job, Options(engine=RayEngine(cluster, shard=8)))
+    assert len(doc["dumps"]["ranks_loaded"]) == 64
+
+
+def test_a_damaged_file_read_in_a_worker_is_unreadable_with_its_reason(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    job = _job(tmp_path, 16, 10)
+    damaged = next(job.glob("*_3*"))
+    damaged.write_bytes(b"\x80\x04not a pickle")
+    alone = _report(job, Options())
+    on_ray = _report(job, Options(engine=RayEngine(cluster)))
+    assert on_ray == alone
+    assert [u["rank"] for u in on_ray["dumps"]["unreadable"]] == [3]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "cpus", "size"), [(8, 2, 8), (1024, 2, 128), (65_536, 2, 512), (65_536, 512, 32)]
+)
+def test_shards_are_sized_for_the_cluster(ranks: int, cpus: int, size: int) -> None:
+    assert shard_size(ranks, cpus) == size
+
+
+def test_the_report_json_names_the_engine(cluster: Cluster) -> None:
+    text = json.dumps(
+        report_dict(
+            analyze(Directory(SAMPLES / "nccl_healthy"), Options(engine=RayEngine(cluster)))
+        )
+    )
+    assert '"engine": "read on the Ray cluster at' in text
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    """sample_dumps/ served over HTTP on 127.0.0.1 by a server this test starts and stops."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=SAMPLES,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            assert time.monotonic() < deadline, "the HTTP server did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+
+
+def test_a_url_is_fetched_by_the_workers_themselves(cluster: Cluster, served: str) -> None:
+    from fr_analyzer.load import open_source
+
+    url = f"{served}/nccl_not_joined/"
+    alone = report_dict(analyze(open_source(url), Options()))
+    on_ray = report_dict(analyze(open_source(url), Options(engine=RayEngine(cluster))))
+    assert on_ray["dumps"].pop("engine") != alone["dumps"].pop("engine")
+    assert on_ray == alone
+    assert on_ray["verdict"]["culprit_ranks"] == alone["verdict"]["culprit_ranks"] != []
+
+
+def test_an_archive_is_refused_in_one_line(cluster: Cluster, tmp_path: Path) -> None:
+    import tarfile
+
+    from fr_analyzer.errors import UsageError
+    from fr_analyzer.load import open_source
+
+    archive = tmp_path / "dumps.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(SAMPLES / "nccl_healthy", arcname="nccl_healthy")
+    with pytest.raises(UsageError, match="drop --engine ray, or extract it"):
+        analyze(open_source(str(archive)), Options(engine=RayEngine(cluster)))

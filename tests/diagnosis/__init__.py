@@ -1,0 +1,1 @@
+"""Specs for `fr_analyzer.diagnosis`: who waits for whom, and the root-cause rules."""

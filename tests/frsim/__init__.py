@@ -1,0 +1,1 @@
+"""Specs for the recorder simulator (tools/frsim) and its fault campaign."""

@@ -1,0 +1,1 @@
+"""Hostile and messy input across every stage: nothing crashes, nothing runs, nothing is lost."""

@@ -1,0 +1,1 @@
+"""Specs for `load.sources`: where bytes come from (archives, URLs, servers)."""

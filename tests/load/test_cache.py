@@ -1,0 +1,121 @@
+"""The user's cache of ranks read: the next command on the same dumps reads it, gives the
+same report, and trusts nothing it did not write itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_analyzer.cli.app import run
+from fr_analyzer.load import Directory, RankCache
+from fr_analyzer.pipeline import Options, analyze
+from fr_analyzer.render.report_json import report_dict
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """A copy of a 3D job's dumps (16 ranks, a stuck rank), times kept."""
+    return Path(shutil.copytree(SAMPLES / "nccl3d_stall", tmp_path / "job"))
+
+
+def _report(where: Path, cache: RankCache | None) -> dict[str, Any]:
+    return report_dict(analyze(Directory(where), Options(cache=cache)))
+
+
+def test_the_next_run_reads_every_rank_from_the_cache_and_gives_the_same_report(
+    job: Path, tmp_path: Path
+) -> None:
+    fresh = _report(job, None)
+    first = RankCache(tmp_path / "cache")
+    assert _report(job, first) == fresh
+    assert (first.hits, first.stored) == (0, len(fresh["dumps"]["ranks_loaded"]))
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == fresh
+    assert (again.hits, again.stored) == (len(fresh["dumps"]["ranks_loaded"]), 0)
+
+
+def test_a_changed_dump_is_read_again_and_the_others_come_from_the_cache(
+    job: Path, tmp_path: Path
+) -> None:
+    _report(job, RankCache(tmp_path / "cache"))
+    changed = sorted(job.iterdir())[3]
+    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    fresh = _report(job, None)
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == fresh
+    assert again.stored == 1
+    assert again.hits == len(fresh["dumps"]["ranks_loaded"]) - 1
+
+
+def test_a_dump_replaced_by_another_is_never_taken_from_the_cache(
+    job: Path, tmp_path: Path
+) -> None:
+    healthy = SAMPLES / "nccl3d_mid_step"
+    _report(job, RankCache(tmp_path / "cache"))
+    for src in healthy.iterdir():  # the same names, other contents, the same times
+        target = job / src.name
+        times = target.stat()
+        shutil.copyfile(src, target)
+        os.utime(target, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert _report(job, RankCache(tmp_path / "cache")) == _report(job, None)
+
+
+def test_the_cache_is_the_users_alone(job: Path, tmp_path: Path) -> None:
+    cache = RankCache(tmp_path / "cache")
+    _report(job, cache)
+    root = tmp_path / "cache"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    kept = list(root.iterdir())
+    assert kept and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in kept)
+
+
+def test_a_folder_others_can_write_is_not_read_and_a_note_says_so(
+    job: Path, tmp_path: Path
+) -> None:
+    _report(job, RankCache(tmp_path / "cache"))
+    (tmp_path / "cache").chmod(0o777)
+    shared = RankCache(tmp_path / "cache")
+    doc = _report(job, shared)
+    assert shared.hits == 0
+    assert any("is not this user's alone" in w for w in doc["dumps"]["warnings"])
+
+
+def test_a_link_or_a_damaged_file_in_the_cache_is_a_miss(job: Path, tmp_path: Path) -> None:
+    _report(job, RankCache(tmp_path / "cache"))
+    kept = sorted((tmp_path / "cache").iterdir())
+    kept[0].write_bytes(kept[0].read_bytes()[:200])  # cut short
+    kept[1].write_bytes(b"not a cache file")
+    target = tmp_path / "elsewhere.rank"
+    target.write_bytes(kept[2].read_bytes())
+    kept[2].unlink()
+    kept[2].symlink_to(target)
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == _report(job, None)
+    assert again.hits == len(kept) - 3
+    assert not kept[0].exists() or kept[0].stat().st_size > 200  # dropped, then kept again
+
+
+def test_past_its_bound_the_least_recently_used_are_dropped(job: Path, tmp_path: Path) -> None:
+    _report(job, RankCache(tmp_path / "cache"))
+    sizes = [p.stat().st_size for p in (tmp_path / "cache").iterdir()]
+    bound = sum(sizes) // 2
+    _report(job, RankCache(tmp_path / "cache", max_bytes=bound))
+    assert sum(p.stat().st_size for p in (tmp_path / "cache").iterdir()) <= bound
+
+
+def test_the_command_keeps_ranks_in_the_xdg_cache_and_no_cache_keeps_none(
+    job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert run(["-d", str(job), "--no-cache"]) == 1
+    assert not (tmp_path / "xdg").exists()
+    assert run(["-d", str(job)]) == 1
+    assert len(list((tmp_path / "xdg" / "fr-analyze" / "ranks").iterdir())) == 16
+    assert run(["-d", str(job)]) == 1

@@ -1,0 +1,1 @@
+"""Specs for `fr_analyzer.match`: collectives and send/recv joined across ranks."""

@@ -1,0 +1,1 @@
+"""Specs for `fr_analyzer.model`: the entry table, records and catalogs."""

@@ -1,0 +1,1 @@
+"""Specs for `fr_analyzer.replay`: the recorded collectives run again."""
