@@ -21,12 +21,22 @@ import typer
 
 from ..errors import UsageError
 from ..render.renderer import ReportOptions
-from .app import DEBUG_ENV, after_outputs, app, debug_on, show_version, verdict_code
+from .app import (
+    DEBUG_ENV,
+    HELP_SECTIONS,
+    after_outputs,
+    app,
+    debug_on,
+    show_version,
+    verdict_code,
+)
 from .options import (
+    check_selected_ranks,
     fsspec_option,
     html_option,
     json_option,
     last_option,
+    out_dir_option,
     output_option,
     prefix_option,
     selected_ranks_option,
@@ -90,6 +100,7 @@ def analyze_dumps(
     verbose: bool = False,
     cap: int = 10,
     ranks: bool = False,
+    quiet: bool = False,
 ) -> int:
     """The main command: check the outputs, analyze, print the report, write the outputs;
     returns the exit code."""
@@ -101,7 +112,7 @@ def analyze_dumps(
             analysis = pipeline.analyze_series(sources, options, progress)
         else:
             analysis = pipeline.analyze(sources[0], options, progress)
-    report = ReportOptions(cap=cap, verbose=verbose, ranks=ranks)
+    report = ReportOptions(cap=cap, verbose=verbose, ranks=ranks, quiet=quiet)
     print_report(analysis, report, to_stderr=outputs.to_stdout())
     return after_outputs(analysis, write_outputs(analysis, outputs, report))
 
@@ -114,11 +125,48 @@ def print_entries(source: Source, options: Options, view: EntriesView) -> int:
 
     with progress_bars() as progress:
         analysis = pipeline.analyze(source, options, progress)
+    check_selected_ranks("--selected-ranks", view.ranks, analysis.groups.world_size)
     screen = console()
     view = dataclasses.replace(view, width=screen.width)
     root = analysis.conclusion.root
     screen.print(entries_view.render_styled(analysis.table, analysis.groups, view, root), end="")
     return verdict_code(analysis)
+
+
+HELP_SECTIONS.update(
+    dict.fromkeys(
+        (
+            "around_root",
+            "all_entries",
+            "last",
+            "context",
+            "selected_ranks",
+            "pg_filters",
+            "print_stack_trace",
+        ),
+        "Entries side by side (-j)",
+    )
+    | dict.fromkeys(("mismatch_cap", "ranks_table", "stack_depth"), "The text report")
+    | dict.fromkeys(
+        ("dead_after", "straggler_ms", "stall_ms", "ignore_file_times", "job_log"),
+        "Judging stuck, dead and slow",
+    )
+    | dict.fromkeys(
+        (
+            "prefix",
+            "workers",
+            "no_cache",
+            "storage_option",
+            "max_file_size",
+            "transform_ft",
+            "group_world_size",
+            "allow_incomplete_ranks",
+        ),
+        "Reading the dumps",
+    )
+    | dict.fromkeys(("engine", "ray_address"), "Where the analysis runs")
+)
+"""`--help`'s sections: the options not named here (-d, the outputs, -q, -v, -j) come first."""
 
 
 @app.callback(invoke_without_command=True)
@@ -130,14 +178,11 @@ def analyze(
             "-d",
             "--dump-dir",
             metavar="DIR|ARCHIVE|URL",
-            help="Where the Flight Recorder dumps are, one per rank (pickle or JSON, "
-            "optionally .gz): a directory (searched recursively), a .tar, .tar.gz, .tgz or "
-            ".zip archive (read member by member, never extracted), or a URL such as "
-            "s3://bucket/job/fr/ (needs: pip install 'fr-analyze[remote]'). Required; may "
-            "also be given as the first argument, as torchfrtrace takes it (not both). Given "
-            "several times (snapshots of one job taken at different times), or a folder whose "
-            "sub-folders are snapshots (as `fr-analyze live --save` writes them), the "
-            "snapshots are compared: what moved was in flight, what stayed the same is stuck.",
+            help="The Flight Recorder dumps, one per rank: a directory (searched "
+            "recursively), a .tar, .tar.gz, .tgz or .zip archive, or a URL such as "
+            "s3://bucket/job/fr/ (pip install 'fr-analyze[remote]'); or the first argument "
+            "(fr-analyze DIR). Given several times, or a folder of snapshot folders: the "
+            "snapshots are compared (what moved was in flight, what did not is stuck).",
         ),
     ] = None,
     output: Annotated[
@@ -158,6 +203,14 @@ def analyze(
     html_out: Annotated[
         Path | None,
         html_option("Write the report as one self-contained web page here."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        out_dir_option(
+            "Write every output of this one analysis into DIR (new, empty or a previous "
+            "run's; replaced whole): report.txt, report.json, report.html, db.pkl, "
+            "timeline.json.",
+        ),
     ] = None,
     just_print_entries: Annotated[
         bool,
@@ -220,7 +273,16 @@ def analyze(
     ] = None,
     verbose: Annotated[
         bool,
-        typer.Option("-v", "--verbose", help="Also print the process-group and membership tables."),
+        typer.Option(
+            "-v",
+            "--verbose",
+            help="The whole text report: every next step, symptom and finding, the stacks, "
+            "where every rank stands, the process groups (by default: at most 22 lines).",
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("-q", "--quiet", help="Only the answer, in one to three lines."),
     ] = False,
     mismatch_cap: Annotated[
         int,
@@ -384,7 +446,16 @@ def analyze(
     if ctx.invoked_subcommand is not None:
         return
     if not dump_dirs:
-        raise UsageError("missing option -d/--dump-dir (see fr-analyze --help)")
+        raise UsageError(
+            "missing option -d/--dump-dir (see fr-analyze --help)",
+            hint="fr-analyze -d DIR (or fr-analyze DIR): the folder of the job's per-rank dumps",
+        )
+    if quiet and (verbose or ranks_table or just_print_entries):
+        given = "-v" if verbose else "--ranks" if ranks_table else "-j"
+        raise UsageError(
+            f"-q and {given} contradict each other",
+            hint="-q prints the answer alone; -v the whole report; -j the entries",
+        )
     if transform_ft and group_world_size is None:
         raise UsageError("--transform-ft needs --group-world-size (ranks per replica group)")
     if group_world_size is not None and not transform_ft:
@@ -408,7 +479,7 @@ def analyze(
         job_logs=tuple(job_log or ()),
         cache=None if no_cache else rank_cache(),
     )
-    outputs = Outputs(database=output, json=json_out, html=html_out)
+    outputs = Outputs(database=output, json=json_out, html=html_out, out_dir=out_dir)
     sources = [open_source(d, storage_options(storage_option)) for d in dump_dirs]
     entries_only = (around_root, all_entries, last is not None, context != 3)
     if just_print_entries:
@@ -416,8 +487,15 @@ def analyze(
             raise UsageError("-j prints one dump set: give one -d")
         if outputs.paths():
             raise UsageError("-j prints the entries only: -o, --json and --html go without -j")
+        if outputs.out_dir is not None:
+            raise UsageError("-j prints the entries only: --out-dir goes without -j")
         if around_root and (all_entries or last is not None):
             raise UsageError("--around-root goes without --all-entries and --last")
+        if all_entries and last is not None:
+            raise UsageError(
+                f"--last {last} and --all-entries contradict each other",
+                hint="--last N for each group's newest N sequence ids, --all-entries for all",
+            )
         from ..model.ranks import parse
         from ..render.entries_view import EntriesView
 
@@ -440,6 +518,12 @@ def analyze(
         )
     with engine_options(options, engine, ray_address) as options:
         code = analyze_dumps(
-            sources, options, outputs, verbose=verbose, cap=mismatch_cap, ranks=ranks_table
+            sources,
+            options,
+            outputs,
+            verbose=verbose,
+            cap=mismatch_cap,
+            ranks=ranks_table,
+            quiet=quiet,
         )
     raise typer.Exit(code)

@@ -2,11 +2,13 @@
 it turns into exit codes.
 
 `run(argv)` is the whole command as a function (the tests call it in this process); `main()`
-is the console script. Exit codes (also in `--help`):
+is the console script; `SectionedHelp` groups the main command's `--help` by sections
+(`HELP_SECTIONS`). Exit codes (also in `--help`):
 
 - 0: the answer is `ok`;
 - 1: any other answer (desync, hung, slow, incomplete);
-- 2: bad usage, no readable dump, or an output that cannot be written;
+- 2: bad usage, no readable dump, or an output that cannot be written (every error, click's
+  usage errors too, is two lines on stderr: `fr-analyze: error: ...` and `hint: ...`);
 - 3: an internal error, a bug in fr-analyze (one line; `--debug` or `FR_ANALYZE_DEBUG=1`
   prints its traceback).
 
@@ -28,7 +30,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -52,6 +54,8 @@ EXAMPLES = """\b
 Examples:
   fr-analyze dumps/                     which rank, group and op hung the job
   fr-analyze dumps/ --html report.html  the same, and the incident as one page
+  fr-analyze dumps/ -q                  the answer alone, in 1 to 3 lines
+  fr-analyze dumps/ --out-dir incident/ every output of one run, in one folder
   fr-analyze dumps/ --json - | jq .verdict
   fr-analyze dumps/ -o db.sqlite        every entry and finding, as SQLite
   fr-analyze dumps/ -j                  the entries around the root cause
@@ -62,16 +66,44 @@ Examples:
 \b
 Exit codes:
   0  the answer is ok
-  1  a problem was found: desync, hung, slow or incomplete (also with -j)
+  1  a problem was found: desync, hung, slow or incomplete (-j, timeline too)
   2  bad usage, no readable dump, or an output that cannot be written
-     (outputs are checked before the analysis; if writing fails after
-     it, the report is still printed and the code stays 1 if a problem
-     was found)
-  3  an internal error: a bug in fr-analyze, not in the dumps (one
-     line; --debug or FR_ANALYZE_DEBUG=1 prints its traceback)
+  3  an internal error, a bug in fr-analyze (--debug prints its traceback)
+  every command's: docs/cli.md
 """
 
+HELP_SECTIONS: dict[str, str] = {}
+"""Sections of the main command's `--help`, by option (parameter name: section title): the
+options not named here are the common ones, listed first under "Options", then the commands,
+then each section in the order first named here. Filled by the command modules (`analyze`),
+beside the options they declare."""
+
+
+class SectionedHelp(typer.core.TyperGroup):
+    """The main command, whose `--help` lists its common options first, then the commands,
+    then the rest of its options under `HELP_SECTIONS`' titles (click's plain formatter:
+    rich's boxes at 80 columns would double the help's length)."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """Options, grouped: the common ones and the commands first."""
+        sections: dict[str, list[tuple[str, str]]] = {"Options": []}
+        for title in HELP_SECTIONS.values():
+            sections.setdefault(title, [])
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections[HELP_SECTIONS.get(param.name or "", "Options")].append(record)
+        with formatter.section("Options"):
+            formatter.write_dl(sections.pop("Options"))
+        self.format_commands(ctx, formatter)
+        for title, records in sections.items():
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+
 app = typer.Typer(
+    cls=SectionedHelp,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -131,19 +163,42 @@ def _run(argv: Sequence[str]) -> int:
     except typer.Exit as exc:
         return int(exc.exit_code)
     except FrAnalyzerError as exc:
-        error(str(exc))
+        error(str(exc), exc.hint)
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("fr-analyze: interrupted\n")
         return EXIT_ERROR
-    except Exception as exc:  # usage errors and anything unexpected
-        show = getattr(exc, "show", None)
-        if callable(show):  # click's usage errors (vendored by typer): "Usage: ... Error: ..."
-            show()
+    except Exception as exc:  # click's usage errors, and anything unexpected
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a command run bare prints its help
+            exc.show()  # type: ignore[attr-defined]
+            return EXIT_ERROR
+        if callable(getattr(exc, "format_message", None)):  # click's (vendored by typer)
+            error(*usage_error(exc))
             return EXIT_ERROR
         _internal_error(exc)
         return EXIT_INTERNAL
     return code if isinstance(code, int) else EXIT_OK
+
+
+def usage_error(exc: Any) -> tuple[str, str]:
+    """A usage error of click's (an unknown option, a bad value, a missing argument; typer
+    vendors click, so they are told by their attributes) as the message and hint of
+    `terminal.error`: an unknown option with the ones it is close to."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "fr-analyze"
+    help_hint = f"{where} --help lists every option"
+    if hasattr(exc, "option_name") and hasattr(exc, "possibilities"):  # no such option
+        close = list(exc.possibilities or ())
+        if not close and ctx is not None:
+            close = compat.closest_options(exc.option_name, ctx.command)
+        if close:
+            return (
+                f"no such option: {exc.option_name}",
+                f"did you mean {' or '.join(close)}? ({help_hint})",
+            )
+        return f"no such option: {exc.option_name}", help_hint
+    message = exc.format_message()
+    return message.rstrip("."), help_hint
 
 
 def _internal_error(exc: Exception) -> None:

@@ -11,6 +11,9 @@ gives it:
 
 Only the main command is rewritten; `timeline` and `merge-traces` are fr-analyze's own.
 
+A mistyped option is refused here, naming the options it is closest to (`--jsn x.json` would
+otherwise leave `x.json` to be read as a dump directory).
+
 A first word is never guessed at: one that is neither a command nor a path that exists (nor a
 URL) is refused, naming the command it is closest to (`timline` would otherwise be read as a
 dump directory); a positional directory and `-d` together are refused too, rather than one of
@@ -47,6 +50,7 @@ def translate(argv: Sequence[str], command: Command) -> list[str]:
     """`argv` with torchfrtrace's positional directory and space-separated lists rewritten into
     fr-analyze's spellings; anything else is left for click to parse (and refuse)."""
     takes_value = _options_with_values(command)
+    known = _option_names(command)
     out: list[str] = []
     directory: str | None = None
     given_dir: list[str] = []  # the values of -d/--dump-dir
@@ -57,6 +61,13 @@ def translate(argv: Sequence[str], command: Command) -> list[str]:
             out.extend(argv[i:])
             break
         name, eq, _ = word.partition("=")
+        if name.startswith("--") and name not in known:
+            close = closest_options(name, command)
+            raise UsageError(
+                f"no such option: {name}",
+                hint=(f"did you mean {' or '.join(close)}? " if close else "")
+                + "(fr-analyze --help lists every option)",
+            )
         if word.startswith("-") and word != "-":
             if name in ("-d", "--dump-dir"):
                 given_dir.append(word.partition("=")[2] if eq else _at(argv, i + 1))
@@ -103,6 +114,22 @@ def unknown_word(word: str, commands: Sequence[str] | Mapping[str, Any]) -> str:
     close = difflib.get_close_matches(word, list(commands), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return f"no such command or directory {_shown(word)}{hint}"
+
+
+def closest_options(name: str, command: Command) -> list[str]:
+    """The long options of `command` closest to a mistyped `name` (`--jsn`: `--json`)."""
+    longs = sorted(n for n in _option_names(command) if n.startswith("--"))
+    return difflib.get_close_matches(name, longs, n=2, cutoff=0.6)
+
+
+def _option_names(command: Command) -> set[str]:
+    """Every spelling of the command's options, `--help` too."""
+    found = {"-h", "--help"}
+    for param in command.params:
+        if param.param_type_name == "option":
+            found.update(param.opts)
+            found.update(param.secondary_opts)
+    return found
 
 
 def _names_a_source(word: str) -> bool:

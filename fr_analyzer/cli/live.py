@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -90,6 +91,12 @@ def live_cmd(
     from .. import pipeline
     from ..load import live
 
+    for url in urls:
+        if "://" not in url and Path(url).exists():
+            raise UsageError(
+                f"{url}: a folder or file, not a running job's URL",
+                hint=f"to analyze dumps already taken, run: fr-analyze -d {shlex.quote(url)}",
+            )
     outputs = Outputs(database=output, json=json_out, html=html_out)
     outputs.check(save)
     settings = live.Settings(snapshots, interval, timeout, concurrency)

@@ -1,16 +1,18 @@
 """`fr-analyze merge-traces`: merge per-rank profiler traces into one Chrome trace
 (`render.traces`), optionally with the Flight Recorder timeline of a dump set overlaid, and
-print what it did (`traces.summary`).
+print what it did (`traces.summary`). Given a folder of Flight Recorder dumps instead of
+profiler traces, its error points to `timeline`.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..errors import UsageError
+from ..errors import FrAnalyzerError, UsageError
 from .app import app
 from .options import DUMPS_METAVAR, output_option, seq_range
 from .outputs import check_output
@@ -52,12 +54,15 @@ def merge_traces_cmd(
     from ..render import timeline, traces
 
     step_range = seq_range(steps, "--steps")
-    files = traces.expand_inputs(inputs)
-    if output.resolve() in {f.resolve() for f in files}:
-        raise UsageError(f"{output}: is one of the input traces")
-    source = open_source(fr_dir) if fr_dir is not None else None
-    check_output(output, source)
-    infos = [traces.inspect(f) for f in files]
+    try:
+        files = traces.expand_inputs(inputs)
+        if output.resolve() in {f.resolve() for f in files}:
+            raise UsageError(f"{output}: is one of the input traces")
+        source = open_source(fr_dir) if fr_dir is not None else None
+        check_output(output, source)
+        infos = [traces.inspect(f) for f in files]
+    except traces.TraceError as exc:
+        raise _dumps_instead(exc, inputs, output) from None
     overlay = None
     if source is not None:
         overlay = timeline.overlay(analyzed(source, Options()), traces.fr_shift_ns(infos))
@@ -65,3 +70,27 @@ def merge_traces_cmd(
         files, output, traces.MergeOptions(start, end, step_range), overlay, infos
     )
     typer.echo(traces.summary(merged), nl=False)
+
+
+def _dumps_instead(exc: FrAnalyzerError, inputs: list[Path], output: Path) -> FrAnalyzerError:
+    """A merge that failed on a folder of Flight Recorder dumps, not of profiler traces:
+    the same error, with a hint that points to `timeline`, which draws dumps."""
+    from ..load import discover
+
+    for item in inputs:
+        if not item.is_dir():
+            continue
+        try:
+            found = discover(item).files
+        except FrAnalyzerError:
+            continue
+        if found:
+            command = (
+                f"fr-analyze timeline -d {shlex.quote(str(item))} -o {shlex.quote(str(output))}"
+            )
+            return type(exc)(
+                f"{exc} ({item} holds Flight Recorder dumps, not profiler traces)",
+                hint=f"timeline draws dumps as a trace: {command}; merge-traces --fr {item} "
+                "overlays them on profiler traces",
+            )
+    return exc

@@ -1,8 +1,8 @@
 """The options more than one command takes, declared once: the dump directory as an argument
 or `-d` (timeline, replay), and each flag's spelling and checks (`-o`, `--json`, `--html`,
-`-p`, `--workers`, `--storage-option`, `--selected-ranks`, `--last`, `--seq`, sizes) with the
-help text each command gives it; then the parsers of option values (sizes, `KEY=VALUE`, `A:B`,
-the one dump directory of a subcommand).
+`--out-dir`, `-p`, `--workers`, `--storage-option`, `--selected-ranks`, `--last`, `--seq`,
+sizes) with the help text each command gives it; then the parsers of option values (sizes,
+`KEY=VALUE`, `A:B`, the one dump directory of a subcommand).
 
 typer reads an option from its `Annotated` type: a shared type is one declaration for every
 command that takes it, word for word, and `--help` prints it the same everywhere.
@@ -73,6 +73,11 @@ def html_option(help: str) -> Any:
     return typer.Option("--html", help=help)
 
 
+def out_dir_option(help: str) -> Any:
+    """`--out-dir DIR`: every output of one analysis, in one folder."""
+    return typer.Option("--out-dir", metavar="DIR", help=help)
+
+
 def prefix_option(help: str) -> Any:
     """`-p/--prefix`: the dump file name before the rank number."""
     return typer.Option("-p", "--prefix", help=help)
@@ -128,6 +133,26 @@ def one_dump_dir(positional: str | None, option: str | None, command: str) -> st
     if found is None:
         raise UsageError(f"{command}: missing the dump directory (DIR or -d DIR)")
     return found
+
+
+def check_selected_ranks(flag: str, selected: tuple[int, ...] | None, world_size: int) -> None:
+    """`--selected-ranks` against the job: none of them in it is an error naming the job's
+    ranks (`--selected-ranks 99` on 16 ranks); some outside it, a warning line."""
+    if selected is None or world_size <= 0:
+        return
+    from ..model.ranks import compact
+
+    outside = [r for r in selected if r >= world_size]
+    job = f"this job's ranks are 0-{world_size - 1}" if world_size > 1 else "this job has rank 0"
+    if len(outside) == len(selected):
+        raise UsageError(
+            f"{flag} {compact(selected)}: no such rank in this job ({job})",
+            hint=f"give ranks from 0 to {world_size - 1}, e.g. {flag} 0-{min(world_size, 4) - 1}",
+        )
+    if outside:
+        import sys
+
+        sys.stderr.write(f"warning: {flag}: {compact(outside)} not in this job ({job}): left out\n")
 
 
 def seq_range(text: str | None, flag: str = "--seq") -> tuple[int, int] | None:

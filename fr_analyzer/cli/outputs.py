@@ -1,6 +1,8 @@
 """The outputs an analysis writes besides the text report, picked from the renderers of
-`render.renderer` by flag (`--json`, `--html`) or by the name's ending (`-o`); checked before
-the analysis, written after it, one line on stderr for each.
+`render.renderer` by flag (`--json`, `--html`) or by the name's ending (`-o`), and with
+`--out-dir DIR` every output at once (`renderer.OUT_DIR`: report.txt, report.json,
+report.html, db.pkl, timeline.json) written into a new folder that replaces DIR whole; checked
+before the analysis, written after it from the one analysis, one line on stderr for each.
 
 Every output path is checked before the analysis starts, so a path that cannot take the output
 costs nothing but a one-line error (exit 2). If writing still fails afterwards (a full disk, a
@@ -17,8 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import FrAnalyzerError, OutputError, UsageError
-from ..render.renderer import HTML, JSON, TEXT, Renderer, ReportOptions, for_database
-from .terminal import console, error, progress_bars, step, wrote
+from ..render.renderer import (
+    HTML,
+    JSON,
+    OUT_DIR,
+    TEXT,
+    TIMELINE,
+    Renderer,
+    ReportOptions,
+    for_database,
+)
+from .terminal import console, failed, progress_bars, say, step, wrote
 
 if TYPE_CHECKING:
     from ..load import Source
@@ -35,6 +46,7 @@ class Outputs:
     database: Path | None = None  # -o: pickle, SQLite or Parquet by the name's ending
     json: Path | None = None  # --json
     html: Path | None = None  # --html
+    out_dir: Path | None = None  # --out-dir: every output, in one folder (`OUT_DIR`)
 
     def renderers(self) -> list[tuple[Renderer, Path]]:
         """The renderer of each file asked for, and the file, in the order they are written."""
@@ -44,7 +56,7 @@ class Outputs:
         return [(renderer, path) for renderer, path in found if path is not None]
 
     def paths(self) -> list[Path]:
-        """The files asked for, in the order they are written."""
+        """The files asked for, in the order they are written (`--out-dir` apart)."""
         return [path for _, path in self.renderers()]
 
     def to_stdout(self) -> bool:
@@ -59,6 +71,11 @@ class Outputs:
         (`source`), a folder that does not exist or cannot be written."""
         if self.database is not None:
             _check_database_name(self.database)
+        if self.out_dir is not None:  # before the others' folders are checked: say why
+            inside = {self.out_dir.absolute() / name for name, _ in OUT_DIR}
+            for path in self.paths():
+                if path.absolute() in inside:
+                    raise UsageError(f"{path}: --out-dir {self.out_dir} writes that file too")
         from ..render.output import is_stdout
 
         if sum(is_stdout(p) for p in self.paths()) > 1:
@@ -70,10 +87,24 @@ class Outputs:
                 same = replaced.setdefault(where.absolute(), path)
                 if same is not path:
                     raise UsageError(f"{same} and {path}: two outputs to one file")
+        if self.out_dir is not None:
+            self._check_out_dir(self.out_dir, source)
         if self.database is not None and for_database(self.database).folder:
             from ..render import database_parquet
 
             database_parquet.require()  # pyarrow, an optional extra
+
+    @staticmethod
+    def _check_out_dir(out_dir: Path, source: Path | Source | None) -> None:
+        """`--out-dir`: not standard output, not inside the dumps, a folder that is new, empty
+        or a previous run's (`output.check_folder`)."""
+        from ..render.output import check_folder, check_output_path, is_stdout
+
+        if is_stdout(out_dir):
+            raise UsageError("--out-dir takes a folder, not standard output (-)")
+        if source is not None:
+            check_output_path(out_dir / OUT_DIR[0][0], source)
+        check_folder(out_dir, [name for name, _ in OUT_DIR])
 
 
 def _check_database_name(path: Path) -> None:
@@ -121,11 +152,41 @@ def write_outputs(analysis: Analysis, outputs: Outputs, options: ReportOptions) 
                     functools.partial(renderer.render, analysis, path, options),
                 )
         except (FrAnalyzerError, OSError) as exc:
-            error(str(exc) if isinstance(exc, FrAnalyzerError) else f"{path}: cannot write: {exc}")
+            failed(exc, path)
             ok = False
             continue
         wrote(path, renderer.what, rendered.size)
+    if outputs.out_dir is not None:
+        try:
+            write_out_dir(analysis, outputs.out_dir, options)
+        except (FrAnalyzerError, OSError) as exc:
+            failed(exc, outputs.out_dir)
+            ok = False
     return ok
+
+
+def write_out_dir(analysis: Analysis, out_dir: Path, options: ReportOptions) -> None:
+    """`--out-dir`: every output of `analysis` (`OUT_DIR`) into a new folder that then
+    replaces `out_dir` whole (`output.atomic_folder`): the text report as `-v` prints it, the
+    JSON report with every finding, the HTML page, the database, the timeline (a window past
+    256 ranks, as `timeline` draws by default). One line on stderr, the timeline's notes too."""
+    from ..render.output import atomic_folder
+    from ..render.timeline import TimelineOptions
+
+    whole = ReportOptions(cap=None, verbose=True, ranks=options.ranks)
+    notes: tuple[str, ...] = ()
+    with progress_bars() as progress, atomic_folder(out_dir) as staging:
+        for name, renderer in OUT_DIR:
+            chosen = TimelineOptions() if renderer is TIMELINE else whole
+            rendered = step(
+                progress,
+                f"writing {out_dir / name}",
+                functools.partial(renderer.render, analysis, staging / name, chosen),
+            )
+            if renderer is TIMELINE:
+                notes = rendered.notes + rendered.warnings
+    say([f"{out_dir / 'timeline.json'}: {note}" for note in notes], "note: ")
+    wrote(out_dir, "the outputs", extra=f": {', '.join(name for name, _ in OUT_DIR)}")
 
 
 def write_database(analysis: Analysis, path: Path) -> None:

@@ -144,7 +144,19 @@ def say(lines: Sequence[str], prefix: str) -> None:
     sys.stderr.flush()
 
 
-def error(message: str) -> None:
-    """The one line of an error on stderr: `fr-analyze: error: ...`."""
-    sys.stderr.write(f"fr-analyze: error: {message}\n")
+def error(message: str, hint: str) -> None:
+    """An error on stderr, the one format of every command: `fr-analyze: error: ...`, then
+    `hint: ...`, what to do about it."""
+    sys.stderr.write(f"fr-analyze: error: {message}\nhint: {hint}\n")
     sys.stderr.flush()
+
+
+def failed(exc: Exception, path: Path) -> None:
+    """An output that could not be written (`exc`: the package's error, or the system's), as
+    `error` says it."""
+    from ..errors import FrAnalyzerError, OutputError
+
+    if isinstance(exc, FrAnalyzerError):
+        error(str(exc), exc.hint)
+    else:
+        error(f"{path}: cannot write: {exc}", OutputError.default_hint)

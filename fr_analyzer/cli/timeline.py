@@ -1,5 +1,8 @@
 """`fr-analyze timeline`: analyze one dump set and write it as a Chrome trace for Perfetto
-through the timeline renderer (`render.timeline`); its notes and warnings go to stderr.
+through the timeline renderer (`render.timeline`); its notes and warnings go to stderr. Its
+exit code is the analysis' as the main command's (0 ok, 1 a problem found), so that a script
+that draws a timeline still learns the job hung; a trace that cannot be written is an error
+line, and the code is then 2 unless a problem was found (`app.after_outputs`).
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from typing import Annotated
 
 import typer
 
-from .app import app
+from ..errors import FrAnalyzerError
+from .app import after_outputs, app
 from .options import (
     DumpDirArgument,
     DumpDirOption,
+    check_selected_ranks,
     fsspec_option,
     last_option,
     one_dump_dir,
@@ -25,7 +30,7 @@ from .options import (
     workers_option,
 )
 from .outputs import check_output
-from .terminal import analyzed, progress_bars, say, step, wrote
+from .terminal import analyzed, failed, progress_bars, say, step, wrote
 
 
 @app.command("timeline", short_help="Write the dumps as a Chrome trace (open it in Perfetto).")
@@ -71,7 +76,8 @@ def timeline_cmd(
     ] = None,
 ) -> None:
     """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
-    one thread per process group, findings and the root cause marked."""
+    one thread per process group, findings and the root cause marked. Exit code: the
+    analysis', as the main command's (0 ok, 1 a problem found, 2 bad usage)."""
     from ..load import open_source
     from ..model.ranks import parse
     from ..pipeline import Options
@@ -92,10 +98,16 @@ def timeline_cmd(
         all_ranks=all_,
     )
     analysis = analyzed(source, Options(prefix=prefix, workers=workers))
-    with progress_bars() as progress:
-        rendered = step(
-            progress, f"writing {output}", lambda: TIMELINE.render(analysis, output, options)
-        )
+    check_selected_ranks("--selected-ranks", options.ranks, analysis.groups.world_size)
+    try:
+        with progress_bars() as progress:
+            rendered = step(
+                progress, f"writing {output}", lambda: TIMELINE.render(analysis, output, options)
+            )
+    except (FrAnalyzerError, OSError) as exc:
+        failed(exc, output)
+        raise typer.Exit(after_outputs(analysis, written=False)) from None
     say(rendered.notes, "note: ")
     say(rendered.warnings, "warning: ")
     wrote(output, TIMELINE.what, rendered.size, rendered.detail)
+    raise typer.Exit(after_outputs(analysis, written=True))

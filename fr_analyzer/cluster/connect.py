@@ -24,6 +24,11 @@ PROBE_TIMEOUT_S = 5.0
 class ClusterError(FrAnalyzerError):
     """The cluster cannot be used: Ray is not installed, or the cluster does not answer."""
 
+    default_hint = (
+        "check --ray-address (the head's address, as `ray status` prints it), or leave out "
+        "--engine ray to analyze in this process"
+    )
+
 
 @dataclass(frozen=True)
 class Cluster:

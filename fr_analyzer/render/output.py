@@ -10,6 +10,9 @@ Where an output goes depends on what its path names (`destination`):
   truncated or replaced; a FIFO that no process reads is refused rather than waited on;
 - a directory, a block device, a socket: refused, with a one-line reason.
 
+A folder of outputs (`--out-dir`) is written whole into a new folder beside it and renamed onto
+it (`atomic_folder`): a reader sees the previous set or the new one, never half of one.
+
 Streams get the output once it is complete (a temporary file holds it until then), so a
 failure writes nothing anywhere.
 """
@@ -25,7 +28,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,6 +256,66 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` atomically (see `atomic_writer`)."""
     with atomic_writer(path) as stream:
         stream.write(data)
+
+
+def check_folder(path: Path, ours: Iterable[str]) -> None:
+    """Refuse, before anything is written, a folder of outputs at `path` that cannot be
+    replaced whole: something that is not a folder, or a folder holding anything but the
+    files named `ours` (a previous run's), or whose parent does not exist or cannot be
+    written. Raises `OutputError` naming the path."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise OutputError(f"{_shown(path)}: exists and is not a folder")
+    if path.is_dir():
+        try:
+            others = sorted(p.name for p in path.iterdir() if p.name not in set(ours))
+        except OSError as exc:
+            raise OutputError(f"{_shown(path)}: cannot read: {exc.strerror or exc}") from None
+        if others:
+            shown = ", ".join(others[:3]) + (" ..." if len(others) > 3 else "")
+            raise OutputError(
+                f"{_shown(path)}: holds files fr-analyze did not write ({shown}): it would "
+                "replace the folder whole"
+            )
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{_shown(path)}: cannot write: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{_shown(path)}: cannot write: permission denied in {parent}")
+
+
+@contextmanager
+def atomic_folder(path: Path) -> Iterator[Path]:
+    """A new, empty folder beside `path` to write outputs into; when the block ends without
+    error it becomes `path` (the folder there before, checked by `check_folder`, is removed
+    once the new one is in place). On any error the new folder is removed and `path` is
+    untouched."""
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise OutputError(f"{_shown(path)}: cannot write: {exc.strerror or exc}") from None
+    old: Path | None = None
+    try:
+        yield staging
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=parent))
+            os.replace(path, old)  # onto the empty folder just made: a rename of folders
+        os.replace(staging, path)
+    except OSError as exc:
+        if old is not None and not path.exists():
+            os.replace(old, path)  # the previous set back where it was
+            old = None
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"{_shown(path)}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _mode_for(path: Path) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from ..conclusion import Conclusion, Judged, Role
 from ..diagnosis import RootCause
 from ..diagnosis.ages import DumpTime
-from ..diagnosis.positions import OpRef
+from ..diagnosis.positions import OpRef, StackGroup
 from ..diagnosis.series import Series
 from ..model import ranks, records
 from ..model.records import Finding, Group
@@ -47,12 +47,21 @@ def seq_text(f: Finding) -> str:
 
 
 def seq_span(texts: Sequence[str]) -> str:
-    """The sequence ids of several findings: `#4`, `#4-#9`, `p2p #4-#5`; ids that are unknown
-    are left out (never `---`)."""
-    known = [t for t in texts if t != "-"]
-    if not known:
-        return "-"
-    return records.seq_id_span(known[0], known[-1])
+    """The sequence ids of several findings, lowest to highest whatever their order: `#4`,
+    `#4-#9`, `p2p #4-#5`, `#4-#9, p2p #2` when both kinds are there; ids that are unknown are
+    left out (never `---`)."""
+    spans = []
+    for p2p in (False, True):
+        numbers = sorted(
+            {int(m[1]) for t in texts if (m := _SEQ.fullmatch(t)) and bool(m[0][0] == "p") == p2p}
+        )
+        if numbers:
+            first, last = (records.seq_id(n, p2p=p2p) for n in (numbers[0], numbers[-1]))
+            spans.append(records.seq_id_span(first, last))
+    return ", ".join(spans) or "-"
+
+
+_SEQ = re.compile(r"(?:p2p )?#([0-9]+)")
 
 
 def chain_steps(root: RootCause) -> list[str]:
@@ -343,6 +352,58 @@ def next_steps(analysis: Analysis) -> list[NextStep]:
             )
         )
     return steps
+
+
+def last_step(analysis: Analysis) -> NextStep | None:
+    """The one command the text report ends with: the first of `next_steps`, or where there
+    is no root cause, the report with every finding (`-v`); None when the dumps have no path
+    to give again."""
+    steps = next_steps(analysis)
+    if steps:
+        return steps[0]
+    source = analysis.summary.directory
+    if not source:
+        return None
+    return NextStep(
+        "every finding, the stacks and where every rank stands", ("fr-analyze", "-d", source, "-v")
+    )
+
+
+def headline(c: Conclusion) -> str:
+    """The answer in one line: status, culprit, op, group (`HUNG: rank 5 at all_reduce #15 in
+    group '2' (tp)`), or with no root cause the status and the answer's first sentence."""
+    status = c.status.value.upper()
+    root = c.root
+    if root is None:
+        return f"{status}: {c.answer.removeprefix(status + '. ').split('. ')[0].rstrip('.')}"
+    if root.collective_seq_id is not None:
+        seq: str | None = records.seq_id(root.collective_seq_id)
+    elif root.p2p_seq_id is not None:
+        seq = records.seq_id(root.p2p_seq_id, p2p=True)
+    else:
+        seq = None
+    op = " ".join(part for part in (root.op, seq) if part)
+    at = f" at {op}" if op else ""
+    where = f" in group {root.group.name!r} ({root.group.desc})" if root.group is not None else ""
+    who = ranks.label(root.ranks) if root.ranks else "no rank"
+    return f"{status}: {who}{at}{where}"
+
+
+# --- stacks ----------------------------------------------------------------------------------
+
+
+def odd_one_out(stacks: Sequence[StackGroup], root: RootCause | None) -> int | None:
+    """The one stack group singled out as the odd one out, by its index, or None. Several
+    groups can hold ranks whose stack differs from their peers' (a pipeline's stages run
+    different code); the odd one out is the one holding the root cause's culprits, else the
+    only such group; where there are several and none holds a culprit, none is singled out."""
+    odd = [i for i, g in enumerate(stacks) if g.odd]
+    if root is not None and root.ranks:
+        culprits = set(root.ranks)
+        holding = [i for i in odd if culprits & set(stacks[i].odd_ranks or stacks[i].ranks)]
+        if holding:
+            return max(holding, key=lambda i: len(culprits & set(stacks[i].ranks)))
+    return odd[0] if len(odd) == 1 else None
 
 
 # --- records (the JSON report's and the databases' shared objects) ----------------------------

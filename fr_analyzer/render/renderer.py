@@ -11,8 +11,8 @@ Two kinds of `write`, one call: a renderer with options (the text report, the JS
 timeline) is `write(analysis, destination, options)`; one that writes the whole analysis and has
 no choice to make (the HTML page, the three databases) is `write(analysis, destination)`. The
 destination is a path (a file, a folder for Parquet, `-` for standard output), or for the text
-report the console it prints on. The modules are imported when an output is written, so that
-`fr-analyze --help` imports none of them.
+report the console it prints on (or a file: the report unwrapped). The modules are imported
+when an output is written, so that `fr-analyze --help` imports none of them.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class ReportOptions:
     cap: int | None = None  # findings shown per process group (--mismatch-cap); None: all
     verbose: bool = False  # the text report's group and membership tables (-v)
     ranks: bool = False  # the text report's table of where every rank stands (--ranks)
+    quiet: bool = False  # the text report's answer alone, one to three lines (-q)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,16 @@ RENDERERS: dict[str, Renderer] = {
     r.name: r for r in (TEXT, JSON, HTML, SQLITE, PARQUET, PICKLE, TIMELINE)
 }
 """Every output, by name."""
+
+OUT_DIR: tuple[tuple[str, Renderer], ...] = (
+    ("report.txt", TEXT),
+    ("report.json", JSON),
+    ("report.html", HTML),
+    ("db.pkl", PICKLE),
+    ("timeline.json", TIMELINE),
+)
+"""What `--out-dir DIR` writes, by file name: every output of one analysis (the text report
+whole, as `-v` prints it; the timeline's default window past 256 ranks)."""
 
 DATABASES = (SQLITE, PARQUET, PICKLE)
 """The formats of `-o`, chosen by the name's ending; the pickle takes any other name."""

@@ -1,15 +1,18 @@
 """The text report, made for one screen at 3 a.m.: a string, a styled `rich` text, or (`write`,
 the renderer) printed on the console it is given.
 
-Its first block is the answer (`Conclusion.answer`) with the evidence, the wait chain, the
-culprit's own code line, when and where: at most `ANSWER_LINES` lines for any job, so that it
-stays on the first screen at 16,384 ranks. Then two to four commands that zoom in from there;
-then the symptoms the root cause explains, folded into one line per kind and family of groups;
-the findings independent of it; and, when the report is longer than a screen, a one-line recap
-as its last line. Every line fits `width` (none is cut when `width` is None). `verbose` adds
-every finding, the positions of every rank and the process groups. The answer is rendered first
-and on its own: if a later section fails on something unexpected, that section says so and the
-rest of the report is still printed.
+Both ends of it hold the answer. Its first block is the answer (`Conclusion.answer`) with the
+evidence, the wait chain, the culprit's own code line, when and where; its last lines are the
+answer again in one line (status, culprit, op, group) and the one command to run next, so that
+what stays on the screen when the command returns is what a person reads. By default the
+report is at most `REPORT_LINES` lines at any job size (an 80x24 terminal holds it with the
+command above it and the prompt below): between the two ends, the dumps read and one line that
+says what `-v` adds. `verbose` puts everything between them: every next step, the symptoms the
+root cause explains, folded into one line per kind and family of groups, the findings
+independent of it, every finding, the stacks, the positions of every rank and the process
+groups. `quiet` is the answer alone, in one to three lines. Every line fits `width` (none is
+cut when `width` is None). The answer is rendered first and on its own: if a later section
+fails on something unexpected, that section says so and the rest of the report is printed.
 
 It is over 600 lines because each section of the report and its own failure handling is one
 function here, at the width it is given; the sentences come from `presentation`.
@@ -18,20 +21,22 @@ function here, at the width it is given; the sentences come from `presentation`.
 from __future__ import annotations
 
 import re
+import sys
 import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
 from .. import __version__
 from ..conclusion import Conclusion, Judged, Role
-from ..diagnosis import Diagnosis
+from ..diagnosis import Diagnosis, RootCause
 from ..diagnosis.series import Series
 from ..model.groups import GroupTable
 from ..model.ranks import compact, label
-from ..model.records import Status, seq_id
+from ..model.records import Status
 from ..pipeline import Analysis
 from .presentation import (
     capped,
@@ -39,8 +44,11 @@ from .presentation import (
     confidence_line,
     fit,
     fold_symptoms,
+    headline,
+    last_step,
     names_cut,
     next_steps,
+    odd_one_out,
     op_text,
     plural,
     seq_text,
@@ -57,9 +65,14 @@ if TYPE_CHECKING:
 
 DETAIL_WIDTH = 72
 ANSWER_LINES = 20
-"""Most lines the answer block takes, whatever the job's size."""
-SCREEN_LINES = 45
-"""A report longer than this ends with a one-line recap of the answer."""
+"""Most lines the answer block takes in a `-v` report, whatever the job's size."""
+REPORT_LINES = 22
+"""Most lines of the default report at any job size: with the command line above it and the
+shell's prompt below it, all of it stays on an 80x24 terminal."""
+QUIET_LINES = 3
+"""Most lines of the `-q` report: the answer."""
+NOTE_LINES = 3
+"""Unreadable files and loader warnings listed in the default report; -v lists them all."""
 SYMPTOM_LINES = 8
 """Folded symptom lines shown before `-v` is needed."""
 INDEPENDENT_SHOWN = 12
@@ -111,15 +124,56 @@ def render_text(
     cap: int | None = None,
     ranks: bool = False,
     width: int | None = None,
+    quiet: bool = False,
 ) -> str:
-    """The report as plain text; lines at most `width` characters (None: not wrapped)."""
+    """The report as plain text; lines at most `width` characters (None: not wrapped). By
+    default at most `REPORT_LINES` lines (unless `ranks` adds its tables); `verbose`: every
+    section; `quiet`: the answer alone, at most `QUIET_LINES` lines."""
+    if quiet:
+        return "\n".join(quiet_lines(analysis.conclusion, width)) + "\n"
     return "\n".join(_lines(analysis, verbose, cap, ranks, width)) + "\n"
 
 
-def write(analysis: Analysis, destination: Console, options: ReportOptions) -> None:
-    """The renderer: the styled report printed on `destination`, fit to its width. A report
-    that fails to render still prints the answer, with why the rest is missing."""
+def quiet_lines(c: Conclusion, width: int | None) -> list[str]:
+    """The answer in one to three lines (`-q`): the headline, and where another reading fits
+    the dumps as well, the confidence and that reading in at most two more (-v says what
+    would decide)."""
+    lines = [_one_line(headline(c), width)]
+    if c.alternatives:
+        others = "; ".join(f"or {a.status.value.upper()}: {a.reading}" for a in c.alternatives)
+        found = _fill(
+            f"confidence: {c.confidence.value}; {others} (-v: what would decide)", width, "  "
+        )
+        keep = QUIET_LINES - 1
+        if len(found) > keep:  # the rest joined into the last line, cut with `…`
+            rest = " ".join(line.strip() for line in found[keep - 1 :])
+            found = [*found[: keep - 1], _one_line("    " + rest, width)]
+        lines += found
+    return lines
+
+
+def _one_line(text: str, width: int | None) -> str:
+    return text if width is None or len(text) <= width else fit([text], width)[0]
+
+
+def write(analysis: Analysis, destination: Console | Path, options: ReportOptions) -> None:
+    """The renderer: the styled report printed on `destination`, fit to its width, or to a
+    file (a path) unwrapped and written atomically. A report that fails to render still
+    prints the answer, with why the rest is missing."""
     from rich.text import Text
+
+    if isinstance(destination, Path):
+        from .output import write_atomic
+
+        plain = render_text(
+            analysis,
+            verbose=options.verbose,
+            cap=options.cap,
+            ranks=options.ranks,
+            quiet=options.quiet,
+        )
+        write_atomic(destination, plain.encode())
+        return
 
     try:
         text = render_styled(
@@ -128,6 +182,7 @@ def write(analysis: Analysis, destination: Console, options: ReportOptions) -> N
             cap=options.cap,
             ranks=options.ranks,
             width=destination.width,
+            quiet=options.quiet,
         )
     except Exception as exc:  # the answer still reaches the reader
         text = Text(
@@ -144,12 +199,15 @@ def render_styled(
     cap: int | None = None,
     ranks: bool = False,
     width: int | None = None,
+    quiet: bool = False,
 ) -> Text:
     """The same report with colour for a terminal: the status word, the culprits, the next
     commands, odd stacks. The characters are those of `render_text`; only styles are added."""
     from rich.text import Text
 
-    text = Text(render_text(analysis, verbose=verbose, cap=cap, ranks=ranks, width=width))
+    text = Text(
+        render_text(analysis, verbose=verbose, cap=cap, ranks=ranks, width=width, quiet=quiet)
+    )
     c = analysis.conclusion
     colour = {
         Status.OK: "bold green",
@@ -170,47 +228,123 @@ def _lines(
     analysis: Analysis, verbose: bool, cap: int | None, ranks: bool, width: int | None
 ) -> list[str]:
     c = analysis.conclusion
+    tail = _guarded("last lines", lambda: render_tail(analysis, width), width)
+    if not verbose:
+        return _short(analysis, cap, ranks, width, tail)
     sections: list[tuple[str, Callable[[], list[str]]]] = [
-        ("header", lambda: _header(analysis, width)),
-        ("answer", lambda: render_answer_block(analysis, width)),
+        ("answer", lambda: render_answer_block(analysis, width, limit=None)[1:]),
+        ("dumps", lambda: ["", *_header(analysis, width, formats=True)]),
         ("next steps", lambda: render_next_steps(analysis, width)),
         ("dump notes", lambda: _dump_notes(analysis, width)),
         ("python stacks", lambda: render_python_stacks(analysis, width)),
-        ("symptoms", lambda: _symptoms(c, verbose, width)),
+        ("symptoms", lambda: _symptoms(c, True, width)),
         ("independent findings", lambda: _independent(c, cap, width)),
-        ("in-flight ops", lambda: _in_flight(c, verbose, width)),
+        ("in-flight ops", lambda: _in_flight(c, True, width)),
+        ("all findings", lambda: _all_findings(c, cap, width)),
+        (
+            "stacks",
+            lambda: ["", *render_stacks(analysis.diagnosis, width=width, root=c.root).splitlines()],
+        ),
+        ("positions", lambda: ["", *render_positions(analysis.diagnosis, width).splitlines()]),
+        ("groups", lambda: ["", *render_groups(analysis.groups, width).splitlines()]),
     ]
-    if verbose:
-        sections.append(("all findings", lambda: _all_findings(c, cap, width)))
-    if c.root is not None or ranks or verbose:
-        sections.append(
-            ("stacks", lambda: ["", *render_stacks(analysis.diagnosis, width=width).splitlines()])
-        )
-    if ranks or verbose:
-        sections.append(
-            (
-                "positions",
-                lambda: ["", *render_positions(analysis.diagnosis, width).splitlines()],
-            )
-        )
-    if verbose:
-        sections.append(
-            ("groups", lambda: ["", *render_groups(analysis.groups, width).splitlines()])
-        )
     lines: list[str] = []
     for name, render in sections:
-        try:
-            lines += render()
-        except Exception as exc:  # the answer above must reach the reader whatever fails here
-            lines += [
-                "",
-                *_fill(
-                    f"(the {name} section could not be rendered: {type(exc).__name__}: {exc})",
-                    width,
-                ),
-            ]
-    if len(lines) > SCREEN_LINES:
-        lines += ["", recap(c, width)]
+        lines += _guarded(name, render, width)
+    return lines + tail
+
+
+def _guarded(name: str, render: Callable[[], list[str]], width: int | None) -> list[str]:
+    """A section's lines, or one that says why it could not be rendered: the answer above it
+    must reach the reader whatever fails here."""
+    try:
+        return render()
+    except Exception as exc:
+        return [
+            "",
+            *_fill(
+                f"(the {name} section could not be rendered: {type(exc).__name__}: {exc})", width
+            ),
+        ]
+
+
+def _short(
+    analysis: Analysis, cap: int | None, ranks: bool, width: int | None, tail: list[str]
+) -> list[str]:
+    """The default report: the answer, the dumps read, what `-v` adds, and the last lines, in
+    at most `REPORT_LINES` lines. The answer block takes the room the others leave; with no
+    root cause, the findings take what room is left after it. `ranks` adds its tables."""
+    c = analysis.conclusion
+    about = _guarded("dumps", lambda: ["", *_header(analysis, width, formats=False)], width)
+    about = _cut(about, 5, width)  # a very long path or URL
+    notes = _guarded("dump notes", lambda: _dump_notes(analysis, width, short=True), width)
+    more = _guarded("more", lambda: _more(analysis, width), width)
+    room = REPORT_LINES - len(tail) - len(about) - len(notes) - len(more)
+    answer = _guarded(
+        "answer",
+        lambda: render_answer_block(analysis, width, limit=max(room, 4), code_frames=1)[1:],
+        width,
+    )
+    answer = _cut(answer, max(room, 4), width)
+    findings: list[str] = []
+    if c.root is None:
+        found = _guarded("findings", lambda: _independent(c, cap, width), width)
+        findings = _cut(found, room - len(answer), width) if room - len(answer) > 2 else []
+    extra: list[str] = []
+    if ranks:
+        extra += _guarded(
+            "stacks",
+            lambda: ["", *render_stacks(analysis.diagnosis, width=width, root=c.root).splitlines()],
+            width,
+        )
+        extra += _guarded(
+            "positions",
+            lambda: ["", *render_positions(analysis.diagnosis, width).splitlines()],
+            width,
+        )
+    return answer + findings + about + notes + more + extra + tail
+
+
+def _cut(lines: list[str], room: int, width: int | None) -> list[str]:
+    """At most `room` lines: the first ones, and a last one that says -v shows the rest."""
+    if len(lines) <= room:
+        return lines
+    return [
+        *lines[: room - 1],
+        *_fill(f"  ... {plural(len(lines) - room + 1, 'more line')} (-v)", width),
+    ][:room]
+
+
+def _more(analysis: Analysis, width: int | None) -> list[str]:
+    """One line: what `-v` adds to the default report, counted."""
+    c = analysis.conclusion
+    parts = []
+    independent = len(c.having(Role.INDEPENDENT))
+    if independent and c.root is not None:
+        parts.append(plural(independent, "independent finding"))
+    symptoms = len(c.having(Role.SYMPTOM))
+    if symptoms:
+        parts.append(plural(symptoms, "symptom"))
+    in_flight = len(c.having(Role.IN_FLIGHT))
+    if in_flight:
+        parts.append(f"{plural(in_flight, 'op')} in flight")
+    steps = len(next_steps(analysis))
+    if steps > 1:
+        parts.append(plural(steps - 1, "more next step"))
+    if analysis.diagnosis.stacks:
+        parts.append("stacks")
+    parts.append("positions, groups")
+    return _fill("-v adds: " + ", ".join(parts), width, "", "  ")
+
+
+def render_tail(analysis: Analysis, width: int | None) -> list[str]:
+    """The last lines, what stays on the screen: the answer in one line (`headline`), then
+    the one command to run next under a comment that says why."""
+    lines = ["", recap(analysis.conclusion, width)]
+    step = last_step(analysis)
+    if step is not None:
+        lines += _fill(f"# next: {step.why}", width, "  ", "  # ")
+        lines += _command(step.command(), width)
     return lines
 
 
@@ -222,68 +356,69 @@ def _fill(text: str, width: int | None, indent: str = "", hang: str | None = Non
 
 
 def recap(c: Conclusion, width: int | None) -> str:
-    """The answer in one line, for the bottom of a long report."""
-    root = c.root
-    status = c.status.value.upper()
-    if root is None:
-        text = f"{status}: {c.answer.split('. ')[0].removeprefix(status + '. ')}"
-    else:
-        where = (
-            f" in group {root.group.name!r} ({root.group.desc})" if root.group is not None else ""
-        )
-        if root.collective_seq_id is not None:
-            seq: str | None = seq_id(root.collective_seq_id)
-        elif root.p2p_seq_id is not None:
-            seq = seq_id(root.p2p_seq_id, p2p=True)
-        else:
-            seq = None
-        at = f" {root.op} {seq}" if root.op and seq is not None else f" {root.op}"
-        text = f"{status}: {label(root.ranks)} at{at}{where} (the answer is at the top)"
-    return text if width is None or len(text) <= width else fit([text], width)[0]
+    """The answer in one line (`headline`), for the last lines of the report."""
+    return _one_line(headline(c), width)
 
 
-def _header(analysis: Analysis, width: int | None) -> list[str]:
+def _header(analysis: Analysis, width: int | None, formats: bool) -> list[str]:
+    """The dumps read: where, how many ranks, which are missing or unreadable; `formats`
+    adds their format, backend and comm lib versions."""
     s = analysis.summary
     said = "; ".join(w for w in (s.source_what, s.engine) if w)
     source = f" ({said})" if said else ""
     lines = _fill(f"fr-analyze {__version__}: {s.directory}{source}", width)
-    versions = ", ".join(
-        f"{v}" + (f" ({compact(r)})" if len(s.versions) > 1 else "") for v, r in s.versions.items()
-    )
     lines += _fill(
-        f"ranks loaded: {len(s.ranks_loaded)} ({compact(s.ranks_loaded)}); format: {versions};"
-        f" backend: {', '.join(s.backends) or '-'};"
-        f" comm lib: {', '.join(s.comm_lib_versions) or '-'}",
-        width,
-    )
-    lines += _fill(
-        f"missing dumps: {compact(s.ranks_missing) if s.ranks_missing else 'none'}; "
+        f"ranks loaded: {len(s.ranks_loaded)} ({compact(s.ranks_loaded)}); missing dumps: "
+        f"{compact(s.ranks_missing) if s.ranks_missing else 'none'}; "
         f"unreadable: {len(s.unreadable) or 'none'}",
         width,
+        "",
+        "  ",
     )
+    if formats:
+        versions = ", ".join(
+            f"{v}" + (f" ({compact(r)})" if len(s.versions) > 1 else "")
+            for v, r in s.versions.items()
+        )
+        lines += _fill(
+            f"format: {versions}; backend: {', '.join(s.backends) or '-'};"
+            f" comm lib: {', '.join(s.comm_lib_versions) or '-'}",
+            width,
+            "  ",
+            "    ",
+        )
     if analysis.series is not None:
-        lines += _fill(_series_line(analysis.series), width)
+        lines += _fill(_series_line(analysis.series), width, "  ", "    ")
     if s.ignored_files:
-        lines.append(
-            f"ignored {plural(len(s.ignored_files), 'file')} that are not rank dumps of this set"
+        lines += _fill(
+            f"ignored {plural(len(s.ignored_files), 'file')} that are not rank dumps of this set",
+            width,
+            "  ",
         )
     return lines
 
 
-def _dump_notes(analysis: Analysis, width: int | None) -> list[str]:
+def _dump_notes(analysis: Analysis, width: int | None, short: bool = False) -> list[str]:
     """The unreadable files and the loader's warnings, after the answer: at scale they are
-    many, and the answer must stay on the first screen."""
+    many, and the answer must stay on the first screen. Ten of each, the rest counted; `short`
+    (the default report): `NOTE_LINES` in all, one line each, cut at the width."""
     s = analysis.summary
-    lines: list[str] = []
-    for u in s.unreadable[:10]:
-        lines += _fill(f"unreadable: {u.file} (rank {u.rank}): {u.reason}", width)
-    if len(s.unreadable) > 10:
-        lines.append(f"... and {len(s.unreadable) - 10} more unreadable files (--json lists them)")
-    for w in s.warnings[:10]:
-        lines += _fill(f"warning: {w}", width)
+    notes = [f"unreadable: {u.file} (rank {u.rank}): {u.reason}" for u in s.unreadable]
+    shown = [*notes[: NOTE_LINES if short else 10]]
+    if not short and len(s.unreadable) > 10:
+        shown.append(f"... and {len(s.unreadable) - 10} more unreadable files (--json lists them)")
+    warnings = [f"warning: {w}" for w in s.warnings]
+    if short:
+        shown += warnings[: NOTE_LINES - len(shown)]
+        left = len(notes) + len(warnings) - len(shown)
+        lines = [_one_line(note, width) for note in shown]
+        if left:
+            lines.append(f"... and {plural(left, 'more note')} (-v or --json lists them)")
+        return ["", *lines] if lines else []
+    shown += warnings[:10]
     if len(s.warnings) > 10:
-        lines.append(f"... and {len(s.warnings) - 10} more warnings (--json lists them)")
-    return ["", *lines] if lines else []
+        shown.append(f"... and {len(s.warnings) - 10} more warnings (--json lists them)")
+    return ["", *(line for note in shown for line in _fill(note, width))] if shown else []
 
 
 def _series_line(series: Series) -> str:
@@ -332,11 +467,16 @@ CODE_FRAMES = 3
 """Frames of the culprit's own code in the answer block."""
 
 
-def render_answer_block(analysis: Analysis, width: int | None) -> list[str]:
-    """The answer with what supports it, in at most `ANSWER_LINES` lines (after a blank one):
-    the answer paragraph and the timing sentence always; then, as room allows, the evidence,
-    the culprit's code, when and where, and the wait chain. What did not fit is counted in a
-    last line that says how to see it."""
+def render_answer_block(
+    analysis: Analysis,
+    width: int | None,
+    limit: int | None = ANSWER_LINES,
+    code_frames: int = CODE_FRAMES,
+) -> list[str]:
+    """The answer with what supports it, in at most `limit` lines (after a blank one; None:
+    all of it): the answer paragraph and the timing sentence always; then, as room allows, the
+    evidence, the culprit's code, when and where, and the wait chain. What did not fit is
+    counted in a last line that says how to see it."""
     c = analysis.conclusion
     root = c.root
     answer = _fill(c.answer, width)
@@ -363,14 +503,15 @@ def render_answer_block(analysis: Analysis, width: int | None) -> list[str]:
             width,
             "  ",
         )
-        for f in root.code[:CODE_FRAMES]:
+        for f in root.code[:code_frames]:
             code.append(frame_line(f.name, f.filename, f.line, width, "    "))
     place = [
         line
         for sentence in when_where_lines(when_where(analysis))
         for line in _fill(sentence, width, "  ", "    ")
     ]
-    room = ANSWER_LINES - len(answer) - len(timing) - 1  # the last line: what was left out
+    # the last line says what was left out
+    room = sys.maxsize if limit is None else limit - len(answer) - len(timing) - 1
     shown_evidence: list[list[str]] = []
     left_out: list[str] = []
     for i, item in enumerate(evidence):
@@ -585,16 +726,23 @@ def _all_findings(c: Conclusion, cap: int | None, width: int | None) -> list[str
     return lines
 
 
-def render_stacks(diagnosis: Diagnosis, limit: int = 6, width: int | None = None) -> str:
-    """Distinct stacks of the ops ranks are blocked in (idle ranks: their newest op)."""
+def render_stacks(
+    diagnosis: Diagnosis,
+    limit: int = 6,
+    width: int | None = None,
+    root: RootCause | None = None,
+) -> str:
+    """Distinct stacks of the ops ranks are blocked in (idle ranks: their newest op); one group
+    at most is marked the odd one out (`odd_one_out`: the one holding `root`'s culprits)."""
     out = ["Stacks of the blocking op of each rank (idle ranks: newest op), innermost first:"]
     if not diagnosis.stacks:
         return out[0] + " none"
+    marked = odd_one_out(diagnosis.stacks, root)
     for i, group in enumerate(diagnosis.stacks):
-        if i >= limit and not group.odd:
+        if i >= limit and i != marked:
             continue
         mark = ""
-        if group.odd:
+        if i == marked:
             odd = group.odd_ranks or group.ranks
             mark = "  <-- odd one out" + (
                 f" ({label(odd)})" if set(odd) != set(group.ranks) else ""
@@ -613,6 +761,11 @@ def render_stacks(diagnosis: Diagnosis, limit: int = 6, width: int | None = None
             out.append(
                 f"    ({plural(group.hidden, 'framework frame')} left out: torch.distributed)"
             )
+    hidden = len(diagnosis.stacks) - sum(
+        1 for i in range(len(diagnosis.stacks)) if i < limit or i == marked
+    )
+    if hidden:
+        out.append(f"({plural(hidden, 'more stack')} not shown: --json lists them)")
     return "\n".join(out)
 
 

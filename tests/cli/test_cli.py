@@ -108,14 +108,14 @@ def desynced(tmp_path: Path) -> Path:
 def test_healthy_dumps_exit_0_and_say_no_desync(fr: Fr, healthy: Path) -> None:
     result = fr("-d", str(healthy))
     assert result.returncode == 0, result.stderr
-    assert "\nOK. No desync and nothing stuck" in result.stdout
+    assert result.stdout.startswith("OK. No desync and nothing stuck")
     assert result.stderr == ""
 
 
 def test_findings_exit_1_and_the_answer_names_rank_group_seq_and_op(fr: Fr, desynced: Path) -> None:
     result = fr("-d", str(desynced))
     assert result.returncode == 1
-    assert "\nHUNG. rank 1 never joined" in result.stdout
+    assert result.stdout.startswith("HUNG. rank 1 never joined")
     assert (  # wrapped to the width (80 columns when not a terminal)
         "HUNG. rank 1 never joined all_reduce #2 of group '0' (default_pg): rank 0 waits in "
         "it." in " ".join(result.stdout.split())
@@ -261,7 +261,7 @@ def test_just_print_entries_filters_and_stacks(fr: Fr, healthy: Path) -> None:
     assert "step train.py:212" in result.stdout
     none = fr("-d", str(healthy), "-j", "--pg-filters", "nope")
     assert none.returncode == 2 and none.stdout == ""
-    assert none.stderr == (
+    assert none.stderr.splitlines()[0] + "\n" == (
         "fr-analyze: error: --pg-filters nope: no process group has that name or description; "
         "the job's groups are 0 (default_pg)\n"
     )
@@ -308,7 +308,7 @@ def test_workers_option(fr: Fr, healthy: Path) -> None:
         (["-d", "/no/such/dir"], "no such directory or archive"),
         ([], "missing option -d"),
         (["-d", "."], "no rank dump files"),
-        (["--bogus"], "No such option"),
+        (["--bogus"], "no such option"),
         (["-d", ".", "--mismatch-cap", "0"], "--mismatch-cap"),
     ],
 )
@@ -338,7 +338,7 @@ def test_no_readable_dump_exits_2_naming_the_file(fr: Fr, tmp_path: Path) -> Non
     result = fr("-d", str(tmp_path))
     assert result.returncode == 2
     assert "rank_0" in result.stderr and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(result.stderr.strip().splitlines()) == 2
 
 
 def _a_bug_in_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -469,7 +469,7 @@ def test_smoke_version_is_quick_and_imports_nothing_heavy() -> None:
 def test_smoke_a_hung_job_in_a_child_process_exits_1(desynced: Path) -> None:
     result = fr_process(str(desynced))
     assert result.returncode == 1, result.stderr
-    assert "\nHUNG. rank 1 never joined all_reduce #2" in result.stdout
+    assert result.stdout.startswith("HUNG. rank 1 never joined all_reduce #2")
 
 
 def test_smoke_json_dash_writes_the_report_to_stdout_and_the_text_to_stderr(
@@ -531,7 +531,7 @@ def test_torchfrtraces_output_option_writes_the_database(fr: Fr, tmp_path: Path)
 def test_transform_ft_needs_the_replica_size_and_says_so(fr: Fr) -> None:
     result = fr(NCCL, "--transform-ft")
     assert result.returncode == 2
-    assert result.stderr.strip() == (
+    assert result.stderr.splitlines()[0] == (
         "fr-analyze: error: --transform-ft needs --group-world-size (ranks per replica group)"
     )
     assert fr(NCCL, "--transform-ft", "--group-world-size", "8").returncode == 0
@@ -616,7 +616,7 @@ def test_an_output_that_fails_after_the_analysis_keeps_the_verdicts_exit_code(
     report = tmp_path / "r.json"
     hung = fr(str(desynced), "-o", str(tmp_path / "db.pkl"), "--json", str(report))
     assert hung.returncode == 1
-    assert hung.stderr.splitlines()[-1] == (
+    assert hung.stderr.splitlines()[-2] == (
         f"fr-analyze: error: {tmp_path / 'db.pkl'}: cannot write: No space left on device"
     )
     assert json.loads(report.read_text())["verdict"]["status"] == "hung"
@@ -643,7 +643,7 @@ def test_timeline_takes_the_dump_directory_as_argument_or_with_d(
     out = tmp_path / "tl.json"
     args = [str(desynced) if a == "DIR" else a for a in how]
     result = fr("timeline", *args, "-o", str(out))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # the analysis' code: the dumps desync
     assert "traceEvents" in json.loads(out.read_text())
     assert result.stderr.startswith(f"wrote {out} (") and "op slices" in result.stderr
 
@@ -663,8 +663,8 @@ def test_timeline_all_is_passed_through(
         return build(analysis, options)
 
     monkeypatch.setattr(timeline, "build", spy)
-    assert fr("timeline", str(desynced), "--all", "-o", str(tmp_path / "a.json")).returncode == 0
-    assert fr("timeline", str(desynced), "-o", str(tmp_path / "b.json")).returncode == 0
+    assert fr("timeline", str(desynced), "--all", "-o", str(tmp_path / "a.json")).returncode == 1
+    assert fr("timeline", str(desynced), "-o", str(tmp_path / "b.json")).returncode == 1
     assert seen == [True, False]
 
 

@@ -46,15 +46,15 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def misuse(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    """Run `fr-analyze *args`; it must exit 2 with one line on stderr and nothing on stdout.
-    Returns that line."""
+    """Run `fr-analyze *args`; it must exit 2 with one error line and its hint line on stderr
+    and nothing on stdout. Returns the error line."""
     capsys.readouterr()
     code = cli.run(list(args))
     out, err = capsys.readouterr()
     assert code == 2, err
     assert out == ""
-    assert len(err.splitlines()) == 1, err
-    return err.rstrip("\n")
+    assert len(err.splitlines()) == 2 and err.splitlines()[1].startswith("hint: "), err
+    return err.splitlines()[0]
 
 
 def test_a_misspelt_command_is_refused_with_the_closest_one(

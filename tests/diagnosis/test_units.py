@@ -82,7 +82,7 @@ def test_stacks_are_grouped_with_the_odd_one_out_marked(run: Run) -> None:
 def test_dumps_without_frames_say_so() -> None:
     analysis = analyze(SAMPLES / "nccl_op_mismatch_json", Options(workers=1))
     assert all(g.stack is None for g in analysis.diagnosis.stacks)
-    assert "no stack in the dump" in render_text(analysis)
+    assert "no stack in the dump" in render_text(analysis, verbose=True)
 
 
 def test_root_cause_in_json(tmp_path: Path) -> None:

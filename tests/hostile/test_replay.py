@@ -66,7 +66,7 @@ def all_reduces(dumps: Path, sizes_by_rank: list[list[int]]) -> Path:
 
 def one_line_error(code: int, err: str) -> str:
     assert code == cli.EXIT_ERROR, err
-    assert err.count("\n") == 1 and err.startswith("fr-analyze: error: "), err
+    assert err.count("\n") == 2 and err.startswith("fr-analyze: error: "), err
     assert "Traceback" not in err
     return err
 

@@ -197,7 +197,7 @@ def test_a_trace_claiming_a_group_of_100_million_ranks_is_named_not_believed(
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "rank-0.et.json").write_text(json.dumps(_gloo_trace(claim)))
     started = time.monotonic()
-    run = fr("-d", str(tmp_path / "t"), "--json", str(tmp_path / "r.json"), timeout=60)
+    run = fr("-d", str(tmp_path / "t"), "-v", "--json", str(tmp_path / "r.json"), timeout=60)
     report = report_of(run, tmp_path / "r.json")
     assert report["dumps"]["ranks_loaded"] == [0]
     assert "'0' of 100,000,000 ranks by size alone" in run.out

