@@ -365,8 +365,6 @@ def _decode(
     return header, tables, columns
 
 
-
-
 def _codes_fit(columns: Mapping[str, np.ndarray], tables: RankTables, header: RankDump) -> bool:
     """Every code indexes its table (a stack may be -1: none)."""
     for column, table in RECODED.items():
