@@ -1,12 +1,13 @@
 """Ranks read before, kept in the user's cache: the next command on the same dumps reads the
 cache instead of decoding every file again.
 
-A rank is kept under its file's identity: the path, size and modification time, a hash of the
-file's first `HEAD_BYTES` (a file rewritten in place within one tick of its clock still
-changes its key), what changes its reading (the size limit, a torchft world size) and this
-cache's format and fr-analyze's version. A changed file has another key, and is read again.
-Only plain local files are kept (not an archive's member, a URL's answer, a file read with its
-Execution Trace).
+A rank is kept under its file's identity: the path, size, modification time and inode, a hash
+of the file's first `HEAD_BYTES` (a file rewritten in place within one tick of its clock still
+changes its key), what changes its reading (the size limit, a torchft world size, the ranks
+the folder's files show) and this cache's format and fr-analyze's version. A changed file has another key, and is read again.
+Only plain local files read alone are kept (not an archive's member, a URL's answer, a file
+read with its Execution Trace or Kineto trace, a gloo trace whose ops' groups were settled
+across ranks).
 
 Each rank is one file: a line of JSON (the rank's header and tables, and where each column's
 bytes are) and the columns' raw bytes. Nothing is unpickled: the JSON goes through the door
@@ -164,7 +165,12 @@ class RankCache:
 
     def _key(self, dump_file: DumpFile, salt: str) -> str | None:
         """The file's identity as a key; None for what is not kept (not a plain local file)."""
-        if dump_file.fetch is not None or dump_file.trace is not None or dump_file.op_groups:
+        if (
+            dump_file.fetch is not None
+            or dump_file.trace is not None
+            or dump_file.kineto is not None
+            or dump_file.op_groups
+        ):
             return None
         try:
             with open(dump_file.path, "rb", opener=_no_follow) as stream:
@@ -176,7 +182,8 @@ class RankCache:
             return None
         identity = (
             f"{FORMAT}\0{__version__}\0{salt}\0{os.path.abspath(dump_file.path)}\0"
-            f"{dump_file.rank}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\0"
+            f"{dump_file.rank}\0{dump_file.shown}\0{info.st_size}\0{info.st_mtime_ns}\0"
+            f"{info.st_ino}\0"
         )
         digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape"))
         digest.update(head)
