@@ -4,10 +4,10 @@ cache instead of decoding every file again.
 A rank is kept under its file's identity: the path, size, modification time and inode, a hash
 of the file's first `HEAD_BYTES` (a file rewritten in place within one tick of its clock still
 changes its key), what changes its reading (the size limit, a torchft world size, the ranks
-the folder's files show) and this cache's format and fr-analyze's version. A changed file has another key, and is read again.
-Only plain local files read alone are kept (not an archive's member, a URL's answer, a file
-read with its Execution Trace or Kineto trace, a gloo trace whose ops' groups were settled
-across ranks).
+the folder's files show) and this cache's format and fr-analyze's version. A changed file has
+another key, and is read again. Only plain local files read alone are kept (not an archive's
+member, a URL's answer, a file read with its Execution Trace or Kineto trace, a gloo trace
+whose ops' groups were settled across ranks).
 
 Each rank is one file: a line of JSON (the rank's header and tables, and where each column's
 bytes are) and the columns' raw bytes. Nothing is unpickled: the JSON goes through the door
