@@ -61,6 +61,8 @@ PACKAGE_HOME = Path(__file__).resolve().parents[1]
 class Stopped(FrAnalyzerError):
     """A signal stopped the replay; every rank was killed first."""
 
+    default_hint = "what each rank wrote before it was stopped is in the replay's --out folder"
+
 
 @dataclass(frozen=True)
 class RunOptions:

@@ -17,10 +17,13 @@ SAMPLES = ROOT / "sample_dumps"
 
 def printed_steps(name: str, cwd: Path) -> list[list[str]]:
     """The runnable next steps of sample set `name`, as argv lists, from the JSON report; the
-    text report prints the same commands."""
+    text report prints the same commands with `-v` (by default, the first one only: the last
+    lines on the screen)."""
     report = cwd / "report.json"
+    command = [sys.executable, "-m", "fr_analyzer", "-d", str(SAMPLES / name)]
+    short = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=cwd)
     done = subprocess.run(
-        [sys.executable, "-m", "fr_analyzer", "-d", str(SAMPLES / name), "--json", str(report)],
+        [*command, "-v", "--json", str(report)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -30,6 +33,7 @@ def printed_steps(name: str, cwd: Path) -> list[list[str]]:
     steps = json.loads(report.read_text())["next_steps"]
     for step in steps:
         assert step["command"] in done.stdout.replace(" \\\n      ", " "), step["command"]
+    assert steps[0]["command"] in short.stdout.replace(" \\\n      ", " ")
     return [shlex.split(s["command"]) for s in steps if s["runnable"]]
 
 

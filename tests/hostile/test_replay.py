@@ -35,7 +35,7 @@ from fr_analyzer.load.safety.limits import LIMITS
 from fr_analyzer.load.sources.base import Directory
 from fr_analyzer.replay import bounds, files, session
 from fr_analyzer.replay.plan import Kind, OpSpec, PlanOptions, ReplayBackend
-from fr_analyzer.replay.runner import Launch, RunOptions, stopped_by, write_plan
+from fr_analyzer.replay.runner import Launch, RunOptions, Stopped, stopped_by, write_plan
 from fr_analyzer.replay.worker import WorkerArgs, read_result
 from fr_analyzer.replay.worker import run as run_rank
 from tools.frsim import CustomJob, Output, ProgramSpec, SimSpec, simulate, write_dumps
@@ -509,7 +509,10 @@ def test_a_signal_to_the_replay_stops_every_rank(
         assert proc.returncode == 130, err
     else:
         assert proc.returncode == cli.EXIT_ERROR, err
-        assert err == f"fr-analyze: error: replay stopped by {sig.name}: every rank was killed\n"
+        assert err == (
+            f"fr-analyze: error: replay stopped by {sig.name}: every rank was killed\n"
+            f"hint: {Stopped.default_hint}\n"
+        )
 
 
 @needs_torch
