@@ -60,7 +60,9 @@ WAIT_TARGETS_SHOWN = 8
 RANK_LIST_CHARS = 400
 """Longest rank list a table cell shows (the JSON report has every rank)."""
 FOLD_RANKS = 256
-"""Past this many ranks the picture folds neighbours that stand alike into one cell."""
+"""Past this many ranks the picture folds neighbours that stand alike into one cell..."""
+FOLD_GAIN = 4
+"""...where that makes at least this many times fewer cells (else the mesh says more)."""
 STACK_DEPTH = 8
 """Innermost frames of the peers' stacks set beside the culprit's (the analysis' default)."""
 
@@ -204,7 +206,8 @@ def _ranks_data(analysis: Analysis, world: int, strings: _Strings) -> dict[str, 
 def fold_runs(ranks: dict[str, Any], world: int) -> list[list[int]] | None:
     """Runs `[first, last]` of neighbouring ranks that stand alike (the same spot, blocked in
     the same op, the same newest op, waiting for the same ranks), which the picture draws as
-    one cell each; None when the job is small enough for a cell per rank (`FOLD_RANKS`)."""
+    one cell each; None when the job is small enough for a cell per rank (`FOLD_RANKS`), or
+    when its ranks stand too unlike their neighbours for folding to pay (`FOLD_GAIN`)."""
     if world <= FOLD_RANKS:
         return None
     columns = (ranks["spot"], ranks["blocked"], ranks["newest"], ranks["waits"])
@@ -217,7 +220,7 @@ def fold_runs(ranks: dict[str, Any], world: int) -> list[list[int]] | None:
         else:
             runs.append([rank, rank])
         previous = key
-    return runs
+    return runs if len(runs) * FOLD_GAIN <= world else None
 
 
 def _positions_data(d: Diagnosis, strings: _Strings) -> list[list[Any]]:

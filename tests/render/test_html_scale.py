@@ -126,6 +126,14 @@ def test_runs_break_wherever_a_rank_stands_otherwise() -> None:
     assert fold_runs(ranks, 300) == [[0, 6], [7, 8], [9, 299]]
 
 
+def test_ranks_unlike_their_neighbours_keep_a_cell_each() -> None:
+    # GIVEN 300 ranks, every other one blocked in another op (as dp groups interleave)
+    ranks = {"spot": [1] * 300, "blocked": [r % 2 for r in range(300)]}
+    ranks |= {"newest": [0] * 300, "waits": [-1] * 300}
+    # THEN folding would not pay: the picture keeps a cell per rank
+    assert fold_runs(ranks, 300) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # The culprit's stack beside its peers' at the same op
 
@@ -190,6 +198,20 @@ def test_at_1024_ranks_the_culprits_cell_and_panel_are_in_the_first_screen(
     assert box(page, "#detail h3")["bottom"] <= SCREEN["height"]
     # AND the grid has far fewer cells than ranks
     assert page.locator("#grid .cell").count() <= 10
+
+
+def test_at_16_ranks_the_culprits_cell_and_panel_are_in_the_first_screen(
+    browser: Any, tmp_path: Path
+) -> None:
+    # GIVEN the 16-rank job where rank 13 disagrees on a size, drawn a cell per rank
+    analysis = analyze(SAMPLES / "nccl3d_dp_pair_mismatch", Options(workers=1))
+    page = open_report(browser, analysis, tmp_path / "r.html", SCREEN)
+    assert page.locator("#grid .cell.rank").count() == 16
+    # THEN its cell and its panel's heading are in the window
+    assert page.get_attribute(".cell.culprit", "data-r") == "13"
+    assert box(page, ".cell.culprit")["bottom"] <= SCREEN["height"]
+    assert page.text_content("#detail h3") == "rank 13"
+    assert box(page, "#detail h3")["bottom"] <= SCREEN["height"]
 
 
 def test_a_rank_inside_a_folded_cell_can_be_shown_alone(
