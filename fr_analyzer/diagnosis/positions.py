@@ -347,6 +347,54 @@ def stacks(
     return tuple(out)
 
 
+def same_op_stacks(
+    t: EntryTable, groups: GroupTable, ref: OpRef, depth: int
+) -> tuple[StackGroup, ...]:
+    """Other ranks' stacks of the op `ref` is, most ranks first: their rows of the same op
+    with the same sequence id (the p2p one for send/recv) in a group of the same family (the
+    same description), each rank in its own group of that family; framework frames collapsed
+    and the innermost `depth` kept, as `stacks` does. Ranks whose row has no frames are left
+    out. What the culprit's stack is set against: its peers at the same op, not at another."""
+    if not t.n:
+        return ()
+    family = ref.group.desc or ref.group.name
+    uids = [g.uid for g in groups.groups if (g.desc or g.name) == family]
+    row = ref.row
+    hit = np.isin(groups.entry_group, uids) & (t.op == t.op[row]) & (t.rank != t.rank[row])
+    if ref.p2p_seq_id is not None:
+        hit &= t.p2p_seq == t.p2p_seq[row]
+    else:
+        hit &= t.coll_seq == t.coll_seq[row]
+    hit &= t.stack >= 0
+    rows = np.flatnonzero(hit)
+    place = _place(ref.group, ref.rank)
+    if ref.p2p_seq_id is not None and place is not None:
+        # a send/recv's code depends on where the rank is in its group (a pipeline's stage):
+        # its peers are the ranks at the same place in theirs
+        pairs = zip(groups.entry_group[rows].tolist(), t.rank[rows].tolist(), strict=True)
+        rows = rows[[_place(groups.groups[u], r) == place for u, r in pairs]]
+    by_stack: dict[Stack, set[int]] = defaultdict(set)
+    collapsed: dict[int, Stack] = {}
+    hidden: dict[Stack, int] = {}
+    for code, rank in zip(t.stack[rows].tolist(), t.rank[rows].tolist(), strict=True):
+        stack = collapsed.get(code)
+        if stack is None:
+            whole, gone = collapse(t.stacks[code])
+            stack = collapsed[code] = whole[:depth]
+            hidden.setdefault(stack, gone)
+        by_stack[stack].add(rank)
+    ordered = sorted(by_stack.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    return tuple(
+        StackGroup(stack, tuple(sorted(ranks)), False, (), hidden[stack])
+        for stack, ranks in ordered
+    )
+
+
+def _place(group: Group, rank: int) -> int | None:
+    """`rank`'s place in `group` (its group rank), or None when not a member."""
+    return group.ranks.index(rank) if rank in group.ranks else None
+
+
 _FRAMEWORK_DIRS = ("torch/distributed/",)
 _WRAPPER_FILES = ("functools.py", "typing_extensions.py", "c10d_logger.py", "_contextlib.py")
 _MODULE_CALLS = frozenset({"_call_impl", "_wrapped_call_impl"})

@@ -3,12 +3,14 @@ shows the one `Conclusion` to a person in a browser.
 
 The answer and its evidence are written into the page as HTML, so they read even with
 JavaScript off. Everything else (where every rank stands, laid out on the job's mesh when the
-process groups reveal one, else ranks by group families; the wait chain; the culprit's stack
-beside its peers'; the findings and the process groups) is one JSON blob that the page's own
-script (`html/report.js`) draws. Dump contents are hostile: the HTML part goes through
-`html.escape`, the JSON blob has `<`, `>` and `&` escaped so it cannot end its script element,
-the script only ever puts dump strings into text nodes and attributes, and a Content Security
-Policy lets no script run but the page's own (by hash) and nothing load from anywhere.
+process groups reveal one, else ranks by group families, and past a few hundred ranks
+neighbours that stand alike folded into one cell; the wait chain; the culprit's stack beside its
+peers' stacks of the same op; the findings and the process groups, every one of them reachable
+page by page) is one JSON blob that the page's own script (`html/report.js`) draws. Dump
+contents are hostile: the HTML part goes through `html.escape`, the JSON blob has `<`, `>` and
+`&` escaped so it cannot end its script element, the script only ever puts dump strings into
+text nodes and attributes, and a Content Security Policy lets no script run but the page's own
+(by hash) and nothing load from anywhere.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import hashlib
 import html
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePath
 from typing import Any
@@ -29,11 +31,11 @@ from typing import Any
 from .. import __version__
 from ..conclusion import Conclusion
 from ..diagnosis import Diagnosis, RootKind
-from ..diagnosis.positions import OpRef
-from ..model.groups import GroupTable
+from ..diagnosis.positions import OpRef, same_op_stacks
 from ..model.ranks import compact, label
-from ..model.records import Group, Status, seq_id
+from ..model.records import Status, seq_id
 from ..pipeline import Analysis
+from .mesh import UNSPANNED, infer_mesh
 from .output import write_atomic
 from .presentation import (
     confidence_line,
@@ -57,6 +59,12 @@ WAIT_TARGETS_SHOWN = 8
 """Rank lists that others wait for, listed under the wait chain with how many wait for each."""
 RANK_LIST_CHARS = 400
 """Longest rank list a table cell shows (the JSON report has every rank)."""
+FOLD_RANKS = 256
+"""Past this many ranks the picture folds neighbours that stand alike into one cell..."""
+FOLD_GAIN = 4
+"""...where that makes at least this many times fewer cells (else the mesh says more)."""
+STACK_DEPTH = 8
+"""Innermost frames of the peers' stacks set beside the culprit's (the analysis' default)."""
 
 
 class Spot(enum.IntEnum):
@@ -88,77 +96,6 @@ _CULPRIT_WORDS = {
     RootKind.DEADLOCK: "stuck: deadlocked",
 }
 """The legend's word for the culprit's colour, by the root cause's kind."""
-
-
-UNSPANNED = "rest"
-"""The name of a mesh dimension that no process group spans."""
-
-
-@dataclass(frozen=True)
-class MeshDim:
-    """One dimension of the job's mesh: rank = sum(coordinate * stride) over the dimensions."""
-
-    name: str  # the process groups' description ("tp"), or UNSPANNED
-    size: int
-    stride: int
-
-
-def infer_mesh(groups: GroupTable, world: int) -> tuple[MeshDim, ...] | None:
-    """The job's mesh, innermost dimension first, when its process groups reveal one: at least
-    two families of groups (groups sharing a description) that each split the whole job into
-    equal runs of evenly spaced ranks, the runs nesting like a mixed-radix number (Megatron's
-    tp inside dp inside pp). A stretch of ranks no family spans becomes a dimension `UNSPANNED`
-    (gloo records no send/recv, so its pipeline stages have no groups). None: no mesh."""
-    if world < 4:
-        return None
-    by_family: dict[str, list[Group]] = {}
-    for g in groups.groups:
-        if 1 < g.size < world:
-            by_family.setdefault(g.desc or g.name, []).append(g)
-    found: dict[tuple[int, int], str] = {}  # (stride, size) -> family
-    for name, members in by_family.items():
-        shape = _evenly_split(members, world)
-        if shape is not None:
-            found.setdefault(shape, name)
-    if len(found) < 2:
-        return None
-    dims: list[MeshDim] = []
-    expected = 1  # the stride the next dimension must have: the product of the sizes inside
-    for (stride, size), name in sorted(found.items()):
-        if stride < expected or stride % expected:
-            return None  # two families overlap, or do not nest
-        if stride > expected:
-            dims.append(MeshDim(UNSPANNED, stride // expected, expected))
-        dims.append(MeshDim(name, size, stride))
-        expected = stride * size
-    if world % expected:
-        return None
-    if world > expected:
-        dims.append(MeshDim(UNSPANNED, world // expected, expected))
-    return tuple(dims)
-
-
-def _evenly_split(members: Sequence[Group], world: int) -> tuple[int, int] | None:
-    """(stride, size) when the groups split ranks 0..world-1 into disjoint runs of `size` ranks
-    `stride` apart, each starting at coordinate 0 of its dimension; else None."""
-    size = members[0].size
-    if size * len(members) != world:
-        return None
-    first = members[0].ranks
-    stride = first[1] - first[0]
-    if stride < 1:
-        return None
-    starts = set()
-    for g in members:
-        start = g.ranks[0]
-        if g.size != size or start % (stride * size) >= stride:
-            return None
-        if g.ranks != tuple(range(start, start + stride * size, stride)):
-            return None
-        if g.ranks[-1] >= world:
-            return None
-        starts.add(start)
-    return (stride, size) if len(starts) == len(members) else None
 
 
 def _short(ranks: Sequence[int]) -> str:
@@ -266,6 +203,26 @@ def _ranks_data(analysis: Analysis, world: int, strings: _Strings) -> dict[str, 
     }
 
 
+def fold_runs(ranks: dict[str, Any], world: int) -> list[list[int]] | None:
+    """Runs `[first, last]` of neighbouring ranks that stand alike (the same spot, blocked in
+    the same op, the same newest op, waiting for the same ranks), which the picture draws as
+    one cell each; None when the job is small enough for a cell per rank (`FOLD_RANKS`), or
+    when its ranks stand too unlike their neighbours for folding to pay (`FOLD_GAIN`)."""
+    if world <= FOLD_RANKS:
+        return None
+    columns = (ranks["spot"], ranks["blocked"], ranks["newest"], ranks["waits"])
+    runs: list[list[int]] = []
+    previous: tuple[int, ...] | None = None
+    for rank in range(world):
+        key = tuple(column[rank] for column in columns)
+        if key == previous:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+        previous = key
+    return runs if len(runs) * FOLD_GAIN <= world else None
+
+
 def _positions_data(d: Diagnosis, strings: _Strings) -> list[list[Any]]:
     return [
         [
@@ -329,6 +286,32 @@ def _stacks_data(analysis: Analysis) -> dict[str, Any]:
         "peers": keep.index(peers) if peers is not None else None,
         "omitted": len(shown) - len(keep),
         "culprit_rank": root.ranks[0] if root is not None and root.ranks else None,
+        "same_op": _same_op_data(analysis),
+    }
+
+
+def _same_op_data(analysis: Analysis) -> dict[str, Any] | None:
+    """The culprit's op (the one it is blocked in, else its newest) and the stack most of the
+    other ranks that issued that same op share: what its own stack is set against, so that
+    only frames that really differ are marked. None: no culprit, or no op of its own."""
+    root = analysis.conclusion.root
+    if root is None or not root.ranks:
+        return None
+    state = next((s for s in analysis.diagnosis.ranks if s.rank == root.ranks[0]), None)
+    ref = None if state is None else state.blocked or state.newest
+    if ref is None:
+        return None
+    found = same_op_stacks(analysis.table, analysis.groups, ref, STACK_DEPTH)
+    issued = sum(len(g.ranks) for g in found)
+    top = found[0] if found else None
+    return {
+        "op": _op_place(ref),
+        "issued": issued,
+        "ranks": None if top is None else _short(top.ranks),
+        "count": 0 if top is None else len(top.ranks),
+        "frames": None
+        if top is None or top.stack is None
+        else [[f.name, f.filename, f.line] for f in top.stack],
     }
 
 
@@ -381,6 +364,7 @@ def page_data(analysis: Analysis) -> dict[str, Any]:
         names[Spot.STUCK] = _CULPRIT_WORDS[root.kind]
     t = c.timing
     families = Counter(g.desc or g.name for g in analysis.groups.groups)
+    ranks = _ranks_data(analysis, world, strings)
     return {
         "version": __version__,
         "world": world,
@@ -390,7 +374,8 @@ def page_data(analysis: Analysis) -> dict[str, Any]:
         "families": sorted(families),
         "verdict": verdict_record(c),
         "root": root_cause_record(root),
-        "ranks": _ranks_data(analysis, world, strings),
+        "ranks": ranks,
+        "runs": fold_runs(ranks, world),
         "positions": _positions_data(d, strings),
         "groups": [
             [g.uid, g.name, g.desc, g.size, compact(g.ranks), g.source.value]
@@ -472,6 +457,17 @@ def _headline(c: Conclusion) -> str:
     return " · ".join(parts)
 
 
+_BETWEEN_RANKS = re.compile(r"(?:(?<=\d)|(?<=</span>)),(?=\d|<span)")
+_RANGE = re.compile(r"\d+-\d+")
+
+
+def wrap_ranks(text: str) -> str:
+    """`text` escaped, with a line break allowed after each comma of a rank list ("0-516,518")
+    and none inside a range ("518-1023", where Chromium would break after the hyphen)."""
+    kept = _RANGE.sub(lambda m: f'<span class="nowrap">{m[0]}</span>', html.escape(text))
+    return _BETWEEN_RANKS.sub(",<wbr>", kept)
+
+
 def _answer_html(analysis: Analysis) -> str:
     """The answer block, as static HTML (every dump string escaped): the answer, its evidence,
     the culprit's code, when and where, and the commands to run next."""
@@ -482,15 +478,18 @@ def _answer_html(analysis: Analysis) -> str:
         f'<section id="answer" class="status-{e(c.status.value)}">',
         f'<h1><span class="badge">{e(c.status.value.upper())}</span> '
         f'<span id="headline">{e(_headline(c).partition(" · ")[2])}</span></h1>',
-        f'<p id="answer-text">{e(c.answer)}</p>',
+        '<div class="answer-main">',
+        f'<p id="answer-text">{wrap_ranks(c.answer)}</p>',
     ]
     doubt = confidence_line(c)
     if doubt:
         out.append(f'<p id="confidence" class="ambiguous">{e(doubt)}.</p>')
     if root is not None and root.evidence:
         out.append('<ul id="evidence">')
-        out += [f"<li>{e(item)}</li>" for item in root.evidence]
+        out += [f"<li>{wrap_ranks(item)}</li>" for item in root.evidence]
         out.append("</ul>")
+    # The rest beside it on a wide screen, so that the picture's culprit is above the fold.
+    out.append('</div><div class="answer-side">')
     if root is not None and root.code:
         out.append(
             f"<p>{e(label(root.ranks))}'s code (innermost frames that differ from its peers'):</p>"
@@ -512,7 +511,7 @@ def _answer_html(analysis: Analysis) -> str:
         out.append('<p class="next">Next steps:</p><ul class="next">')
         out += [f"<li>{e(step.why)}:<br><code>{e(step.command())}</code></li>" for step in steps]
         out.append("</ul>")
-    out.append("</section>")
+    out.append("</div></section>")
     return "\n".join(out)
 
 
@@ -525,23 +524,26 @@ def _header_html(analysis: Analysis) -> str:
     return (
         f'<header><span class="tool">fr-analyze {e(__version__)}</span> '
         f'<span class="dir">{e(s.directory)}{e(what)}</span> '
-        f"<span>{len(s.ranks_loaded)} ranks loaded · missing: {e(missing)} · "
-        f"backend: {e(', '.join(s.backends) or '-')}</span></header>"
+        f"<span>{len(s.ranks_loaded)} ranks loaded · missing: {wrap_ranks(missing)} · "
+        f"backend: {e(', '.join(s.backends) or '-')}</span>{_TOC}</header>"
     )
 
 
-_BODY = """
-<nav id="toc"><a href="#picture">Ranks</a> <a href="#chain">Wait chain</a>
+# In the header's line, not below the answer, to keep the picture's culprit above the fold.
+_TOC = """<nav id="toc"><a href="#picture">Ranks</a> <a href="#chain">Wait chain</a>
 <a href="#stacks">Stacks</a> <a href="#findings">Findings</a> <a href="#groups">Groups</a>
-<a href="#dumps">Dumps</a></nav>
+<a href="#dumps">Dumps</a></nav>"""
+
+
+_BODY = """
 <section id="picture"><h2>Where every rank stands</h2>
 <p id="layout-note"></p>
-<div id="legend"></div>
+<div id="keys"><div id="legend"></div>
 <div id="tools"><label>Rank <input id="find" type="number" min="0" step="1"
 inputmode="numeric" aria-label="show a rank"></label>
 <button id="to-culprit" type="button">Show the culprit</button>
 <span id="hint">Hover or click a cell for its detail; click a group below to mark its
-members.</span></div>
+members.</span></div></div>
 <div id="board"><div id="grid" role="img" aria-label="every rank, coloured by where it
 stands"></div><aside id="detail" aria-live="polite"><p class="muted">Hover or click a rank.</p>
 </aside></div>
@@ -552,8 +554,11 @@ stands"></div><aside id="detail" aria-live="polite"><p class="muted">Hover or cl
 <div id="stack-others"></div><div id="py-stacks"></div></section>
 <section id="findings"><h2>Findings</h2><div id="findings-table"></div></section>
 <section id="groups"><h2>Process groups</h2>
-<p><label>Filter <input id="group-filter" type="search" aria-label="filter the groups"></label>
-<span id="group-count"></span></p><div id="groups-table"></div></section>
+<p><label>Filter <input id="group-filter" type="search" aria-label="filter the groups"
+placeholder="name, desc or a rank"></label> <span id="group-count"></span>
+<span id="group-pages"><button id="group-prev" type="button">Previous</button>
+<button id="group-next" type="button">Next</button></span></p><div id="groups-table"></div>
+</section>
 <section id="dumps"><h2>Dumps</h2><div id="dumps-info"></div></section>
 <noscript><p>The pictures and tables need JavaScript; the answer above does not.</p></noscript>
 """

@@ -8,8 +8,6 @@ The browser tests need playwright (`pip install -e '.[html-test]'`) and Debian's
 from __future__ import annotations
 
 import re
-import shutil
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,19 +19,12 @@ from fr_analyzer import analyze
 from fr_analyzer.model.groups import GroupTable
 from fr_analyzer.model.records import Group, MembershipSource
 from fr_analyzer.pipeline import Analysis, Options
-from fr_analyzer.render.report_html import (
-    UNSPANNED,
-    MeshDim,
-    Spot,
-    infer_mesh,
-    page_data,
-    render_html,
-)
+from fr_analyzer.render.mesh import UNSPANNED, MeshDim, infer_mesh
+from fr_analyzer.render.report_html import Spot, page_data, render_html
 from tests.builders import make_dump, make_entry, renumber, write_dumps
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
 EVIL = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
-CHROMIUM = ("chromium", "chromium-browser", "/usr/bin/chromium")
 
 
 def sample(name: str) -> Analysis:
@@ -203,24 +194,6 @@ def test_numbers_json_cannot_carry_become_null(hostile: Analysis) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # In a real browser
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed: pip install -e '.[html-test]'")
-    executable = next((p for p in map(shutil.which, CHROMIUM) if p), None)
-    if executable is None:
-        pytest.skip("chromium is not installed: apt-get install -y chromium")
-    with sync_playwright() as p:
-        try:
-            launched = p.chromium.launch(executable_path=executable)
-        except Error as exc:
-            pytest.skip(f"chromium at {executable} does not start: {str(exc).splitlines()[0]}")
-        yield launched
-        launched.close()
 
 
 class Opened:

@@ -54,6 +54,23 @@
   }
   const str = (i) => (i >= 0 ? S[i] : null);
   const clip = (text, n) => (text && text.length > n ? text.slice(0, n - 1) + "…" : text);
+  // A rank list ("0-516,518-1023") cut at a comma, never inside a number.
+  function clipRanks(text, n) {
+    if (!text || text.length <= n) return text;
+    const cut = text.lastIndexOf(",", n - 1);
+    return `${text.slice(0, cut > 0 ? cut : n)},…`;
+  }
+  // A rank list that wraps only after its commas: each rank or range ("518-1023,") in a span
+  // that never wraps (Chromium would break after the hyphen), a <wbr> after each comma.
+  function rankList(text) {
+    const node = el("span", { class: "ranks" });
+    String(text).split(",").forEach((part, i, parts) => {
+      const last = i === parts.length - 1;
+      add(node, el("span", null, last ? part : `${part},`));
+      if (!last) node.appendChild(document.createElement("wbr"));
+    });
+    return node;
+  }
   const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
   const table = (head, rows) => el("table", null,
     el("thead", null, el("tr", null, head.map((h) => el("th", null, h)))),
@@ -203,6 +220,28 @@
     }
     return state;
   }
+  // Past a few hundred ranks: one cell per run of neighbours that stand alike (D.runs), its
+  // width growing with the ranks it holds; every rank of a run points to the run's cell.
+  const RUNS = D.runs;
+  const runOf = new Int32Array(W);
+  if (RUNS) RUNS.forEach(([a, b], i) => { for (let r = a; r <= b; r++) runOf[r] = i; });
+  function drawRuns() {
+    grid.textContent = "";
+    const strip = el("div", { class: "runs" });
+    RUNS.forEach(([a, b]) => {
+      const n = b - a + 1;
+      let hit = false;
+      for (const r of culprits) if (r >= a && r <= b) hit = true;
+      const c = el("div", { class: `cell run s${SPOT[a]}${hit ? " culprit" : ""}`, "data-r": a,
+        "data-last": b, title: `${n === 1 ? `rank ${a}` : `ranks ${a}-${b} (${n})`}: ${D.spots[SPOT[a]]}` },
+      n === 1 ? `${a}` : `${a}-${b}`, n > 1 ? el("small", null, ` ×${n}`) : null);
+      c.style.flexGrow = String(n);
+      for (let r = a; r <= b; r++) cells[r] = c;
+      strip.appendChild(c);
+    });
+    grid.appendChild(strip);
+    grid.dataset.cell = "run";
+  }
   const PAD = 12; // room around the picture for the culprit's ring
   const at = ([x, y]) => [x + PAD, y + PAD];
   function drawPicture() {
@@ -271,7 +310,10 @@
 
   function layoutNote() {
     const note = $("layout-note");
-    if (mesh) {
+    if (RUNS) {
+      add(note, `${plural(W, "rank", "ranks")} in ${plural(RUNS.length, "cell", "cells")}: ` +
+        "neighbours that stand alike (state, blocked op, newest op, whom they wait for) share one.");
+    } else if (mesh) {
       const m = mesh.length;
       const words = (d) => `${d[0]} (${d[1]})`;
       const parts = [];
@@ -319,6 +361,10 @@
     const kids = [el("h3", null, `rank ${r}`)];
     const spot = el("p", null, el("span", { class: `swatch s${SPOT[r]}` }), " ", D.spots[SPOT[r]]);
     kids.push(spot);
+    if (RUNS) {
+      const [a, b] = RUNS[runOf[r]];
+      if (b > a) kids.push(el("p", { class: "muted" }, `One of ranks ${a}-${b} (${b - a + 1}), which stand alike.`));
+    }
     if (culprits.has(r)) kids.push(el("p", null, el("b", null, "The root cause’s rank.")));
     else if (behind.has(r)) {
       kids.push(el("p", null, "Held up by the root cause (waits for it, directly or not)."));
@@ -336,7 +382,7 @@
     if (waits) {
       const links = expand(waits).slice(0, 12)
         .map((w) => el("a", { href: "#picture", "data-r": w }, `rank ${w}`));
-      const more = expand(waits).length > 12 ? ` … (${waits})` : "";
+      const more = expand(waits).length > 12 ? [" … (", rankList(waits), ")"] : "";
       item("waits for", [links.flatMap((a, i) => (i ? [", ", a] : [a])), more]);
     }
     item("newest op", str(R.newest[r]));
@@ -375,12 +421,16 @@
     show(r);
   }
   function wire() {
+    const rankAt = (e) => {
+      const hit = e.target.closest ? e.target.closest("[data-r]") : null;
+      return hit ? hit.dataset.r : undefined;
+    };
     grid.addEventListener("mouseover", (e) => {
-      const r = e.target.dataset ? e.target.dataset.r : undefined;
+      const r = rankAt(e);
       if (r !== undefined && pinned === null) show(+r);
     });
     grid.addEventListener("click", (e) => {
-      const r = e.target.dataset ? e.target.dataset.r : undefined;
+      const r = rankAt(e);
       if (r === undefined) return;
       pin(pinned === +r ? null : +r, false);
     });
@@ -470,7 +520,7 @@
     if (waiting.length) {
       add($("waiting-for"), table(["waiting", "for", "who waits"], waiting.map(([whom, n, who]) =>
         el("tr", null, el("td", null, plural(n, "rank", "ranks")), el("td", null, whom),
-          el("td", { class: "mono" }, who)))));
+          el("td", { class: "mono" }, rankList(who))))));
     }
   }
 
@@ -488,8 +538,8 @@
   }
   function stackColumn(title, g, other, extra) {
     return el("div", { class: `stack-col${extra ? ` ${extra}` : ""}` }, el("h3", null, title),
-      g ? el("p", { class: "muted mono" }, `${plural(g.count, "rank", "ranks")}: ${clip(g.ranks, 240)}`)
-        : null,
+      g ? el("p", { class: "muted mono" }, `${plural(g.count, "rank", "ranks")}: `,
+        rankList(clipRanks(g.ranks, 240))) : null,
       g ? frameList(g.frames, other && other.frames) : el("p", { class: "muted" }, "No stack."));
   }
   function stacks() {
@@ -505,7 +555,29 @@
         : el("div", { class: "stack-col culprit-col" }, el("h3", null, `The culprit, rank ${cr}`),
           el("p", { class: "muted" }, SPOT[cr] === 6 || SPOT[cr] === 4
             ? "No dump, so no stack." : "No op of its own to take a stack from.")));
-      add(pair, stackColumn("Its peers (innermost first)", peers, mine, ""));
+      const same = st.same_op;
+      if (same && same.count) {
+        // its peers at the same op: only the frames that differ are marked, on both sides
+        const theirs = { count: same.count, ranks: same.ranks, frames: same.frames };
+        pair.replaceChildren(
+          stackColumn(`The culprit, rank ${cr}, at ${same.op} (innermost first)`, mine, theirs,
+            "culprit-col"),
+          stackColumn(`Its peers at the same op (${same.count} of the ${same.issued} other ` +
+            "ranks that issued it; innermost first)", theirs, mine, "peer-col"));
+        const ours = new Set((theirs.frames || []).map(frameKey));
+        const differ = mine && mine.frames ? mine.frames.filter((f) => !ours.has(frameKey(f))) : [];
+        add($("stack-others"), el("p", { class: "muted", id: "stack-verdict" }, differ.length
+          ? `${plural(differ.length, "frame differs", "frames differ")} (marked).`
+          : `No frame differs: rank ${cr} issued this op from the same code as its peers.`));
+      } else {
+        // no other rank's dump holds that op: its peers' stacks are of another op, so no
+        // frame is marked (every one would differ)
+        pair.replaceChildren(
+          mine ? stackColumn(`The culprit, rank ${cr} (innermost first)`, mine, null, "culprit-col")
+            : pair.firstChild,
+          stackColumn("Its peers, at another op (no other rank’s dump holds the culprit’s; " +
+            "innermost first)", peers, null, "peer-col"));
+      }
     } else {
       add(pair, el("p", { class: "muted" },
         "No culprit: the stacks of the ops ranks are blocked in (or their newest) are below."));
@@ -518,7 +590,8 @@
           `Other stacks (${others.length}${st.omitted ? ` shown, ${st.omitted} more` : ""})`),
         others.map((g) => el("div", { class: "stack-col" },
           el("h3", null, `${plural(g.count, "rank", "ranks")}${g.odd ? " — odd one out" : ""}`),
-          el("p", { class: "muted mono" }, clip(g.ranks, 240)), frameList(g.frames, null)))));
+          el("p", { class: "muted mono" }, rankList(clipRanks(g.ranks, 240))),
+          frameList(g.frames, null)))));
     }
     const py = D.python_stacks;
     if (py) {
@@ -542,8 +615,8 @@
     const rows = f.rows.map((x) => el("tr", { class: `role-${x.role}` },
       el("td", null, x.role.replace("_", " ")), el("td", null, x.kind),
       el("td", null, x.group === null ? "-" : `'${x.group}' (${x.desc})`), el("td", null, x.seq || "-"),
-      el("td", null, x.op || "-"), el("td", { class: "mono" }, clip(x.ranks, 200)),
-      el("td", { class: "mono" }, clip(x.culprits, 200)), el("td", null, x.detail),
+      el("td", null, x.op || "-"), el("td", { class: "mono" }, rankList(clipRanks(x.ranks, 200))),
+      el("td", { class: "mono" }, rankList(clipRanks(x.culprits, 200))), el("td", null, x.detail),
       el("td", null, x.link || "")));
     add(box, el("div", { class: "scroll" }, table(
       ["role", "kind", "group", "seq", "op", "ranks", "culprits", "detail", "explained by"], rows)));
@@ -553,7 +626,10 @@
     }
   }
 
-  const GROUP_ROWS = 300;
+  // Every group is reachable: the table shows a page at a time, with buttons to page
+  // through all of them, and the filter matches a name, a description, or (a number) the
+  // groups a rank is a member of.
+  const GROUP_PAGE = 100;
   let markedRow = null;
   function mark(i, row) {
     if (marked !== null) {
@@ -570,30 +646,59 @@
     const box = $("groups-table");
     const filter = $("group-filter");
     const count = $("group-count");
-    const draw = () => {
+    const pager = $("group-pages");
+    let page = 0;
+    let hits = [];
+    const search = () => {
       const q = filter.value.trim().toLowerCase();
-      const hits = [];
-      for (let i = 0; i < groups.length; i++) {
-        const g = groups[i];
-        if (!q || `${g[1]} ${g[2]} ${g[4]}`.toLowerCase().includes(q)) hits.push(i);
+      hits = [];
+      if (/^\d+$/.test(q)) {
+        const r = +q;
+        const member = memberships().get(r) || [];
+        const named = new Set(member);
+        for (let i = 0; i < groups.length; i++) {
+          if (named.has(i) || groups[i][1].toLowerCase() === q) hits.push(i);
+        }
+      } else {
+        for (let i = 0; i < groups.length; i++) {
+          const g = groups[i];
+          if (!q || `${g[1]} ${g[2]} ${g[4]}`.toLowerCase().includes(q)) hits.push(i);
+        }
       }
+      page = 0;
+      draw();
+    };
+    const draw = () => {
       box.textContent = "";
-      const rows = hits.slice(0, GROUP_ROWS).map((i) => {
+      const pages = Math.max(1, Math.ceil(hits.length / GROUP_PAGE));
+      page = Math.min(Math.max(0, page), pages - 1);
+      const first = page * GROUP_PAGE;
+      const shown = hits.slice(first, first + GROUP_PAGE);
+      const rows = shown.map((i) => {
         const g = groups[i];
-        const row = el("tr", { class: "clickable", title: "mark its members in the picture" },
-          el("td", null, g[0]), el("td", null, g[1]), el("td", null, g[2]), el("td", null, g[3]),
-          el("td", { class: "mono" }, clip(g[4], 160)), el("td", null, g[5]));
+        const row = el("tr", { class: "clickable", title: "mark its members in the picture",
+          "data-group": g[0] },
+        el("td", null, g[0]), el("td", null, g[1]), el("td", null, g[2]), el("td", null, g[3]),
+        el("td", { class: "mono" }, rankList(clipRanks(g[4], 160))), el("td", null, g[5]));
         row.addEventListener("click", () => mark(i, row));
         return row;
       });
       const head = ["id", "name", "desc", "size", "ranks", "membership from"];
       add(box, el("div", { class: "scroll" }, table(head, rows)));
-      count.textContent = hits.length > GROUP_ROWS
-        ? `${hits.length} groups match; the first ${GROUP_ROWS} are listed`
-        : `${plural(hits.length, "group", "groups")}`;
+      const q = filter.value.trim();
+      const what = /^\d+$/.test(q) ? ` (rank ${q}'s groups, or the group named ${q})` : "";
+      count.textContent = hits.length > GROUP_PAGE
+        ? `${hits.length} groups${q ? " match" : ""}${what}; ` +
+          `${first + 1}-${first + shown.length} listed (page ${page + 1} of ${pages})`
+        : `${plural(hits.length, "group", "groups")}${q ? " match" : ""}${what}`;
+      pager.hidden = pages < 2;
+      $("group-prev").disabled = page === 0;
+      $("group-next").disabled = page >= pages - 1;
     };
-    filter.addEventListener("input", draw);
-    draw();
+    $("group-prev").addEventListener("click", () => { page -= 1; draw(); });
+    $("group-next").addEventListener("click", () => { page += 1; draw(); });
+    filter.addEventListener("input", search);
+    search();
   }
   function dumps() {
     const d = D.dumps;
@@ -605,8 +710,8 @@
       }
     };
     item("from", d.directory);
-    item("ranks loaded", `${d.loaded} (${clip(d.loaded_ranks, 300)})`);
-    item("no dump", d.missing);
+    item("ranks loaded", [`${d.loaded} (`, rankList(clipRanks(d.loaded_ranks, 300)), ")"]);
+    item("no dump", d.missing ? rankList(d.missing) : null);
     item("backend", d.backends.join(", "));
     item("format", d.versions.join(", "));
     const before = t.dump_time_exact ? "" : "not before ";
@@ -625,7 +730,7 @@
   /* ---- draw --------------------------------------------------------------------------- */
   layoutNote();
   legend();
-  drawPicture();
+  if (RUNS) drawRuns(); else drawPicture();
   wire();
   if (culprit !== null && culprit < W) show(culprit);
   chain();
