@@ -69,8 +69,9 @@ _P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER)
 class EntriesView:
     """What `-j` shows."""
 
-    # the root's group and seq ids, its culprit and peers: None when there is a root (else
-    # every entry), True when asked for (a note says so when there is no root), False never
+    # the root's group and seq ids, every member: None or True when there is a root; with none
+    # (and no `last`), each group's newest `NEWEST` seq ids under a note; False: never (every
+    # entry, or `last`)
     around_root: bool | None = None
     context: int = CONTEXT  # seq ids either side of the root's
     last: int | None = None  # each group's newest N sequence ids only
@@ -374,7 +375,8 @@ def _around_line(
     if shown < len(ranks):
         which = _left_out(ranks, columns)
     elif set(group.ranks) <= set(ranks):
-        which = f"all {len(ranks):,} ranks, identical ones in one column"
+        folded = ", identical ones in one column" if len(columns) < len(ranks) else ""
+        which = f"all {len(ranks):,} ranks{folded}"
     else:
         hidden = group.size - len(set(group.ranks) & set(ranks))
         which = (
