@@ -380,8 +380,8 @@ def _around_line(
     else:
         hidden = group.size - len(set(group.ranks) & set(ranks))
         which = (
-            f"ranks {compact(ranks)}; {hidden} other {'rank' if hidden == 1 else 'ranks'} of the "
-            "group not shown (--selected-ranks)"
+            f"ranks {_listed(compact(ranks))}; {hidden} other {'rank' if hidden == 1 else 'ranks'} "
+            "of the group not selected"
         )
     return f"around the root cause: {seq} and {context} sequence ids either side; {which}"
 

@@ -132,6 +132,13 @@ def test_every_member_of_the_roots_group_is_present_by_default(run: Run) -> None
     assert sum(len(r) for r in folded) == 8
 
 
+def test_selected_ranks_keep_their_own_columns_and_the_rest_are_counted(run: Run) -> None:
+    analysis = run(hung_at(seq=6, culprit=3))
+    text = view_of(analysis, ranks=(0, 3))
+    assert headers(text) == ["rank 0", "rank 3 (culprit)"]
+    assert "ranks 0,3; 6 other ranks of the group not selected" in text
+
+
 def test_a_long_list_of_folded_ranks_is_a_footnote(run: Run) -> None:
     """GIVEN 64 ranks, the odd ones with other sizes at #2 WHEN shown at 80 columns THEN the odd
     ranks' header counts them and points to a footnote that lists them all."""
