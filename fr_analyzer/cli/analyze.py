@@ -219,8 +219,9 @@ def analyze(
             "--just-print-entries",
             "--just_print_entries",
             help="Print the ranks' entries side by side, aligned by sequence id, cells that "
-            "deviate marked with '!', and stop (exit code as without -j). By default around "
-            "the root cause when there is one (--around-root).",
+            "deviate marked with '!', ranks with identical cells in one column, and stop (exit "
+            "code as without -j). By default around the root cause (--around-root); with none, "
+            "each group's newest 5 sequence ids.",
         ),
     ] = False,
     around_root: Annotated[
@@ -228,8 +229,8 @@ def analyze(
         typer.Option(
             "--around-root",
             help="With -j: only the root cause's group, --context sequence ids either side, "
-            "its culprit and some of its peers (the default when there is a root cause and "
-            "no --pg-filters, --last or --all-entries).",
+            "every member (the default when there is a root cause and no --pg-filters, --last "
+            "or --all-entries).",
         ),
     ] = False,
     all_entries: Annotated[

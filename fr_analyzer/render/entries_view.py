@@ -2,12 +2,14 @@
 per op aligned by sequence ids, readable at any scale.
 
 By default (when the analysis names a root cause) only the root's process group is shown, a
-few sequence ids either side of the root's, and only the culprit and some of its peers (the
-first and last few members, and any rank whose cell deviates). Every cell names ranks by their
-global rank (`send ->r5`, `recv <-r2`), never by the group-local numbers the recorder writes.
-A cell that deviates from the most common one at its sequence id (another op, other sizes,
-another state) or an op a rank never issued is marked with `MARK` (and coloured on a
-terminal); columns come in blocks that fit the width.
+few sequence ids either side of the root's, and every member of that group; with no root
+cause, each group's newest `NEWEST` sequence ids (a one-line note says how to see every entry).
+Ranks whose cells are all identical share one column headed by their ranks (`ranks 0-516,
+518-1023`), so that a job of any size fits the width when its ranks agree; a culprit keeps a
+column of its own. Every cell names ranks by their global rank (`send ->r5`, `recv <-r2`), never
+by the group-local numbers the recorder writes. A cell that deviates from the most common one at
+its sequence id (another op, other sizes, another state) or an op a rank never issued is marked
+with `MARK` (and coloured on a terminal); columns come in blocks that fit the width.
 """
 
 from __future__ import annotations
@@ -40,10 +42,16 @@ LEGEND = (
 )
 CONTEXT = 3
 """Sequence ids shown either side of the root's, by default."""
-PEERS = 3
-"""Around the root: members shown from each end of the group besides the culprit."""
-DEVIATING_SHOWN = 8
-"""Around the root: most ranks shown because one of their cells deviates."""
+NEWEST = 5
+"""With no root cause and no `--all-entries` or `--last`: each group's newest sequence ids shown."""
+FOLDED_SHOWN = 12
+"""Most columns (after folding identical ranks) shown of a group: past it, the culprits' columns,
+the columns of the most ranks and those with a deviating cell come first, and a line says how
+many ranks are left out."""
+HEADER_CHARS = 32
+"""A folded column's header lists its ranks up to this length; a longer list is a footnote."""
+WRAPPED_CHARS = 20
+"""Narrowest a column's cells are wrapped to so that every column fits the width side by side."""
 GROUPS_NAMED = 12
 """Groups listed by name when `--pg-filters` matches none."""
 SHOWN_FRAMES = 6
@@ -61,8 +69,9 @@ _P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER)
 class EntriesView:
     """What `-j` shows."""
 
-    # the root's group and seq ids, its culprit and peers: None when there is a root (else
-    # every entry), True when asked for (a note says so when there is no root), False never
+    # the root's group and seq ids, every member: None or True when there is a root; with none
+    # (and no `last`), each group's newest `NEWEST` seq ids under a note; False: never (every
+    # entry, or `last`)
     around_root: bool | None = None
     context: int = CONTEXT  # seq ids either side of the root's
     last: int | None = None  # each group's newest N sequence ids only
@@ -76,6 +85,15 @@ class EntriesView:
 class _Cell:
     text: str
     deviates: bool
+
+
+@dataclass(frozen=True)
+class _Column:
+    """Ranks whose cells are identical in every row shown, as one column."""
+
+    ranks: tuple[int, ...]  # sorted
+    cells: tuple[_Cell, ...]  # one per row, in the rows' order
+    culprit: bool  # the culprit's column (culprits never fold with their peers)
 
 
 Key = tuple[int, int, int, int]
@@ -98,8 +116,12 @@ def render_styled(
     culprits = set(root.ranks) if root is not None else set()
     out = Text()
     around = view.around_root is not False and root is not None and root.group is not None
-    if view.around_root and not around:
-        out.append("no root cause found: every entry is shown\n\n")
+    last = view.last
+    if view.around_root is not False and not around and last is None:
+        # a healthy job of 1,024 ranks has millions of entries: its newest few are what one reads
+        last = NEWEST
+        out.append(_wrapped(_newest_note(root), view.width), "dim")
+        out.append("\n")
     chosen = [root.group] if around and root is not None and root.group is not None else None
     if chosen is None:
         chosen = list(_filtered(groups, view.pg_filters))
@@ -110,19 +132,23 @@ def render_styled(
         firsts = _firsts(table, rows, p2p_like)
         if around and root is not None:
             rows = _window(table, rows, root, view.context)
+        if last is not None:
+            rows = _newest(table, rows, p2p_like, last)
         cells = _cells(table, rows, group, p2p_like, view.stack, culprits)
-        if view.last is not None:
-            cells = _newest(cells, view.last)
-        columns = _columns(group, cells, firsts, view, culprits if around else None)
-        if not columns or not cells:
+        ranks = _columns(group, cells, firsts, view, culprits if around else None)
+        if not ranks or not cells:
             continue
-        grid = _grid(cells, columns, firsts)
-        marked |= any(c.deviates for row in grid.values() for c in row)
-        out.append(f"== {describe_group(group)} (membership from {group.source.value})", "bold")
-        out.append("\n")
+        folded = _fold(_grid(cells, ranks, firsts), ranks, culprits)
+        columns = _capped(folded)
+        marked |= any(c.deviates for column in columns for c in column.cells)
+        title = f"== {describe_group(group)} (membership from {group.source.value})"
+        out.append(_wrapped(title, view.width), "bold")
         if around and root is not None:
-            out.append(_wrapped(_around_line(group, root, columns, view.context), view.width))
-        out.append_text(_blocks(grid, columns, culprits, view.width))
+            line = _around_line(group, root, ranks, columns, view.context)
+            out.append(_wrapped(line, view.width))
+        elif len(columns) < len(folded):
+            out.append(_wrapped(_left_out(ranks, columns), view.width))
+        out.append_text(_blocks(list(cells), columns, view.width, wrap=not view.stack))
         out.append("\n")
     if not out.plain.strip():
         return Text("no entries match the filters\n")
@@ -229,11 +255,27 @@ def _most_common(
     return max(counts, key=lambda sig: (counts[sig], sig not in held))
 
 
-def _newest(cells: dict[Key, dict[int, _Cell]], last: int) -> dict[Key, dict[int, _Cell]]:
-    """The rows of the newest `last` sequence ids (collective and p2p ids counted apart)."""
-    labels = list(dict.fromkeys(_label(k) for k in cells))
-    kept = set(labels[-last:]) if last > 0 else set()
-    return {k: v for k, v in cells.items() if _label(k) in kept}
+def _newest(
+    table: EntryTable, rows: npt.NDArray[np.intp], p2p_like: npt.NDArray[np.bool_], last: int
+) -> npt.NDArray[np.intp]:
+    """The rows of the newest `last` sequence ids, in the rows' order (collective and p2p ids
+    counted apart); chosen before any cell is made, as a healthy job has millions."""
+    if not len(rows) or last <= 0:
+        return rows[:0]
+    coll, p2p = table.coll_seq[rows], table.p2p_seq[rows]
+    is_p2p = p2p_like[rows]
+    keys = np.unique(np.stack([coll, p2p, is_p2p.astype(coll.dtype)], axis=1), axis=0)
+    labels = dict.fromkeys((bool(i), int(p) if i else int(c)) for c, p, i in keys.tolist())
+    kept = list(labels)[-last:]
+    kept_coll = np.array([s for p2p_id, s in kept if not p2p_id], dtype=coll.dtype)
+    kept_p2p = np.array([s for p2p_id, s in kept if p2p_id], dtype=p2p.dtype)
+    mask = np.where(is_p2p, np.isin(p2p, kept_p2p), np.isin(coll, kept_coll))
+    return rows[mask]
+
+
+def _newest_note(root: RootCause | None) -> str:
+    what = "no root cause" if root is None else "no group at the root cause"
+    return f"{what}: each group's newest {NEWEST} sequence ids; every entry: --all-entries"
 
 
 def _label(key: Key) -> str:
@@ -248,23 +290,16 @@ def _columns(
     view: EntriesView,
     culprits: set[int] | None,
 ) -> list[int]:
-    """The ranks shown, in order. Around the root (`culprits` given): the culprits, the first
-    and last few other members and up to `DEVIATING_SHOWN` ranks with a deviating cell; else
-    every rank with entries. `--selected-ranks` overrides both."""
+    """The ranks shown, in order, before identical ones fold: around the root (`culprits`
+    given), every member of the root's group and any other rank with entries there; else every
+    rank with entries. `--selected-ranks` keeps only its ranks of either."""
     present = {rank for row in cells.values() for rank in row} | set(firsts)
+    if culprits is not None:
+        present |= set(group.ranks)
     if view.ranks is not None:
         wanted = set(view.ranks)
-        return sorted(r for r in present | (set(group.ranks) & (culprits or set())) if r in wanted)
-    if culprits is None:
-        return sorted(present)
-    members = [r for r in group.ranks if r not in culprits]
-    shown = set(group.ranks) & culprits
-    shown |= set(members[:PEERS]) | set(members[-PEERS:])
-    odd = {r for row in cells.values() for r, c in row.items() if c.deviates}
-    odd |= {r for r in group.ranks if any(_never(k, r, cells, firsts) for k in cells)}
-    deviating = sorted(odd)
-    shown |= set([r for r in deviating if r not in shown][:DEVIATING_SHOWN])
-    return sorted(shown)
+        return sorted(r for r in present if r in wanted)
+    return sorted(present)
 
 
 def _never(key: Key, rank: int, cells: dict[Key, dict[int, _Cell]], firsts: dict[int, Key]) -> bool:
@@ -289,55 +324,136 @@ def _grid(
     }
 
 
-def _around_line(group: Group, root: RootCause, columns: list[int], context: int) -> str:
+def _fold(grid: dict[Key, list[_Cell]], ranks: list[int], culprits: set[int]) -> list[_Column]:
+    """One column per set of ranks whose cells are identical in every row (a culprit's only
+    with other culprits'), in the order of their first ranks."""
+    folded: dict[tuple[bool, tuple[_Cell, ...]], list[int]] = {}
+    for i, rank in enumerate(ranks):
+        cells = tuple(row[i] for row in grid.values())
+        folded.setdefault((rank in culprits, cells), []).append(rank)
+    return [
+        _Column(tuple(members), cells, culprit)
+        for (culprit, cells), members in sorted(folded.items(), key=lambda kv: kv[1][0])
+    ]
+
+
+def _capped(columns: list[_Column]) -> list[_Column]:
+    """At most `FOLDED_SHOWN` columns: the culprits', then the one of the most ranks (what
+    most ranks did), then those with a deviating cell, then the rest; the most ranks first."""
+    if len(columns) <= FOLDED_SHOWN:
+        return columns
+    most = max(columns, key=lambda c: len(c.ranks))
+
+    def priority(column: _Column) -> tuple[bool, bool, bool, int]:
+        deviates = any(c.deviates for c in column.cells)
+        return (not column.culprit, column is not most, not deviates, -len(column.ranks))
+
+    kept = {id(c) for c in sorted(columns, key=priority)[:FOLDED_SHOWN]}
+    return [c for c in columns if id(c) in kept]
+
+
+def _left_out(ranks: list[int], columns: list[_Column]) -> str:
+    """Which ranks the columns show when `_capped` left some out, and how to see the rest."""
+    shown = {r for c in columns for r in c.ranks}
+    hidden = [r for r in ranks if r not in shown]
+    some = "rank" if len(hidden) == 1 else "ranks"
+    return (
+        f"ranks {_listed(compact(shown))} shown; {len(hidden):,} other {some} with other cells "
+        f"not shown (--selected-ranks {_listed(compact(hidden))})"
+    )
+
+
+def _around_line(
+    group: Group, root: RootCause, ranks: list[int], columns: list[_Column], context: int
+) -> str:
     """What part of the group is shown around the root."""
     if root.collective_seq_id is None and root.p2p_seq_id is not None:
         seq = f"p2p #{root.p2p_seq_id}"
     else:
         seq = f"collective #{root.collective_seq_id}"
-    hidden = group.size - len(columns)
-    others = (
-        f"; {hidden} other {'rank' if hidden == 1 else 'ranks'} of the group not shown "
-        "(--selected-ranks, or --all-entries for everything)"
-        if hidden > 0
-        else ""
-    )
-    return (
-        f"around the root cause: {seq} and {context} sequence ids either side; "
-        f"ranks {compact(columns)}{others}"
-    )
+    shown = sum(len(c.ranks) for c in columns)
+    if shown < len(ranks):
+        which = _left_out(ranks, columns)
+    elif set(group.ranks) <= set(ranks):
+        folded = ", identical ones in one column" if len(columns) < len(ranks) else ""
+        which = f"all {len(ranks):,} ranks{folded}"
+    else:
+        hidden = group.size - len(set(group.ranks) & set(ranks))
+        which = (
+            f"ranks {_listed(compact(ranks))}; {hidden} other {'rank' if hidden == 1 else 'ranks'} "
+            "of the group not selected"
+        )
+    return f"around the root cause: {seq} and {context} sequence ids either side; {which}"
 
 
-def _blocks(
-    grid: dict[Key, list[_Cell]], columns: list[int], culprits: set[int], width: int
-) -> Text:
-    """The table in blocks of columns, each at most `width` wide where a column fits."""
-    headers = [f"rank {r} (culprit)" if r in culprits else f"rank {r}" for r in columns]
-    shown = {key: [_shown(c) for c in row] for key, row in grid.items()}
-    labels = {key: _label(key) for key in grid}
+def _header(column: _Column, notes: list[str]) -> str:
+    """`rank 5`, `ranks 0-4,6-7` or, for a list longer than `HEADER_CHARS`, `512 ranks [a]`
+    with the list added to `notes` (printed under the table)."""
+    ranks = compact(column.ranks)
+    many = len(column.ranks) > 1
+    header = f"ranks {ranks}" if many else f"rank {ranks}"
+    if len(header) > HEADER_CHARS:
+        mark = f"[{_letters(len(notes))}]"
+        notes.append(f"{mark} ranks {ranks.replace(',', ', ')}")
+        header = f"{len(column.ranks):,} ranks {mark}"
+    if column.culprit:
+        header += " (culprits)" if many else " (culprit)"
+    return header
+
+
+def _letters(n: int) -> str:
+    """0 → a, 25 → z, 26 → aa: footnote marks."""
+    out = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        out = chr(ord("a") + r) + out
+    return out
+
+
+def _blocks(keys: list[Key], columns: list[_Column], width: int, wrap: bool) -> Text:
+    """The table in blocks of columns, each at most `width` wide where a column fits; with
+    `wrap`, cells are wrapped (down to `WRAPPED_CHARS`) so that as many columns as can share a
+    block do, all of them where they fit."""
+    notes: list[str] = []
+    headers = [_header(c, notes) for c in columns]
+    shown = {key: [_shown(c.cells[k]) for c in columns] for k, key in enumerate(keys)}
+    grid = {key: [c.cells[k] for c in columns] for k, key in enumerate(keys)}
+    culprit = [c.culprit for c in columns]
+    labels = {key: _label(key) for key in keys}
     seq_w = max([3, *(len(s) for s in labels.values())])
-    widths = [
-        max([len(h), *(len(line) for row in shown.values() for line in row[i].splitlines())])
-        for i, h in enumerate(headers)
+    widths = _widths([[h] for h in headers], shown)
+    floors = [max([WRAPPED_CHARS, *(len(w) for w in h.split())]) for h in headers]
+    blocks = _packed(widths, floors if wrap else widths, width - seq_w)
+    if wrap:
+        room = width - seq_w
+        for block in blocks:
+            fitted = _fitted(
+                [widths[i] for i in block],
+                [floors[i] for i in block],
+                room - len(GAP) * len(block),
+            )
+            for i, w in zip(block, fitted or [], strict=False):
+                widths[i] = w
+        shown = {
+            key: [_wrap_cell(text, w) for text, w in zip(row, widths, strict=True)]
+            for key, row in shown.items()
+        }
+    head = [
+        textwrap.wrap(h, w, break_long_words=False) for h, w in zip(headers, widths, strict=True)
     ]
-    blocks: list[list[int]] = [[]]
-    used = seq_w
-    for i, w in enumerate(widths):
-        if blocks[-1] and used + len(GAP) + w > width:
-            blocks.append([])
-            used = seq_w
-        blocks[-1].append(i)
-        used += len(GAP) + w
+    widths = _widths(head, shown)  # as wide as what the wrapped cells hold
     out = Text()
     for n, block in enumerate(blocks):
         if len(blocks) > 1:
-            out.append(f"-- ranks {compact([columns[i] for i in block])}", "dim")
+            out.append(f"-- ranks {_block_ranks([columns[i] for i in block])}", "dim")
             out.append(f" ({n + 1} of {len(blocks)})\n", "dim")
-        line = Text("seq".ljust(seq_w))
-        for i in block:
-            style = "bold yellow" if columns[i] in culprits else ""
-            line.append(GAP + headers[i].ljust(widths[i]), style)
-        out.append_text(_ended(line))
+        for k in range(max(len(head[i]) for i in block)):
+            line = Text(("seq" if k == 0 else "").ljust(seq_w))
+            for i in block:
+                text = head[i][k] if k < len(head[i]) else ""
+                line.append(GAP + text.ljust(widths[i]), "bold yellow" if culprit[i] else "")
+            out.append_text(_ended(line))
         dashes = "-" * seq_w + "".join(GAP + "-" * widths[i] for i in block)
         out.append(dashes + "\n")
         for key, row in grid.items():
@@ -350,7 +466,62 @@ def _blocks(
                 out.append_text(_ended(line))
         if n + 1 < len(blocks):
             out.append("\n")
+    for note in notes:
+        out.append(_wrapped(note, width), "dim")
     return out
+
+
+def _widths(head: list[list[str]], shown: dict[Key, list[str]]) -> list[int]:
+    return [
+        max([*map(len, lines), *(len(ln) for row in shown.values() for ln in row[i].splitlines())])
+        for i, lines in enumerate(head)
+    ]
+
+
+def _packed(widths: list[int], floors: list[int], room: int) -> list[list[int]]:
+    """Columns in blocks, in order: each block as many columns as fit `room` at their floors
+    (at least one)."""
+    blocks: list[list[int]] = [[]]
+    used = 0
+    for i, floor in enumerate(floors):
+        need = len(GAP) + min(widths[i], floor)
+        if blocks[-1] and used + need > room:
+            blocks.append([])
+            used = 0
+        blocks[-1].append(i)
+        used += need
+    return blocks
+
+
+def _fitted(widths: list[int], floors: list[int], room: int) -> list[int] | None:
+    """Column widths no wider than `widths` nor narrower than `floors` that sum to at most
+    `room`, the widest cut first; None where even the floors do not fit."""
+    if sum(min(w, f) for w, f in zip(widths, floors, strict=True)) > room:
+        return None
+    for cap in range(max(widths), 0, -1):
+        fitted = [min(w, max(cap, f)) for w, f in zip(widths, floors, strict=True)]
+        if sum(fitted) <= room:
+            return fitted
+    return None
+
+
+def _wrap_cell(text: str, width: int) -> str:
+    return "\n".join(
+        part
+        for line in text.splitlines()
+        for part in (textwrap.wrap(line, width, break_on_hyphens=False) or [""])
+    )
+
+
+def _block_ranks(columns: list[_Column]) -> str:
+    return _listed(compact(r for c in columns for r in c.ranks))
+
+
+def _listed(ranks: str) -> str:
+    """A compact rank list cut after `HEADER_CHARS` characters, at a comma."""
+    if len(ranks) <= HEADER_CHARS:
+        return ranks
+    return f"{ranks[:HEADER_CHARS].rpartition(',')[0]},..."
 
 
 def _wrapped(text: str, width: int) -> str:

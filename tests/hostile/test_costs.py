@@ -142,8 +142,9 @@ def test_every_output_of_a_memo_bombed_job_stays_small(
         run = fr("-d", str(memo_bomb), "--workers", "1", "-j", "--print-stack-trace")
         assert run.code in (0, 1) and len(run.out) < SMALL  # -j: the verdict's exit code
         # rank 1's refused entries are not printed: it is the culprit (it has no usable dump),
-        # so -j around the root gives it a column, with nothing in it
-        assert "rank 0" in run.out and "xxxxxxxx" not in run.out
+        # so -j around the root gives it a column, with nothing in it, beside its peers' one
+        assert "ranks 0,2-3" in run.out and "rank 1 (culprit)" in run.out
+        assert "xxxxxxxx" not in run.out
         return
     if output == "timeline":
         run = fr("timeline", "-d", str(memo_bomb), "--workers", "1", "-o", str(where))
