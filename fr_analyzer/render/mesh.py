@@ -1,11 +1,13 @@
 """The job's mesh, read from its process groups: which families of groups split the ranks into
 evenly spaced runs that nest like a mixed-radix number (Megatron's tp inside dp inside pp). The
-HTML report lays its picture of the ranks out on it."""
+HTML report lays its picture of the ranks out on it, or, past a few hundred ranks, folds
+neighbours that stand alike into one cell (`fold_runs`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..model.groups import GroupTable
 from ..model.records import Group
@@ -79,3 +81,29 @@ def _evenly_split(members: Sequence[Group], world: int) -> tuple[int, int] | Non
             return None
         starts.add(start)
     return (stride, size) if len(starts) == len(members) else None
+
+
+FOLD_RANKS = 256
+"""Past this many ranks the picture folds neighbours that stand alike into one cell..."""
+FOLD_GAIN = 4
+"""...where that makes at least this many times fewer cells (else the mesh says more)."""
+
+
+def fold_runs(ranks: dict[str, Any], world: int) -> list[list[int]] | None:
+    """Runs `[first, last]` of neighbouring ranks that stand alike (the same spot, blocked in
+    the same op, the same newest op, waiting for the same ranks), which the picture draws as
+    one cell each; None when the job is small enough for a cell per rank (`FOLD_RANKS`), or
+    when its ranks stand too unlike their neighbours for folding to pay (`FOLD_GAIN`)."""
+    if world <= FOLD_RANKS:
+        return None
+    columns = (ranks["spot"], ranks["blocked"], ranks["newest"], ranks["waits"])
+    runs: list[list[int]] = []
+    previous: tuple[int, ...] | None = None
+    for rank in range(world):
+        key = tuple(column[rank] for column in columns)
+        if key == previous:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+        previous = key
+    return runs if len(runs) * FOLD_GAIN <= world else None

@@ -35,7 +35,7 @@ from ..diagnosis.positions import OpRef, same_op_stacks
 from ..model.ranks import compact, label
 from ..model.records import Status, seq_id
 from ..pipeline import Analysis
-from .mesh import UNSPANNED, infer_mesh
+from .mesh import UNSPANNED, fold_runs, infer_mesh
 from .output import write_atomic
 from .presentation import (
     confidence_line,
@@ -59,10 +59,6 @@ WAIT_TARGETS_SHOWN = 8
 """Rank lists that others wait for, listed under the wait chain with how many wait for each."""
 RANK_LIST_CHARS = 400
 """Longest rank list a table cell shows (the JSON report has every rank)."""
-FOLD_RANKS = 256
-"""Past this many ranks the picture folds neighbours that stand alike into one cell..."""
-FOLD_GAIN = 4
-"""...where that makes at least this many times fewer cells (else the mesh says more)."""
 STACK_DEPTH = 8
 """Innermost frames of the peers' stacks set beside the culprit's (the analysis' default)."""
 
@@ -201,26 +197,6 @@ def _ranks_data(analysis: Analysis, world: int, strings: _Strings) -> dict[str, 
         "host": hosts,
         "behind_root": compact(analysis.diagnosis.behind_root),
     }
-
-
-def fold_runs(ranks: dict[str, Any], world: int) -> list[list[int]] | None:
-    """Runs `[first, last]` of neighbouring ranks that stand alike (the same spot, blocked in
-    the same op, the same newest op, waiting for the same ranks), which the picture draws as
-    one cell each; None when the job is small enough for a cell per rank (`FOLD_RANKS`), or
-    when its ranks stand too unlike their neighbours for folding to pay (`FOLD_GAIN`)."""
-    if world <= FOLD_RANKS:
-        return None
-    columns = (ranks["spot"], ranks["blocked"], ranks["newest"], ranks["waits"])
-    runs: list[list[int]] = []
-    previous: tuple[int, ...] | None = None
-    for rank in range(world):
-        key = tuple(column[rank] for column in columns)
-        if key == previous:
-            runs[-1][1] = rank
-        else:
-            runs.append([rank, rank])
-        previous = key
-    return runs if len(runs) * FOLD_GAIN <= world else None
 
 
 def _positions_data(d: Diagnosis, strings: _Strings) -> list[list[Any]]:

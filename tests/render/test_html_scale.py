@@ -16,13 +16,8 @@ import pytest
 from benchmarks.gen import Spec, generate
 from fr_analyzer import analyze
 from fr_analyzer.pipeline import Analysis, Options
-from fr_analyzer.render.report_html import (
-    FOLD_RANKS,
-    fold_runs,
-    page_data,
-    render_html,
-    wrap_ranks,
-)
+from fr_analyzer.render.mesh import FOLD_RANKS, fold_runs
+from fr_analyzer.render.report_html import page_data, render_html, wrap_ranks
 from tests.builders import make_dump, make_entry, renumber, write_dumps
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
