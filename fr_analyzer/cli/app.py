@@ -30,7 +30,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
@@ -104,7 +104,7 @@ class SectionedHelp(typer.core.TyperGroup):
 
 app = typer.Typer(
     cls=SectionedHelp,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -157,7 +157,8 @@ def run(argv: Sequence[str]) -> int:
 
 def _run(argv: Sequence[str]) -> int:
     try:
-        group = typer.main.get_group(app)
+        # the command with the completion options typer adds (`--install-completion`)
+        group = cast("compat.Command", typer.main.get_command(app))
         args = compat.translate(argv, group)
         code = app(args=args, standalone_mode=False, prog_name="fr-analyze")
     except typer.Exit as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -738,3 +739,22 @@ def test_every_command_has_help_text() -> None:
         assert command.help and command.short_help, name
         for param in command.params:
             assert getattr(param, "help", None), f"{name} {param.name}"
+
+
+def test_install_completion_writes_the_users_shell_completion(tmp_path: Path) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "SHELL": "/bin/bash",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "fr_analyzer", "--install-completion"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    script = (tmp_path / ".bash_completions" / "fr-analyze.sh").read_text()
+    assert "_fr_analyze_completion" in script
+    assert ".bash_completions/fr-analyze.sh" in (tmp_path / ".bashrc").read_text()
