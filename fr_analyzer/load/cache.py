@@ -30,7 +30,7 @@ import stat
 import struct
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +270,7 @@ def _encode(header: RankDump, tables: RankTables, columns: Mapping[str, np.ndarr
         elif f.name == "claims_set_aside":
             value = sorted(value)
         head[f.name] = value
-    table = asdict(tables)
+    table = {f.name: getattr(tables, f.name) for f in fields(RankTables)}  # tuples: lists
     layout = []
     offset = 0
     arrays = []
