@@ -81,8 +81,11 @@ def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
 def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[Cluster]:
     """The cluster at `address` (None: a running local one, else one started here) for the
     time of the `with` block; Ray is shut down (this driver disconnected, a cluster started
-    here stopped) when it ends, whatever happens in it."""
+    here stopped) when it ends, whatever happens in it. A process already connected is
+    refused: leaving would cut its own connection."""
     ray = import_ray()
+    if ray.is_initialized():  # this process is a driver already: not ours to join or leave
+        raise ClusterError("this process is already connected to a Ray cluster")
     started = False
     try:
         if address is not None:

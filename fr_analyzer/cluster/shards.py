@@ -26,7 +26,7 @@ import numpy as np
 from ..load import Directory, DumpFile, RankDump, RankTables, Remote, Source, load_all
 from ..model.records import UnreadableDump
 from ..pipeline import Sink
-from .connect import Cluster, import_ray
+from .connect import Cluster, ClusterError, import_ray
 
 if TYPE_CHECKING:
     from ..pipeline import Options
@@ -121,6 +121,8 @@ class RayEngine:
         """Read every file on the cluster; the shards taken in file order, each rank handed
         to `sink` as one process hands it."""
         ray = import_ray()
+        if not ray.is_initialized():  # else Ray would start a cluster of its own, unasked
+            raise ClusterError("the connection to the Ray cluster was closed before the read")
         task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(read_shard)
         size = self.shard or shard_size(len(files), self.cluster.cpus)
         pieces = [list(files[i : i + size]) for i in range(0, len(files), size)]

@@ -108,19 +108,32 @@ def test_the_command_line_joins_the_cluster_and_exits_as_one_process_does(head: 
     assert "Traceback" not in on_ray.stderr
 
 
-def test_a_cluster_that_does_not_answer_is_one_line_and_exit_2(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_a_cluster_that_does_not_answer_is_one_error_and_exit_2() -> None:
+    # in a process of its own: this one may be a driver of the module's cluster already
     silent = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
-    code = run(["-d", str(SAMPLES / "nccl_healthy"), "--engine", "ray", "--ray-address", silent])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert len(err.strip().splitlines()) == 2  # the error and its hint
-    assert err.splitlines()[0].endswith(
+    command = [sys.executable, "-m", "fr_analyzer", "-d", str(SAMPLES / "nccl_healthy")]
+    done = subprocess.run(
+        [*command, "--engine", "ray", "--ray-address", silent],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **QUIET},
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 2  # the error and its hint
+    assert done.stderr.splitlines()[0].endswith(
         f"the Ray cluster at {silent} does not answer (Connection refused)"
     )
     assert time.monotonic() - started < 30
+
+
+def test_a_process_already_connected_is_not_connected_again(cluster: Cluster) -> None:
+    from fr_analyzer.cluster import ClusterError
+
+    with pytest.raises(ClusterError, match="already connected"), connect(None):
+        pass
+    assert ray.is_initialized()  # the module's connection is left as it was
 
 
 def test_ray_not_installed_says_how_to_install_it(
