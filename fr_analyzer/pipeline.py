@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
-
-import numpy as np
 
 from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
@@ -26,6 +24,7 @@ from .load import (
     DumpFile,
     PythonStacks,
     RankCache,
+    RankSink,
     Remote,
     Source,
     TableBuilder,
@@ -61,10 +60,6 @@ REMOTE_WORKERS = 8
 time), unless `Options.workers` says otherwise."""
 
 
-Sink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
-"""`sink(rank, columns)`: a rank read (its header and tables) and its columns, in file order."""
-
-
 class Engine(Protocol):
     """Where the ranks' files are read: this process and its workers (`InProcess`), or a
     cluster (`fr_analyzer.cluster`). Every engine reads each file with the same loader and
@@ -86,7 +81,7 @@ class Engine(Protocol):
         files: Sequence[DumpFile],
         options: Options,
         progress: Callable[[int, int], None] | None,
-        sink: Sink,
+        sink: RankSink,
     ) -> tuple[list[RankDump], list[UnreadableDump]]:
         """Read every file (`progress(done, total)` counts ranks): the ranks read (headers,
         in file order) and those that could not be."""
@@ -110,7 +105,7 @@ class InProcess:
         files: Sequence[DumpFile],
         options: Options,
         progress: Callable[[int, int], None] | None,
-        sink: Sink,
+        sink: RankSink,
     ) -> tuple[list[RankDump], list[UnreadableDump]]:
         """Read every file in this process's workers."""
         return dumps_mod.load_all(
@@ -260,7 +255,7 @@ def _read(
     builder = TableBuilder(ranks_hint=len(files))
 
     def read(
-        some: Sequence[DumpFile], progress: Callable[[int, int], None] | None, sink: Sink
+        some: Sequence[DumpFile], progress: Callable[[int, int], None] | None, sink: RankSink
     ) -> tuple[list[RankDump], list[UnreadableDump]]:
         return engine.read(some, options, progress, sink)
 

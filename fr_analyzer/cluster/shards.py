@@ -23,9 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..load import Directory, DumpFile, RankDump, RankTables, Remote, Source, load_all
+from ..load import (
+    Directory,
+    DumpFile,
+    RankDump,
+    RankSink,
+    RankTables,
+    Remote,
+    Source,
+    load_all,
+)
 from ..model.records import UnreadableDump
-from ..pipeline import Sink
 from .connect import Cluster, ClusterError, import_ray
 
 if TYPE_CHECKING:
@@ -116,7 +124,7 @@ class RayEngine:
         files: Sequence[DumpFile],
         options: Options,
         progress: Callable[[int, int], None] | None,
-        sink: Sink,
+        sink: RankSink,
     ) -> tuple[list[RankDump], list[UnreadableDump]]:
         """Read every file on the cluster; the shards taken in file order, each rank handed
         to `sink` as one process hands it."""

@@ -56,7 +56,7 @@ from __future__ import annotations
 from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
 from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
-from .cache import RankCache
+from .cache import RankCache, RankSink
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
 from .formats.table import TableBuilder
@@ -102,6 +102,7 @@ __all__ = [
     "RankCache",
     "RankColumns",
     "RankDump",
+    "RankSink",
     "RankTables",
     "Reader",
     "Remote",

@@ -52,9 +52,11 @@ DEFAULT_MAX_BYTES = 2 << 30
 """The cache's size bound by default (2 GiB: about 35 M entries at ~60 bytes each)."""
 SUFFIX = ".rank"
 
-Sink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
+RankSink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
+"""`sink(rank, columns)`: a rank read (its header and tables) and its columns, in file order:
+what every reader of ranks (`load_all`, a cluster's engine, this cache) hands on."""
 Read = Callable[
-    [Sequence[DumpFile], Callable[[int, int], None] | None, Sink],
+    [Sequence[DumpFile], Callable[[int, int], None] | None, RankSink],
     tuple[list[RankDump], list[UnreadableDump]],
 ]
 
@@ -81,7 +83,7 @@ class RankCache:
         read: Read,
         files: Sequence[DumpFile],
         progress: Callable[[int, int], None] | None,
-        sink: Sink,
+        sink: RankSink,
         salt: str,
     ) -> tuple[list[RankDump], list[UnreadableDump]]:
         """Every rank, in file order, handed to `sink`: from the cache where it is kept, else
@@ -111,7 +113,7 @@ class RankCache:
             hit = hits.get(i)
             kept = None
             if hit is not None:
-                kept = _load(hit.path, members)
+                kept = _load(hit.path, members, dump_file.rank)
                 if kept is not None:
                     self.hits += 1
                     with contextlib.suppress(OSError):
@@ -136,7 +138,9 @@ class RankCache:
         self._trim()
         return loaded, unreadable
 
-    def _keeping(self, sink: Sink, files: Sequence[DumpFile], keys: list[str | None]) -> Sink:
+    def _keeping(
+        self, sink: RankSink, files: Sequence[DumpFile], keys: list[str | None]
+    ) -> RankSink:
         """`sink`, each rank also kept under its file's key."""
         key_of = {f.rank: k for f, k in zip(files, keys, strict=True) if k}
 
@@ -290,14 +294,17 @@ def _json(value: Any) -> bytes:
 
 
 def _load(
-    path: Path, members: dict[tuple[int, ...], tuple[int, ...]]
+    path: Path, members: dict[tuple[int, ...], tuple[int, ...]], rank: int
 ) -> tuple[RankDump, RankTables, dict[str, np.ndarray]] | None:
-    """The rank kept in `path`, or None where it does not read back whole (then dropped)."""
+    """Rank `rank` as kept in `path`, or None where it does not read back whole, or is not
+    that rank (then dropped)."""
     try:
         with open(path, "rb", opener=_no_follow) as stream:
             data = stream.read()
         got = _decode(data, members)
     except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error):
+        got = None
+    if got is not None and got[0].rank != rank:
         got = None
     if got is None:
         with contextlib.suppress(OSError):
@@ -315,6 +322,30 @@ def _members(ranks: list[Any], members: dict[tuple[int, ...], tuple[int, ...]]) 
             raise TypeError("a member is not a rank number")
         found = members[key] = key
     return found
+
+
+_PLAIN: dict[str, tuple[type, ...]] = {
+    "rank": (int,),
+    "file": (str,),
+    "version": (str,),
+    "comm_lib_version": (str,),
+    "pg_config_usable": (bool,),
+    "wrapped": (bool,),
+    "fallback": (str,),
+    "entries": (int,),
+    "dialect": (str,),
+    "file_time_ns": (int, type(None)),
+    "name_time_ns": (int, type(None)),
+    "host": (str, type(None)),
+}
+"""The header's plain fields and the types each may hold: a kept rank whose JSON holds
+anything else does not read back (a miss), rather than failing a later stage."""
+
+
+def _plain_fields_fit(header: RankDump) -> bool:
+    return all(isinstance(getattr(header, name), kinds) for name, kinds in _PLAIN.items()) and all(
+        isinstance(w, str) for w in header.warnings
+    )
 
 
 def _decode(
@@ -341,6 +372,8 @@ def _decode(
     head["warnings"] = tuple(head["warnings"])
     head["groups"] = [(str(n), str(d)) for n, d in head["groups"]]
     header = RankDump(**head, tables=None, columns=None)
+    if not _plain_fields_fit(header):
+        return None
     t = doc["tables"]
     tables = RankTables(
         ops=[str(v) for v in t["ops"]],

@@ -3,9 +3,11 @@ same report, and trusts nothing it did not write itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 
 from fr_analyzer.cli.app import run
 from fr_analyzer.load import Directory, RankCache
+from fr_analyzer.load import cache as cache_mod
 from fr_analyzer.pipeline import Options, analyze
 from fr_analyzer.render.report_json import report_dict
 
@@ -119,3 +122,30 @@ def test_the_command_keeps_ranks_in_the_xdg_cache_and_no_cache_keeps_none(
     assert run(["-d", str(job)]) == 1
     assert len(list((tmp_path / "xdg" / "fr-analyze" / "ranks").iterdir())) == 16
     assert run(["-d", str(job)]) == 1
+
+
+def _tampered(path: Path, change: Any) -> None:
+    """Rewrite the JSON line of the kept rank in `path` with `change(header)` applied."""
+    data = path.read_bytes()
+    at = len(cache_mod.MAGIC)
+    (length,) = struct.unpack_from("<Q", data, at)
+    doc = json.loads(data[at + 8 : at + 8 + length])
+    change(doc["header"])
+    text = json.dumps(doc).encode()
+    path.write_bytes(
+        cache_mod.MAGIC + struct.pack("<Q", len(text)) + text + data[at + 8 + length :]
+    )
+
+
+def test_a_kept_rank_with_odd_values_or_another_ranks_number_is_a_miss_not_a_failure(
+    job: Path, tmp_path: Path
+) -> None:
+    _report(job, RankCache(tmp_path / "cache"))
+    kept = sorted((tmp_path / "cache").iterdir())
+    _tampered(kept[0], lambda h: h.update(rank=h["rank"] + 1))  # another rank's number
+    _tampered(kept[1], lambda h: h.update(entries="many"))  # a value of the wrong type
+    _tampered(kept[2], lambda h: h.update(warnings=[1, 2]))
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == _report(job, None)
+    assert again.hits == len(kept) - 3
+    assert again.stored == 3  # read from their dumps, and kept again
