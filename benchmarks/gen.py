@@ -23,8 +23,11 @@ Bytes (`--writer`, every way a user's dumps reach fr-analyze; tools/frsim/writer
   real dumps are;
 - `pickle`: `pickle.dumps(protocol=4)` of the same objects, which loads to the same objects but
   memoizes every tuple and container;
+- `pickle2`: the same with protocol 2, as an older script re-saves a dump (no framing);
 - `json`: the layout of PyTorch's `_dump_fr_trace_json` (sorted keys, compact, no frames,
   process_group a list, unset times 0, pg_status values strings);
+- `pyjson`: `json.dump` of what `pickle.load` gives (a dump re-saved by a script): default
+  spacing, the pickle's key order, frames kept, unset times null;
 - `gz`: the `torch` pickle, gzip-compressed, in files named `<prefix><rank>.gz`.
 `--pickler torch|python` is a deprecated alias of `--writer torch|pickle`.
 `--frames shared` (default, as torch writes them) or `distinct` (fresh frame dicts in every
@@ -73,7 +76,7 @@ GENERATOR_VERSION = 3
 
 FAULTS = ("none", "not_joined", "size_mismatch")
 FRAME_MODES = ("shared", "distinct")
-WRITERS = ("torch", "pickle", "json", "gz")
+WRITERS = ("torch", "pickle", "pickle2", "json", "pyjson", "gz")
 LEGACY_PICKLERS = {"torch": "torch", "python": "pickle"}
 """`--pickler` (and the `pickler` key of manifests before `writer`): its values as writers."""
 DEFAULT_OUT = Path("/tmp/fr-bench")
@@ -145,7 +148,13 @@ class Spec:
         return name
 
     def output(self) -> Output:
-        formats: dict[str, Format] = {"torch": "torch", "pickle": "pickle", "json": "json"}
+        formats: dict[str, Format] = {
+            "torch": "torch",
+            "pickle": "pickle",
+            "pickle2": "pickle2",
+            "json": "json",
+            "pyjson": "pyjson",
+        }
         fmt = formats.get(self.writer, "torch")  # gz: the torch pickle, compressed
         frames: Frames = "shared" if self.frames == "shared" else "distinct"
         pattern = FILE_PREFIX + "{rank}"

@@ -95,7 +95,14 @@ for name in names:
 print(json.dumps({"seconds": time.perf_counter() - start, "files": len(names), "entries": entries}))
 """
 
-FLOORS = {"torch": "pickle", "pickle": "pickle", "json": "json", "gz": "gzip-pickle"}
+FLOORS = {
+    "torch": "pickle",
+    "pickle": "pickle",
+    "pickle2": "pickle",
+    "json": "json",
+    "pyjson": "json",
+    "gz": "gzip-pickle",
+}
 """Each writer's load floor: how one process reads its files fastest with the standard library
 (`pickle.load`; `json.load`; gunzip in memory, then `pickle.loads`)."""
 
@@ -392,7 +399,7 @@ def estimate_bytes(spec: Spec) -> int:
     return int(spec.world_size * (per_rank + 7 * spec.world_size) * WRITER_DISK[spec.writer])
 
 
-WRITER_DISK = {"torch": 1.0, "pickle": 1.1, "json": 3.5, "gz": 0.15}
+WRITER_DISK = {"torch": 1.0, "pickle": 1.1, "pickle2": 1.3, "json": 3.5, "pyjson": 6.0, "gz": 0.15}
 """Disk of each writer's set relative to the torch pickles (256 ranks: 1.03, 3.32, 0.11)."""
 
 

@@ -55,39 +55,43 @@ def load_rank(
     process under resource limits, see `sandbox`, where the scan only explains a failure).
     `ft_group_world_size`: a torchft job's replica size, its default groups made global
     (`torchft`)."""
+    # A dump is ~100k containers: no collector passes while it is read, and none after
+    # until it is freed (`_read_rank` returns only the rank, and the objects it read are
+    # gone with its frame). A pass that starts while they live walks every one of them:
+    # that doubled the general reader's time in a worker, whose collector is on.
+    with collector_paused():
+        return _read_rank(dump_file, max_bytes, not sandboxed, ft_group_world_size)
+
+
+def _read_rank(
+    dump_file: DumpFile, max_bytes: int, guarded: bool, ft_group_world_size: int | None
+) -> RankDump | UnreadableDump:
+    """`load_rank`, its collector paused by the caller."""
     path = printable(dump_file.where)
     fetch = dump_file.fetch
     try:
-        with collector_paused():  # a dump: ~100k containers, no collector passes
-            guarded = not sandboxed
 
-            def build(raw: Raw, why: NotDecoded | None) -> RankDump:
-                rank = dump_file.rank
-                return _build(raw, rank, path, why, ft_group_world_size, dump_file)
+        def build(raw: Raw, why: NotDecoded | None) -> RankDump:
+            rank = dump_file.rank
+            return _build(raw, rank, path, why, ft_group_world_size, dump_file)
 
-            trace = dump_file.trace
-            if trace is not None:  # read with its Execution Trace: as entries, to merge them
-                raw = read_dump(
-                    dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch
-                )
-                extra = read_dump(
-                    trace.path, trace.rank, max_bytes, guarded=guarded, fetch=trace.fetch
-                )
-                raw = merged_with_trace(raw, extra, dump_file, printable(trace.where))
-                return build(raw, raw.not_decoded)
-            raw = read_dump(
-                dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
-            )
-            try:
-                built = build(raw, raw.not_decoded)
-            except NotDecoded as exc:
-                if exc.reason not in _READ_AGAIN:
-                    raise
-                raw = read_dump(
-                    dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch
-                )
-                built = build(raw, exc)
-            return built
+        trace = dump_file.trace
+        if trace is not None:  # read with its Execution Trace: as entries, to merge them
+            raw = read_dump(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
+            extra = read_dump(trace.path, trace.rank, max_bytes, guarded=guarded, fetch=trace.fetch)
+            raw = merged_with_trace(raw, extra, dump_file, printable(trace.where))
+            return build(raw, raw.not_decoded)
+        raw = read_dump(
+            dump_file.path, dump_file.rank, max_bytes, fast=True, guarded=guarded, fetch=fetch
+        )
+        try:
+            built = build(raw, raw.not_decoded)
+        except NotDecoded as exc:
+            if exc.reason not in _READ_AGAIN:
+                raise
+            raw = read_dump(dump_file.path, dump_file.rank, max_bytes, guarded=guarded, fetch=fetch)
+            built = build(raw, exc)
+        return built
     except DumpError as exc:
         return UnreadableDump(path, dump_file.rank, exc.reason)
     except RecursionError:

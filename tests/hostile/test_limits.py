@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,39 @@ def test_each_file_has_its_whole_cpu_budget_however_much_its_worker_used_before(
     """Six files of 0.3 s each in one worker: 1.8 s in all, each far inside its 0.5 s."""
     pool = sandbox.Sandbox(_burn, lambda _: 0, _dead, workers=1, limits=TIGHT)
     assert dict(pool.run([0.3] * 6)) == {i: "done" for i in range(6)}
+
+
+def _collector_on(task: int) -> bool:
+    """Whether the collector is on while a task runs."""
+    return gc.isenabled()
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+_LEFT: list[weakref.ref[_Cycle]] = []
+
+
+def _leave_a_cycle(task: int) -> bool:
+    """Task 0 leaves a cycle behind; the next tells whether it was collected."""
+    if task == 0:
+        _LEFT.append(weakref.ref(_Cycle()))
+        return True
+    return _LEFT[0]() is None
+
+
+def test_a_worker_reads_with_its_collector_off() -> None:
+    """A pass of the collector while a file's ~100k objects are alive walks each of them:
+    that doubled the time of the general reader (a Python pickle of protocol 2) in a worker."""
+    pool = sandbox.Sandbox(_collector_on, lambda _: 0, _dead, workers=1)
+    assert dict(pool.run([0, 1])) == {0: False, 1: False}
+
+
+def test_what_a_task_leaves_in_cycles_is_collected_once_it_is_done() -> None:
+    pool = sandbox.Sandbox(_leave_a_cycle, lambda _: 0, _dead, workers=1)
+    assert dict(pool.run([0, 1])) == {0: True, 1: True}
 
 
 @pytest.mark.slow

@@ -5,9 +5,13 @@
   stack frame one shared dict, no memo for lists, tuples or entries, the top-level dict
   memoized last. `pickle.load` gives exactly `dump_object(dump)`.
 - `pickle`: `pickle.dumps(dump_object(dump), protocol=4)`: the same objects, other bytes.
+- `pickle2`: the same with protocol 2 (no framing; a dump re-saved by an older script).
 - `json`: `_dump_fr_trace_json`'s layout: sorted keys, compact; entries without frames;
   process_group a list; unset times 0; pg_status values as strings; an empty
   "nccl_comm_state"; no "entries" key when there is none.
+- `pyjson`: `json.dump` of what `pickle.load` of a dump gives (a dump re-saved by a script):
+  Python's default spacing (", " and ": "), keys in the pickle's order, frames kept, tuples
+  as lists, unset times null.
 - any of them gzip-compressed (mtime 0, so reruns are byte-identical).
 - each dump file's modification time set as `SimSpec.file_times` asks (`dating.py`: the
   snapshot plus the dump's latency, or a copy's time); unset, the time it is written.
@@ -46,7 +50,7 @@ from .sites import RawFrame
 if TYPE_CHECKING:
     from .sim import Simulation
 
-Format = Literal["torch", "pickle", "json", "et"]
+Format = Literal["torch", "pickle", "pickle2", "json", "pyjson", "et"]
 Frames = Literal["shared", "distinct"]
 PICKLE_PROTOCOL = 4
 
@@ -88,8 +92,12 @@ class Output:
             data = torch_pickle(dump, shared)
         elif self.fmt == "pickle":
             data = python_pickle(dump, shared)
+        elif self.fmt == "pickle2":
+            data = python_pickle(dump, shared, protocol=2)
         elif self.fmt == "json":
             data = json_bytes(dump)
+        elif self.fmt == "pyjson":
+            data = json.dumps(dump_object(dump, shared)).encode()
         elif self.fmt == "et":
             raise ValueError("an execution trace is written from the simulation (et.rank_trace)")
         else:
@@ -172,9 +180,11 @@ def dump_object(dump: RankDump, shared_frames: bool = True) -> dict[str, Any]:
     }
 
 
-def python_pickle(dump: RankDump, shared_frames: bool = True) -> bytes:
+def python_pickle(
+    dump: RankDump, shared_frames: bool = True, protocol: int = PICKLE_PROTOCOL
+) -> bytes:
     """`dump` pickled by Python's pickler; `shared_frames`: stack frames shared by identity."""
-    return pickle.dumps(dump_object(dump, shared_frames), protocol=PICKLE_PROTOCOL)
+    return pickle.dumps(dump_object(dump, shared_frames), protocol=protocol)
 
 
 # --- JSON -----------------------------------------------------------------------------------
