@@ -68,9 +68,13 @@ lint: $(REMOTE_STAMP) ## ruff and mypy (strict; with the remote extra, whose typ
 	$(BIN)/mypy
 
 LIVE_BENCH_ARGS ?= --ranks 16384
+# The same 3D job (417 groups at 1,024 ranks, coalesced blocks, p2p) in every writer's bytes, a
+# row each with the reader each rank took: a slower path shows here (benchmarks/README.md)
+WRITERS_BENCH_ARGS ?= --sizes 1024 --writer torch,pickle,pickle2,json,pyjson,gz --delete-after
 
-bench: $(STAMP) ## Scale benchmark, then fr-analyze live against a fake fleet (see README)
+bench: $(STAMP) ## Scale benchmark, every writer's row, then fr-analyze live against a fake fleet
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.run --out bench-results/writers.json $(WRITERS_BENCH_ARGS)
 	$(BIN)/python -m benchmarks.live_fetch $(LIVE_BENCH_ARGS)
 	$(BIN)/python -m benchmarks.outputs $(OUTPUTS_BENCH_ARGS)
 

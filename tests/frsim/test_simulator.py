@@ -692,8 +692,9 @@ def test_benchmark_generator_writes_a_set_whose_manifest_holds_the_truth(tmp_pat
 
 
 def test_benchmark_writers_give_the_same_job_in_every_format(tmp_path: Path) -> None:
-    """One set per writer: torch (no suffix), pickle, json (no frames) and gz (".gz"), each
-    loading to the same dump; a manifest written before `writer` (with `pickler`) is reused."""
+    """One set per writer: torch (no suffix), pickle (protocols 4 and 2), json (no frames),
+    pyjson (`json.dump` of the same objects) and gz (".gz"), each loading to the same dump; a
+    manifest written before `writer` (with `pickler`) is reused."""
 
     def small(writer: str) -> BenchSpec:
         return BenchSpec(32, writer=writer, steps=2, eval_micro_batches=2, capacity=40)
@@ -707,8 +708,9 @@ def test_benchmark_writers_give_the_same_job_in_every_format(tmp_path: Path) -> 
         data = (folder / "dumps" / f"nccl_trace_rank_5{suffix}").read_bytes()
         if writer == "gz":
             data = gzip.decompress(data)
-        loaded[writer] = json.loads(data) if writer == "json" else pickle.loads(data)
-    assert loaded["torch"] == loaded["pickle"] == loaded["gz"]
+        loaded[writer] = json.loads(data) if "json" in writer else pickle.loads(data)
+    assert loaded["torch"] == loaded["pickle"] == loaded["pickle2"] == loaded["gz"]
+    assert loaded["pyjson"] == json.loads(json.dumps(loaded["torch"]))
     entries = loaded["json"]["entries"]
     assert (
         len(entries) == 40
