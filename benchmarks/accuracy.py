@@ -42,9 +42,9 @@ cases, and their share right per fault kind and backend is printed below the sim
 
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
 [--writer dump|et] [--real N] [--dating drawn|plain|stacks|copied|none] [--out FILE]`
-(`make accuracy`; `make accuracy-et` for the traces). Prints the share right, a table per fault kind, one per
-shape and backend, one per dating of the files, the confusion of answers and every wrong case;
-exits 1 unless every unambiguous case is right.
+(`make accuracy`; `make accuracy-et` for the traces). Prints the share right, a table per
+fault kind, one per shape and backend, one per dating of the files, the confusion of answers
+and every wrong case; exits 1 unless every unambiguous case (and every real job) is right.
 """
 
 from __future__ import annotations
