@@ -78,7 +78,12 @@ def verdict_of(directory: Path) -> tuple[dict[str, Any], str, list[str]]:
     try:
         analysis = analyze(directory, Options(workers=1))
     except FrAnalyzerError as error:
-        got = {"status": "error", "root": None, "culprits": [], "answer": str(error)[:300]}
+        got: dict[str, Any] = {
+            "status": "error",
+            "root": None,
+            "culprits": [],
+            "answer": str(error)[:300],
+        }
         return got, "high", []
     said = reading(report_dict(analysis, cap=1)["verdict"])
     return answer(analysis.conclusion), said.confidence, list(said.alternatives)
