@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.accuracy_real import judge_real, verdict_of
-from tools.et_jobs import KINDS, Case, draw, draw_kind
+from benchmarks.accuracy_real import RealOutcome, judge_real, render_real, verdict_of
+from tools.et_jobs import KINDS, Case, RealTruth, draw, draw_kind
 
 RECORDED = Path(__file__).resolve().parents[2] / "data" / "real_et"
 """One real run of each fault kind (tests/data/real_et/README.md)."""
@@ -62,6 +62,38 @@ def test_each_case_knows_its_truth() -> None:
     for kind in ("extra_pair_op", "skip"):
         case = draw_kind(kind)
         assert (case.truth.status, case.truth.culprits) == ("desync", (case.culprit,))
+
+
+def test_a_real_case_is_judged_on_its_status_culprits_and_root_kind_only() -> None:
+    truth = RealTruth("desync", (2,), ("mismatch", "not_joined"))
+    got = {"status": "desync", "root": "not_joined", "culprits": [2], "group": "1"}
+    assert judge_real(truth, got) == []  # the group is not judged: a gloo trace names none
+    assert judge_real(truth, {**got, "culprits": [2, 3]}) == ["culprits [2, 3] (want [2])"]
+    assert judge_real(truth, {**got, "root": "dead_rank"}) == [
+        "root dead_rank (want mismatch or not_joined)"
+    ]
+    assert judge_real(RealTruth("ok"), {"status": "error", "root": None, "culprits": []}) == [
+        "status error (want ok)"
+    ]
+
+
+def test_the_real_jobs_table_has_a_row_per_fault_kind_and_backend() -> None:
+    def outcome(kind: str, problems: list[str], confidence: str = "high") -> RealOutcome:
+        got = {"status": "desync", "answer": "DESYNC."}
+        return RealOutcome(1, kind, kind, {}, got, problems, confidence, ["desync"])
+
+    table = render_real(
+        [
+            outcome("skip", []),
+            outcome("skip", ["culprits [0] (want [1])"], "ambiguous"),
+            outcome("healthy", []),
+        ]
+    )
+    assert "right: 2/3 = 66.7%" in table
+    rows = {line.split()[0]: line.split() for line in table.splitlines() if "gloo  " in line}
+    assert rows["skip"][1:] == ["gloo", "2", "1", "1", "1", "50%"]
+    assert rows["healthy"][1:] == ["gloo", "1", "1", "0", "0", "100%"]
+    assert "differs: culprits [0] (want [1])" in table
 
 
 # --- the recorded runs, one per fault kind ----------------------------------------------------
