@@ -24,8 +24,9 @@ step, by kind:
 
 Then every rank (that lives) closes with a world barrier, stops its trace and exits. Collectives
 time out after 3 s (60 s in `kill_mid_call`); a job is killed by its processes' groups at
-`JOB_DEADLINE_S`. Worlds of 2 are drawn only where a 2-rank disagreement has a side: with two
-ranks and no third no majority says which of them deviates (frsim's truth calls it ambiguous).
+`JOB_DEADLINE_S`. Worlds of 2 are drawn only for `healthy` and `kill_mid_call`: where two ranks
+disagree and no third does, no majority says which of them deviates (frsim's truth calls it
+ambiguous).
 
 The truth (`RealTruth`), in the campaign's words (`tools/frsim/truth.py`, `et_truth`): `ok`;
 `hung`/`not_joined` at the culprit that never came (`kill_mid_call`); `desync` with the culprit
