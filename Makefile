@@ -83,7 +83,7 @@ ACCURACY_ARGS ?= --shapes all --cases 2100
 accuracy: $(STAMP) ## Randomized fault campaign over every job shape: share right per shape and backend
 	$(BIN)/python -m benchmarks.accuracy $(ACCURACY_ARGS)
 
-ACCURACY_ET_ARGS ?= --shapes all --cases 200
+ACCURACY_ET_ARGS ?= --shapes all --cases 200 --real 10
 
 accuracy-et: $(STAMP) ## The same campaign written as each rank's Chakra execution trace (rank-N.et.json)
 	$(BIN)/python -m benchmarks.accuracy --writer et $(ACCURACY_ET_ARGS)

@@ -34,11 +34,17 @@ the verdicts whose `timing.age` is "unknown" (neither bound of the dump time set
 `--dating plain|stacks|copied` dates every case's files that way (the same cases otherwise), to
 see what one kind of file time does to the answers.
 
+With `--writer et --real N`, N real gloo jobs drawn from seeds `--first`.. by `tools/et_jobs.py`
+(the faults of issue 47: an extra world op after a pair op of the same sizes, a rank killed
+mid-call, gloo's abort on a size disagreement, a skip) run one at a time after the simulated
+cases, and their share right per fault kind and backend is printed below the simulated tables
+(`benchmarks/accuracy_real.py`); skipped with one line where torch cannot be imported.
+
 Usage: `python -m benchmarks.accuracy [--cases 300] [--first 0] [--shapes all] [--workers 2]
-[--writer dump|et] [--dating drawn|plain|stacks|copied|none] [--out FILE]` (`make accuracy`;
-`make accuracy-et` for the traces). Prints the share right, a table per fault kind, one per
-shape and backend, one per dating of the files, the confusion of answers and every wrong case;
-exits 1 unless every unambiguous case is right.
+[--writer dump|et] [--real N] [--dating drawn|plain|stacks|copied|none] [--out FILE]`
+(`make accuracy`; `make accuracy-et` for the traces). Prints the share right, a table per
+fault kind, one per shape and backend, one per dating of the files, the confusion of answers
+and every wrong case; exits 1 unless every unambiguous case (and every real job) is right.
 """
 
 from __future__ import annotations
@@ -451,6 +457,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "s (stacks) after its snapshot, copied days later, or none (the time they are written); "
         "default: as each seed draws it",
     )
+    parser.add_argument(
+        "--real",
+        type=int,
+        default=0,
+        help="with --writer et, also run this many real gloo jobs (torch) and judge their traces",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     seeds = range(args.first, args.first + args.cases)
@@ -458,6 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = run(seeds, args.workers, args.shapes, args.writer, dating)
     print(render(outcomes))
     print(f"wall time {time.perf_counter() - started:.0f} s with {args.workers} worker(s)")
+    real_right = _real_jobs(args.real, args.first) if args.writer == "et" else True
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
@@ -465,7 +478,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             + "\n"
         )
     judged = [o for o in outcomes if o.ambiguous is None]
-    return 0 if judged and all(o.right for o in judged) else 1
+    simulated_right = all(o.right for o in judged) and (bool(judged) or args.real > 0)
+    return 0 if simulated_right and real_right else 1
+
+
+def _real_jobs(cases: int, first: int) -> bool:
+    """Run and print `cases` real gloo jobs from seed `first` (none: nothing printed); whether
+    every one was right (True where torch is missing: they are skipped with one line)."""
+    if cases <= 0:
+        return True
+    from . import accuracy_real  # it imports this module: imported when asked for
+
+    if accuracy_real.torch_missing():
+        print("\nreal jobs: skipped, torch cannot be imported here")
+        return True
+    started = time.perf_counter()
+    outcomes = accuracy_real.run_real(range(first, first + cases))
+    print("\n" + accuracy_real.render_real(outcomes))
+    print(f"wall time {time.perf_counter() - started:.0f} s for the real jobs, one at a time")
+    return all(o.right for o in outcomes)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,22 @@ def test_two_assignments_that_pass_as_many_ops_with_other_verdicts_read_ambiguou
     assert "Flight Recorder dumps" in other.decide
 
 
+def test_an_op_left_waiting_goes_where_its_groups_other_members_wait() -> None:
+    # GIVEN ranks 0 and 2 stopped in a world broadcast, and rank 1 (in the pair {0, 1} with
+    # rank 0) in a barrier that fits the pair as well as the world (rank 1 skipped the
+    # broadcast)
+    groups = _groups({"0": (0, 1, 2), "1": (0, 1)})
+    sizes = ([[16]], ["Float"], [[16]], ["Float"])
+    broadcast = Op("gloo", "broadcast", sizes, -1, ("0", "1"))
+    barrier = Op("gloo", "barrier", ([], [], [], []), -1, ("0", "1"))
+    ops = {0: [_op(("0", "1")), broadcast], 1: [_op(("0", "1")), barrier], 2: [broadcast]}
+    found = assign.search(ops, groups)
+    # THEN rank 1's barrier is put on the world, where its other members wait (with another
+    # op: rank 1 disagrees with them), not on the pair, where rank 0 would be absent from it
+    assert found is not None
+    assert found.chosen[0] == ("1", "0") and found.chosen[1] == ("1", "0")
+
+
 def test_a_job_past_the_search_budget_falls_back_to_the_greedy_settle_and_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,7 +26,8 @@ first: the world before a pair; the default group first among groups of one size
 stopped, the ops left waiting are put, a party at a time, on the group that most of them (of one
 op and size) may be on, then on the one with the fewest members absent from them that could be
 what they wait for (a member waiting elsewhere, or one whose trace was cut after its last op
-passed: a member whose trace ended cleanly finished its program), then the larger.
+passed: a member whose trace ended cleanly finished its program; one already put on that group
+waits there, with another op: not absent), then the larger.
 An op a cut trace ends in (`Op.cut`: its backend node never written) passes only with a member
 whose op ended: where no member's did, the job stopped in it.
 Where another assignment lets as many ops pass and leaves the job stopped elsewhere, it is
@@ -333,8 +334,9 @@ class _Search:
         class, and the class picked first. Ranks stopped together wait together: each pick is
         the class and op that most of the ops left share, then the one with the fewest members
         absent from them that could be what they wait for (a member waiting elsewhere or cut
-        off after its last op passed; one whose trace ended cleanly finished its program),
-        then the larger class. The `banned` class is left out where an op has another."""
+        off after its last op passed; one whose trace ended cleanly finished its program; one
+        already put on that class waits there: not absent), then the larger class. The
+        `banned` class is left out where an op has another."""
         left = {
             i: ((mask & ~(1 << banned)) or mask if banned >= 0 else mask, key)
             for i, (mask, key) in waiting.items()
@@ -351,7 +353,11 @@ class _Search:
                     these = [i for i, m in masks if m >> c & 1]
                     if not these:
                         continue
-                    absent = sum(1 for i in self.members[c] if i in loose and i not in these)
+                    absent = sum(
+                        1
+                        for i in self.members[c]
+                        if i in loose and i not in these and out.get(i) != c
+                    )
                     rank = (-len(these), absent, c)
                     if best is None or rank < best:
                         best, party = rank, these
