@@ -141,6 +141,40 @@ def test_kineto_times_are_joined_to_each_op_and_an_op_that_never_ended_is_named(
     assert not any("rf_id" in e for e in entries)  # the join's key is no entry field
 
 
+def test_an_nccl_kernel_under_an_op_is_its_span_on_the_gpu() -> None:
+    # GIVEN a Kineto trace whose profiler saw the communication kernels but no GPU annotation
+    # for them, and one op whose kernel never ran
+    trace = json.loads(REAL_ET.read_text())
+    kineto = recorded_together(unended=0)
+    for event in kineto["traceEvents"]:
+        if event["cat"] == "gpu_user_annotation":
+            event["cat"] = "kernel"
+            event["name"] = (
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, ulong, ncclWork*)"
+            )
+    # AND a kernel of another library under an op, which says nothing of its collective
+    kineto["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "void at::native::vectorized_elementwise_kernel<4>",
+            "ts": 10.0,
+            "dur": 5.0,
+            "args": {"External id": 1},
+        }
+    )
+    # WHEN the trace is read with it
+    converted = chakra.to_dump(copy.deepcopy(trace), 0, kineto=(kineto, "kineto_rank0.json"))
+    entries = converted.dump["entries"]
+    # THEN each op's GPU span is its kernel's
+    assert entries[1]["time_discovered_started_ns"] == BASE_NS + 2_020_000
+    assert entries[1]["time_discovered_completed_ns"] == BASE_NS + 2_270_000
+    assert len([e for e in entries if "duration_ms" in e]) == 8
+    # AND the op whose kernel never ran started and never ended
+    assert "duration_ms" not in entries[0]
+    assert converted.notes[-1].endswith("started on the CPU and never ended on the GPU")
+
+
 def test_a_folder_whose_kineto_was_recorded_with_its_et_says_which_op_never_ended(
     tmp_path: Path,
 ) -> None:

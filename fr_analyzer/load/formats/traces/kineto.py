@@ -7,8 +7,11 @@ each event `{"ph": "X", "cat", "name", "ts", "dur", "args"}` in microseconds aft
 A `cpu_op` event's `args["Record function id"]` is the ET node's `rf_id` attribute when both
 were recorded together (0 when Kineto ran alone). Within an op's CPU span, a `user_annotation`
 named like the recorder's entry (`nccl:all_reduce`) has an `External id`; the
-`gpu_user_annotation` of that id is the op's span on the GPU. An op whose CPU side is there and
-whose GPU span is not, in a trace that holds GPU spans, started and never ended.
+`gpu_user_annotation` of that id is the op's span on the GPU; so is each communication
+kernel (`kernel` events named `nccl...`, such as `ncclDevKernel_AllReduce_Sum_f32_RING_LL`)
+launched under it, which carries the same `External id`: where both are there, the span runs
+from the first start to the last end. An op whose CPU side is there and whose GPU span is not,
+in a trace that holds GPU spans, started and never ended.
 """
 
 from __future__ import annotations
@@ -50,8 +53,14 @@ def join(entries: Sequence[dict[str, Any]], kineto: Mapping[str, Any], where: st
             cpu.setdefault(rf, event)
         elif category == "user_annotation" and isinstance(name, str):
             annotations.append((start, name, args.get("External id")))
-        elif category == "gpu_user_annotation" and length is not None:
-            gpu[args.get("External id")] = (start, start + length)
+        elif length is not None and (
+            category == "gpu_user_annotation"
+            or (category == "kernel" and isinstance(name, str) and name.startswith("nccl"))
+        ):
+            ext = args.get("External id")
+            span = gpu.get(ext)
+            end = start + length
+            gpu[ext] = (start, end) if span is None else (min(span[0], start), max(span[1], end))
     joined = 0
     unended: list[str] = []
     for entry in entries:
