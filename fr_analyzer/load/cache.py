@@ -39,6 +39,7 @@ import numpy as np
 from .. import __version__
 from ..model.dump import COLUMNS, Fallback, GroupClaim, RankDump, RankTables, Reader, Writer
 from ..model.records import Frame, UnreadableDump
+from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
 from .formats.table import RECODED
 from .safety.door import parse_json
 from .sources.base import DumpFile
@@ -51,10 +52,17 @@ MAGIC = b"fr-analyze-rank-cache\n"
 DEFAULT_MAX_BYTES = 2 << 30
 """The cache's size bound by default (2 GiB: about 35 M entries at ~60 bytes each)."""
 SUFFIX = ".rank"
+JOB_SUFFIX = ".job"
+"""A whole table (every rank of a dump set, `RankCache.read_table`)."""
 
 RankSink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
 """`sink(rank, columns)`: a rank read (its header and tables) and its columns, in file order:
 what every reader of ranks (`load_all`, a cluster's engine, this cache) hands on."""
+Finish = Callable[
+    [list[RankDump], list[UnreadableDump]],
+    tuple[list[RankDump], list[UnreadableDump], EntryTable],
+]
+"""`finish(loaded, unreadable)`: what is decided over every rank at once, and the table."""
 Read = Callable[
     [Sequence[DumpFile], Callable[[int, int], None] | None, RankSink],
     tuple[list[RankDump], list[UnreadableDump]],
@@ -75,8 +83,9 @@ class RankCache:
         self.root = root
         self.max_bytes = max_bytes
         self.notes: list[str] = []  # why the cache was not used (another user's folder)
-        self.hits = 0
-        self.stored = 0
+        self.hits = 0  # ranks taken from the cache
+        self.stored = 0  # ranks kept
+        self.job_hits = 0  # whole tables taken from the cache (`read_table`)
 
     def read_through(
         self,
@@ -90,7 +99,48 @@ class RankCache:
         read by `read` (and kept). Returns the ranks' headers and the unreadable, as `read`."""
         if not self._usable():
             return read(files, progress, sink)
+        return self._through(read, files, progress, sink, [self._key(f, salt) for f in files])
+
+    def read_table(
+        self,
+        read: Read,
+        files: Sequence[DumpFile],
+        progress: Callable[[int, int], None] | None,
+        sink: RankSink,
+        salt: str,
+        finish: Finish,
+    ) -> tuple[list[RankDump], list[UnreadableDump], EntryTable]:
+        """What `finish` makes of every rank read through the cache (`read_through`): the
+        ranks and their table, decided over every rank at once. Where every file is kept and
+        none was unreadable, that answer is kept whole too, under the files' keys: the next
+        command on the same files reads one file, not one per rank (`sink` then sees none)."""
+        if not self._usable():
+            return finish(*read(files, progress, sink))
         keys = [self._key(f, salt) for f in files]
+        job = _job_key(keys)
+        if job is not None:
+            kept = _load_job(self.root / (job + JOB_SUFFIX), [f.rank for f in files])
+            if kept is not None:
+                self.hits += len(kept[0])
+                self.job_hits += 1
+                self._trim()  # the bound may be another's than when it was kept
+                if progress is not None:
+                    progress(len(files), len(files))
+                return kept[0], [], kept[1]
+        loaded, unreadable, table = finish(*self._through(read, files, progress, sink, keys))
+        if job is not None and not unreadable:
+            self._write(job + JOB_SUFFIX, lambda: _encode_job(loaded, table))
+            self._trim()
+        return loaded, unreadable, table
+
+    def _through(
+        self,
+        read: Read,
+        files: Sequence[DumpFile],
+        progress: Callable[[int, int], None] | None,
+        sink: RankSink,
+        keys: list[str | None],
+    ) -> tuple[list[RankDump], list[UnreadableDump]]:
         hits = {i: _Hit(self.root / (k + SUFFIX)) for i, k in enumerate(keys) if k and self._has(k)}
         if not hits:
             keep = self._keeping(sink, files, keys)
@@ -205,13 +255,19 @@ class RankCache:
     def _store(self, key: str, kept: tuple[RankDump, RankTables, Mapping[str, np.ndarray]]) -> None:
         """Write one rank whole, then rename it into place (a failure keeps nothing)."""
         header, tables, columns = kept
+        if self._write(key + SUFFIX, lambda: [_encode(header, tables, columns)]):
+            self.stored += 1
+
+    def _write(self, name: str, blob: Callable[[], Sequence[bytes | memoryview]]) -> bool:
+        """Write the pieces `blob()` makes as the file `name`, whole, then rename it into
+        place (a failure keeps nothing); whether it was kept."""
         try:
-            blob = _encode(header, tables, columns)
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=SUFFIX)
             try:
                 with os.fdopen(fd, "wb") as out:
-                    out.write(blob)
-                os.replace(tmp, self.root / (key + SUFFIX))
+                    for piece in blob():
+                        out.write(piece)
+                os.replace(tmp, self.root / name)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
@@ -219,8 +275,8 @@ class RankCache:
         except OSError as exc:
             if not self.notes:
                 self.notes.append(f"cache {self.root}: {exc.strerror}; ranks not kept")
-            return
-        self.stored += 1
+            return False
+        return True
 
     def _trim(self) -> None:
         """Drop the files used longest ago until the cache is within its bound."""
@@ -228,7 +284,8 @@ class RankCache:
             found = [
                 (entry.stat().st_mtime_ns, entry.stat().st_size, Path(entry.path))
                 for entry in os.scandir(self.root)
-                if entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False)
+                if entry.name.endswith((SUFFIX, JOB_SUFFIX))
+                and entry.is_file(follow_symlinks=False)
             ]
         except OSError:
             return
@@ -260,6 +317,24 @@ _ENUMS: dict[str, type[Reader] | type[Fallback] | type[Writer]] = {
 
 def _encode(header: RankDump, tables: RankTables, columns: Mapping[str, np.ndarray]) -> bytes:
     """MAGIC, the JSON line's length, the JSON line, then each column's bytes."""
+    head = _header_doc(header)
+    table = {f.name: getattr(tables, f.name) for f in fields(RankTables)}  # tuples: lists
+    layout = []
+    offset = 0
+    arrays = []
+    for name in COLUMNS:
+        if name not in columns:
+            continue
+        array = np.ascontiguousarray(columns[name])
+        layout.append([name, array.dtype.str, len(array), offset])
+        arrays.append(array.tobytes())
+        offset += array.nbytes
+    text = _json({"header": head, "tables": table, "columns": layout})
+    return MAGIC + struct.pack("<Q", len(text)) + text + b"".join(arrays)
+
+
+def _header_doc(header: RankDump) -> dict[str, Any]:
+    """A rank's header (not its tables or columns) as plain JSON values."""
     head: dict[str, Any] = {}
     for f in fields(RankDump):
         if f.name in ("tables", "columns"):
@@ -274,19 +349,7 @@ def _encode(header: RankDump, tables: RankTables, columns: Mapping[str, np.ndarr
         elif f.name == "claims_set_aside":
             value = sorted(value)
         head[f.name] = value
-    table = {f.name: getattr(tables, f.name) for f in fields(RankTables)}  # tuples: lists
-    layout = []
-    offset = 0
-    arrays = []
-    for name in COLUMNS:
-        if name not in columns:
-            continue
-        array = np.ascontiguousarray(columns[name])
-        layout.append([name, array.dtype.str, len(array), offset])
-        arrays.append(array.tobytes())
-        offset += array.nbytes
-    text = _json({"header": head, "tables": table, "columns": layout})
-    return MAGIC + struct.pack("<Q", len(text)) + text + b"".join(arrays)
+    return head
 
 
 def _json(value: Any) -> bytes:
@@ -348,17 +411,11 @@ def _plain_fields_fit(header: RankDump) -> bool:
     )
 
 
-def _decode(
-    data: bytes, members: dict[tuple[int, ...], tuple[int, ...]]
-) -> tuple[RankDump, RankTables, dict[str, np.ndarray]] | None:
-    if not data.startswith(MAGIC):
-        return None
-    at = len(MAGIC)
-    (length,) = struct.unpack_from("<Q", data, at)
-    at += 8
-    doc = parse_json(data[at : at + length])
-    body = memoryview(data)[at + length :]
-    head = dict(doc["header"])
+def _header_from(
+    doc: dict[str, Any], members: dict[tuple[int, ...], tuple[int, ...]]
+) -> RankDump | None:
+    """The header `_header_doc` wrote, or None where a field holds what it may not."""
+    head = dict(doc)
     for name, enum in _ENUMS.items():
         value = head[name]
         head[name] = None if value is None else enum(value)
@@ -372,7 +429,21 @@ def _decode(
     head["warnings"] = tuple(head["warnings"])
     head["groups"] = [(str(n), str(d)) for n, d in head["groups"]]
     header = RankDump(**head, tables=None, columns=None)
-    if not _plain_fields_fit(header):
+    return header if _plain_fields_fit(header) else None
+
+
+def _decode(
+    data: bytes, members: dict[tuple[int, ...], tuple[int, ...]]
+) -> tuple[RankDump, RankTables, dict[str, np.ndarray]] | None:
+    if not data.startswith(MAGIC):
+        return None
+    at = len(MAGIC)
+    (length,) = struct.unpack_from("<Q", data, at)
+    at += 8
+    doc = parse_json(data[at : at + length])
+    body = memoryview(data)[at + length :]
+    header = _header_from(doc["header"], members)
+    if header is None:
         return None
     t = doc["tables"]
     tables = RankTables(
@@ -416,3 +487,172 @@ def _codes_fit(columns: Mapping[str, np.ndarray], tables: RankTables, header: Ra
         if int(values.min()) < low or int(values.max()) >= size:
             return False
     return True
+
+
+# --- a whole table as bytes, and back -----------------------------------------------------------
+
+JOB_MAGIC = b"fr-analyze-table-cache\n"
+JOB_ARRAYS: dict[str, np.dtype[Any]] = {
+    **dict(TABLE_COLUMNS),
+    "rank": np.dtype(np.int32),
+    "row_in_rank": np.dtype(np.int32),
+    "shape_numel": np.dtype(np.int64),
+    "pair_rank": np.dtype(np.int32),
+    "pair_group": np.dtype(np.int32),
+}
+"""The table's arrays, each with its type in the table (kept in the narrowest that holds it)."""
+_JOB_CODES = {**RECODED, "group": "group_names", "pair_group": "group_names"}
+"""The table's columns that hold codes, and the list each indexes."""
+
+
+def _job_key(keys: Sequence[str | None]) -> str | None:
+    """The key of the table of every file with these keys (None: one of them is not kept)."""
+    if not keys or any(k is None for k in keys):
+        return None
+    digest = hashlib.sha256(f"job\0{FORMAT}\0{__version__}\0".encode())
+    for key in keys:
+        assert key is not None
+        digest.update(key.encode("ascii") + b"\0")
+    return digest.hexdigest()
+
+
+def _narrowed(array: np.ndarray) -> np.ndarray:
+    """An integer column in the narrowest signed type that holds its values."""
+    if array.dtype.kind != "i" or not len(array):
+        return np.ascontiguousarray(array)
+    low, high = int(array.min()), int(array.max())
+    for kind in (np.int8, np.int16, np.int32):
+        info = np.iinfo(kind)
+        if info.min <= low and high <= info.max:
+            if np.dtype(kind).itemsize < array.dtype.itemsize:
+                return array.astype(kind)
+            break
+    return np.ascontiguousarray(array)
+
+
+def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | memoryview]:
+    """JOB_MAGIC, the JSON line's length, the JSON line (the ranks' headers, the table's
+    lists, where each array's bytes are), then each array's bytes."""
+    lists = {
+        "group_names": table.group_names,
+        "ops": table.ops,
+        "backends": table.backends,
+        "profiling_names": table.profiling_names,
+        "shapes": table.shapes,
+        "dtypes": table.dtypes,
+        "stacks": table.stacks,
+    }
+    layout = []
+    arrays: list[bytes | memoryview] = []
+    offset = 0
+    for name in JOB_ARRAYS:
+        array = _narrowed(getattr(table, name))
+        layout.append([name, array.dtype.str, len(array), offset])
+        arrays.append(array.data.cast("B"))
+        offset += array.nbytes
+    text = _json({"ranks": [_header_doc(d) for d in loaded], "lists": lists, "arrays": layout})
+    return [JOB_MAGIC + struct.pack("<Q", len(text)) + text, *arrays]
+
+
+def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTable] | None:
+    """The ranks and table kept in `path` for files of these `ranks`; None where there is
+    none, it is not this user's alone (left alone, not read), or it does not read back whole
+    (then dropped)."""
+    try:
+        with open(path, "rb", opener=_no_follow) as stream:
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+                return None
+            data = bytearray(info.st_size)
+            if stream.readinto(data) != info.st_size:
+                raise ValueError("the file changed as it was read")
+    except OSError:
+        return None
+    try:
+        got = _decode_job(data, sorted(set(ranks)))
+    except (ValueError, KeyError, TypeError, IndexError, struct.error):
+        got = None
+    if got is None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    else:
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used now: the last to be dropped
+    return got
+
+
+def _decode_job(data: bytearray, ranks: list[int]) -> tuple[list[RankDump], EntryTable] | None:
+    if not data.startswith(JOB_MAGIC):
+        return None
+    at = len(JOB_MAGIC)
+    (length,) = struct.unpack_from("<Q", data, at)
+    at += 8
+    doc = parse_json(bytes(data[at : at + length]))
+    body = memoryview(data)[at + length :]
+    members: dict[tuple[int, ...], tuple[int, ...]] = {}
+    loaded = []
+    for head in doc["ranks"]:
+        header = _header_from(head, members)
+        if header is None:
+            return None
+        loaded.append(header)
+    if [d.rank for d in loaded] != ranks:
+        return None
+    t = doc["lists"]
+    lists: dict[str, Any] = {
+        "group_names": [(str(n), str(d)) for n, d in t["group_names"]],
+        "ops": [str(v) for v in t["ops"]],
+        "backends": [str(v) for v in t["backends"]],
+        "profiling_names": [str(v) for v in t["profiling_names"]],
+        "shapes": [tuple(tuple(int(d) for d in shape) for shape in s) for s in t["shapes"]],
+        "dtypes": [tuple(str(d) for d in s) for s in t["dtypes"]],
+        "stacks": [
+            tuple(Frame(str(n), str(f), int(line)) for n, f, line in s) for s in t["stacks"]
+        ],
+    }
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, count, offset in doc["arrays"]:
+        target = JOB_ARRAYS.get(name)
+        kind = np.dtype(dtype)
+        if target is None or name in arrays or kind.kind not in "iubf" or kind.hasobject:
+            return None
+        if not np.can_cast(kind, target, "safe") or offset < 0 or count < 0:
+            return None
+        end = offset + count * kind.itemsize
+        if end > len(body):
+            return None
+        array = np.frombuffer(body[offset:end], dtype=kind)
+        arrays[name] = array if kind == target else array.astype(target)
+    if set(arrays) != set(JOB_ARRAYS) or not _table_fits(arrays, lists, ranks):
+        return None
+    given: dict[str, Any] = {**arrays, **lists}
+    return loaded, EntryTable(**given)
+
+
+def _table_fits(
+    arrays: Mapping[str, np.ndarray], lists: Mapping[str, list[Any]], ranks: list[int]
+) -> bool:
+    """Every column as long as the table, every code within what it indexes, every row of
+    one of `ranks`."""
+    n = len(arrays["rank"])
+    pairs = len(arrays["pair_rank"])
+    if len(arrays["shape_numel"]) != len(lists["shapes"]) or len(arrays["pair_group"]) != pairs:
+        return False
+    if any(len(arrays[name]) != n for name, _ in TABLE_COLUMNS) or len(arrays["row_in_rank"]) != n:
+        return False
+    bounds = {column: (0, len(lists[table])) for column, table in _JOB_CODES.items()}
+    bounds["stack"] = (-1, len(lists["stacks"]))
+    bounds["pair"] = (0, pairs)
+    bounds["marker"] = (-1, n)
+    bounds["row_in_rank"] = (0, max(n, 1))
+    for column, (low, size) in bounds.items():
+        values = arrays[column]
+        if len(values) and (int(values.min()) < low or int(values.max()) >= size):
+            return False
+    rank = arrays["rank"]
+    if len(rank) and not (rank[1:] >= rank[:-1]).all():  # rows in rank order
+        return False
+    known = np.array(ranks, dtype=np.int64)
+    return bool(
+        np.isin(rank[rank_starts(rank)], known).all() and np.isin(arrays["pair_rank"], known).all()
+    )
