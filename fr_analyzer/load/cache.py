@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import __version__
 from ..model.dump import COLUMNS, Fallback, GroupClaim, RankDump, RankTables, Reader, Writer
@@ -411,17 +412,15 @@ def _plain_fields_fit(header: RankDump) -> bool:
     )
 
 
-def _header_from(
-    doc: dict[str, Any], members: dict[tuple[int, ...], tuple[int, ...]]
-) -> RankDump | None:
-    """The header `_header_doc` wrote, or None where a field holds what it may not."""
+def _header_from(doc: dict[str, Any], members: Callable[[Any], tuple[int, ...]]) -> RankDump | None:
+    """The header `_header_doc` wrote (each claim's members as `members` reads what it
+    holds), or None where a field holds what it may not."""
     head = dict(doc)
     for name, enum in _ENUMS.items():
         value = head[name]
         head[name] = None if value is None else enum(value)
     head["claims"] = {
-        name: GroupClaim(name, desc, _members(ranks, members))
-        for name, desc, ranks in head["claims"]
+        name: GroupClaim(name, desc, members(ranks)) for name, desc, ranks in head["claims"]
     }
     head["pg_status"] = {int(k): (int(v[0]), int(v[1]), int(v[2])) for k, v in head["pg_status"]}
     head["claims_set_aside"] = frozenset(head["claims_set_aside"])
@@ -442,7 +441,7 @@ def _decode(
     at += 8
     doc = parse_json(data[at : at + length])
     body = memoryview(data)[at + length :]
-    header = _header_from(doc["header"], members)
+    header = _header_from(doc["header"], lambda ranks: _members(ranks, members))
     if header is None:
         return None
     t = doc["tables"]
@@ -550,7 +549,24 @@ def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | m
         layout.append([name, array.dtype.str, len(array), offset])
         arrays.append(array.data.cast("B"))
         offset += array.nbytes
-    text = _json({"ranks": [_header_doc(d) for d in loaded], "lists": lists, "arrays": layout})
+    # Each distinct member list once (a job of N ranks lists its N-member world N times).
+    members: dict[tuple[int, ...], int] = {}
+    heads = []
+    for dump in loaded:
+        head = _header_doc(dump)
+        head["claims"] = [
+            [c.name, c.desc, members.setdefault(c.ranks, len(members))]
+            for c in dump.claims.values()
+        ]
+        heads.append(head)
+    text = _json(
+        {
+            "members": [list(m) for m in members],
+            "ranks": heads,
+            "lists": lists,
+            "arrays": layout,
+        }
+    )
     return [JOB_MAGIC + struct.pack("<Q", len(text)) + text, *arrays]
 
 
@@ -563,8 +579,8 @@ def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTa
             info = os.fstat(stream.fileno())
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
                 return None
-            data = bytearray(info.st_size)
-            if stream.readinto(data) != info.st_size:
+            data = np.empty(info.st_size, dtype=np.uint8)  # writable; not zeroed first
+            if stream.readinto(data.data) != info.st_size:
                 raise ValueError("the file changed as it was read")
     except OSError:
         return None
@@ -581,15 +597,24 @@ def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTa
     return got
 
 
-def _decode_job(data: bytearray, ranks: list[int]) -> tuple[list[RankDump], EntryTable] | None:
-    if not data.startswith(JOB_MAGIC):
-        return None
+def _decode_job(
+    data: npt.NDArray[np.uint8], ranks: list[int]
+) -> tuple[list[RankDump], EntryTable] | None:
     at = len(JOB_MAGIC)
-    (length,) = struct.unpack_from("<Q", data, at)
+    if data[:at].tobytes() != JOB_MAGIC:
+        return None
+    (length,) = struct.unpack_from("<Q", data.data, at)
     at += 8
-    doc = parse_json(bytes(data[at : at + length]))
-    body = memoryview(data)[at + length :]
-    members: dict[tuple[int, ...], tuple[int, ...]] = {}
+    doc = parse_json(data[at : at + length].tobytes())
+    body = data[at + length :].data
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    lists_of_members = [_members(ranks, shared) for ranks in doc["members"]]
+
+    def members(index: Any) -> tuple[int, ...]:
+        if type(index) is not int or index < 0:
+            raise TypeError("a claim's members are not a member list's number")
+        return lists_of_members[index]
+
     loaded = []
     for head in doc["ranks"]:
         header = _header_from(head, members)
