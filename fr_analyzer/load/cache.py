@@ -14,10 +14,21 @@ bytes are) and the columns' raw bytes. Nothing is unpickled: the JSON goes throu
 (`safety.door.parse_json`) and the columns are taken as typed arrays of their bytes; an entry
 that does not read back whole (a truncated file, a code past its table) is a miss, dropped.
 
+Beside the ranks, the table built from all of them is kept whole (`read_table`), in one file
+named by the keys of every rank file (a `.job` file: the ranks' headers and the table's lists
+as JSON, then its columns' bytes, each integer column in the narrowest type that holds it), so
+that a command on a dump set read before reads one file instead of one per rank. It is kept
+only where every file has a key and none was unreadable; it is checked as a rank is (every
+code within its list, every row of a rank asked for) and, like the ranks, never unpickled.
+
 The cache is the user's own: its folder is made owner-only (0700) and each file 0600, written
 whole and renamed into place; a folder or file that another user owns or could write is not
 read (a note says so), never trusted. It is bounded (`max_bytes`): past it, the files used
-longest ago are dropped.
+longest ago are dropped (ranks and tables alike).
+
+It is over 600 lines because a rank and a whole table are written and read back by the same
+checked steps (the header's fields, the member lists, the codes' bounds), which stay private
+to this one module: the only place that trusts what it reads back.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ column of its own. Every cell names ranks by their global rank (`send ->r5`, `re
 by the group-local numbers the recorder writes. A cell that deviates from the most common one at
 its sequence id (another op, other sizes, another state) or an op a rank never issued is marked
 with `MARK` (and coloured on a terminal); columns come in blocks that fit the width.
+
+It is over 600 lines because choosing the rows (root, newest, filters), making and marking the
+cells, folding identical ranks and laying out the blocks are one view, each step reading the
+one before's types; none of them is used elsewhere.
 """
 
 from __future__ import annotations
