@@ -16,10 +16,10 @@ that does not read back whole (a truncated file, a code past its table) is a mis
 
 Beside the ranks, the table built from all of them is kept whole (`read_table`), in one file
 named by the keys of every rank file (a `.job` file: the ranks' headers and the table's lists
-as JSON, then its columns' bytes, each integer column in the narrowest type that holds it), so
-that a command on a dump set read before reads one file instead of one per rank. It is kept
-only where every file has a key and none was unreadable; it is checked as a rank is (every
-code within its list, every row of a rank asked for) and, like the ranks, never unpickled.
+as JSON, then its columns' bytes, mapped when read back, not copied), so that a command on a
+dump set read before reads one file instead of one per rank. It is kept only where every file
+has a key and none was unreadable; it is checked as a rank is (every code within its list,
+every row of a rank asked for) and, like the ranks, never unpickled.
 
 The cache is the user's own: its folder is made owner-only (0700) and each file 0600, written
 whole and renamed into place; a folder or file that another user owns or could write is not
@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import stat
 import struct
@@ -502,6 +503,8 @@ def _codes_fit(columns: Mapping[str, np.ndarray], tables: RankTables, header: Ra
 # --- a whole table as bytes, and back -----------------------------------------------------------
 
 JOB_MAGIC = b"fr-analyze-table-cache\n"
+JOB_ALIGN = 64
+"""Where each column of a kept table starts in its file: a multiple of this."""
 JOB_ARRAYS: dict[str, np.dtype[Any]] = {
     **dict(TABLE_COLUMNS),
     "rank": np.dtype(np.int32),
@@ -510,7 +513,7 @@ JOB_ARRAYS: dict[str, np.dtype[Any]] = {
     "pair_rank": np.dtype(np.int32),
     "pair_group": np.dtype(np.int32),
 }
-"""The table's arrays, each with its type in the table (kept in the narrowest that holds it)."""
+"""The table's arrays, each with its type in the table."""
 _JOB_CODES = {**RECODED, "group": "group_names", "pair_group": "group_names"}
 """The table's columns that hold codes, and the list each indexes."""
 
@@ -526,23 +529,10 @@ def _job_key(keys: Sequence[str | None]) -> str | None:
     return digest.hexdigest()
 
 
-def _narrowed(array: np.ndarray) -> np.ndarray:
-    """An integer column in the narrowest signed type that holds its values."""
-    if array.dtype.kind != "i" or not len(array):
-        return np.ascontiguousarray(array)
-    low, high = int(array.min()), int(array.max())
-    for kind in (np.int8, np.int16, np.int32):
-        info = np.iinfo(kind)
-        if info.min <= low and high <= info.max:
-            if np.dtype(kind).itemsize < array.dtype.itemsize:
-                return array.astype(kind)
-            break
-    return np.ascontiguousarray(array)
-
-
 def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | memoryview]:
     """JOB_MAGIC, the JSON line's length, the JSON line (the ranks' headers, the table's
-    lists, where each array's bytes are), then each array's bytes."""
+    lists, where each array's bytes are), then each array's bytes as the table holds them,
+    each at a multiple of `JOB_ALIGN` (so that they are read back mapped, not copied)."""
     lists = {
         "group_names": table.group_names,
         "ops": table.ops,
@@ -553,12 +543,13 @@ def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | m
         "stacks": table.stacks,
     }
     layout = []
-    arrays: list[bytes | memoryview] = []
+    arrays: list[tuple[int, memoryview]] = []
     offset = 0
     for name in JOB_ARRAYS:
-        array = _narrowed(getattr(table, name))
+        array = np.ascontiguousarray(getattr(table, name))
+        offset = -(-offset // JOB_ALIGN) * JOB_ALIGN
         layout.append([name, array.dtype.str, len(array), offset])
-        arrays.append(array.data.cast("B"))
+        arrays.append((offset, array.data.cast("B")))
         offset += array.nbytes
     # Each distinct member list once (a job of N ranks lists its N-member world N times).
     members: dict[tuple[int, ...], int] = {}
@@ -578,7 +569,14 @@ def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | m
             "arrays": layout,
         }
     )
-    return [JOB_MAGIC + struct.pack("<Q", len(text)) + text, *arrays]
+    start = len(JOB_MAGIC) + 8 + len(text)
+    text += b" " * (-start % JOB_ALIGN)  # JSON's own white space: the columns start aligned
+    pieces: list[bytes | memoryview] = [JOB_MAGIC + struct.pack("<Q", len(text)) + text]
+    at = 0
+    for offset, data in arrays:
+        pieces += [bytes(offset - at), data]
+        at = offset + len(data)
+    return pieces
 
 
 def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTable] | None:
@@ -590,10 +588,13 @@ def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTa
             info = os.fstat(stream.fileno())
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
                 return None
-            data = np.empty(info.st_size, dtype=np.uint8)  # writable; not zeroed first
-            if stream.readinto(data.data) != info.st_size:
-                raise ValueError("the file changed as it was read")
-    except OSError:
+            # Mapped copy-on-write: the columns are the file's pages, read as they are used
+            # (writable, the file never written). Files here are replaced by a rename, never
+            # rewritten in place, so a mapped one does not shrink under the reader.
+            data = np.frombuffer(
+                mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_COPY), dtype=np.uint8
+            )
+    except (OSError, ValueError):  # ValueError: an empty file
         return None
     try:
         got = _decode_job(data, sorted(set(ranks)))
