@@ -581,7 +581,7 @@ def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | m
 
 def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTable] | None:
     """The ranks and table kept in `path` for files of these `ranks`; None where there is
-    none, it is not this user's alone (left alone, not read), or it does not read back whole
+    none, it is not this user's alone (not read, nor dropped here), or it does not read back whole
     (then dropped)."""
     try:
         with open(path, "rb", opener=_no_follow) as stream:

@@ -221,7 +221,7 @@ def test_a_whole_table_others_could_write_or_a_link_is_not_read(job: Path, tmp_p
     shared = RankCache(tmp_path / "cache")
     assert report_dict(_analysis(job, shared)) == report_dict(_analysis(job, None))
     assert (shared.job_hits, shared.hits) == (0, 16)
-    assert table.exists()  # not read, and left alone
+    assert stat.S_IMODE(table.stat().st_mode) == 0o600  # not read: replaced by one of its own
     elsewhere = tmp_path / "elsewhere.job"
     elsewhere.write_bytes(table.read_bytes())
     elsewhere.chmod(0o600)
@@ -230,6 +230,17 @@ def test_a_whole_table_others_could_write_or_a_link_is_not_read(job: Path, tmp_p
     linked = RankCache(tmp_path / "cache")
     _analysis(job, linked)
     assert linked.job_hits == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "chown") or os.getuid() != 0, reason="needs root to chown")
+def test_a_whole_table_another_user_owns_is_not_read(job: Path, tmp_path: Path) -> None:
+    _analysis(job, RankCache(tmp_path / "cache"))
+    table = _kept_table(tmp_path / "cache")
+    os.chown(table, 65534, 65534)  # nobody's, its mode still 0600
+    other = RankCache(tmp_path / "cache")
+    assert report_dict(_analysis(job, other)) == report_dict(_analysis(job, None))
+    assert (other.job_hits, other.hits) == (0, 16)
+    assert table.stat().st_uid == os.getuid()  # not read: replaced by this user's own
 
 
 @pytest.mark.parametrize(
