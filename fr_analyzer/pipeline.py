@@ -251,7 +251,8 @@ def _read(
     progress: Callable[[int, int], None] | None,
 ) -> tuple[list[RankDump], list[UnreadableDump], EntryTable]:
     """Every rank read by `engine` (or taken from the cache), its columns into the table as
-    it arrives, then what is decided over every rank at once."""
+    it arrives, then what is decided over every rank at once (or the whole answer, taken
+    from the cache: `RankCache.read_table`)."""
     builder = TableBuilder(ranks_hint=len(files))
 
     def read(
@@ -259,14 +260,19 @@ def _read(
     ) -> tuple[list[RankDump], list[UnreadableDump]]:
         return engine.read(some, options, progress, sink)
 
+    def finish(
+        loaded: list[RankDump], unreadable: list[UnreadableDump]
+    ) -> tuple[list[RankDump], list[UnreadableDump], EntryTable]:
+        loaded, unreadable = dumps_mod.within_the_job(
+            loaded, unreadable, options.ft_group_world_size
+        )
+        loaded.sort(key=lambda d: d.rank)
+        return loaded, unreadable, builder.build([d.rank for d in loaded])
+
     if options.cache is not None:
         salt = f"{options.max_file_bytes}:{options.ft_group_world_size}"
-        loaded, unreadable = options.cache.read_through(read, files, progress, builder.add, salt)
-    else:
-        loaded, unreadable = read(files, progress, builder.add)
-    loaded, unreadable = dumps_mod.within_the_job(loaded, unreadable, options.ft_group_world_size)
-    loaded.sort(key=lambda d: d.rank)
-    return loaded, unreadable, builder.build([d.rank for d in loaded])
+        return options.cache.read_table(read, files, progress, builder.add, salt, finish)
+    return finish(*read(files, progress, builder.add))
 
 
 def entries(

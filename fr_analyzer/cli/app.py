@@ -26,6 +26,7 @@ importing their modules (`cli/__init__.py`), in the order `--help` lists them.
 from __future__ import annotations
 
 import contextvars
+import gc
 import os
 import sys
 import traceback
@@ -218,4 +219,9 @@ def _internal_error(exc: Exception) -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    sys.exit(run(sys.argv[1:]))
+    code = run(sys.argv[1:])
+    # The process ends here: what it made is frozen, so that the interpreter's last collection
+    # does not walk every object of the analysis only to let the process go (0.1 s of a run at
+    # 1,024 ranks; `atexit` and each module's teardown still run).
+    gc.freeze()
+    sys.exit(code)

@@ -53,6 +53,9 @@ makes the rank unreadable, with a reason; nothing raises past `load_rank`.
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables, Reader
 from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
@@ -72,16 +75,29 @@ from .loading import (
 from .safety.door import NoGlobalsUnpickler, parse_json, unpickle
 from .safety.limits import LIMITS, Limits
 from .safety.reading import read_raw
-from .sources import live
 from .sources.base import Directory, DumpFile, Source
 from .sources.discovery import Discovery, discover
 from .sources.joblogs import WatchdogTimeout, read_job_logs
-from .sources.live import MANIFEST, read_manifest
+from .sources.manifest import MANIFEST, read_manifest
 from .sources.opening import open_source
 from .sources.pystacks import PythonStacks
 from .sources.pystacks import find as find_python_stacks
 from .sources.remote import Remote
 from .sources.stamps import name_time_ns
+
+if TYPE_CHECKING:
+    from .sources import live
+
+
+def __getattr__(name: str) -> ModuleType:
+    """`live` (the client of a running job's debug server, with asyncio) on first use: the
+    analysis of a folder reads its manifest (`sources.manifest`) and never needs the client."""
+    if name == "live":
+        from .sources import live
+
+        return live
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "COLUMNS",

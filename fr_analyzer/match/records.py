@@ -17,9 +17,12 @@ I64 = npt.NDArray[np.int64]
 
 def stateless(t: EntryTable, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
     """Whether each row (every row, or `rows`) comes from a backend that records no states."""
-    codes = t.backend if rows is None else t.backend[rows]
     by_code = np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)
-    return by_code[codes] if len(by_code) else np.zeros(len(codes), dtype=bool)
+    n = t.n if rows is None else len(rows)
+    if not by_code.any():  # the common case (NCCL alone): no gather over millions of rows
+        return np.zeros(n, dtype=bool)
+    codes = t.backend if rows is None else t.backend[rows]
+    return by_code[codes]
 
 
 COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)

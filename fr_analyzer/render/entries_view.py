@@ -10,6 +10,10 @@ column of its own. Every cell names ranks by their global rank (`send ->r5`, `re
 by the group-local numbers the recorder writes. A cell that deviates from the most common one at
 its sequence id (another op, other sizes, another state) or an op a rank never issued is marked
 with `MARK` (and coloured on a terminal); columns come in blocks that fit the width.
+
+It is over 600 lines because choosing the rows (root, newest, filters), making and marking the
+cells, folding identical ranks and laying out the blocks are one view, each step reading the
+one before's types; none of them is used elsewhere.
 """
 
 from __future__ import annotations
@@ -126,9 +130,10 @@ def render_styled(
     if chosen is None:
         chosen = list(_filtered(groups, view.pg_filters))
     p2p_like = np.isin(table.unit, _P2P_UNITS)
+    rows_of = _rows_by_group(groups.entry_group, [g.uid for g in chosen])
     marked = False
     for group in chosen:
-        rows = np.flatnonzero(groups.entry_group == group.uid)
+        rows = rows_of[group.uid]
         firsts = _firsts(table, rows, p2p_like)
         if around and root is not None:
             rows = _window(table, rows, root, view.context)
@@ -155,6 +160,21 @@ def render_styled(
     if marked:
         out.append(_wrapped(LEGEND, view.width), "dim")
     return out
+
+
+def _rows_by_group(
+    entry_group: npt.NDArray[np.int32], uids: Sequence[int]
+) -> dict[int, npt.NDArray[np.intp]]:
+    """Each group's rows, in table order: one sort of the rows' groups for every group shown
+    (a job of 1,024 ranks has hundreds of groups and millions of rows)."""
+    if len(uids) == 1:
+        return {uids[0]: np.flatnonzero(entry_group == uids[0])}
+    order = np.argsort(entry_group, kind="stable")
+    ordered = entry_group[order]
+    wanted = np.array(uids, dtype=entry_group.dtype)
+    starts = np.searchsorted(ordered, wanted, "left").tolist()
+    ends = np.searchsorted(ordered, wanted, "right").tolist()
+    return {uid: order[s:e] for uid, s, e in zip(uids, starts, ends, strict=True)}
 
 
 def _filtered(groups: GroupTable, filters: Sequence[str]) -> list[Group]:
@@ -264,11 +284,26 @@ def _newest(
         return rows[:0]
     coll, p2p = table.coll_seq[rows], table.p2p_seq[rows]
     is_p2p = p2p_like[rows]
-    keys = np.unique(np.stack([coll, p2p, is_p2p.astype(coll.dtype)], axis=1), axis=0)
-    labels = dict.fromkeys((bool(i), int(p) if i else int(c)) for c, p, i in keys.tolist())
-    kept = list(labels)[-last:]
-    kept_coll = np.array([s for p2p_id, s in kept if not p2p_id], dtype=coll.dtype)
-    kept_p2p = np.array([s for p2p_id, s in kept if p2p_id], dtype=p2p.dtype)
+    flag = is_p2p.astype(coll.dtype)
+    # The distinct (coll, p2p, is_p2p) triples in ascending order (`np.unique(..., axis=0)`'s
+    # answer, by a lexsort: that sorts rows of a structured type, many times slower), each
+    # labelled in numpy (a job of 1,024 ranks has hundreds of thousands).
+    order = np.lexsort((flag, p2p, coll))
+    c, p, f = coll[order], p2p[order], flag[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (c[1:] != c[:-1]) | (p[1:] != p[:-1]) | (f[1:] != f[:-1])
+    c, p, f = c[new], p[new], f[new]
+    # Each triple's label (its p2p id for a p2p row, else its collective id), the labels in
+    # the order they first come among the triples (a stable sort keeps, within a label, its
+    # first triple first), and the newest `last` of them.
+    value = np.where(f != 0, p, c)
+    by_label = np.lexsort((value, f))
+    sf, sv = f[by_label], value[by_label]
+    first = np.ones(len(by_label), dtype=bool)
+    first[1:] = (sf[1:] != sf[:-1]) | (sv[1:] != sv[:-1])
+    kept = np.sort(by_label[first])[-last:]
+    kept_coll = value[kept][f[kept] == 0].astype(coll.dtype, copy=False)
+    kept_p2p = value[kept][f[kept] != 0].astype(p2p.dtype, copy=False)
     mask = np.where(is_p2p, np.isin(p2p, kept_p2p), np.isin(coll, kept_coll))
     return rows[mask]
 

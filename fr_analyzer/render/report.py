@@ -28,8 +28,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tabulate import tabulate
-
 from .. import __version__
 from ..conclusion import Conclusion, Judged, Role
 from ..diagnosis import Diagnosis, RootCause
@@ -89,6 +87,8 @@ def table(
     `264,272,280` is not a number. Cells are wrapped here, not by tabulate, whose wrapping
     parses such a cell as a number with thousands separators and fails (tabulate 0.10). With
     `width`, the wrapped columns shrink until the table fits (lines still too wide are cut)."""
+    from tabulate import tabulate  # here: the short report has no table (tabulate: ~30 ms)
+
     limits = list(widths)
     while True:
         text = tabulate(

@@ -3,6 +3,7 @@ same report, and trusts nothing it did not write itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,12 +12,14 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fr_analyzer.cli.app import run
 from fr_analyzer.load import Directory, RankCache
 from fr_analyzer.load import cache as cache_mod
-from fr_analyzer.pipeline import Options, analyze
+from fr_analyzer.model.table import EntryTable
+from fr_analyzer.pipeline import Analysis, Options, analyze
 from fr_analyzer.render.report_json import report_dict
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
@@ -90,9 +93,17 @@ def test_a_folder_others_can_write_is_not_read_and_a_note_says_so(
     assert any("is not this user's alone" in w for w in doc["dumps"]["warnings"])
 
 
+def _kept_ranks(root: Path) -> list[Path]:
+    """The ranks kept in `root`, the whole tables kept beside them dropped (so that the next
+    run reads rank by rank)."""
+    for table in root.glob("*" + cache_mod.JOB_SUFFIX):
+        table.unlink()
+    return sorted(root.glob("*" + cache_mod.SUFFIX))
+
+
 def test_a_link_or_a_damaged_file_in_the_cache_is_a_miss(job: Path, tmp_path: Path) -> None:
     _report(job, RankCache(tmp_path / "cache"))
-    kept = sorted((tmp_path / "cache").iterdir())
+    kept = _kept_ranks(tmp_path / "cache")
     kept[0].write_bytes(kept[0].read_bytes()[:200])  # cut short
     kept[1].write_bytes(b"not a cache file")
     target = tmp_path / "elsewhere.rank"
@@ -120,7 +131,9 @@ def test_the_command_keeps_ranks_in_the_xdg_cache_and_no_cache_keeps_none(
     assert run(["-d", str(job), "--no-cache"]) == 1
     assert not (tmp_path / "xdg").exists()
     assert run(["-d", str(job)]) == 1
-    assert len(list((tmp_path / "xdg" / "fr-analyze" / "ranks").iterdir())) == 16
+    kept = tmp_path / "xdg" / "fr-analyze" / "ranks"
+    assert len(list(kept.glob("*.rank"))) == 16
+    assert len(list(kept.glob("*.job"))) == 1
     assert run(["-d", str(job)]) == 1
 
 
@@ -141,7 +154,7 @@ def test_a_kept_rank_with_odd_values_or_another_ranks_number_is_a_miss_not_a_fai
     job: Path, tmp_path: Path
 ) -> None:
     _report(job, RankCache(tmp_path / "cache"))
-    kept = sorted((tmp_path / "cache").iterdir())
+    kept = _kept_ranks(tmp_path / "cache")
     _tampered(kept[0], lambda h: h.update(rank=h["rank"] + 1))  # another rank's number
     _tampered(kept[1], lambda h: h.update(entries="many"))  # a value of the wrong type
     _tampered(kept[2], lambda h: h.update(warnings=[1, 2]))
@@ -149,3 +162,131 @@ def test_a_kept_rank_with_odd_values_or_another_ranks_number_is_a_miss_not_a_fai
     assert _report(job, again) == _report(job, None)
     assert again.hits == len(kept) - 3
     assert again.stored == 3  # read from their dumps, and kept again
+
+
+# --- the whole table, kept beside the ranks -----------------------------------------------------
+
+
+def _analysis(where: Path, cache: RankCache | None) -> Analysis:
+    return analyze(Directory(where), Options(cache=cache))
+
+
+def _same_table(got: EntryTable, fresh: EntryTable) -> None:
+    for f in dataclasses.fields(EntryTable):
+        mine, theirs = getattr(got, f.name), getattr(fresh, f.name)
+        if isinstance(theirs, np.ndarray):
+            assert mine.dtype == theirs.dtype, f.name
+            assert np.array_equal(mine, theirs, equal_nan=mine.dtype.kind == "f"), f.name
+        else:
+            assert mine == theirs, f.name
+
+
+def _kept_table(root: Path) -> Path:
+    (table,) = root.glob("*" + cache_mod.JOB_SUFFIX)
+    return table
+
+
+def test_the_next_run_reads_the_whole_table_from_one_file_and_it_is_the_same_table(
+    job: Path, tmp_path: Path
+) -> None:
+    fresh = _analysis(job, None)
+    _analysis(job, RankCache(tmp_path / "cache"))
+    assert stat.S_IMODE(_kept_table(tmp_path / "cache").stat().st_mode) == 0o600
+    again = RankCache(tmp_path / "cache")
+    got = _analysis(job, again)
+    assert (again.job_hits, again.hits, again.stored) == (1, 16, 0)
+    _same_table(got.table, fresh.table)
+    assert got.dumps == fresh.dumps
+    assert report_dict(got) == report_dict(fresh)
+
+
+def test_a_changed_dump_misses_the_whole_table_and_a_new_one_is_kept(
+    job: Path, tmp_path: Path
+) -> None:
+    _analysis(job, RankCache(tmp_path / "cache"))
+    before = _kept_table(tmp_path / "cache")
+    changed = sorted(job.iterdir())[3]
+    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    again = RankCache(tmp_path / "cache")
+    assert report_dict(_analysis(job, again)) == report_dict(_analysis(job, None))
+    assert (again.job_hits, again.hits, again.stored) == (0, 15, 1)
+    tables = set((tmp_path / "cache").glob("*" + cache_mod.JOB_SUFFIX))
+    assert len(tables) == 2 and before in tables
+
+
+def test_a_whole_table_others_could_write_or_a_link_is_not_read(job: Path, tmp_path: Path) -> None:
+    _analysis(job, RankCache(tmp_path / "cache"))
+    table = _kept_table(tmp_path / "cache")
+    table.chmod(0o620)  # the group may write it: not this user's alone
+    shared = RankCache(tmp_path / "cache")
+    assert report_dict(_analysis(job, shared)) == report_dict(_analysis(job, None))
+    assert (shared.job_hits, shared.hits) == (0, 16)
+    assert stat.S_IMODE(table.stat().st_mode) == 0o600  # not read: replaced by one of its own
+    elsewhere = tmp_path / "elsewhere.job"
+    elsewhere.write_bytes(table.read_bytes())
+    elsewhere.chmod(0o600)
+    table.unlink()
+    table.symlink_to(elsewhere)
+    linked = RankCache(tmp_path / "cache")
+    _analysis(job, linked)
+    assert linked.job_hits == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "chown") or os.getuid() != 0, reason="needs root to chown")
+def test_a_whole_table_another_user_owns_is_not_read(job: Path, tmp_path: Path) -> None:
+    _analysis(job, RankCache(tmp_path / "cache"))
+    table = _kept_table(tmp_path / "cache")
+    os.chown(table, 65534, 65534)  # nobody's, its mode still 0600
+    other = RankCache(tmp_path / "cache")
+    assert report_dict(_analysis(job, other)) == report_dict(_analysis(job, None))
+    assert (other.job_hits, other.hits) == (0, 16)
+    assert table.stat().st_uid == os.getuid()  # not read: replaced by this user's own
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: data[: len(data) // 2], id="cut short"),
+        pytest.param(lambda data: b"not a cache file", id="not ours"),
+        pytest.param(
+            lambda data: _table_tampered(data, lambda doc: doc["lists"]["ops"].pop()),
+            id="a code past its list",
+        ),
+        pytest.param(
+            lambda data: _table_tampered(data, lambda doc: doc["ranks"].pop()),
+            id="a rank left out",
+        ),
+        pytest.param(
+            lambda data: _table_tampered(data, lambda doc: doc["arrays"][0].__setitem__(1, "|O")),
+            id="objects",
+        ),
+    ],
+)
+def test_a_damaged_whole_table_is_a_miss_dropped_and_the_ranks_are_read_instead(
+    job: Path, tmp_path: Path, damage: Any
+) -> None:
+    _analysis(job, RankCache(tmp_path / "cache"))
+    table = _kept_table(tmp_path / "cache")
+    table.write_bytes(damage(table.read_bytes()))
+    again = RankCache(tmp_path / "cache")
+    assert report_dict(_analysis(job, again)) == report_dict(_analysis(job, None))
+    assert (again.job_hits, again.hits) == (0, 16)
+    assert table.stat().st_size > 100  # dropped, then kept again whole
+
+
+def _table_tampered(data: bytes, change: Any) -> bytes:
+    """The kept table `data` with `change(doc)` applied to its JSON line."""
+    at = len(cache_mod.JOB_MAGIC)
+    (length,) = struct.unpack_from("<Q", data, at)
+    doc = json.loads(data[at + 8 : at + 8 + length])
+    change(doc)
+    text = json.dumps(doc).encode()
+    return cache_mod.JOB_MAGIC + struct.pack("<Q", len(text)) + text + data[at + 8 + length :]
+
+
+def test_no_whole_table_is_kept_when_a_dump_is_unreadable(job: Path, tmp_path: Path) -> None:
+    (sorted(job.iterdir())[5]).write_bytes(b"\x80\x02 not a pickle")
+    cache = RankCache(tmp_path / "cache")
+    _analysis(job, cache)
+    assert cache.stored == 15
+    assert not list((tmp_path / "cache").glob("*" + cache_mod.JOB_SUFFIX))

@@ -8,10 +8,12 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fr_analyzer import cli
 from fr_analyzer.pipeline import Analysis
+from fr_analyzer.render import entries_view
 from fr_analyzer.render.entries_view import (
     FOLDED_SHOWN,
     MARK,
@@ -328,3 +330,34 @@ def test_j_on_a_healthy_job_prints_the_newest_seq_ids_and_all_entries_prints_eve
     out = capsys.readouterr().out
     assert labels(out) == [f"#{s}" for s in range(1, 13)]
     assert "no root cause" not in out
+
+
+def test_the_newest_ids_and_each_groups_rows_are_those_the_plain_numpy_ways_give() -> None:
+    """`_newest` sorts the rows' ids by a lexsort, `_rows_by_group` finds every group's rows in
+    one sort: the answers of `np.unique(..., axis=0)` and of one mask per group."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    coll = rng.integers(-1, 40, n).astype(np.int64)
+    p2p = rng.integers(-1, 30, n).astype(np.int64)
+    is_p2p = rng.random(n) < 0.3
+
+    class Table:
+        coll_seq, p2p_seq = coll, p2p
+
+    rows = np.sort(rng.choice(n, 3000, replace=False))
+    for last in (1, 5, 50, 10_000):
+        keys = np.unique(
+            np.stack([coll[rows], p2p[rows], is_p2p[rows].astype(np.int64)], axis=1), axis=0
+        )
+        labels = list(dict.fromkeys((bool(i), int(p) if i else int(c)) for c, p, i in keys))
+        kept = set(labels[-last:])
+        want = rows[
+            [(bool(is_p2p[r]), int(p2p[r]) if is_p2p[r] else int(coll[r])) in kept for r in rows]
+        ]
+        got = entries_view._newest(Table(), rows, is_p2p, last)  # type: ignore[arg-type]
+        assert np.array_equal(got, want)
+    entry_group = rng.integers(-1, 9, n).astype(np.int32)
+    for uids in ([3], [0, 2, 5, 8], list(range(-1, 12))):
+        by_group = entries_view._rows_by_group(entry_group, uids)
+        for uid in uids:
+            assert np.array_equal(by_group[uid], np.flatnonzero(entry_group == uid))

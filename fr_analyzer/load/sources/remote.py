@@ -9,8 +9,6 @@ HTTP index pages) that make a remote source safe.
 
 from __future__ import annotations
 
-import asyncio
-import html
 import io
 import os
 import re
@@ -239,6 +237,8 @@ class _HttpGet:
             self.waited += time.monotonic() - start
 
     async def _paced(self, step: Callable[..., Any], *args: Any) -> Any:
+        import asyncio  # here, as aiohttp: a folder's analysis imports this module, not them
+
         import aiohttp
 
         allowed = _allowed(self.received)
@@ -412,6 +412,8 @@ _HREF = re.compile(rb"""\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", re.
 def _links(page: bytes) -> Iterator[str]:
     """The targets of a page's `<a href>` links (linear in the page: a tag's attributes are
     looked at only up to 4 KiB)."""
+    import html  # here: a folder's analysis imports this module, and never reads a page
+
     for tag in _A_TAG.finditer(page):
         found = _HREF.search(tag.group(1))
         if found is not None:
