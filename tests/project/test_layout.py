@@ -233,3 +233,19 @@ def test_each_test_folder_is_a_package_the_tests_readme_names() -> None:
     for folder in sorted(STAGE_TEST_FOLDERS | AREA_TEST_FOLDERS):
         assert (TESTS / folder / "__init__.py").exists(), f"tests/{folder}/__init__.py"
         assert f"`{folder}/`" in readme, f"tests/README.md does not name {folder}/"
+
+
+def test_the_version_is_written_once_and_the_installed_package_says_it() -> None:
+    """pyproject.toml reads the version from `fr_analyzer.__version__` (a command does not ask
+    `importlib.metadata`, 25 ms of every start), and the installed metadata agrees."""
+    import importlib.metadata
+    import tomllib
+
+    import fr_analyzer
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "fr_analyzer.__version__"
+    }
+    assert importlib.metadata.version("fr-analyze") == fr_analyzer.__version__
