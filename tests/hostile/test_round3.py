@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from fr_analyzer.load.formats import traces
-from fr_analyzer.load.sources import live, remote
+from fr_analyzer.load.sources import live, manifest, remote
 from fr_analyzer.model.numbers import decimal, hex_size, name_order
 from fr_analyzer.render.presentation import NAME_SHOWN, wrap
 from tests.builders import make_dump, make_entry, write_dumps
@@ -241,8 +241,8 @@ def test_a_long_op_name_leaves_every_text_output_small(tmp_path: Path) -> None:
 
 
 def _manifest(folder: Path, ranks: dict[str, Any], world: int) -> None:
-    (folder / live.MANIFEST).write_text(
-        json.dumps({"schema": live.MANIFEST_SCHEMA, "world_size": world, "ranks": ranks})
+    (folder / manifest.MANIFEST).write_text(
+        json.dumps({"schema": manifest.MANIFEST_SCHEMA, "world_size": world, "ranks": ranks})
     )
 
 

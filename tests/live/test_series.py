@@ -28,7 +28,7 @@ import pytest
 
 from fr_analyzer import pipeline
 from fr_analyzer.diagnosis import series
-from fr_analyzer.load.sources import live, pystacks, stamps
+from fr_analyzer.load.sources import live, manifest, pystacks, stamps
 from fr_analyzer.load.sources.base import Directory
 from fr_analyzer.model.records import Status
 
@@ -119,8 +119,8 @@ def test_snapshots_copied_without_their_manifest_are_dated_by_their_names(
 ) -> None:
     copy = tmp_path / "series"
     shutil.copytree(LIVE / "stuck_series", copy)
-    for manifest in copy.glob(f"*/{live.MANIFEST}"):
-        manifest.unlink()
+    for kept in copy.glob(f"*/{manifest.MANIFEST}"):
+        kept.unlink()
     got = pipeline.analyze(Directory(copy), pipeline.Options(file_times=False))
     assert got.series is not None and got.series.dating == series.Dating.NAME
     assert got.conclusion.status == Status.HUNG

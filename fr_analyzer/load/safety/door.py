@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..common import printable
 from .decoders.decode import decode_torch
 from .decoders.decode_python import decode_python
-from .decoders.opcodes import PROTO
+from .decoders.opcodes import BINPUT, EMPTY_DICT, PROTO
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 _JSON_LOADS = json.loads
 _JSON_PREFIX = json.JSONDecoder().raw_decode
 _FRAMED = (bytes((PROTO, 4)), bytes((PROTO, 5)))  # protocols 4 and 5: cut into frames
+# Python's pickler in protocol 2 or 3 puts the top-level dict in the memo first (slot 0);
+# torch's puts it there last.
+_PYTHON_UNFRAMED = tuple(bytes((PROTO, p, EMPTY_DICT, BINPUT)) for p in (2, 3))
 
 
 class Refused(pickle.UnpicklingError):
@@ -92,8 +95,8 @@ def parse_json_prefix(text: str, start: int = 0) -> tuple[Any, int]:
 
 def decode_pickle(data: bytes) -> Decoded:
     """A pickle decoded straight into columns by the decoder of its pickler's layout (torch
-    writes protocol 2; Python's pickler, 4 or 5); `NotDecoded` (`outcomes`) says why not."""
-    if data[:2] in _FRAMED:
+    writes protocol 2; Python's pickler, 2 to 5); `NotDecoded` (`outcomes`) says why not."""
+    if data[:2] in _FRAMED or data[:4] in _PYTHON_UNFRAMED:
         return decode_python(data)
     return decode_torch(data)
 

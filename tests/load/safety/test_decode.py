@@ -154,7 +154,7 @@ def test_benchmark_dumps_written_by_pythons_pickler_are_decoded_exactly(fault: s
         data = python_pickle(dump)
         assert data[:3] == b"\x80\x04\x95" and len(dump.entries) > 1000  # framed, batched
         same_rank(by_decoder(data, rank), by_unpickler(data, rank))
-        for protocol in (4, 5):
+        for protocol in (2, 3, 4, 5):
             again = pickle.dumps(pickle.loads(data), protocol=protocol)  # a re-saved dump
             same_rank(by_decoder(again, rank), by_unpickler(data, rank))
 
@@ -207,7 +207,7 @@ def test_pythons_first_definitions_inside_entries_are_read_by_the_expression() -
     same_rank(by_decoder(data), by_unpickler(data))
 
 
-@pytest.mark.parametrize("protocol", [4, 5])
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 @pytest.mark.parametrize("dumps", [pickle.dumps, pure_python_dumps], ids=["C", "pure Python"])
 def test_pythons_pickle_of_a_world_of_16384_ranks_is_decoded(
     protocol: int, dumps: Callable[..., bytes]
@@ -232,6 +232,32 @@ def test_a_string_written_again_in_every_entry_is_read_by_the_expression() -> No
     data = pickle.dumps(make_dump(rows), protocol=4)
     assert data.count(b"nccl:all_reduce") == 600
     same_rank(by_decoder(data), by_unpickler(data))
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pythons_protocols_2_and_3_are_decoded_their_puts_made_implicit(protocol: int) -> None:
+    """An older script re-saves a dump in protocol 2: every put carries its slot (`r` and four
+    bytes past slot 255), so no two entries have equal bytes. The puts made MEMOIZE, the
+    entries read as protocol 4's are, strings written again (BINUNICODE) included."""
+    rows = entries(2500)
+    for row in rows:
+        row["profiling_name"] = "".join(["nccl:", "all_reduce"])  # a new object each time
+    data = pickle.dumps(make_dump(rows), protocol=protocol)
+    assert data[:4] == bytes((0x80, protocol)) + b"}q"
+    found = decode_any(data)
+    assert isinstance(found, Decoded)
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
+def test_an_r_inside_a_string_that_reads_as_a_slot_sends_the_file_the_general_way() -> None:
+    """A string holding `r` and the bytes of a slot in range: the puts are not numbered as
+    Python numbers them, and the file is read by the unpickler, rightly."""
+    rows = entries(400)
+    rows[300]["profiling_name"] = "nccl:all_reduce" + "r\x00\x01\x00\x00"  # slot 256
+    data = pickle.dumps(make_dump(rows), protocol=2)
+    found = decode_any(data)
+    assert not isinstance(found, Decoded) and "numbered" in found
+    assert by_unpickler(data).entries == 400
 
 
 def test_real_torch_dumps_saved_again_by_python_are_decoded_exactly() -> None:
@@ -681,10 +707,10 @@ def test_the_decoder_and_the_unpickler_give_the_same_columns(dump: dict[str, Any
 @given(dump=fr_dumps())
 def test_pythons_pickler_is_decoded_alike_or_left_to_the_unpickler(dump: dict[str, Any]) -> None:
     """Python's pickler writes the same objects other ways (memo puts for every container,
-    batches of items, frames shared only when they are one object, protocols 2 to 5). Its
-    protocols 4 and 5 (the default ones) are decoded to what the unpickler gives; what the
-    decoder leaves (protocols 2 and 3, a list shared within an entry) goes to the unpickler,
-    which gives what torch's bytes give."""
+    batches of items, frames shared only when they are one object, protocols 2 to 5). Each
+    protocol it decodes is decoded to what the unpickler gives; what the decoder leaves (a
+    list shared within an entry, a protocol-2 file whose memo slots stay below 256) goes to
+    the unpickler, which gives what torch's bytes give."""
     expected = by_unpickler(torch_bytes(dump))
     for protocol in range(2, 6):
         data = pickle.dumps(dump, protocol=protocol)

@@ -28,15 +28,29 @@ does not accept is read the general way, which says why.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
+
+import numpy as np
 
 from ....model.dump import Fallback, Writer
 from ...formats.outcomes import NotDecoded, outside, reading_layout
 from .columns import Columns, Combos, Decoded, EntryColumns, Slow, file_order, slow_entry
 from .grammar import layout_of
 from .machine import AN_ENTRY, Machine, read_dump
-from .opcodes import APPEND, APPENDS, BINUNICODE, EMPTY_DICT, FRAME, MARK, MEMOIZE, PROTO
+from .opcodes import (
+    APPEND,
+    APPENDS,
+    BINPUT,
+    BINUNICODE,
+    EMPTY_DICT,
+    FRAME,
+    LONG_BINPUT,
+    MARK,
+    MEMOIZE,
+    PROTO,
+)
 
 _PYTHON = "Python's pickle layout"
 _TOP = bytes((EMPTY_DICT, MEMOIZE, MARK))
@@ -45,15 +59,60 @@ _AN_ENTRY_STARTS = bytes((EMPTY_DICT,))
 
 
 def decode_python(data: bytes) -> Decoded:
-    """The dump, decoded from bytes laid out the way Python's pickler writes them (protocol 4
-    or 5); `NotDecoded` (why, in the words the rank records) when they are not."""
-    if data[:1] != bytes((PROTO,)) or len(data) < 2 or data[1] not in (4, 5):
-        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not Python's pickle layout (protocol 4 or 5)")
+    """The dump, decoded from bytes laid out the way Python's pickler writes them (protocols
+    2 to 5); `NotDecoded` (why, in the words the rank records) when they are not."""
+    if data[:1] != bytes((PROTO,)) or len(data) < 2 or data[1] not in (2, 3, 4, 5):
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "not Python's pickle layout (protocols 2-5)")
+    protocol = data[1]
     with reading_layout(Writer.PYTHON_PICKLE, _PYTHON):
-        body = _unframe(data)
-        if body[:3] != _TOP:
-            raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
-        return _decode(body)
+        if protocol >= 4:
+            body = _unframe(data)
+            if body[:3] != _TOP:
+                raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
+        else:
+            body = _implicit_puts(data)
+            if body[:4] != _TOP_UNFRAMED:
+                raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
+        return _decode(body, protocol)
+
+
+_TOP_UNFRAMED = bytes((EMPTY_DICT, BINPUT, 0, MARK))
+_FIRST_LONG_SLOT = 256
+"""Python's pickler writes a put of a slot below this as BINPUT (1 byte), from it on as
+LONG_BINPUT (4 bytes)."""
+
+
+def _implicit_puts(data: bytes) -> bytes:
+    """The opcodes after PROTO of a protocol 2 or 3 pickle, each put of slot 256 and later
+    (LONG_BINPUT, `r` and four bytes) made MEMOIZE: the layout of protocol 4, where equal
+    values are equal bytes (`decode`'s premise); the slots below stay explicit, read by the
+    exact machine, which checks each.
+
+    Python's pickler numbers its slots in order, so the puts are found by their bytes: each
+    `r` followed by the number of a slot that follows every slot before it. The candidates in
+    the slots' range must be exactly 256, 257, ... in the file's order; anything else (an
+    `r` inside a string or an integer that reads as a slot in range, a put out of order) and
+    the file is read the general way. A candidate taken wrongly would cut a string or an
+    integer short, which the exact reads and the expression then refuse."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    at = np.flatnonzero(raw[2 : len(raw) - 4] == LONG_BINPUT) + 2
+    slots = (
+        raw[at + 1].astype(np.int64)
+        | raw[at + 2].astype(np.int64) << 8
+        | raw[at + 3].astype(np.int64) << 16
+        | raw[at + 4].astype(np.int64) << 24
+    )
+    puts = (slots >= _FIRST_LONG_SLOT) & (slots < _FIRST_LONG_SLOT + len(at))
+    at, slots = at[puts], slots[puts]
+    if not np.array_equal(slots, np.arange(_FIRST_LONG_SLOT, _FIRST_LONG_SLOT + len(at))):
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "memo slots not numbered as Python numbers them")
+    out = raw.copy()
+    out[at] = MEMOIZE
+    keep = np.ones(len(raw), dtype=bool)
+    keep[:2] = False  # PROTO
+    for k in range(1, 5):
+        keep[at + k] = False
+    return out[keep].tobytes()
 
 
 def _unframe(data: bytes) -> bytes:
@@ -79,8 +138,10 @@ def _unframe(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _decode(body: bytes) -> Decoded:
-    header, entries = read_dump(Machine(body, []), 0, _entries)
+def _decode(body: bytes, protocol: int) -> Decoded:
+    header, entries = read_dump(
+        Machine(body, []), 0, functools.partial(_entries, protocol=protocol)
+    )
     return Decoded(header, entries)
 
 
@@ -101,7 +162,7 @@ def _next_entry(data: bytes, pos: int) -> int | None:
     raise outside("an entry list holding something other than entries")
 
 
-def _entries(machine: Machine, pos: int) -> tuple[EntryColumns, int]:
+def _entries(machine: Machine, pos: int, protocol: int = 4) -> tuple[EntryColumns, int]:
     """Read the entry list from just after its `]\\x94(` to just after its last `e` (or `a`)."""
     data = machine.data
     slow: list[Slow] = []
@@ -111,7 +172,7 @@ def _entries(machine: Machine, pos: int) -> tuple[EntryColumns, int]:
         pos = slow_entry(machine, at, slow, 0)
         slots = [(key, machine.slots.get(key, -1)) for key in slow[-1].entry]
         if all(slot >= 0 for _, slot in slots):
-            layout = layout_of(slots, python=True)
+            layout = layout_of(slots, python=True, protocol=protocol)
         at = _next_entry(data, pos)
     fast = 0
     runs: list[Any] = []

@@ -145,24 +145,12 @@ _PY_SHAPE = (
 )
 # A string written again (another object of the same value: some writers build one per
 # entry), or first written inside an entry, instead of referred to: SHORT_BINUNICODE (up to
-# 255 bytes), then MEMOIZE.
-_PY_TEXT = _text(b"SHORT_BINUNICODE", b"", _MEMOIZE)
-_PY_REF_OR_TEXT = _REF_BODY + b"|" + _PY_TEXT
-# A frame dict first written inside an entry's frames (Python's pickler writes each distinct
-# frame once, where it is first met): its keys and values references, new strings or integers.
-_PY_FRAME = (
-    _REF_BODY
-    + b"|"
-    + _ops(b"<EMPTY_DICT><MEMOIZE><MARK>")
-    + b"(?:"
-    + _PY_REF_OR_TEXT
-    + b"|"
-    + _NONE
-    + b"|"
-    + _INT_BODY
-    + b")*+"
-    + _SETITEMS
-)
+# 255 bytes), then MEMOIZE; in protocols 2 and 3, BINUNICODE (its puts made MEMOIZE, see
+# `decode_python`).
+_PY_TEXTS = {
+    4: _text(b"SHORT_BINUNICODE", b"", _MEMOIZE),
+    2: _text(b"BINUNICODE", b"\x00\x00\x00", _MEMOIZE),
+}
 
 
 def _py_list(item: bytes) -> bytes:
@@ -185,32 +173,54 @@ def _py_list(item: bytes) -> bytes:
     )
 
 
-_PY_BODY = _BODY | {
-    "ref": _PY_REF_OR_TEXT,
-    "scalar": _BODY["scalar"] + b"|" + _PY_TEXT,
-    "refs": _py_list(_PY_REF_OR_TEXT),
-    "frames": _py_list(_PY_FRAME),
-    "shapes": _MEMO_LIST
-    + b"(?:"
-    + _MARK
-    + _PY_SHAPE
-    + b"++"
-    + _APPENDS
-    + b"|"
-    + _PY_SHAPE
-    + _APPEND
-    + b")?|"
-    + _REF_BODY,
-    # The reference first: it is what every entry but the first holds, and tried second it
-    # would cost a failed tuple on each.
-    "pair": _REF_BODY
-    + b"|(?:"
-    + _PY_REF_OR_TEXT
-    + b")(?:"
-    + _PY_REF_OR_TEXT
-    + b")"
-    + _ops(b"<TUPLE2><MEMOIZE>"),
-}
+def _py_bodies(text: bytes) -> dict[str, bytes]:
+    """How Python's pickler writes each kind of value, its strings written by `text`."""
+    ref_or_text = _REF_BODY + b"|" + text
+    # A frame dict first written inside an entry's frames (Python's pickler writes each
+    # distinct frame once, where it is first met): its keys and values references, new
+    # strings or integers.
+    frame = (
+        _REF_BODY
+        + b"|"
+        + _ops(b"<EMPTY_DICT><MEMOIZE><MARK>")
+        + b"(?:"
+        + ref_or_text
+        + b"|"
+        + _NONE
+        + b"|"
+        + _INT_BODY
+        + b")*+"
+        + _SETITEMS
+    )
+    return _BODY | {
+        "ref": ref_or_text,
+        "scalar": _BODY["scalar"] + b"|" + text,
+        "refs": _py_list(ref_or_text),
+        "frames": _py_list(frame),
+        "shapes": _MEMO_LIST
+        + b"(?:"
+        + _MARK
+        + _PY_SHAPE
+        + b"++"
+        + _APPENDS
+        + b"|"
+        + _PY_SHAPE
+        + _APPEND
+        + b")?|"
+        + _REF_BODY,
+        # The reference first: it is what every entry but the first holds, and tried second
+        # it would cost a failed tuple on each.
+        "pair": _REF_BODY
+        + b"|(?:"
+        + ref_or_text
+        + b")(?:"
+        + ref_or_text
+        + b")"
+        + _ops(b"<TUPLE2><MEMOIZE>"),
+    }
+
+
+_PY_BODIES = {protocol: _py_bodies(text) for protocol, text in _PY_TEXTS.items()}
 # An entry of Python's: its dict memoized. The entry list's batch boundaries (Python's pickler
 # appends a thousand items at a time) are left between two matches, where the exact reader
 # takes them: an expression that began with an optional boundary would be tried at every byte,
@@ -218,16 +228,17 @@ _PY_BODY = _BODY | {
 _START = {False: _NEW_DICT, True: _ops(b"<EMPTY_DICT><MEMOIZE><MARK>")}
 _END = _SETITEMS
 
-_LAYOUTS: dict[tuple[bool, tuple[tuple[str, int], ...]], Layout] = {}  # compiled, per process
+_LAYOUTS: dict[tuple[bool, int, tuple[tuple[str, int], ...]], Layout] = {}  # compiled, per process
 _LAYOUTS_MOST = 64
 
 
-def layout_of(keys: Sequence[tuple[str, int]], python: bool = False) -> Layout:
+def layout_of(keys: Sequence[tuple[str, int]], python: bool = False, protocol: int = 4) -> Layout:
     """The expression reading one entry whose keys are these (name, memo slot) in order: one
     capture per run of varying keys or of repeating ones; as torch's pickler writes it, or
-    (`python`) as Python's does."""
-    ident = (python, tuple(keys))
-    bodies = _PY_BODY if python else _BODY
+    (`python`) as Python's does: `protocol` 4 or 5, or 2 or 3 (strings as BINUNICODE)."""
+    protocol = 4 if protocol >= 4 else 2
+    ident = (python, protocol, tuple(keys))
+    bodies = _PY_BODIES[protocol] if python else _BODY
     found = _LAYOUTS.get(ident)
     if found is None:
         parts = [_START[python]]

@@ -189,6 +189,16 @@ class Machine:
                         pos = entries(pos + 1 + (data[pos + 1] == MARK))
                         stack.append(THE_ENTRIES)
                         continue
+                    if (  # Python's in protocol 2 or 3: the list's slot (the next) written
+                        data[pos] == BINPUT
+                        and pos + 2 < end
+                        and data[pos + 1] == len(memo)
+                        and data[pos + 2] in (MARK, EMPTY_DICT)
+                    ):
+                        memo.append(AN_ENTRY)
+                        pos = entries(pos + 2 + (data[pos + 2] == MARK))
+                        stack.append(THE_ENTRIES)
+                        continue
                     if data[pos] == MARK:  # torch's: one batch, the list not memoized
                         pos = entries(pos + 1)
                         stack.append(THE_ENTRIES)
