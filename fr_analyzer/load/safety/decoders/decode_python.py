@@ -1,4 +1,4 @@
-"""Decode a dump written by Python's pickler (protocols 4 and 5) straight into entry columns.
+"""Decode a dump written by Python's pickler (protocols 2 to 5) straight into entry columns.
 
 Dumps reach users re-saved by Python (post-processed, copied by a script, written by another
 recorder), and Python's pickler lays the same objects out its own way: the stream is cut into
@@ -19,6 +19,10 @@ combination decodes it with the memo as it stands; a reference is to an absolute
 capture met again refers to what it referred to where first met, as the unpickler would), so
 the entries read exactly afterwards, and the captures decoded later, see the slots the
 unpickler would.
+
+Protocols 2 and 3 (an older script's re-save) number every put (`_implicit_puts`): past slot
+255 each put is made MEMOIZE by its bytes, checked in order, and the file is read as protocol
+4 is; the slots below stay explicit, read by the exact machine.
 
 The grammar is `decode`'s: plain values only (no global, no object built by a call), dict keys
 that are strings or integers, tuples of scalars, containers nested at most 64 deep, and a

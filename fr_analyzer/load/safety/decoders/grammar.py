@@ -122,9 +122,10 @@ class Layout:
     regex: re.Pattern[bytes]
 
 
-# How Python's pickler (protocols 4 and 5) writes the same values: every list, dict and tuple
-# is memoized (MEMOIZE, no slot number: equal values stay equal bytes), a list of one item is
-# appended alone (APPEND), and a list, tuple or frames list met before is a memo reference.
+# How Python's pickler (protocols 4 and 5; 2 and 3 once their puts are MEMOIZE, see
+# `decode_python`) writes the same values: every list, dict and tuple is memoized (MEMOIZE,
+# no slot number: equal values stay equal bytes), a list of one item is appended alone
+# (APPEND), and a list, tuple or frames list met before is a memo reference.
 _MEMO_LIST, _MEMOIZE = _ops(b"<EMPTY_LIST><MEMOIZE>"), _ops(b"<MEMOIZE>")
 _MARK, _APPEND = _ops(b"<MARK>"), _ops(b"<APPEND>")
 _PY_INTS = b"(?:" + _INT_BODY + b")"
