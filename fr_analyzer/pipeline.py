@@ -279,8 +279,11 @@ def entries(
     where: Path | Source, options: Options, progress: Progress | None = None
 ) -> tuple[EntryTable, GroupTable]:
     """Load and group only: what `--just-print-entries` shows."""
-    got = load(where, options, progress)
-    return got.table, build_groups(got.dumps, got.table, got.unreadable)
+    try:
+        got = load(where, options, progress)
+        return got.table, build_groups(got.dumps, got.table, got.unreadable)
+    finally:
+        _cache_written(options)
 
 
 def analyze(
@@ -293,8 +296,18 @@ def analyze(
         folders = series_mod.snapshot_folders(where.path)
         if folders is not None:
             return analyze_series([Directory(f) for f in folders], options, progress)
-    got = load(where, options, progress)
-    return _with_other_reading(_analyze(got, options, progress=progress), got, options)
+    try:
+        got = load(where, options, progress)
+        return _with_other_reading(_analyze(got, options, progress=progress), got, options)
+    finally:
+        _cache_written(options)
+
+
+def _cache_written(options: Options) -> None:
+    """Wait for the cache to finish keeping what was loaded (it writes beside the analysis,
+    `RankCache.read_table`): nothing of a call goes on after it returns."""
+    if options.cache is not None:
+        options.cache.wait()
 
 
 def _with_other_reading(done: Analysis, got: Loaded, options: Options) -> Analysis:
@@ -335,7 +348,10 @@ def analyze_series(
     ordered = series_mod.ordered(summed)
     last = newest[1]
     compared = series_mod.compare(ordered, last.table)
-    return _analyze(last, options, compared, progress)
+    try:
+        return _analyze(last, options, compared, progress)
+    finally:
+        _cache_written(options)
 
 
 def _analyze(
