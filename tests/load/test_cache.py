@@ -19,7 +19,7 @@ from fr_analyzer.cli.app import run
 from fr_analyzer.load import Directory, RankCache
 from fr_analyzer.load import cache as cache_mod
 from fr_analyzer.model.table import EntryTable
-from fr_analyzer.pipeline import Analysis, Options, analyze
+from fr_analyzer.pipeline import Analysis, Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
@@ -290,3 +290,24 @@ def test_no_whole_table_is_kept_when_a_dump_is_unreadable(job: Path, tmp_path: P
     _analysis(job, cache)
     assert cache.stored == 15
     assert not list((tmp_path / "cache").glob("*" + cache_mod.JOB_SUFFIX))
+
+
+def test_the_whole_table_is_kept_as_loaded_though_the_analysis_changes_it(tmp_path: Path) -> None:
+    """The table is kept beside the analysis, which clears `retired` on gloo where the
+    recorder does not say whether an op finished (`match.completion`): what is written is the
+    table as loaded, however far the analysis got meanwhile; and a call returns only once its
+    writer is done."""
+    job = Path(shutil.copytree(SAMPLES / "gloo3d_stuck_rank", tmp_path / "job"))
+    got = load(Directory(job), Options())
+    as_loaded = got.table.retired.copy()
+    pieces = cache_mod._encode_job(got.dumps, got.table)
+    got.table.retired[:] = ~as_loaded  # the analysis, while the writer is on its way
+    cache = RankCache(tmp_path / "cache")
+    assert cache._usable() and cache._write("t" + cache_mod.JOB_SUFFIX, lambda: pieces)
+    kept = cache_mod._load_job(
+        tmp_path / "cache" / ("t" + cache_mod.JOB_SUFFIX), [d.rank for d in got.dumps]
+    )
+    assert kept is not None and np.array_equal(kept[1].retired, as_loaded)
+    first = RankCache(tmp_path / "cache2")
+    _analysis(job, first)
+    assert first._writing is None and len(list((tmp_path / "cache2").glob("*.job"))) == 1
