@@ -308,6 +308,7 @@ class SizeResult:
     """Rank files fr-analyze could not read (the report's `dumps.unreadable`): every generated
     file is genuine, so any is a wrong answer (a limit refused a genuine dump)."""
     engine: str = "process"  # `--engine`: one process, or a local Ray cluster
+    no_cache: bool = False  # `--no-cache`: the first run's writing of the cache left out
     cluster_peak_pss_bytes: int | None = None  # Ray: the peak PSS over every Ray process
     spilled_peak_bytes: int | None = None  # Ray: the most bytes its spill folder held
 
@@ -479,6 +480,7 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
     _warm(directory)
     mem_limit = int(args.mem_limit_gib * GIB)
     result.engine = args.engine
+    result.no_cache = args.no_cache
     with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp, contextlib.ExitStack() as stack:
         scratch = Path(tmp)
         report = scratch / "report.json"
@@ -493,6 +495,8 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
             env = {**(env or os.environ), **ray_head.QUIET}
         else:
             cmd += ["--workers", str(args.workers)]
+        if args.no_cache:
+            cmd += ["--no-cache"]
         cmd += ["--json", str(report)]
         _log(f"{tag} load floor ({result.load_floor_kind}), then fr-analyze, {args.repeat} time(s)")
         _log(f"{tag} fr-analyze: {' '.join(cmd)}")
@@ -801,6 +805,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--entries", type=int, default=2000, help="each rank's ring buffer (entries per dump)"
     )
     parser.add_argument("--compare", action="store_true", help="also time torchfrtrace")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="fr-analyze --no-cache: the reading alone, without the first run's writing of the "
+        "user's cache (every run has a cache of its own, new, either way)",
+    )
     parser.add_argument("--time-limit", type=float, default=1800.0, help="seconds per tool run")
     parser.add_argument(
         "--mem-limit-gib", type=float, default=20.0, help="kill a tool whose tree PSS passes this"

@@ -110,13 +110,13 @@ def _implicit_puts(data: bytes) -> bytes:
     at, slots = at[puts], slots[puts]
     if not np.array_equal(slots, np.arange(_FIRST_LONG_SLOT, _FIRST_LONG_SLOT + len(at))):
         raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "memo slots not numbered as Python numbers them")
-    out = raw.copy()
-    out[at] = MEMOIZE
     keep = np.ones(len(raw), dtype=bool)
     keep[:2] = False  # PROTO
     for k in range(1, 5):
         keep[at + k] = False
-    return out[keep].tobytes()
+    body = raw[keep]  # a copy: each put's opcode stays, its slot goes
+    body[at - 2 - 4 * np.arange(len(at))] = MEMOIZE
+    return body.tobytes()
 
 
 def _unframe(data: bytes) -> bytes:
