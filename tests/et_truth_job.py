@@ -115,6 +115,8 @@ def run_job(out: Path, mode: str, world: int = 4) -> Path:
                 )
             )
     deadline = time.monotonic() + JOB_DEADLINE_S
+    from tools.torch_job import reap  # here: a rank runs this file by its path
+
     try:
         if mode == "term":
             while time.monotonic() < deadline and not all(
@@ -124,15 +126,8 @@ def run_job(out: Path, mode: str, world: int = 4) -> Path:
             time.sleep(1.0)  # every rank inside its last call
             for proc in procs:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        reap(procs, deadline)
     return out
 
 

@@ -57,6 +57,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tools.torch_job import reap
+
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("healthy", "extra_pair_op", "kill_mid_call", "abort_size", "skip")
 """The fault kinds a seed draws from, in order."""
@@ -251,15 +253,8 @@ def run(case: Case, out: Path, deadline_s: float = JOB_DEADLINE_S) -> Path:
             for proc in procs:
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        reap(procs, deadline)
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -65,3 +66,18 @@ def run_ranks(
             for line in shown:
                 print(f"    {line[:160]}")
     return problems
+
+
+def reap(procs: list[subprocess.Popen[bytes]], deadline: float) -> None:
+    """Wait for ranks each started in its own process group (`start_new_session`) until
+    `deadline` (`time.monotonic()`), then kill the group of every one still running."""
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from fr_analyzer import analyze
 from fr_analyzer.load.formats import traces as chakra
 from fr_analyzer.load.sources.discovery import discover
 from fr_analyzer.pipeline import Analysis, Options
+from tools.torch_job import reap
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL = ROOT / "tests" / "data" / "real_nccl"
@@ -269,17 +269,7 @@ def _run_job(out: Path, mode: str, world: int = WORLD) -> Path:
         )
         for rank in range(world)
     ]
-    deadline = time.monotonic() + JOB_DEADLINE_S
-    try:
-        for proc in procs:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    reap(procs, time.monotonic() + JOB_DEADLINE_S)
     return out
 
 
