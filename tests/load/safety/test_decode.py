@@ -260,6 +260,30 @@ def test_an_r_inside_a_string_that_reads_as_a_slot_sends_the_file_the_general_wa
     assert by_unpickler(data).entries == 400
 
 
+def test_damaged_protocol_2_bytes_are_read_as_the_unpickler_reads_them_or_left_to_it() -> None:
+    """Cut short, bytes changed, or an `r` and a slot in range put anywhere: the decoder of
+    Python's protocol 2 refuses (`NotDecoded`, the file then goes the general way) or reads
+    what the unpickler reads; it never raises anything else."""
+    data = pickle.dumps(make_dump(entries(400)), protocol=2)
+    rng = random.Random(49)
+    for trial in range(600):
+        damaged = bytearray(data)
+        if trial % 3 == 0:
+            damaged = damaged[: rng.randrange(4, len(damaged))]
+        elif trial % 3 == 1:
+            for _ in range(rng.randrange(1, 5)):
+                damaged[rng.randrange(4, len(damaged))] = rng.randrange(256)
+        else:
+            at = rng.randrange(4, len(damaged))
+            damaged[at:at] = b"r" + (256 + rng.randrange(2000)).to_bytes(4, "little")
+        found = decode_any(bytes(damaged))
+        if isinstance(found, Decoded):
+            unpickled = pickle.loads(damaged)  # what the decoder read, the unpickler reads
+            with contextlib.suppress(NotDecoded):  # an odd value: the careful reader's
+                decoded = build_rank(found, 0, "f", nbytes=len(damaged))
+                same_rank(decoded, build_rank(unpickled, 0, "f", nbytes=len(damaged)))
+
+
 def test_real_torch_dumps_saved_again_by_python_are_decoded_exactly() -> None:
     files = [f.path for d in sorted(SAMPLES.glob("gloo_*")) for f in discover(d).files]
     pickles = [f for f in files if ".json" not in f.name and f.suffix != ".gz"]
