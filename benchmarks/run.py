@@ -122,6 +122,8 @@ class Measurement:
     others_cores: float = 0.0  # cores other processes used during the run (skews timings)
     stdout_tail: list[str] = field(default_factory=list)
     stderr_tail: list[str] = field(default_factory=list)
+    # the tree's peak of anonymous and shared memory: PSS less mapped files' pages (`_memory`)
+    peak_tree_held_bytes: int = 0
 
 
 def _children(pid: int) -> list[int]:
@@ -150,34 +152,50 @@ def _tree(pid: int) -> list[int]:
 
 def _pss(pid: int) -> int:
     """Proportional set size of one process in bytes (0 if it is gone)."""
+    return _memory(pid)[0]
+
+
+def _memory(pid: int) -> tuple[int, int]:
+    """One process's proportional set size, and the part of it the kernel cannot drop (its
+    anonymous and shared memory; not the pages of mapped files, such as a table kept out of
+    core by `--table-dir`, which it writes back and reads again), in bytes (0 if it is gone)."""
+    found: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as stream:
             for line in stream:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
+                name, _, rest = line.partition(":")
+                if name in ("Pss", "Pss_Anon", "Pss_Shmem"):
+                    found[name] = int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return 0
+    pss = found.get("Pss", 0)
+    if "Pss_Anon" not in found:  # a kernel without the split: all of it counted as held
+        return pss, pss
+    return pss, found["Pss_Anon"] + found.get("Pss_Shmem", 0)
 
 
 class _Watch(threading.Thread):
-    """Samples the tree's summed PSS and kills the tree at the time or memory limit."""
+    """Samples the tree's summed PSS (and the part of it held: `_memory`) and kills the tree
+    at the time limit, or when what it holds passes the memory limit."""
 
     def __init__(self, pid: int, time_limit: float, mem_limit: int) -> None:
         super().__init__(daemon=True)
         self.pid, self.time_limit, self.mem_limit = pid, time_limit, mem_limit
         self.peak = 0
+        self.peak_held = 0
         self.killed: str | None = None
         self.stop = threading.Event()
 
     def run(self) -> None:
         start = time.perf_counter()
         while not self.stop.wait(SAMPLE_SECONDS):
-            total = sum(_pss(p) for p in _tree(self.pid))
+            sampled = [_memory(p) for p in _tree(self.pid)]
+            total, held = sum(s[0] for s in sampled), sum(s[1] for s in sampled)
             self.peak = max(self.peak, total)
+            self.peak_held = max(self.peak_held, held)
             if time.perf_counter() - start > self.time_limit:
                 self.killed = "timeout"
-            elif total > self.mem_limit:
+            elif held > self.mem_limit:
                 self.killed = "memory-limit"
             if self.killed:
                 with contextlib.suppress(ProcessLookupError):
@@ -263,6 +281,7 @@ def measure(
         max_rss_bytes=usage.ru_maxrss * 1024,
         peak_tree_pss_bytes=watch.peak,
         others_cores=round(others, 2),
+        peak_tree_held_bytes=watch.peak_held,
         stdout_tail=_tail(out_path),
         stderr_tail=_tail(err_path),
     )
@@ -309,6 +328,7 @@ class SizeResult:
     file is genuine, so any is a wrong answer (a limit refused a genuine dump)."""
     engine: str = "process"  # `--engine`: one process, or a local Ray cluster
     no_cache: bool = False  # `--no-cache`: the first run's writing of the cache left out
+    table_on_disk: bool = False  # `--table-dir`: the table out of core
     cluster_peak_pss_bytes: int | None = None  # Ray: the peak PSS over every Ray process
     spilled_peak_bytes: int | None = None  # Ray: the most bytes its spill folder held
 
@@ -481,6 +501,7 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
     mem_limit = int(args.mem_limit_gib * GIB)
     result.engine = args.engine
     result.no_cache = args.no_cache
+    result.table_on_disk = args.table_on_disk
     with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp, contextlib.ExitStack() as stack:
         scratch = Path(tmp)
         report = scratch / "report.json"
@@ -497,6 +518,9 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
             cmd += ["--workers", str(args.workers)]
         if args.no_cache:
             cmd += ["--no-cache"]
+        if args.table_on_disk:
+            (scratch / "table").mkdir()
+            cmd += ["--table-dir", str(scratch / "table")]
         cmd += ["--json", str(report)]
         _log(f"{tag} load floor ({result.load_floor_kind}), then fr-analyze, {args.repeat} time(s)")
         _log(f"{tag} fr-analyze: {' '.join(cmd)}")
@@ -656,6 +680,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
         "CPU s",
         "max RSS GiB",
         "peak PSS GiB",
+        "held GiB",
         "verdict",
         "unreadable",
         "readers",
@@ -686,6 +711,7 @@ def table(results: Sequence[SizeResult], compare: bool) -> str:
             f"{m.cpu_s:.1f}" if m else "-",
             _gib(m.max_rss_bytes) if m else "-",
             _gib(m.peak_tree_pss_bytes) if m else "-",
+            _gib(m.peak_tree_held_bytes) if m else "-",
             _verdict_text(r),
             "-" if r.unreadable is None else r.unreadable,
             readers_text(r.readers),
@@ -800,6 +826,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--object-store-gib", type=float, default=2.0, help="with --engine ray: the store's size"
+    )
+    parser.add_argument(
+        "--table-on-disk",
+        action="store_true",
+        help="fr-analyze --table-dir (a folder of the run's scratch): the table out of core",
     )
     parser.add_argument(
         "--entries", type=int, default=2000, help="each rank's ring buffer (entries per dump)"

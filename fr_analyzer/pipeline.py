@@ -132,6 +132,9 @@ class Options:
     job_logs: tuple[Path, ...] = ()  # the job's logs: the watchdog's timeouts (`joblogs`)
     engine: Engine | None = None  # where the files are read; None: this process (`InProcess`)
     cache: RankCache | None = None  # ranks read before, kept by their files' identity
+    # the entry table's columns kept as files in this folder, mapped (out of core: a job
+    # larger than memory); None: in memory
+    table_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -253,7 +256,7 @@ def _read(
     """Every rank read by `engine` (or taken from the cache), its columns into the table as
     it arrives, then what is decided over every rank at once (or the whole answer, taken
     from the cache: `RankCache.read_table`)."""
-    builder = TableBuilder(ranks_hint=len(files))
+    builder = TableBuilder(ranks_hint=len(files), on_disk=options.table_dir)
 
     def read(
         some: Sequence[DumpFile], progress: Callable[[int, int], None] | None, sink: RankSink

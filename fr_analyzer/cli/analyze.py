@@ -164,7 +164,7 @@ HELP_SECTIONS.update(
         ),
         "Reading the dumps",
     )
-    | dict.fromkeys(("engine", "ray_address"), "Where the analysis runs")
+    | dict.fromkeys(("engine", "ray_address", "table_dir"), "Where the analysis runs")
 )
 """`--help`'s sections: the options not named here (-d, the outputs, -q, -v, -j) come first."""
 
@@ -368,6 +368,18 @@ def analyze(
             help=f"With --engine ray: the cluster to join (default: ${RAY_ADDRESS_ENV}).",
         ),
     ] = None,
+    table_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--table-dir",
+            metavar="DIR",
+            exists=True,
+            file_okay=False,
+            help="Keep the entry table out of core: its columns as files in DIR (removed as "
+            "soon as they are mapped), paged in and out by the kernel, for a job larger than "
+            "this machine's memory (about 150 bytes of disk per entry). Either engine.",
+        ),
+    ] = None,
     storage_option: Annotated[
         list[str] | None,
         fsspec_option(
@@ -480,6 +492,7 @@ def analyze(
         file_times=not ignore_file_times,
         job_logs=tuple(job_log or ()),
         cache=None if no_cache else rank_cache(),
+        table_dir=table_dir,
     )
     outputs = Outputs(database=output, json=json_out, html=html_out, out_dir=out_dir)
     sources = [open_source(d, storage_options(storage_option)) for d in dump_dirs]

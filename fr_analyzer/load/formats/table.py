@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import mmap
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ...errors import OutputError
 from ...memory import small_pages
 from ...model.dump import RankDump
 from ...model.table import TABLE_COLUMNS, EntryTable
@@ -43,9 +48,15 @@ class TableBuilder:
     the expected size (`ranks_hint` ranks like the average so far): pages never written cost
     no memory, and trimming a large array moves no data, so memory stays at one table however
     many ranks arrive. Small per-rank pieces kept until the end would cost a second table, as
-    freed small blocks stay with the process."""
+    freed small blocks stay with the process.
 
-    def __init__(self, ranks_hint: int = 1) -> None:
+    With `on_disk` (a folder), every column is a file there, mapped: the table is out of
+    core, its pages written back to disk and read again as the kernel needs, so that a job
+    larger than memory is analyzed where only the stages' working arrays must fit. Each file
+    is removed as soon as it is mapped: nothing is left behind, however the process ends."""
+
+    def __init__(self, ranks_hint: int = 1, on_disk: Path | None = None) -> None:
+        self._on_disk = on_disk
         self._interners = {name: Interner() for name in set(RECODED.values())}
         self._columns: dict[str, np.ndarray] = {
             col: np.empty(0, dtype=dtype) for col, dtype in TABLE_COLUMNS
@@ -102,7 +113,7 @@ class TableBuilder:
         expected = rows + rows * max(self._ranks_hint - added, 0) // added
         new = max(int(expected * 1.25) + 1024, capacity + capacity // 4)
         for col, column in self._columns.items():
-            grown = _untouched(new, column.dtype)
+            grown = _untouched(new, column.dtype, self._on_disk)
             grown[: self._n] = column[: self._n]
             self._columns[col] = grown
 
@@ -114,8 +125,11 @@ class TableBuilder:
         columns, n = self._columns, self._n
         self._columns, self._spans, self._n = {}, [], 0
         if spans == added:  # every rank kept, added in rank order: the columns are the table
-            for column in columns.values():
-                column.resize(n, refcheck=False)
+            for col, column in columns.items():
+                if self._on_disk is None:
+                    column.resize(n, refcheck=False)
+                else:  # a mapped file: its first n rows (the pages past them never written)
+                    columns[col] = column[:n]
         else:  # ranks left out, or added out of rank order: gather the rows
             take = np.concatenate(
                 [np.arange(s, s + k, dtype=np.int64) for _, s, k in spans]
@@ -124,25 +138,30 @@ class TableBuilder:
             position = np.full(max(n, 1), -1, dtype=np.int64)
             position[take] = np.arange(len(take))
             for col in list(columns):
-                columns[col] = columns[col][take]
+                gathered = _untouched(len(take), columns[col].dtype, self._on_disk)
+                np.take(columns[col], take, out=gathered)
+                columns[col] = gathered
             marker = columns["marker"]
-            columns["marker"] = np.where(marker >= 0, position[np.maximum(marker, 0)], -1).astype(
-                np.int32
-            )
+            marker[:] = np.where(marker >= 0, position[np.maximum(marker, 0)], -1)
         # Number only the pairs that kept rows (ranks may have been left out).
         pair_rank = np.array(self._pair_rank, dtype=np.int32)
         pair_group = np.array(self._pair_group, dtype=np.int32)
         used = np.bincount(columns["pair"], minlength=len(pair_rank)) > 0
         if not used.all():
             renumber = (np.cumsum(used) - 1).astype(np.int32)
-            columns["pair"] = renumber[columns["pair"]]
+            columns["pair"][:] = renumber[columns["pair"]]
             pair_rank, pair_group = pair_rank[used], pair_group[used]
         self._pair_rank, self._pair_group = [], []
-        sizes = np.array([n for _, _, n in spans], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(spans) else sizes
-        rank = np.repeat(np.array([r for r, _, _ in spans], dtype=np.int32), sizes)
-        starts = np.repeat(offsets, sizes)
-        row_in_rank = (np.arange(int(sizes.sum()), dtype=np.int64) - starts).astype(np.int32)
+        rows = sum(k for _, _, k in spans)
+        rank = _untouched(rows, np.dtype(np.int32), self._on_disk)
+        row_in_rank = _untouched(rows, np.dtype(np.int32), self._on_disk)
+        longest = max((k for _, _, k in spans), default=0)
+        counting = np.arange(longest, dtype=np.int32)
+        at = 0
+        for r, _, k in spans:  # in rank order, as the rows now are
+            rank[at : at + k] = r
+            row_in_rank[at : at + k] = counting[:k]
+            at += k
         interners = self._interners
         shapes = interners["shapes"].values
         numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
@@ -163,11 +182,27 @@ class TableBuilder:
         )
 
 
-def _untouched(n: int, dtype: np.dtype[Any]) -> np.ndarray:
-    """An empty column whose pages cost nothing until written, and are written without a
-    stall (see `small_pages`)."""
-    with small_pages():
-        return np.empty(n, dtype=dtype)
+def _untouched(n: int, dtype: np.dtype[Any], on_disk: Path | None = None) -> np.ndarray:
+    """An empty column whose pages cost nothing until written: in memory, written without a
+    stall (see `small_pages`), or a file in `on_disk`, mapped (see `TableBuilder`)."""
+    if on_disk is None:
+        with small_pages():
+            return np.empty(n, dtype=dtype)
+    size = max(n * dtype.itemsize, 1)  # a mapping is never empty
+    try:
+        fd, name = tempfile.mkstemp(prefix="fr-analyze-table-", suffix=".col", dir=on_disk)
+        try:
+            os.unlink(name)  # the mapping keeps the file's blocks until it is unmapped
+            os.ftruncate(fd, size)  # sparse: no block is written until a row is
+            mapped = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OutputError(
+            f"--table-dir {on_disk}: {exc.strerror or exc}",
+            hint="a folder on a local disk with room for about 150 bytes per entry",
+        ) from None
+    return np.frombuffer(mapped, dtype=dtype, count=n)
 
 
 def _numel(shapes: tuple[tuple[int, ...], ...]) -> int:

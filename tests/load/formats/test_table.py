@@ -1,0 +1,100 @@
+"""The entry table out of core (`--table-dir`): its columns are files there, mapped, and the
+answer is the one the table in memory gives."""
+
+from __future__ import annotations
+
+import copy
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fr_analyzer.cli.app import run
+from fr_analyzer.load import Directory, TableBuilder, discover, load_rank
+from fr_analyzer.model.dump import RankDump
+from fr_analyzer.pipeline import Options, analyze
+from fr_analyzer.render.report_json import report_dict
+from tests.builders import make_dump, make_entry, renumber, write_dumps
+
+SAMPLES = Path(__file__).resolve().parents[3] / "sample_dumps"
+
+
+def _ranks(where: Path) -> list[RankDump]:
+    block = [
+        make_entry("all_reduce", 0, group=("0", "default_pg")),
+        make_entry("all_reduce", 0, group=("0", "default_pg")),
+        make_entry("coalesced", 0, group=("0", "default_pg")),
+        make_entry("broadcast", 1, group=("1", "tp")),
+    ]
+    groups = {"0": ("default_pg", [0, 1, 2]), "1": ("tp", [0, 1, 2])}
+    write_dumps(where, {r: make_dump(renumber(copy.deepcopy(block)), groups) for r in range(3)})
+    dumps = [load_rank(f) for f in discover(where).files]
+    assert all(isinstance(d, RankDump) for d in dumps)
+    return [d for d in dumps if isinstance(d, RankDump)]
+
+
+def _mapped(column: np.ndarray) -> bool:
+    """Whether the column's memory is a mapped file."""
+    base: object = column
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1)])
+def test_a_table_on_disk_holds_what_the_table_in_memory_holds_and_leaves_no_file(
+    tmp_path: Path, order: tuple[int, ...]
+) -> None:
+    dumps = _ranks(tmp_path / "dumps")
+    folder = tmp_path / "table"
+    folder.mkdir()
+    in_memory, on_disk = TableBuilder(ranks_hint=3), TableBuilder(ranks_hint=3, on_disk=folder)
+    for rank in order:
+        in_memory.add(dumps[rank])
+        on_disk.add(dumps[rank])
+    a, b = in_memory.build([0, 2]), on_disk.build([0, 2])
+
+    for name, column in a.arrays().items():
+        mapped = getattr(b, name)
+        assert mapped.dtype == column.dtype, name
+        assert np.array_equal(mapped, column, equal_nan=column.dtype.kind == "f"), name
+    assert np.array_equal(a.rank, b.rank) and np.array_equal(a.row_in_rank, b.row_in_rank)
+    assert all(_mapped(getattr(b, name)) for name in a.arrays())  # mapped, not copied
+    assert os.listdir(folder) == []  # each file removed as soon as it was mapped
+
+
+def test_every_sample_set_gives_the_same_report_with_its_table_on_disk(tmp_path: Path) -> None:
+    sets = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
+    assert len(sets) >= 60
+
+    def report(where: Path, options: Options) -> dict[str, object]:
+        return report_dict(analyze(Directory(where), options))
+
+    differ = [
+        s.name
+        for s in sets
+        if report(s, Options(workers=1)) != report(s, Options(workers=1, table_dir=tmp_path))
+    ]
+    assert differ == []
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_table_folder_that_cannot_be_written_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _ranks(tmp_path / "dumps")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere: a file where the folder goes
+        locked.rmdir()
+        locked.write_text("")
+        locked = locked / "below"
+
+    code = run(["-d", str(tmp_path / "dumps"), "--no-cache", "--table-dir", str(locked)])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Traceback" not in err
+    assert f"--table-dir {locked}" in err or "table-dir" in err
