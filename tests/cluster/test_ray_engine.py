@@ -78,6 +78,17 @@ def test_every_sample_set_gives_the_same_report_on_ray_as_in_one_process(
     assert differ == []
 
 
+def test_the_table_kept_out_of_core_on_ray_gives_the_report_one_process_gives(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    engine = RayEngine(cluster)
+    sets = [SAMPLES / name for name in ("nccl3d_p2p_mismatch", "gloo3d_crash", "nccl_coalesced")]
+    out_of_core = Options(engine=engine, table_dir=tmp_path)
+    differ = [s.name for s in sets if _report(s, Options()) != _report(s, out_of_core)]
+    assert differ == []
+    assert list(tmp_path.iterdir()) == []  # every column's file removed once mapped
+
+
 def test_the_header_says_which_cluster_read_the_ranks(cluster: Cluster, head: str) -> None:
     doc = report_dict(
         analyze(Directory(SAMPLES / "nccl_not_joined"), Options(engine=RayEngine(cluster)))
