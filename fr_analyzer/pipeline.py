@@ -19,6 +19,7 @@ from .load import (
     DEFAULT_MAX_FILE_BYTES,
     LIMITS,
     MANIFEST,
+    ROW_BYTES,
     Directory,
     Discovery,
     DumpFile,
@@ -135,6 +136,9 @@ class Options:
     # the entry table's columns kept as files in this folder, mapped (out of core: a job
     # larger than memory); None: in memory
     table_dir: Path | None = None
+    # with table_dir: the table kept in memory while it takes at most this many bytes, moved
+    # to table_dir past it; None: in table_dir from the start
+    table_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -203,11 +207,15 @@ def _load_files(
     refused = engine.refuses(source)
     if refused is not None:
         raise UsageError(refused)
+    builder = TableBuilder(
+        ranks_hint=len(files), on_disk=options.table_dir, in_memory_up_to=options.table_memory_bytes
+    )
     loaded, unreadable, table = _read(
         engine,
         source.tasks(files, options.max_file_bytes),
         options,
         None if progress is None else functools.partial(progress, LOADING),
+        builder,
     )
     if not loaded:
         reasons = "; ".join(f"{u.file}: {u.reason}" for u in unreadable[:3])
@@ -216,6 +224,12 @@ def _load_files(
         loaded = [replace(d, file_time_ns=None, name_time_ns=None) for d in loaded]
     answered: dict[int, int] = {}
     notes: list[str] = list(options.cache.notes) if options.cache is not None else []
+    if options.table_memory_bytes is not None and builder.out_of_core is not None:
+        notes.append(
+            f"the entry table ({table.n:,} entries, {table.n * ROW_BYTES / 2**30:.1f} GiB) was"
+            f" kept out of core in {builder.out_of_core}: past the memory left for it"
+            " (--table-dir chooses the folder)"
+        )
     manifest = read_manifest(source.path) if isinstance(source, Directory) else None
     shown = files[0].shown if files else 0
     if manifest is not None and manifest.world_size > LIMITS.claimed_world_factor * shown:
@@ -252,11 +266,11 @@ def _read(
     files: Sequence[DumpFile],
     options: Options,
     progress: Callable[[int, int], None] | None,
+    builder: TableBuilder,
 ) -> tuple[list[RankDump], list[UnreadableDump], EntryTable]:
-    """Every rank read by `engine` (or taken from the cache), its columns into the table as
+    """Every rank read by `engine` (or taken from the cache), its columns into `builder` as
     it arrives, then what is decided over every rank at once (or the whole answer, taken
     from the cache: `RankCache.read_table`)."""
-    builder = TableBuilder(ranks_hint=len(files), on_disk=options.table_dir)
 
     def read(
         some: Sequence[DumpFile], progress: Callable[[int, int], None] | None, sink: RankSink

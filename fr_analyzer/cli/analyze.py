@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -69,6 +70,38 @@ def rank_cache() -> RankCache:
 
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return RankCache(Path(base) / "fr-analyze" / "ranks")
+
+
+TABLE_SHARE_OF_MEMORY = 0.6
+"""The share of the memory available at the start the entry table may take before it moves
+out of core (the stages after loading need about 100 bytes an entry beside its 150)."""
+
+
+def table_placement(table_dir: Path | None) -> dict[str, Any]:
+    """`Options`' table_dir and table_memory_bytes: the folder given (the table there from the
+    start), else the system's temp folder once the table would take more than its share of
+    the memory available now (Linux's MemAvailable; elsewhere the table stays in memory)."""
+    if table_dir is not None:
+        return {"table_dir": table_dir, "table_memory_bytes": None}
+    available = _memory_available()
+    if available is None:
+        return {"table_dir": None, "table_memory_bytes": None}
+    return {
+        "table_dir": Path(tempfile.gettempdir()),
+        "table_memory_bytes": int(available * TABLE_SHARE_OF_MEMORY),
+    }
+
+
+def _memory_available() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
@@ -375,9 +408,11 @@ def analyze(
             metavar="DIR",
             exists=True,
             file_okay=False,
-            help="Keep the entry table out of core: its columns as files in DIR (removed as "
-            "soon as they are mapped), paged in and out by the kernel, for a job larger than "
-            "this machine's memory (about 150 bytes of disk per entry). Either engine.",
+            help="Keep the entry table out of core from the start: its columns as files in DIR "
+            "(removed as soon as they are mapped), paged in and out by the kernel (about 140 "
+            "bytes of disk per entry). Without it the table moves to the system's temp folder "
+            "by itself once it would take more than 60% of the memory available; the report "
+            "says so. Either engine.",
         ),
     ] = None,
     storage_option: Annotated[
@@ -492,7 +527,7 @@ def analyze(
         file_times=not ignore_file_times,
         job_logs=tuple(job_log or ()),
         cache=None if no_cache else rank_cache(),
-        table_dir=table_dir,
+        **table_placement(table_dir),
     )
     outputs = Outputs(database=output, json=json_out, html=html_out, out_dir=out_dir)
     sources = [open_source(d, storage_options(storage_option)) for d in dump_dirs]

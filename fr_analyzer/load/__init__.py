@@ -62,7 +62,7 @@ from ..model.table import EntryTable, rank_starts
 from .cache import RankCache, RankSink
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
-from .formats.table import TableBuilder
+from .formats.table import ROW_BYTES, TableBuilder
 from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
 from .loading import (
     Settled,
@@ -106,6 +106,7 @@ __all__ = [
     "MANIFEST",
     "MARKER_OPS",
     "NO_TIME",
+    "ROW_BYTES",
     "TRACE_CUT_NOTE",
     "Directory",
     "Discovery",

@@ -50,13 +50,23 @@ class TableBuilder:
     many ranks arrive. Small per-rank pieces kept until the end would cost a second table, as
     freed small blocks stay with the process.
 
-    With `on_disk` (a folder), every column is a file there, mapped: the table is out of
+    With `on_disk` (a folder), the columns are files there, mapped: the table is out of
     core, its pages written back to disk and read again as the kernel needs, so that a job
     larger than memory is analyzed where only the stages' working arrays must fit. Each file
-    is removed as soon as it is mapped: nothing is left behind, however the process ends."""
+    is removed as soon as it is mapped: nothing is left behind, however the process ends.
+    With `in_memory_up_to` too, the table stays in memory until the rows expected (the ranks
+    still to come as large as the average so far) would take more bytes than that, and moves
+    to the folder then."""
 
-    def __init__(self, ranks_hint: int = 1, on_disk: Path | None = None) -> None:
-        self._on_disk = on_disk
+    def __init__(
+        self,
+        ranks_hint: int = 1,
+        on_disk: Path | None = None,
+        in_memory_up_to: int | None = None,
+    ) -> None:
+        self._folder = on_disk
+        self._in_memory_up_to = in_memory_up_to
+        self._on_disk: Path | None = on_disk if in_memory_up_to is None else None
         self._interners = {name: Interner() for name in set(RECODED.values())}
         self._columns: dict[str, np.ndarray] = {
             col: np.empty(0, dtype=dtype) for col, dtype in TABLE_COLUMNS
@@ -111,11 +121,26 @@ class TableBuilder:
         # when ranks are alike, a few when the first ones are small.
         added = len(self._spans) + 1
         expected = rows + rows * max(self._ranks_hint - added, 0) // added
-        new = max(int(expected * 1.25) + 1024, capacity + capacity // 4)
+        if (
+            self._on_disk is None
+            and self._folder is not None
+            and self._in_memory_up_to is not None
+            and expected * ROW_BYTES > self._in_memory_up_to
+        ):
+            self._on_disk = self._folder  # from now on: every column moved there
+        if self._on_disk is None:
+            new = max(int(expected * 1.25) + 1024, capacity + capacity // 4)
+        else:  # each row's blocks taken on disk up front: room for the expected rows alone
+            new = max(expected + 1024, capacity + capacity // 4)
         for col, column in self._columns.items():
             grown = _untouched(new, column.dtype, self._on_disk)
             grown[: self._n] = column[: self._n]
             self._columns[col] = grown
+
+    @property
+    def out_of_core(self) -> Path | None:
+        """The folder the table's columns are kept in, if they are (None: in memory)."""
+        return self._on_disk
 
     def build(self, ranks: Sequence[int] | None = None) -> EntryTable:
         """The table of the given ranks (default: every rank added), in rank order."""
@@ -182,6 +207,10 @@ class TableBuilder:
         )
 
 
+ROW_BYTES = sum(dtype.itemsize for _, dtype in TABLE_COLUMNS) + 8
+"""The table's bytes per row: its columns, and the rank and row-in-rank columns `build` adds."""
+
+
 def _untouched(n: int, dtype: np.dtype[Any], on_disk: Path | None = None) -> np.ndarray:
     """An empty column whose pages cost nothing until written: in memory, written without a
     stall (see `small_pages`), or a file in `on_disk`, mapped (see `TableBuilder`)."""
@@ -193,14 +222,17 @@ def _untouched(n: int, dtype: np.dtype[Any], on_disk: Path | None = None) -> np.
         fd, name = tempfile.mkstemp(prefix="fr-analyze-table-", suffix=".col", dir=on_disk)
         try:
             os.unlink(name)  # the mapping keeps the file's blocks until it is unmapped
-            os.ftruncate(fd, size)  # sparse: no block is written until a row is
+            # Its blocks taken now: a disk without room is this error, not a signal that
+            # kills the process at the first write past the room left.
+            os.posix_fallocate(fd, 0, size)
             mapped = mmap.mmap(fd, size)
         finally:
             os.close(fd)
     except OSError as exc:
         raise OutputError(
-            f"--table-dir {on_disk}: {exc.strerror or exc}",
-            hint="a folder on a local disk with room for about 150 bytes per entry",
+            f"the entry table kept out of core in {on_disk}: {exc.strerror or exc}",
+            hint=f"--table-dir DIR: a folder on a local disk with room for {ROW_BYTES} bytes"
+            " per entry",
         ) from None
     return np.frombuffer(mapped, dtype=dtype, count=n)
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import mmap
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fr_analyzer.cli.analyze import table_placement
 from fr_analyzer.cli.app import run
-from fr_analyzer.load import Directory, TableBuilder, discover, load_rank
+from fr_analyzer.load import ROW_BYTES, Directory, TableBuilder, discover, load_rank
 from fr_analyzer.model.dump import RankDump
 from fr_analyzer.pipeline import Options, analyze
 from fr_analyzer.render.report_json import report_dict
@@ -65,6 +67,52 @@ def test_a_table_on_disk_holds_what_the_table_in_memory_holds_and_leaves_no_file
     assert os.listdir(folder) == []  # each file removed as soon as it was mapped
 
 
+def test_a_table_moves_out_of_core_once_the_rows_expected_pass_its_share_of_memory(
+    tmp_path: Path,
+) -> None:
+    dumps = _ranks(tmp_path / "dumps")
+    folder = tmp_path / "table"
+    folder.mkdir()
+    room_for_ten_rows = 10 * ROW_BYTES
+    small = TableBuilder(ranks_hint=3, on_disk=folder, in_memory_up_to=room_for_ten_rows)
+    roomy = TableBuilder(ranks_hint=3, on_disk=folder, in_memory_up_to=2**30)
+    for dump in dumps:
+        small.add(dump)
+        roomy.add(dump)
+
+    assert small.out_of_core == folder  # 3 ranks of 4 rows: 12 expected
+    assert roomy.out_of_core is None
+    a, b = small.build(), roomy.build()
+    assert all(_mapped(getattr(a, name)) for name in a.arrays())
+    assert not any(_mapped(getattr(b, name)) for name in b.arrays())
+    for name, column in b.arrays().items():
+        assert np.array_equal(getattr(a, name), column, equal_nan=column.dtype.kind == "f"), name
+
+
+def test_the_report_says_when_the_table_went_out_of_core_by_itself(tmp_path: Path) -> None:
+    _ranks(tmp_path / "dumps")
+    by_itself = Options(workers=1, table_dir=tmp_path, table_memory_bytes=1)
+    asked = Options(workers=1, table_dir=tmp_path)
+
+    told = analyze(Directory(tmp_path / "dumps"), by_itself).summary.warnings
+    quiet = analyze(Directory(tmp_path / "dumps"), asked).summary.warnings
+
+    assert any(f"kept out of core in {tmp_path}" in w for w in told)
+    assert not any("out of core" in w for w in quiet)
+
+
+def test_the_table_goes_where_it_is_told_else_to_the_temp_folder_past_its_share(
+    tmp_path: Path,
+) -> None:
+    assert table_placement(tmp_path) == {"table_dir": tmp_path, "table_memory_bytes": None}
+    default = table_placement(None)
+    if Path("/proc/meminfo").exists():
+        assert default["table_dir"] == Path(tempfile.gettempdir())
+        assert default["table_memory_bytes"] > 0
+    else:
+        assert default == {"table_dir": None, "table_memory_bytes": None}
+
+
 def test_every_sample_set_gives_the_same_report_with_its_table_on_disk(tmp_path: Path) -> None:
     sets = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
     assert len(sets) >= 60
@@ -85,16 +133,14 @@ def test_a_table_folder_that_cannot_be_written_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _ranks(tmp_path / "dumps")
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    if os.access(locked, os.W_OK):  # root writes anywhere: a file where the folder goes
-        locked.rmdir()
-        locked.write_text("")
-        locked = locked / "below"
+    locked = Path("/proc/1")  # a folder no one, root included, makes files in
+    if not locked.is_dir():
+        pytest.skip("no /proc here")
 
     code = run(["-d", str(tmp_path / "dumps"), "--no-cache", "--table-dir", str(locked)])
 
     err = capsys.readouterr().err
     assert code == 2
     assert "Traceback" not in err
-    assert f"--table-dir {locked}" in err or "table-dir" in err
+    assert f"the entry table kept out of core in {locked}" in err
+    assert "hint: --table-dir DIR" in err
