@@ -2,12 +2,12 @@
 cache instead of decoding every file again.
 
 A rank is kept under its file's identity: the path, size, modification time and inode, a hash
-of the file's first `HEAD_BYTES` (a file rewritten in place within one tick of its clock still
-changes its key), what changes its reading (the size limit, a torchft world size, the ranks
-the folder's files show) and this cache's format and fr-analyze's version. A changed file has
-another key, and is read again. Only plain local files read alone are kept (not an archive's
-member, a URL's answer, a file read with its Execution Trace or Kineto trace, a gloo trace
-whose ops' groups were settled across ranks).
+of the file's first `HEAD_BYTES` and last `TAIL_BYTES` (a file rewritten in place within one
+tick of its clock still changes its key), what changes its reading (the size limit, a torchft
+world size, the ranks the folder's files show) and this cache's format and fr-analyze's
+version. A changed file has another key, and is read again. Only plain local files read
+alone are kept (not an archive's member, a URL's answer, a file read with its Execution Trace
+or Kineto trace, a gloo trace whose ops' groups were settled across ranks).
 
 What is kept is the table built from the ranks read (`read_table`), written once: one `.job`
 file per dump set, holding the table's columns as it holds them, the ranks' headers and the
@@ -62,8 +62,15 @@ from .sources.base import DumpFile
 
 FORMAT = 2
 """Bump when what a cache file holds changes: every older file becomes a miss."""
-HEAD_BYTES = 1 << 16
-"""The part of each dump hashed into its key."""
+HEAD_BYTES = 1 << 12
+"""The head of each dump hashed into its key: what kind of dump it is (the version, the start
+of pg_config, the oldest entries)."""
+TAIL_BYTES = 1 << 12
+"""The tail of each dump hashed into its key too: where a dump written again differs first
+(the newest entries are the last; a gzip copy ends with its content's CRC-32 and length).
+Head and tail, 8 KiB, catch a file rewritten in place with its size, time and inode kept
+better than the 64 KiB head hashed before, which covered the oldest entries alone; and a
+follow-up at 1,024 ranks reads and hashes 8 MiB, not 64 MiB (about 0.07 s)."""
 DEFAULT_MAX_BYTES = 2 << 30
 """The cache's size bound by default (2 GiB: about 15 M entries at ~140 bytes each)."""
 JOB_SUFFIX = ".job"
@@ -302,6 +309,9 @@ class RankCache:
                 if not stat.S_ISREG(info.st_mode):
                     return None
                 head = stream.read(HEAD_BYTES)
+                if info.st_size > HEAD_BYTES:
+                    stream.seek(max(info.st_size - TAIL_BYTES, HEAD_BYTES))
+                    head += stream.read(TAIL_BYTES)
         except OSError:
             return None
         identity = (

@@ -19,6 +19,7 @@ import pytest
 from fr_analyzer.cli.app import run
 from fr_analyzer.load import Directory, RankCache
 from fr_analyzer.load import cache as cache_mod
+from fr_analyzer.load.sources.base import DumpFile
 from fr_analyzer.model.table import EntryTable
 from fr_analyzer.pipeline import Analysis, Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
@@ -72,6 +73,24 @@ def test_a_dump_replaced_by_another_is_never_taken_from_the_cache(
         shutil.copyfile(src, target)
         os.utime(target, ns=(times.st_atime_ns, times.st_mtime_ns))
     assert _report(job, RankCache(tmp_path / "cache")) == _report(job, None)
+
+
+@pytest.mark.parametrize("where", [0, cache_mod.HEAD_BYTES - 1, -cache_mod.TAIL_BYTES, -1], ids=str)
+def test_a_byte_changed_in_a_files_head_or_tail_changes_its_key(tmp_path: Path, where: int) -> None:
+    """Its size, time and inode kept: the head and the tail (the newest entries) are hashed."""
+    path = tmp_path / "rank_0"
+    data = bytearray(os.urandom(100_000))
+    path.write_bytes(data)
+    times = path.stat()
+    cache = RankCache(tmp_path / "cache")
+    dump_file = DumpFile(0, path)
+    before = cache._key(dump_file, "")
+    data[where] ^= 1
+    with open(path, "r+b") as stream:  # in place: the same inode
+        stream.write(data)
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert path.stat().st_ino == times.st_ino
+    assert cache._key(dump_file, "") != before
 
 
 def test_the_cache_is_the_users_alone(job: Path, tmp_path: Path) -> None:
