@@ -16,8 +16,9 @@ so that it serves twice. Where every file has a key and none was unreadable, it 
 the keys of every file and is the whole answer: a command on a dump set read before reads
 this one file (its columns mapped, not copied). Otherwise, and when one dump changed, the
 ranks it indexes are taken from it one by one (each rank's rows, its codes turned back into
-its own), and only the others are read. A rank's data is written once, never a file per rank
-beside the table: that halved what the first run writes.
+its own), and only the others are read; only tables of the same folder are searched (each
+table's name begins with a digest of the folder that holds its files). A rank's data is
+written once, never a file per rank beside the table: the first run writes a third less.
 
 Nothing is unpickled: the JSON goes through the door (`safety.door.parse_json`) and the
 columns are taken as typed arrays of their bytes; a table that does not read back whole (a
@@ -127,9 +128,12 @@ class RankCache:
         if not self._usable():
             return finish(*read(files, progress, sink))
         keys = [self._key(f, salt) for f in files]
+        folder = _folder(files)
         job = _job_key(keys)
         if job is not None:
-            kept = _load_job(self.root / (job + JOB_SUFFIX), sorted({f.rank for f in files}))
+            kept = _load_job(
+                self.root / f"{folder}-{job}{JOB_SUFFIX}", sorted({f.rank for f in files})
+            )
             if kept is not None:
                 self.hits += len(kept[0])
                 self.job_hits += 1
@@ -144,11 +148,10 @@ class RankCache:
             own[dump.rank] = (dump.groups, dump.tables)
             sink(dump, columns)
 
-        as_read, unreadable, taken = self._through(read, files, progress, noting, keys)
+        as_read, unreadable, taken = self._through(read, files, progress, noting, keys, folder)
         loaded, unreadable, table = finish(list(as_read), unreadable)
-        self._keep(
-            files, keys, job is not None and not unreadable, as_read, taken, own, table, loaded
-        )
+        whole = job is not None and not unreadable
+        self._keep(files, keys, folder, whole, as_read, taken, own, table, loaded)
         return loaded, unreadable, table
 
     def wait(self) -> None:
@@ -161,6 +164,7 @@ class RankCache:
         self,
         files: Sequence[DumpFile],
         keys: list[str | None],
+        folder: str,
         whole: bool,
         as_read: Sequence[RankDump],
         taken: set[int],
@@ -178,10 +182,10 @@ class RankCache:
         if not index:
             return
         if whole:
-            name = _job_key(keys)
+            key = _job_key(keys)
         else:
-            name = _part_key(sorted(k for k in index.values() if k is not None))
-        assert name is not None
+            key = _part_key(sorted(k for k in index.values() if k is not None))
+        name = f"{folder}-{key}"
         if _own_file(self.root / (name + JOB_SUFFIX)):
             return  # these very ranks, kept already
         # Written beside the analysis, which runs on one core and leaves the other (and
@@ -209,10 +213,11 @@ class RankCache:
         progress: Callable[[int, int], None] | None,
         sink: RankSink,
         keys: list[str | None],
+        folder: str,
     ) -> tuple[list[RankDump], list[UnreadableDump], set[int]]:
         """Every rank handed to `sink` in file order, those a kept table indexes taken from
         it; the ranks' headers, the unreadable, and which files were taken."""
-        found = self._kept_ranks(files, keys)
+        found = self._kept_ranks(files, keys, folder)
         if not found:
             return (*read(files, progress, sink), set())
         # Some ranks kept: read the others first (held, they are few), then hand every rank
@@ -242,13 +247,15 @@ class RankCache:
                 progress(i + 1, len(files))
         return loaded, unreadable, set(found)
 
-    def _kept_ranks(self, files: Sequence[DumpFile], keys: list[str | None]) -> dict[int, KeptRank]:
-        """The files (by position) whose ranks a kept table indexes, each rank as read; the
-        newest table first where two index one key. A table that does not read back whole is
-        dropped, and its ranks are read."""
+    def _kept_ranks(
+        self, files: Sequence[DumpFile], keys: list[str | None], folder: str
+    ) -> dict[int, KeptRank]:
+        """The files (by position) whose ranks a kept table of the same `folder` indexes, each
+        rank as read; the newest table first where two index one key. A table that does not
+        read back whole is dropped, and its ranks are read."""
         wanted = {bytes.fromhex(k): i for i, k in enumerate(keys) if k}
         where: dict[Path, dict[int, int]] = {}  # table -> {file's position: rank's position}
-        for path in self._tables():
+        for path in self._tables(folder):
             digests = _index_of(path)
             for at, digest in enumerate(digests or ()):
                 i = wanted.pop(digest, None)
@@ -265,14 +272,14 @@ class RankCache:
                     found[i] = kept
         return found
 
-    def _tables(self) -> list[Path]:
-        """The tables kept, the newest first."""
+    def _tables(self, folder: str) -> list[Path]:
+        """The tables kept of files in `folder` (`_folder`), the newest first."""
         try:
             found = [
                 (entry.stat(follow_symlinks=False).st_mtime_ns, Path(entry.path))
                 for entry in os.scandir(self.root)
                 if entry.name.endswith(JOB_SUFFIX)
-                and not entry.name.startswith(TMP_PREFIX)
+                and entry.name.startswith(folder + "-")
                 and entry.is_file(follow_symlinks=False)
             ]
         except OSError:
@@ -500,6 +507,19 @@ _OWN_CODES = {
     column: ("group_names" if table == "groups" else table) for column, table in RECODED.items()
 }
 """A rank's columns that hold its own codes, and the table's list each indexes."""
+
+
+def _folder(files: Sequence[DumpFile]) -> str:
+    """What the names of the tables of these files begin with: a digest of the folder that
+    holds them all. A file's key holds its absolute path, so only a table of files in that
+    folder can index it: a dump set read for the first time opens those tables' indexes, not
+    every table of a cache that may hold thousands of small ones."""
+    where = [os.path.abspath(f.path) for f in files if f.fetch is None]
+    try:
+        common = os.path.commonpath(where) if where else ""
+    except ValueError:  # paths on different drives
+        common = ""
+    return hashlib.sha256(common.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def _job_key(keys: Sequence[str | None]) -> str | None:

@@ -159,6 +159,30 @@ def test_a_damaged_table_is_a_miss_for_every_rank_it_holds_and_dropped(
     assert table not in set((tmp_path / "cache").iterdir())  # dropped
 
 
+def test_a_dump_set_read_first_opens_only_the_tables_kept_for_its_folder(
+    job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file's key holds its path: a table of files in another folder cannot index it, so
+    a cache of many small sets costs a new set nothing to search."""
+    elsewhere = Path(shutil.copytree(job, tmp_path / "elsewhere"))
+    _report(elsewhere, RankCache(tmp_path / "cache"))
+    (theirs,) = (tmp_path / "cache").iterdir()
+    _report(job, RankCache(tmp_path / "cache"))
+    opened: list[Path] = []
+    index_of = cache_mod._index_of
+
+    def spied(path: Path) -> list[bytes] | None:
+        opened.append(path)
+        return index_of(path)
+
+    monkeypatch.setattr(cache_mod, "_index_of", spied)
+    _one_dump_changed(job)
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == _report(job, None)
+    assert again.hits == 15
+    assert opened and theirs not in opened
+
+
 def test_a_table_behind_a_link_is_not_read(job: Path, tmp_path: Path) -> None:
     _report(job, RankCache(tmp_path / "cache"))
     table = _kept_table(tmp_path / "cache")
