@@ -386,11 +386,11 @@ def analyze(
         bool,
         typer.Option(
             "--no-cache",
-            help="Read every dump again, and keep nothing: by default the ranks read, and the "
-            f"whole table, are kept in the user's cache ({CACHE_HELP}, owner-only, at most "
-            "2 GiB, the least "
-            "recently used dropped), so the next command on the same dumps (-j, --html, "
-            "another flag) reads them from there; a changed dump is read again.",
+            help="Read every dump again, and keep nothing: by default the ranks read are "
+            f"kept, as one table, in the user's cache ({CACHE_HELP}, owner-only, at most "
+            "2 GiB, the least recently used dropped), so the next command on the same dumps "
+            "(-j, --html, another flag) reads it from there; a changed dump is read again, "
+            "the others taken from the table.",
         ),
     ] = False,
     ray_address: Annotated[

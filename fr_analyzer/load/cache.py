@@ -2,33 +2,36 @@
 cache instead of decoding every file again.
 
 A rank is kept under its file's identity: the path, size, modification time and inode, a hash
-of the file's first `HEAD_BYTES` (a file rewritten in place within one tick of its clock still
-changes its key), what changes its reading (the size limit, a torchft world size, the ranks
-the folder's files show) and this cache's format and fr-analyze's version. A changed file has
-another key, and is read again. Only plain local files read alone are kept (not an archive's
-member, a URL's answer, a file read with its Execution Trace or Kineto trace, a gloo trace
-whose ops' groups were settled across ranks).
+of the file's first `HEAD_BYTES` and last `TAIL_BYTES` (a file rewritten in place within one
+tick of its clock still changes its key), what changes its reading (the size limit, a torchft
+world size, the ranks the folder's files show) and this cache's format and fr-analyze's
+version. A changed file has another key, and is read again. Only plain local files read
+alone are kept (not an archive's member, a URL's answer, a file read with its Execution Trace
+or Kineto trace, a gloo trace whose ops' groups were settled across ranks).
 
-Each rank is one file: a line of JSON (the rank's header and tables, and where each column's
-bytes are) and the columns' raw bytes. Nothing is unpickled: the JSON goes through the door
-(`safety.door.parse_json`) and the columns are taken as typed arrays of their bytes; an entry
-that does not read back whole (a truncated file, a code past its table) is a miss, dropped.
+What is kept is the table built from the ranks read (`read_table`), written once: one `.job`
+file per dump set, holding the table's columns as it holds them, the ranks' headers and the
+table's lists as JSON, and an index (each rank's key, and its codes into the table's lists),
+so that it serves twice. Where every file has a key and none was unreadable, it is named by
+the keys of every file and is the whole answer: a command on a dump set read before reads
+this one file (its columns mapped, not copied). Otherwise, and when one dump changed, the
+ranks it indexes are taken from it one by one (each rank's rows, its codes turned back into
+its own), and only the others are read; only tables of the same folder are searched (each
+table's name begins with a digest of the folder that holds its files). A rank's data is
+written once, never a file per rank beside the table: the first run writes a third less.
 
-Beside the ranks, the table built from all of them is kept whole (`read_table`), in one file
-named by the keys of every rank file (a `.job` file: the ranks' headers and the table's lists
-as JSON, then its columns' bytes, mapped when read back, not copied), so that a command on a
-dump set read before reads one file instead of one per rank. It is kept only where every file
-has a key and none was unreadable; it is checked as a rank is (every code within its list,
-every row of a rank asked for) and, like the ranks, never unpickled.
+Nothing is unpickled: the JSON goes through the door (`safety.door.parse_json`) and the
+columns are taken as typed arrays of their bytes; a table that does not read back whole (a
+truncated file, a code past its list, a rank's rows out of place) is a miss, dropped.
 
 The cache is the user's own: its folder is made owner-only (0700) and each file 0600, written
 whole and renamed into place; a folder or file that another user owns or could write is not
 read (a note says so), never trusted. It is bounded (`max_bytes`): past it, the files used
-longest ago are dropped (ranks and tables alike).
+longest ago are dropped.
 
-It is over 600 lines because a rank and a whole table are written and read back by the same
-checked steps (the header's fields, the member lists, the codes' bounds), which stay private
-to this one module: the only place that trusts what it reads back.
+It is over 600 lines because a table is written and read back by checked steps (the header's
+fields, the member lists, the codes' bounds, each rank's rows), which stay private to this one
+module: the only place that trusts what it reads back.
 """
 
 from __future__ import annotations
@@ -58,16 +61,25 @@ from .formats.table import RECODED
 from .safety.door import parse_json
 from .sources.base import DumpFile
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what a cache file holds changes: every older file becomes a miss."""
-HEAD_BYTES = 1 << 16
-"""The part of each dump hashed into its key."""
-MAGIC = b"fr-analyze-rank-cache\n"
+HEAD_BYTES = 1 << 12
+"""The head of each dump hashed into its key: what kind of dump it is (the version, the start
+of pg_config, the oldest entries)."""
+TAIL_BYTES = 1 << 12
+"""The tail of each dump hashed into its key too: where a dump written again differs first
+(the newest entries are the last; a gzip copy ends with its content's CRC-32 and length).
+Head and tail, 8 KiB, catch a file rewritten in place with its size, time and inode kept
+better than the 64 KiB head hashed before, which covered the oldest entries alone; and a
+follow-up at 1,024 ranks reads and hashes 8 MiB, not 64 MiB (about 0.07 s)."""
 DEFAULT_MAX_BYTES = 2 << 30
-"""The cache's size bound by default (2 GiB: about 35 M entries at ~60 bytes each)."""
-SUFFIX = ".rank"
+"""The cache's size bound by default (2 GiB: about 15 M entries at ~140 bytes each)."""
 JOB_SUFFIX = ".job"
-"""A whole table (every rank of a dump set, `RankCache.read_table`)."""
+"""A table of the ranks of a dump set (`RankCache.read_table`)."""
+OLD_SUFFIXES = (".rank",)
+"""Files of an older format (one per rank): never read, dropped when the cache is trimmed."""
+TMP_PREFIX = ".tmp-"
+"""A file being written (then renamed into place): counted in the bound, never read."""
 
 RankSink = Callable[[RankDump, Mapping[str, np.ndarray]], None]
 """`sink(rank, columns)`: a rank read (its header and tables) and its columns, in file order:
@@ -81,13 +93,10 @@ Read = Callable[
     [Sequence[DumpFile], Callable[[int, int], None] | None, RankSink],
     tuple[list[RankDump], list[UnreadableDump]],
 ]
-
-
-@dataclass(frozen=True)
-class _Hit:
-    """A rank found in the cache: the file it is kept in."""
-
-    path: Path
+KeptRank = tuple[RankDump, RankTables, dict[str, np.ndarray]]
+"""A rank taken from a kept table: its header as read, its tables, its columns."""
+_Own = tuple[list[tuple[str, str]], RankTables]
+"""A rank's own lists as read (its groups and tables): what its codes index."""
 
 
 class RankCache:
@@ -98,23 +107,9 @@ class RankCache:
         self.max_bytes = max_bytes
         self.notes: list[str] = []  # why the cache was not used (another user's folder)
         self.hits = 0  # ranks taken from the cache
-        self.stored = 0  # ranks kept
+        self.stored = 0  # ranks read from their dumps and kept (once the table is written)
         self.job_hits = 0  # whole tables taken from the cache (`read_table`)
-        self._writing: threading.Thread | None = None  # the whole table, being kept
-
-    def read_through(
-        self,
-        read: Read,
-        files: Sequence[DumpFile],
-        progress: Callable[[int, int], None] | None,
-        sink: RankSink,
-        salt: str,
-    ) -> tuple[list[RankDump], list[UnreadableDump]]:
-        """Every rank, in file order, handed to `sink`: from the cache where it is kept, else
-        read by `read` (and kept). Returns the ranks' headers and the unreadable, as `read`."""
-        if not self._usable():
-            return read(files, progress, sink)
-        return self._through(read, files, progress, sink, [self._key(f, salt) for f in files])
+        self._writing: threading.Thread | None = None  # the table, being kept
 
     def read_table(
         self,
@@ -125,16 +120,20 @@ class RankCache:
         salt: str,
         finish: Finish,
     ) -> tuple[list[RankDump], list[UnreadableDump], EntryTable]:
-        """What `finish` makes of every rank read through the cache (`read_through`): the
-        ranks and their table, decided over every rank at once. Where every file is kept and
-        none was unreadable, that answer is kept whole too, under the files' keys: the next
-        command on the same files reads one file, not one per rank (`sink` then sees none)."""
+        """What `finish` makes of every rank, each handed to `sink` in file order (taken from
+        a kept table where one indexes its file's key, else read by `read`): the ranks and
+        their table, decided over every rank at once. Where every file is kept and none was
+        unreadable, that answer is kept whole, under the files' keys: the next command on the
+        same files reads one file (`sink` then sees none)."""
         if not self._usable():
             return finish(*read(files, progress, sink))
         keys = [self._key(f, salt) for f in files]
+        folder = _folder(files)
         job = _job_key(keys)
         if job is not None:
-            kept = _load_job(self.root / (job + JOB_SUFFIX), [f.rank for f in files])
+            kept = _load_job(
+                self.root / f"{folder}-{job}{JOB_SUFFIX}", sorted({f.rank for f in files})
+            )
             if kept is not None:
                 self.hits += len(kept[0])
                 self.job_hits += 1
@@ -142,27 +141,69 @@ class RankCache:
                 if progress is not None:
                     progress(len(files), len(files))
                 return kept[0], [], kept[1]
-        loaded, unreadable, table = finish(*self._through(read, files, progress, sink, keys))
-        if job is not None and not unreadable:
-            # Written beside the analysis, which runs on one core and leaves the other (and
-            # the kernel's work of filling the page cache) to this: about 0.5 s at 1,024 ranks
-            # taken off the first run. The pieces are made here; `wait` joins the writer.
-            pieces = _encode_job(loaded, table)
-            self.wait()
-            self._writing = threading.Thread(
-                target=self._keep_job, args=(job + JOB_SUFFIX, pieces), name="fr-analyze cache"
-            )
-            self._writing.start()
+        own: dict[int, _Own] = {}
+
+        def noting(dump: RankDump, columns: Mapping[str, np.ndarray]) -> None:
+            assert dump.tables is not None
+            own[dump.rank] = (dump.groups, dump.tables)
+            sink(dump, columns)
+
+        as_read, unreadable, taken = self._through(read, files, progress, noting, keys, folder)
+        loaded, unreadable, table = finish(list(as_read), unreadable)
+        whole = job is not None and not unreadable
+        self._keep(files, keys, folder, whole, as_read, taken, own, table, loaded)
         return loaded, unreadable, table
 
     def wait(self) -> None:
-        """Return once the whole table being kept (`read_table`) is written, or not kept."""
+        """Return once the table being kept (`read_table`) is written, or not kept."""
         if self._writing is not None:
             self._writing.join()
             self._writing = None
 
-    def _keep_job(self, name: str, pieces: list[bytes | memoryview]) -> None:
-        self._write(name, lambda: pieces)
+    def _keep(
+        self,
+        files: Sequence[DumpFile],
+        keys: list[str | None],
+        folder: str,
+        whole: bool,
+        as_read: Sequence[RankDump],
+        taken: set[int],
+        own: Mapping[int, _Own],
+        table: EntryTable,
+        loaded: Sequence[RankDump],
+    ) -> None:
+        """Start writing the table beside the analysis, indexed by the keys of the ranks it
+        holds (`_encode_job`); a table of some ranks only (one unreadable, one not kept) is
+        written once for those keys, and never taken as the whole answer."""
+        key_of: dict[int, str | None] = {}
+        for dump_file, key in zip(files, keys, strict=True):
+            key_of[dump_file.rank] = None if dump_file.rank in key_of else key  # one file a rank
+        index = {d.rank: key_of[d.rank] for d in loaded if key_of.get(d.rank) and d.rank in own}
+        if not index:
+            return
+        if whole:
+            key = _job_key(keys)
+        else:
+            key = _part_key(sorted(k for k in index.values() if k is not None))
+        name = f"{folder}-{key}"
+        if _own_file(self.root / (name + JOB_SUFFIX)):
+            return  # these very ranks, kept already
+        # Written beside the analysis, which runs on one core and leaves the other (and
+        # the kernel's work of filling the page cache) to this. The pieces are made here;
+        # `wait` joins the writer.
+        read_now = sum(1 for i, f in enumerate(files) if i not in taken and f.rank in index)
+        pieces = _encode_job(loaded, table, whole, index, own, {d.rank: d for d in as_read})
+        self.wait()
+        self._writing = threading.Thread(
+            target=self._keep_job,
+            args=(name + JOB_SUFFIX, pieces, read_now),
+            name="fr-analyze cache",
+        )
+        self._writing.start()
+
+    def _keep_job(self, name: str, pieces: list[bytes | memoryview], read_now: int) -> None:
+        if self._write(name, lambda: pieces):
+            self.stored += read_now
         self._trim()
 
     def _through(
@@ -172,16 +213,16 @@ class RankCache:
         progress: Callable[[int, int], None] | None,
         sink: RankSink,
         keys: list[str | None],
-    ) -> tuple[list[RankDump], list[UnreadableDump]]:
-        hits = {i: _Hit(self.root / (k + SUFFIX)) for i, k in enumerate(keys) if k and self._has(k)}
-        if not hits:
-            keep = self._keeping(sink, files, keys)
-            read_all = read(files, progress, keep)
-            self._trim()
-            return read_all
+        folder: str,
+    ) -> tuple[list[RankDump], list[UnreadableDump], set[int]]:
+        """Every rank handed to `sink` in file order, those a kept table indexes taken from
+        it; the ranks' headers, the unreadable, and which files were taken."""
+        found = self._kept_ranks(files, keys, folder)
+        if not found:
+            return (*read(files, progress, sink), set())
         # Some ranks kept: read the others first (held, they are few), then hand every rank
         # to the sink in file order, so that the table is the one a fresh read builds.
-        todo = [f for i, f in enumerate(files) if i not in hits]
+        todo = [f for i, f in enumerate(files) if i not in found]
         held: dict[int, tuple[RankDump, dict[str, np.ndarray]]] = {}
 
         def hold(dump: RankDump, columns: Mapping[str, np.ndarray]) -> None:
@@ -190,49 +231,60 @@ class RankCache:
         got, unreadable = read(todo, None, hold) if todo else ([], [])
         by_rank = {d.rank: d for d in got}
         loaded: list[RankDump] = []
-        members: dict[tuple[int, ...], tuple[int, ...]] = {}
         for i, dump_file in enumerate(files):
-            hit = hits.get(i)
-            kept = None
-            if hit is not None:
-                kept = _load(hit.path, members, dump_file.rank)
-                if kept is not None:
-                    self.hits += 1
-                    with contextlib.suppress(OSError):
-                        os.utime(hit.path)  # used now: the last to be dropped
-                else:  # it did not read back whole: read the file now
-                    more, lost = read([dump_file], None, hold)
-                    by_rank.update((d.rank, d) for d in more)
-                    unreadable += lost
-            if kept is None and dump_file.rank in held:
+            kept = found.get(i)
+            if kept is not None:
+                self.hits += 1
+            elif dump_file.rank in held:
                 dump, columns = held.pop(dump_file.rank)
                 assert dump.tables is not None
                 kept = (by_rank[dump_file.rank], dump.tables, columns)
-                key = keys[i]
-                if key:
-                    self._store(key, kept)
             if kept is not None:
                 header, tables, columns = kept
-                sink(_with(header, tables), columns)
+                sink(replace(header, tables=tables), columns)
                 loaded.append(header)
             if progress is not None:
                 progress(i + 1, len(files))
-        self._trim()
-        return loaded, unreadable
+        return loaded, unreadable, set(found)
 
-    def _keeping(
-        self, sink: RankSink, files: Sequence[DumpFile], keys: list[str | None]
-    ) -> RankSink:
-        """`sink`, each rank also kept under its file's key."""
-        key_of = {f.rank: k for f, k in zip(files, keys, strict=True) if k}
+    def _kept_ranks(
+        self, files: Sequence[DumpFile], keys: list[str | None], folder: str
+    ) -> dict[int, KeptRank]:
+        """The files (by position) whose ranks a kept table of the same `folder` indexes, each
+        rank as read; the newest table first where two index one key. A table that does not
+        read back whole is dropped, and its ranks are read."""
+        wanted = {bytes.fromhex(k): i for i, k in enumerate(keys) if k}
+        where: dict[Path, dict[int, int]] = {}  # table -> {file's position: rank's position}
+        for path in self._tables(folder):
+            digests = _index_of(path)
+            for at, digest in enumerate(digests or ()):
+                i = wanted.pop(digest, None)
+                if i is not None:
+                    where.setdefault(path, {})[i] = at
+            if not wanted:
+                break
+        found: dict[int, KeptRank] = {}
+        for path, positions in where.items():
+            ranks = _load_ranks(path, set(positions.values()))
+            for i, at in positions.items():
+                kept = ranks.get(at)
+                if kept is not None and kept[0].rank == files[i].rank:
+                    found[i] = kept
+        return found
 
-        def keep(dump: RankDump, columns: Mapping[str, np.ndarray]) -> None:
-            sink(dump, columns)
-            key = key_of.get(dump.rank)
-            if key is not None and dump.tables is not None:
-                self._store(key, (dump.header(), dump.tables, columns))
-
-        return keep
+    def _tables(self, folder: str) -> list[Path]:
+        """The tables kept of files in `folder` (`_folder`), the newest first."""
+        try:
+            found = [
+                (entry.stat(follow_symlinks=False).st_mtime_ns, Path(entry.path))
+                for entry in os.scandir(self.root)
+                if entry.name.endswith(JOB_SUFFIX)
+                and entry.name.startswith(folder + "-")
+                and entry.is_file(follow_symlinks=False)
+            ]
+        except OSError:
+            return []
+        return [path for _, path in sorted(found, reverse=True)]
 
     def _usable(self) -> bool:
         """Whether the folder is this user's alone (made so when it is new)."""
@@ -264,6 +316,9 @@ class RankCache:
                 if not stat.S_ISREG(info.st_mode):
                     return None
                 head = stream.read(HEAD_BYTES)
+                if info.st_size > HEAD_BYTES:
+                    stream.seek(max(info.st_size - TAIL_BYTES, HEAD_BYTES))
+                    head += stream.read(TAIL_BYTES)
         except OSError:
             return None
         identity = (
@@ -275,26 +330,11 @@ class RankCache:
         digest.update(head)
         return digest.hexdigest()
 
-    def _has(self, key: str) -> bool:
-        try:
-            info = (self.root / (key + SUFFIX)).lstat()
-        except OSError:
-            return False
-        return (
-            stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
-        )
-
-    def _store(self, key: str, kept: tuple[RankDump, RankTables, Mapping[str, np.ndarray]]) -> None:
-        """Write one rank whole, then rename it into place (a failure keeps nothing)."""
-        header, tables, columns = kept
-        if self._write(key + SUFFIX, lambda: [_encode(header, tables, columns)]):
-            self.stored += 1
-
     def _write(self, name: str, blob: Callable[[], Sequence[bytes | memoryview]]) -> bool:
         """Write the pieces `blob()` makes as the file `name`, whole, then rename it into
         place (a failure keeps nothing); whether it was kept."""
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=SUFFIX)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX, suffix=JOB_SUFFIX)
             try:
                 with os.fdopen(fd, "wb") as out:
                     for piece in blob():
@@ -311,14 +351,20 @@ class RankCache:
         return True
 
     def _trim(self) -> None:
-        """Drop the files used longest ago until the cache is within its bound."""
+        """Drop the files used longest ago until the cache is within its bound (and every file
+        of an older format, never read again)."""
         try:
-            found = [
-                (entry.stat().st_mtime_ns, entry.stat().st_size, Path(entry.path))
-                for entry in os.scandir(self.root)
-                if entry.name.endswith((SUFFIX, JOB_SUFFIX))
-                and entry.is_file(follow_symlinks=False)
-            ]
+            found = []
+            for entry in os.scandir(self.root):
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                name = entry.name
+                if name.endswith(OLD_SUFFIXES) and not name.startswith(TMP_PREFIX):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+                elif name.endswith((JOB_SUFFIX, *OLD_SUFFIXES)):  # tables, and files being written
+                    info = entry.stat(follow_symlinks=False)
+                    found.append((info.st_mtime_ns, info.st_size, Path(entry.path)))
         except OSError:
             return
         total = sum(size for _, size, _ in found)
@@ -334,35 +380,22 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW)
 
 
-def _with(header: RankDump, tables: RankTables) -> RankDump:
-    return replace(header, tables=tables)
+def _own_file(path: Path) -> bool:
+    """Whether `path` is a plain file of this user's alone."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
-# --- one rank as bytes, and back ----------------------------------------------------------------
+# --- a rank's header as JSON, and back ----------------------------------------------------------
 
 _ENUMS: dict[str, type[Reader] | type[Fallback] | type[Writer]] = {
     "reader": Reader,
     "fallback_reason": Fallback,
     "fallback_writer": Writer,
 }
-
-
-def _encode(header: RankDump, tables: RankTables, columns: Mapping[str, np.ndarray]) -> bytes:
-    """MAGIC, the JSON line's length, the JSON line, then each column's bytes."""
-    head = _header_doc(header)
-    table = {f.name: getattr(tables, f.name) for f in fields(RankTables)}  # tuples: lists
-    layout = []
-    offset = 0
-    arrays = []
-    for name in COLUMNS:
-        if name not in columns:
-            continue
-        array = np.ascontiguousarray(columns[name])
-        layout.append([name, array.dtype.str, len(array), offset])
-        arrays.append(array.tobytes())
-        offset += array.nbytes
-    text = _json({"header": head, "tables": table, "columns": layout})
-    return MAGIC + struct.pack("<Q", len(text)) + text + b"".join(arrays)
 
 
 def _header_doc(header: RankDump) -> dict[str, Any]:
@@ -386,25 +419,6 @@ def _header_doc(header: RankDump) -> dict[str, Any]:
 
 def _json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-
-
-def _load(
-    path: Path, members: dict[tuple[int, ...], tuple[int, ...]], rank: int
-) -> tuple[RankDump, RankTables, dict[str, np.ndarray]] | None:
-    """Rank `rank` as kept in `path`, or None where it does not read back whole, or is not
-    that rank (then dropped)."""
-    try:
-        with open(path, "rb", opener=_no_follow) as stream:
-            data = stream.read()
-        got = _decode(data, members)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error):
-        got = None
-    if got is not None and got[0].rank != rank:
-        got = None
-    if got is None:
-        with contextlib.suppress(OSError):
-            path.unlink()
-    return got
 
 
 def _members(ranks: list[Any], members: dict[tuple[int, ...], tuple[int, ...]]) -> tuple[int, ...]:
@@ -462,68 +476,13 @@ def _header_from(doc: dict[str, Any], members: Callable[[Any], tuple[int, ...]])
     return header if _plain_fields_fit(header) else None
 
 
-def _decode(
-    data: bytes, members: dict[tuple[int, ...], tuple[int, ...]]
-) -> tuple[RankDump, RankTables, dict[str, np.ndarray]] | None:
-    if not data.startswith(MAGIC):
-        return None
-    at = len(MAGIC)
-    (length,) = struct.unpack_from("<Q", data, at)
-    at += 8
-    doc = parse_json(data[at : at + length])
-    body = memoryview(data)[at + length :]
-    header = _header_from(doc["header"], lambda ranks: _members(ranks, members))
-    if header is None:
-        return None
-    t = doc["tables"]
-    tables = RankTables(
-        ops=[str(v) for v in t["ops"]],
-        backends=[str(v) for v in t["backends"]],
-        profiling_names=[str(v) for v in t["profiling_names"]],
-        shapes=[tuple(tuple(int(d) for d in shape) for shape in s) for s in t["shapes"]],
-        dtypes=[tuple(str(d) for d in s) for s in t["dtypes"]],
-        stacks=[tuple(Frame(str(n), str(f), int(line)) for n, f, line in s) for s in t["stacks"]],
-    )
-    columns: dict[str, np.ndarray] = {}
-    rows = None
-    for name, dtype, count, offset in doc["columns"]:
-        if name not in COLUMNS:
-            return None
-        kind = np.dtype(dtype)
-        if kind.kind not in "iubf" or kind.hasobject:
-            return None
-        end = offset + count * kind.itemsize
-        if end > len(body):
-            return None
-        columns[name] = np.frombuffer(body[offset:end], dtype=kind)
-        rows = count if rows is None else rows
-        if count != rows:
-            return None
-    if set(columns) != set(COLUMNS) - {"unit", "marker"} and set(columns) != set(COLUMNS):
-        return None
-    if not _codes_fit(columns, tables, header):
-        return None
-    return header, tables, columns
-
-
-def _codes_fit(columns: Mapping[str, np.ndarray], tables: RankTables, header: RankDump) -> bool:
-    """Every code indexes its table (a stack may be -1: none)."""
-    for column, table in RECODED.items():
-        values = columns.get(column)
-        if values is None or not len(values):
-            continue
-        size = len(header.groups if table == "groups" else getattr(tables, table))
-        low = -1 if column == "stack" else 0
-        if int(values.min()) < low or int(values.max()) >= size:
-            return False
-    return True
-
-
-# --- a whole table as bytes, and back -----------------------------------------------------------
+# --- a table as bytes, and back -----------------------------------------------------------------
 
 JOB_MAGIC = b"fr-analyze-table-cache\n"
 JOB_ALIGN = 64
 """Where each column of a kept table starts in its file: a multiple of this."""
+DIGEST = 32
+"""The bytes of a rank's key in a table's index (a SHA-256)."""
 JOB_ARRAYS: dict[str, np.dtype[Any]] = {
     **dict(TABLE_COLUMNS),
     "rank": np.dtype(np.int32),
@@ -533,8 +492,34 @@ JOB_ARRAYS: dict[str, np.dtype[Any]] = {
     "pair_group": np.dtype(np.int32),
 }
 """The table's arrays, each with its type in the table."""
+OWN_LISTS = ("group_names", "ops", "backends", "profiling_names", "shapes", "dtypes", "stacks")
+"""The table's lists a rank's own codes index (its groups, then `RankTables`' lists)."""
+INDEX_ARRAYS: dict[str, np.dtype[Any]] = {
+    "own_codes": np.dtype(np.int32),
+    "own_starts": np.dtype(np.int64),
+}
+"""Each rank's own lists as codes into the table's (`own_codes`, rank by rank, list by list in
+`OWN_LISTS` order; `own_starts` where each rank's list starts, one more at the end): what
+turns a rank's rows back into its own codes."""
 _JOB_CODES = {**RECODED, "group": "group_names", "pair_group": "group_names"}
 """The table's columns that hold codes, and the list each indexes."""
+_OWN_CODES = {
+    column: ("group_names" if table == "groups" else table) for column, table in RECODED.items()
+}
+"""A rank's columns that hold its own codes, and the table's list each indexes."""
+
+
+def _folder(files: Sequence[DumpFile]) -> str:
+    """What the names of the tables of these files begin with: a digest of the folder that
+    holds them all. A file's key holds its absolute path, so only a table of files in that
+    folder can index it: a dump set read for the first time opens those tables' indexes, not
+    every table of a cache that may hold thousands of small ones."""
+    where = [os.path.abspath(f.path) for f in files if f.fetch is None]
+    try:
+        common = os.path.commonpath(where) if where else ""
+    except ValueError:  # paths on different drives
+        common = ""
+    return hashlib.sha256(common.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def _job_key(keys: Sequence[str | None]) -> str | None:
@@ -548,30 +533,42 @@ def _job_key(keys: Sequence[str | None]) -> str | None:
     return digest.hexdigest()
 
 
+def _part_key(keys: Sequence[str]) -> str:
+    """The name of a table of some ranks only (never the whole answer): another digest than
+    any `_job_key`."""
+    digest = hashlib.sha256(f"part\0{FORMAT}\0{__version__}\0".encode())
+    for key in keys:
+        digest.update(key.encode("ascii") + b"\0")
+    return digest.hexdigest()
+
+
 _CHANGED_BY_THE_ANALYSIS = frozenset({"retired"})
 """Columns the analysis changes in place (`match.completion` clears `retired` where the
 recorder does not say whether an op finished): the table is kept while it runs, so these are
 copied first. The others are written from the table itself."""
 
 
-def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | memoryview]:
-    """JOB_MAGIC, the JSON line's length, the JSON line (the ranks' headers, the table's
-    lists, where each array's bytes are), then each array's bytes as the table holds them,
-    each at a multiple of `JOB_ALIGN` (so that they are read back mapped, not copied)."""
-    lists = {
-        "group_names": table.group_names,
-        "ops": table.ops,
-        "backends": table.backends,
-        "profiling_names": table.profiling_names,
-        "shapes": table.shapes,
-        "dtypes": table.dtypes,
-        "stacks": table.stacks,
-    }
+def _encode_job(
+    loaded: Sequence[RankDump],
+    table: EntryTable,
+    whole: bool,
+    index: Mapping[int, str | None],
+    own: Mapping[int, _Own],
+    as_read: Mapping[int, RankDump],
+) -> list[bytes | memoryview]:
+    """JOB_MAGIC; the number of ranks and each one's key (`DIGEST` bytes; zeros for a rank
+    not indexed); the JSON line's length and the JSON line (the ranks' headers, each one's as
+    read where the job changed it, the table's lists, where each array's bytes are); then
+    each array's bytes as the table holds them, each at a multiple of `JOB_ALIGN` (so that
+    they are read back mapped, not copied), the index's arrays last."""
+    lists = {name: getattr(table, name) for name in OWN_LISTS}
+    codes, starts, digests = _own_codes(loaded, lists, index, own)
     layout = []
     arrays: list[tuple[int, memoryview]] = []
     offset = 0
-    for name in JOB_ARRAYS:
-        array = np.ascontiguousarray(getattr(table, name))
+    given = {**{name: getattr(table, name) for name in JOB_ARRAYS}, **codes_arrays(codes, starts)}
+    for name, array in given.items():
+        array = np.ascontiguousarray(array)
         if name in _CHANGED_BY_THE_ANALYSIS:
             array = array.copy()  # as loaded, not as the analysis leaves it
         offset = -(-offset // JOB_ALIGN) * JOB_ALIGN
@@ -580,25 +577,35 @@ def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | m
         offset += array.nbytes
     # Each distinct member list once (a job of N ranks lists its N-member world N times).
     members: dict[tuple[int, ...], int] = {}
-    heads = []
-    for dump in loaded:
+
+    def doc(dump: RankDump) -> dict[str, Any]:
         head = _header_doc(dump)
         head["claims"] = [
             [c.name, c.desc, members.setdefault(c.ranks, len(members))]
             for c in dump.claims.values()
         ]
-        heads.append(head)
+        return head
+
+    heads = [doc(d) for d in loaded]
+    read_as = [
+        [at, doc(as_read[d.rank])]
+        for at, d in enumerate(loaded)
+        if digests[at] != bytes(DIGEST) and as_read.get(d.rank, d) != d
+    ]
     text = _json(
         {
+            "whole": whole,
             "members": [list(m) for m in members],
             "ranks": heads,
+            "read_as": read_as,
             "lists": lists,
             "arrays": layout,
         }
     )
-    start = len(JOB_MAGIC) + 8 + len(text)
+    before = JOB_MAGIC + struct.pack("<Q", len(loaded)) + b"".join(digests)
+    start = len(before) + 8 + len(text)
     text += b" " * (-start % JOB_ALIGN)  # JSON's own white space: the columns start aligned
-    pieces: list[bytes | memoryview] = [JOB_MAGIC + struct.pack("<Q", len(text)) + text]
+    pieces: list[bytes | memoryview] = [before + struct.pack("<Q", len(text)) + text]
     at = 0
     for offset, data in arrays:
         pieces += [bytes(offset - at), data]
@@ -606,10 +613,50 @@ def _encode_job(loaded: Sequence[RankDump], table: EntryTable) -> list[bytes | m
     return pieces
 
 
-def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTable] | None:
-    """The ranks and table kept in `path` for files of these `ranks`; None where there is
-    none, it is not this user's alone (not read, nor dropped here), or it does not read back whole
-    (then dropped)."""
+def codes_arrays(codes: list[int], starts: list[int]) -> dict[str, np.ndarray]:
+    """The index's arrays (`INDEX_ARRAYS`) of these codes and starts."""
+    return {
+        "own_codes": np.array(codes, dtype=np.int32),
+        "own_starts": np.array(starts, dtype=np.int64),
+    }
+
+
+def _own_codes(
+    loaded: Sequence[RankDump],
+    lists: Mapping[str, list[Any]],
+    index: Mapping[int, str | None],
+    own: Mapping[int, _Own],
+) -> tuple[list[int], list[int], list[bytes]]:
+    """Each rank's own lists as codes into the table's, where each rank's start, and each
+    rank's key: zeros (not indexed) for a rank without one, or whose own list holds a value
+    twice (its codes could not be turned back)."""
+    where = {name: {value: code for code, value in enumerate(lists[name])} for name in OWN_LISTS}
+    codes: list[int] = []
+    starts: list[int] = [0]
+    digests: list[bytes] = []
+    for dump in loaded:
+        key = index.get(dump.rank)
+        mine: list[int] = []
+        if key is not None:
+            groups, tables = own[dump.rank]
+            for name in OWN_LISTS:
+                values = groups if name == "group_names" else getattr(tables, name)
+                got = [where[name].get(v, -1) for v in values]
+                if -1 in got or len(set(got)) != len(got):
+                    key, mine = None, []
+                    break
+                mine += got
+                starts.append(len(codes) + len(mine))
+        if key is None:
+            starts += [len(codes)] * len(OWN_LISTS)
+        codes += mine
+        digests.append(bytes(DIGEST) if key is None else bytes.fromhex(key))
+    return codes, starts, digests
+
+
+def _open_own(path: Path) -> npt.NDArray[np.uint8] | None:
+    """The file `path` mapped copy-on-write, or None where there is none or it is not this
+    user's alone (not read, nor dropped here)."""
     try:
         with open(path, "rb", opener=_no_follow) as stream:
             info = os.fstat(stream.fileno())
@@ -618,13 +665,52 @@ def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTa
             # Mapped copy-on-write: the columns are the file's pages, read as they are used
             # (writable, the file never written). Files here are replaced by a rename, never
             # rewritten in place, so a mapped one does not shrink under the reader.
-            data = np.frombuffer(
+            return np.frombuffer(
                 mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_COPY), dtype=np.uint8
             )
     except (OSError, ValueError):  # ValueError: an empty file
         return None
+
+
+def _index_of(path: Path) -> list[bytes] | None:
+    """The keys of the ranks the table in `path` holds (zeros: not indexed); None where it
+    is not this user's alone (not read), or not a table (then dropped)."""
+    data = _open_own(path)
+    if data is None:
+        return None
+    at = len(JOB_MAGIC)
+    keys = b""
+    if len(data) >= at + 8 and data[:at].tobytes() == JOB_MAGIC:
+        (count,) = struct.unpack_from("<Q", data.data, at)
+        keys = data[at + 8 : at + 8 + count * DIGEST].tobytes()
+    if not keys or len(keys) != count * DIGEST:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    return [keys[i : i + DIGEST] for i in range(0, len(keys), DIGEST)]
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A table read back whole, and checked."""
+
+    loaded: list[RankDump]  # the ranks' headers, as the job decided them
+    table: EntryTable
+    whole: bool  # the answer for every file of its keys (none unreadable)
+    read_as: dict[int, RankDump]  # by position: a rank's header as read, where it differs
+    own_codes: npt.NDArray[np.int32]
+    own_starts: npt.NDArray[np.int64]
+
+
+def _read_kept(path: Path, ranks: Sequence[int] | None) -> _Kept | None:
+    """The table kept in `path` (for files of exactly these `ranks`, when given); None where
+    there is none, it is not this user's alone (not read, nor dropped), or it does not read
+    back whole (then dropped)."""
+    data = _open_own(path)
+    if data is None:
+        return None
     try:
-        got = _decode_job(data, sorted(set(ranks)))
+        got = _decode_job(data, None if ranks is None else sorted(set(ranks)))
     except (ValueError, KeyError, TypeError, IndexError, struct.error):
         got = None
     if got is None:
@@ -636,12 +722,84 @@ def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTa
     return got
 
 
-def _decode_job(
-    data: npt.NDArray[np.uint8], ranks: list[int]
-) -> tuple[list[RankDump], EntryTable] | None:
+def _load_job(path: Path, ranks: Sequence[int]) -> tuple[list[RankDump], EntryTable] | None:
+    """The whole answer kept in `path` for files of these `ranks`, or None (`_read_kept`); a
+    table of some ranks only is not one."""
+    kept = _read_kept(path, ranks)
+    if kept is None or not kept.whole:
+        return None
+    return kept.loaded, kept.table
+
+
+def _load_ranks(path: Path, positions: set[int]) -> dict[int, KeptRank]:
+    """The ranks at these positions of the table kept in `path`, as read (`_own_rank`); those
+    that do not turn back whole are left out (read again)."""
+    kept = _read_kept(path, None)
+    if kept is None:
+        return {}
+    starts = rank_starts(kept.table.rank)
+    bounds = dict(
+        zip(
+            kept.table.rank[starts].tolist(),
+            zip(starts.tolist(), [*starts[1:].tolist(), len(kept.table.rank)], strict=True),
+            strict=True,
+        )
+    )
+    found = {}
+    for at in sorted(positions):
+        if at >= len(kept.loaded):
+            continue
+        header = kept.read_as.get(at, kept.loaded[at])
+        rows = bounds.get(header.rank, (0, 0))
+        rank = _own_rank(kept, at, header, rows)
+        if rank is not None:
+            found[at] = rank
+    return found
+
+
+def _own_rank(kept: _Kept, at: int, header: RankDump, rows: tuple[int, int]) -> KeptRank | None:
+    """The rank at position `at` of the table, its rows `rows`, as it was read: its own
+    lists, its columns with its own codes (the table's turned back through its own lists),
+    its block markers its own rows; None where its codes do not turn back."""
+    table = kept.table
+    first, end = rows
+    lists: dict[str, list[Any]] = {}
+    back: dict[str, npt.NDArray[np.int32]] = {}
+    for number, name in enumerate(OWN_LISTS):
+        s = 7 * at + number
+        codes = kept.own_codes[int(kept.own_starts[s]) : int(kept.own_starts[s + 1])]
+        of_table = getattr(table, name)
+        lists[name] = [of_table[c] for c in codes.tolist()]
+        turned = np.full(len(of_table) + 1, -1, dtype=np.int32)  # the last: "none" (-1)
+        turned[codes] = np.arange(len(codes), dtype=np.int32)
+        back[name] = turned
+    if lists["group_names"] != header.groups:
+        return None
+    columns: dict[str, np.ndarray] = {}
+    for name in COLUMNS:
+        values = getattr(table, name)[first:end]
+        if name in _OWN_CODES:
+            ours = back[_OWN_CODES[name]][values]  # -1 (a stack's "none") takes the last
+            if ((ours < 0) != (values < 0)).any():
+                return None  # a code this rank's own lists do not hold
+            values = ours
+        elif name == "marker":
+            if len(values) and (
+                values.max() >= end or values[values >= 0].min(initial=first) < first
+            ):
+                return None
+            values = np.where(values >= 0, values - first, -1).astype(values.dtype)
+        columns[name] = values
+    tables = RankTables(**{name: lists[name] for name in OWN_LISTS if name != "group_names"})
+    return header, tables, columns
+
+
+def _decode_job(data: npt.NDArray[np.uint8], ranks: list[int] | None) -> _Kept | None:
     at = len(JOB_MAGIC)
     if data[:at].tobytes() != JOB_MAGIC:
         return None
+    (count,) = struct.unpack_from("<Q", data.data, at)
+    at += 8 + count * DIGEST
     (length,) = struct.unpack_from("<Q", data.data, at)
     at += 8
     doc = parse_json(data[at : at + length].tobytes())
@@ -660,8 +818,19 @@ def _decode_job(
         if header is None:
             return None
         loaded.append(header)
-    if [d.rank for d in loaded] != ranks:
+    numbers = [d.rank for d in loaded]
+    if len(loaded) != count or numbers != sorted(set(numbers)):
         return None
+    if ranks is not None and numbers != ranks:
+        return None
+    read_as: dict[int, RankDump] = {}
+    for position, head in doc["read_as"]:
+        header = _header_from(head, members)
+        if header is None or type(position) is not int or not 0 <= position < count:
+            return None
+        if header.rank != loaded[position].rank:
+            return None
+        read_as[position] = header
     t = doc["lists"]
     lists: dict[str, Any] = {
         "group_names": [(str(n), str(d)) for n, d in t["group_names"]],
@@ -674,23 +843,48 @@ def _decode_job(
             tuple(Frame(str(n), str(f), int(line)) for n, f, line in s) for s in t["stacks"]
         ],
     }
+    wanted = {**JOB_ARRAYS, **INDEX_ARRAYS}
     arrays: dict[str, np.ndarray] = {}
-    for name, dtype, count, offset in doc["arrays"]:
-        target = JOB_ARRAYS.get(name)
+    for name, dtype, rows, offset in doc["arrays"]:
+        target = wanted.get(name)
         kind = np.dtype(dtype)
         if target is None or name in arrays or kind.kind not in "iubf" or kind.hasobject:
             return None
-        if not np.can_cast(kind, target, "safe") or offset < 0 or count < 0:
+        if not np.can_cast(kind, target, "safe") or offset < 0 or rows < 0:
             return None
-        end = offset + count * kind.itemsize
+        end = offset + rows * kind.itemsize
         if end > len(body):
             return None
         array = np.frombuffer(body[offset:end], dtype=kind)
         arrays[name] = array if kind == target else array.astype(target)
-    if set(arrays) != set(JOB_ARRAYS) or not _table_fits(arrays, lists, ranks):
+    if set(arrays) != set(wanted) or not _table_fits(arrays, lists, numbers):
         return None
+    own_codes, own_starts = arrays.pop("own_codes"), arrays.pop("own_starts")
+    if ranks is None and not _index_fits(own_codes, own_starts, lists, count):
+        return None  # checked where ranks are taken one by one (the whole answer needs none)
     given: dict[str, Any] = {**arrays, **lists}
-    return loaded, EntryTable(**given)
+    whole = doc["whole"]
+    if type(whole) is not bool:
+        return None
+    return _Kept(loaded, EntryTable(**given), whole, read_as, own_codes, own_starts)
+
+
+def _index_fits(
+    codes: npt.NDArray[np.int32],
+    starts: npt.NDArray[np.int64],
+    lists: Mapping[str, list[Any]],
+    count: int,
+) -> bool:
+    """Each rank's own lists' starts in order and within `codes`, each code within the
+    table's list it indexes."""
+    if len(starts) != len(OWN_LISTS) * count + 1 or starts[0] != 0 or starts[-1] != len(codes):
+        return False
+    lengths = np.diff(starts)
+    if (lengths < 0).any():
+        return False
+    sizes = np.array([len(lists[name]) for name in OWN_LISTS], dtype=np.int64)
+    bound = np.repeat(np.tile(sizes, count), lengths)  # each code's list's length
+    return not len(codes) or (int(codes.min()) >= 0 and bool((codes < bound).all()))
 
 
 def _table_fits(

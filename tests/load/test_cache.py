@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pickle
 import shutil
 import stat
 import struct
@@ -18,6 +19,7 @@ import pytest
 from fr_analyzer.cli.app import run
 from fr_analyzer.load import Directory, RankCache
 from fr_analyzer.load import cache as cache_mod
+from fr_analyzer.load.sources.base import DumpFile
 from fr_analyzer.model.table import EntryTable
 from fr_analyzer.pipeline import Analysis, Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
@@ -73,6 +75,24 @@ def test_a_dump_replaced_by_another_is_never_taken_from_the_cache(
     assert _report(job, RankCache(tmp_path / "cache")) == _report(job, None)
 
 
+@pytest.mark.parametrize("where", [0, cache_mod.HEAD_BYTES - 1, -cache_mod.TAIL_BYTES, -1], ids=str)
+def test_a_byte_changed_in_a_files_head_or_tail_changes_its_key(tmp_path: Path, where: int) -> None:
+    """Its size, time and inode kept: the head and the tail (the newest entries) are hashed."""
+    path = tmp_path / "rank_0"
+    data = bytearray(os.urandom(100_000))
+    path.write_bytes(data)
+    times = path.stat()
+    cache = RankCache(tmp_path / "cache")
+    dump_file = DumpFile(0, path)
+    before = cache._key(dump_file, "")
+    data[where] ^= 1
+    with open(path, "r+b") as stream:  # in place: the same inode
+        stream.write(data)
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert path.stat().st_ino == times.st_ino
+    assert cache._key(dump_file, "") != before
+
+
 def test_the_cache_is_the_users_alone(job: Path, tmp_path: Path) -> None:
     cache = RankCache(tmp_path / "cache")
     _report(job, cache)
@@ -93,27 +113,88 @@ def test_a_folder_others_can_write_is_not_read_and_a_note_says_so(
     assert any("is not this user's alone" in w for w in doc["dumps"]["warnings"])
 
 
-def _kept_ranks(root: Path) -> list[Path]:
-    """The ranks kept in `root`, the whole tables kept beside them dropped (so that the next
-    run reads rank by rank)."""
-    for table in root.glob("*" + cache_mod.JOB_SUFFIX):
-        table.unlink()
-    return sorted(root.glob("*" + cache_mod.SUFFIX))
+def _one_dump_changed(job: Path, which: int = 3) -> None:
+    """Touch one dump (a new modification time): the whole table misses, the other ranks are
+    taken from the table one by one."""
+    changed = sorted(p for p in job.iterdir() if p.suffix != ".md")[which]
+    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
 
 
-def test_a_link_or_a_damaged_file_in_the_cache_is_a_miss(job: Path, tmp_path: Path) -> None:
+def test_the_first_run_writes_each_rank_once_in_one_table_and_no_file_per_rank(
+    job: Path, tmp_path: Path
+) -> None:
+    first = RankCache(tmp_path / "cache")
+    _report(job, first)
+    (kept,) = (tmp_path / "cache").iterdir()
+    assert kept.suffix == cache_mod.JOB_SUFFIX
+    assert (first.stored, first.hits) == (16, 0)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: data[: len(data) // 2], id="cut short"),
+        pytest.param(lambda data: data[:200], id="cut in its index"),
+        pytest.param(lambda data: b"not a cache file", id="not ours"),
+        pytest.param(
+            lambda data: _table_tampered(data, lambda doc: doc["read_as"].append([99, {}])),
+            id="a header as read past the ranks",
+        ),
+        pytest.param(
+            lambda data: _table_tampered(data, lambda doc: doc.__setitem__("whole", "yes")),
+            id="whole not a truth value",
+        ),
+    ],
+)
+def test_a_damaged_table_is_a_miss_for_every_rank_it_holds_and_dropped(
+    job: Path, tmp_path: Path, damage: Any
+) -> None:
     _report(job, RankCache(tmp_path / "cache"))
-    kept = _kept_ranks(tmp_path / "cache")
-    kept[0].write_bytes(kept[0].read_bytes()[:200])  # cut short
-    kept[1].write_bytes(b"not a cache file")
-    target = tmp_path / "elsewhere.rank"
-    target.write_bytes(kept[2].read_bytes())
-    kept[2].unlink()
-    kept[2].symlink_to(target)
+    table = _kept_table(tmp_path / "cache")
+    table.write_bytes(damage(table.read_bytes()))
+    _one_dump_changed(job)
     again = RankCache(tmp_path / "cache")
     assert _report(job, again) == _report(job, None)
-    assert again.hits == len(kept) - 3
-    assert not kept[0].exists() or kept[0].stat().st_size > 200  # dropped, then kept again
+    assert (again.hits, again.stored) == (0, 16)
+    assert table not in set((tmp_path / "cache").iterdir())  # dropped
+
+
+def test_a_dump_set_read_first_opens_only_the_tables_kept_for_its_folder(
+    job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file's key holds its path: a table of files in another folder cannot index it, so
+    a cache of many small sets costs a new set nothing to search."""
+    elsewhere = Path(shutil.copytree(job, tmp_path / "elsewhere"))
+    _report(elsewhere, RankCache(tmp_path / "cache"))
+    (theirs,) = (tmp_path / "cache").iterdir()
+    _report(job, RankCache(tmp_path / "cache"))
+    opened: list[Path] = []
+    index_of = cache_mod._index_of
+
+    def spied(path: Path) -> list[bytes] | None:
+        opened.append(path)
+        return index_of(path)
+
+    monkeypatch.setattr(cache_mod, "_index_of", spied)
+    _one_dump_changed(job)
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == _report(job, None)
+    assert again.hits == 15
+    assert opened and theirs not in opened
+
+
+def test_a_table_behind_a_link_is_not_read(job: Path, tmp_path: Path) -> None:
+    _report(job, RankCache(tmp_path / "cache"))
+    table = _kept_table(tmp_path / "cache")
+    target = tmp_path / "elsewhere.job"
+    target.write_bytes(table.read_bytes())
+    target.chmod(0o600)
+    table.unlink()
+    table.symlink_to(target)
+    _one_dump_changed(job)
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == _report(job, None)
+    assert again.hits == 0
 
 
 def test_past_its_bound_the_least_recently_used_are_dropped(job: Path, tmp_path: Path) -> None:
@@ -132,36 +213,90 @@ def test_the_command_keeps_ranks_in_the_xdg_cache_and_no_cache_keeps_none(
     assert not (tmp_path / "xdg").exists()
     assert run(["-d", str(job)]) == 1
     kept = tmp_path / "xdg" / "fr-analyze" / "ranks"
-    assert len(list(kept.glob("*.rank"))) == 16
+    assert not list(kept.glob("*.rank"))  # each rank written once: in the table
     assert len(list(kept.glob("*.job"))) == 1
     assert run(["-d", str(job)]) == 1
-
-
-def _tampered(path: Path, change: Any) -> None:
-    """Rewrite the JSON line of the kept rank in `path` with `change(header)` applied."""
-    data = path.read_bytes()
-    at = len(cache_mod.MAGIC)
-    (length,) = struct.unpack_from("<Q", data, at)
-    doc = json.loads(data[at + 8 : at + 8 + length])
-    change(doc["header"])
-    text = json.dumps(doc).encode()
-    path.write_bytes(
-        cache_mod.MAGIC + struct.pack("<Q", len(text)) + text + data[at + 8 + length :]
-    )
 
 
 def test_a_kept_rank_with_odd_values_or_another_ranks_number_is_a_miss_not_a_failure(
     job: Path, tmp_path: Path
 ) -> None:
+    for change in (
+        lambda doc: doc["ranks"][0].update(rank=doc["ranks"][0]["rank"] + 1),  # another rank's
+        lambda doc: doc["ranks"][1].update(entries="many"),  # a value of the wrong type
+        lambda doc: doc["ranks"][2].update(warnings=[1, 2]),
+    ):
+        cache = tmp_path / "cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        _report(job, RankCache(cache))
+        table = _kept_table(cache)
+        table.write_bytes(_table_tampered(table.read_bytes(), change))
+        _one_dump_changed(job)
+        again = RankCache(cache)
+        assert _report(job, again) == _report(job, None)
+        assert (again.hits, again.stored) == (0, 16)  # the whole table dropped: read again
+
+
+def test_a_rank_whose_groups_do_not_fit_its_codes_is_read_again_and_the_others_kept(
+    job: Path, tmp_path: Path
+) -> None:
     _report(job, RankCache(tmp_path / "cache"))
-    kept = _kept_ranks(tmp_path / "cache")
-    _tampered(kept[0], lambda h: h.update(rank=h["rank"] + 1))  # another rank's number
-    _tampered(kept[1], lambda h: h.update(entries="many"))  # a value of the wrong type
-    _tampered(kept[2], lambda h: h.update(warnings=[1, 2]))
+    table = _kept_table(tmp_path / "cache")
+    table.write_bytes(
+        _table_tampered(table.read_bytes(), lambda doc: doc["ranks"][5]["groups"].reverse())
+    )
+    _one_dump_changed(job)
     again = RankCache(tmp_path / "cache")
     assert _report(job, again) == _report(job, None)
-    assert again.hits == len(kept) - 3
-    assert again.stored == 3  # read from their dumps, and kept again
+    assert (again.hits, again.stored) == (14, 2)
+
+
+def test_a_dump_set_with_an_unreadable_dump_keeps_its_other_ranks_once_never_as_the_answer(
+    job: Path, tmp_path: Path
+) -> None:
+    (sorted(job.iterdir())[5]).write_bytes(b"\x80\x02 not a pickle")
+    first = RankCache(tmp_path / "cache")
+    fresh = _report(job, None)
+    assert _report(job, first) == fresh
+    assert first.stored == 15
+    (table,) = (tmp_path / "cache").iterdir()
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == fresh
+    assert (again.job_hits, again.hits, again.stored) == (0, 15, 0)  # not written again
+    assert list((tmp_path / "cache").iterdir()) == [table]
+
+
+def test_a_rank_the_job_changed_is_taken_back_as_it_was_read(tmp_path: Path) -> None:
+    """A rank whose pg_config claims a million-member world has that claim set aside over
+    the job (`load.within_the_job`): the table holds it as decided, and, for a later job
+    that takes it rank by rank, as it was read, so that the job decides again."""
+    job = Path(shutil.copytree(SAMPLES / "nccl_healthy", tmp_path / "job"))
+    rank_file = job / "nccl_trace_rank_3"
+    dump = pickle.loads(rank_file.read_bytes())  # a bundled, trusted sample
+    dump["pg_config"]["0"]["ranks"] = "[" + ", ".join(map(str, range(10**5))) + "]"
+    rank_file.write_bytes(pickle.dumps(dump, protocol=4))
+    _report(job, RankCache(tmp_path / "cache"))
+    seen: list[Any] = []
+    _table_tampered(_kept_table(tmp_path / "cache").read_bytes(), seen.append)
+    ((position, as_read),) = seen[0]["read_as"]
+    assert as_read["rank"] == 3 and as_read["claims_set_aside"] == []
+    assert seen[0]["ranks"][position]["claims_set_aside"] == ["0"]
+    _one_dump_changed(job, 0)
+    again = RankCache(tmp_path / "cache")
+    got = _report(job, again)
+    assert got == _report(job, None)
+    assert any("set aside" in w for w in got["dumps"]["warnings"])
+    assert again.hits == len(got["dumps"]["ranks_loaded"]) - 1
+
+
+def test_files_of_the_older_format_are_dropped(job: Path, tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    old = root / ("0" * 64 + ".rank")
+    old.write_bytes(b"fr-analyze-rank-cache\n")
+    old.chmod(0o600)
+    _report(job, RankCache(root))
+    assert not old.exists()
 
 
 # --- the whole table, kept beside the ranks -----------------------------------------------------
@@ -220,7 +355,7 @@ def test_a_whole_table_others_could_write_or_a_link_is_not_read(job: Path, tmp_p
     table.chmod(0o620)  # the group may write it: not this user's alone
     shared = RankCache(tmp_path / "cache")
     assert report_dict(_analysis(job, shared)) == report_dict(_analysis(job, None))
-    assert (shared.job_hits, shared.hits) == (0, 16)
+    assert (shared.job_hits, shared.hits) == (0, 0)
     assert stat.S_IMODE(table.stat().st_mode) == 0o600  # not read: replaced by one of its own
     elsewhere = tmp_path / "elsewhere.job"
     elsewhere.write_bytes(table.read_bytes())
@@ -239,7 +374,7 @@ def test_a_whole_table_another_user_owns_is_not_read(job: Path, tmp_path: Path) 
     os.chown(table, 65534, 65534)  # nobody's, its mode still 0600
     other = RankCache(tmp_path / "cache")
     assert report_dict(_analysis(job, other)) == report_dict(_analysis(job, None))
-    assert (other.job_hits, other.hits) == (0, 16)
+    assert (other.job_hits, other.hits) == (0, 0)
     assert table.stat().st_uid == os.getuid()  # not read: replaced by this user's own
 
 
@@ -270,26 +405,21 @@ def test_a_damaged_whole_table_is_a_miss_dropped_and_the_ranks_are_read_instead(
     table.write_bytes(damage(table.read_bytes()))
     again = RankCache(tmp_path / "cache")
     assert report_dict(_analysis(job, again)) == report_dict(_analysis(job, None))
-    assert (again.job_hits, again.hits) == (0, 16)
+    assert (again.job_hits, again.hits) == (0, 0)
     assert table.stat().st_size > 100  # dropped, then kept again whole
 
 
 def _table_tampered(data: bytes, change: Any) -> bytes:
-    """The kept table `data` with `change(doc)` applied to its JSON line."""
+    """The kept table `data` with `change(doc)` applied to its JSON line (after its magic,
+    its ranks' count and their keys)."""
     at = len(cache_mod.JOB_MAGIC)
+    (count,) = struct.unpack_from("<Q", data, at)
+    at += 8 + count * cache_mod.DIGEST
     (length,) = struct.unpack_from("<Q", data, at)
     doc = json.loads(data[at + 8 : at + 8 + length])
     change(doc)
     text = json.dumps(doc).encode()
-    return cache_mod.JOB_MAGIC + struct.pack("<Q", len(text)) + text + data[at + 8 + length :]
-
-
-def test_no_whole_table_is_kept_when_a_dump_is_unreadable(job: Path, tmp_path: Path) -> None:
-    (sorted(job.iterdir())[5]).write_bytes(b"\x80\x02 not a pickle")
-    cache = RankCache(tmp_path / "cache")
-    _analysis(job, cache)
-    assert cache.stored == 15
-    assert not list((tmp_path / "cache").glob("*" + cache_mod.JOB_SUFFIX))
+    return data[:at] + struct.pack("<Q", len(text)) + text + data[at + 8 + length :]
 
 
 def test_the_whole_table_is_kept_as_loaded_though_the_analysis_changes_it(tmp_path: Path) -> None:
@@ -300,7 +430,7 @@ def test_the_whole_table_is_kept_as_loaded_though_the_analysis_changes_it(tmp_pa
     job = Path(shutil.copytree(SAMPLES / "gloo3d_stuck_rank", tmp_path / "job"))
     got = load(Directory(job), Options())
     as_loaded = got.table.retired.copy()
-    pieces = cache_mod._encode_job(got.dumps, got.table)
+    pieces = cache_mod._encode_job(got.dumps, got.table, True, {}, {}, {})
     got.table.retired[:] = ~as_loaded  # the analysis, while the writer is on its way
     cache = RankCache(tmp_path / "cache")
     assert cache._usable() and cache._write("t" + cache_mod.JOB_SUFFIX, lambda: pieces)
