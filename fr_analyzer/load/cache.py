@@ -188,6 +188,14 @@ class RankCache:
         name = f"{folder}-{key}"
         if _own_file(self.root / (name + JOB_SUFFIX)):
             return  # these very ranks, kept already
+        size = sum(column.nbytes for column in table.arrays().values())
+        if size > self.max_bytes:  # kept, it would be dropped at once, after writing it all
+            self.notes.append(
+                f"cache {self.root}: this job's table ({size / 2**30:.1f} GiB) is past the"
+                f" cache's bound ({self.max_bytes / 2**30:.1f} GiB): not kept, the next"
+                " command reads the dumps again"
+            )
+            return
         # Written beside the analysis, which runs on one core and leaves the other (and
         # the kernel's work of filling the page cache) to this. The pieces are made here;
         # `wait` joins the writer.

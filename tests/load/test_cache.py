@@ -205,6 +205,15 @@ def test_past_its_bound_the_least_recently_used_are_dropped(job: Path, tmp_path:
     assert sum(p.stat().st_size for p in (tmp_path / "cache").iterdir()) <= bound
 
 
+def test_a_table_past_the_bound_is_not_written_at_all_and_the_report_says_so(
+    job: Path, tmp_path: Path
+) -> None:
+    small = RankCache(tmp_path / "cache", max_bytes=1024)
+    done = analyze(Directory(job), Options(cache=small))
+    assert list((tmp_path / "cache").iterdir()) == []  # nothing written, then dropped
+    assert any("past the cache's bound" in w for w in done.summary.warnings)
+
+
 def test_the_command_keeps_ranks_in_the_xdg_cache_and_no_cache_keeps_none(
     job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
