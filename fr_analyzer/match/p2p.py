@@ -21,7 +21,7 @@ from ..model.records import (
 from ..model.table import EntryTable
 from .collectives import segments
 from .context import MatchContext
-from .records import P2P_UNITS, P2PPairs
+from .records import P2P_UNITS, P2PPairs, of_kinds
 
 I64 = npt.NDArray[np.int64]
 
@@ -33,7 +33,7 @@ def match_p2p(ctx: MatchContext, findings: list[Finding]) -> P2PPairs:
     if not t.n:
         empty = np.zeros(0, np.int64)
         return P2PPairs(empty, empty, entry_pair)
-    rows = np.flatnonzero(np.isin(t.unit, P2P_UNITS))
+    rows = np.flatnonzero(of_kinds(t.unit, P2P_UNITS))
     uid = groups.entry_group[rows].astype(np.int64)
     offsets = np.zeros(len(groups.groups) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([g.size for g in groups.groups])

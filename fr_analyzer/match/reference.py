@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,7 @@ from .context import MatchContext
 from .records import CollectiveUnits, P2PPairs
 
 I64 = npt.NDArray[np.int64]
+_V = TypeVar("_V")
 
 # -- limits: how many peers, groups and ops each vote consults ---------------------------------
 # values at one unit (matching)
@@ -217,9 +218,14 @@ def history_reference(
 
 def rank_rows(t: EntryTable, rows: I64) -> dict[int, list[int]]:
     """A unit's rows per rank (rows come by rank, then record order)."""
-    out: dict[int, list[int]] = {}
-    for rank, row in zip(t.rank[rows].tolist(), rows.tolist(), strict=True):
-        out.setdefault(rank, []).append(row)
+    return _per_rank(t, rows, rows.tolist())
+
+
+def _per_rank(t: EntryTable, rows: I64, values: Sequence[_V]) -> dict[int, list[_V]]:
+    """`values` (one per row of `rows`) gathered per rank, ranks in the order they come."""
+    out: dict[int, list[_V]] = {}
+    for rank, value in zip(t.rank[rows].tolist(), values, strict=True):
+        out.setdefault(rank, []).append(value)
     return out
 
 
@@ -227,9 +233,8 @@ def ops_value(t: EntryTable) -> ValueOf:
     """Each rank's op names at a unit."""
 
     def value_of(rows: I64) -> dict[int, Value]:
-        return {
-            rank: tuple(t.ops[int(t.op[r])] for r in rs) for rank, rs in rank_rows(t, rows).items()
-        }
+        names = [t.ops[c] for c in t.op[rows].tolist()]
+        return {rank: tuple(ops) for rank, ops in _per_rank(t, rows, names).items()}
 
     return value_of
 
@@ -253,19 +258,21 @@ def signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
     free = np.array([free_outputs and op in ALL_TO_ALL_OPS for op in t.ops], dtype=bool)
 
     def value_of(rows: I64) -> dict[int, Value]:
-        return {
-            rank: tuple(
-                (
-                    int(t.op[r]),
-                    int(t.in_shape[r]),
-                    -1 if free[t.op[r]] else int(t.out_shape[r]),
-                    int(t.in_dtype[r]),
-                    int(t.out_dtype[r]),
-                )
-                for r in rs
+        # Columns gathered once for all the unit's rows (a unit of a world group has a row per
+        # rank: thousands), then cut per rank.
+        op = t.op[rows]
+        out_shape = np.where(free[op], -1, t.out_shape[rows])
+        signatures = list(
+            zip(
+                op.tolist(),
+                t.in_shape[rows].tolist(),
+                out_shape.tolist(),
+                t.in_dtype[rows].tolist(),
+                t.out_dtype[rows].tolist(),
+                strict=True,
             )
-            for rank, rs in rank_rows(t, rows).items()
-        }
+        )
+        return {rank: tuple(sig) for rank, sig in _per_rank(t, rows, signatures).items()}
 
     return value_of
 
