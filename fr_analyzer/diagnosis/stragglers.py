@@ -117,7 +117,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     del unit_all
     pair = m.p2p.entry_pair[head_rows]
     p2p = (unit < 0) & (pair >= 0)
-    unit[p2p] = n_units + pair[p2p]
+    np.copyto(unit, pair + n_units, where=p2p)
     del pair, p2p
     # Collectives that every member issued (some may have left the ring buffers of a few:
     # lateness is measured among the members that hold it), and every matched pair.
@@ -126,7 +126,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
         full[list(units.not_joined)] = False
     full = np.concatenate([full, np.ones(len(m.p2p.send_row), dtype=bool)])
     keep = (unit >= 0) & (completion >= 0)
-    keep[keep] = full[unit[keep]]
+    keep &= full[unit]  # a gather from a small array: where unit is -1, keep is False already
     if int(keep.sum()) < 2:
         return None
 
@@ -143,16 +143,22 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     if bool(member.any()):
         # A block's members come before its end marker: they take what the marker has.
         markers = t.marker[head_rows[member]]
-        at = np.searchsorted(head_rows, markers)
-        found = (at < len(head_rows)) & (head_rows[np.minimum(at, len(head_rows) - 1)] == markers)
+        # Each head row's position, by row: one scatter, cheaper than a binary search of
+        # every marker among the head rows.
+        position = np.full(t.n, -1, dtype=np.int64)
+        position[head_rows] = np.arange(len(head_rows))
+        at = np.where(markers >= 0, position[markers], -1)
+        del position
+        found = at >= 0
         idx = np.flatnonzero(member)
         before[idx[found]] = before[at[found]]
     del member
 
-    rows, unit, before = head_rows[keep], unit[keep], before[keep]
-    completion = completion[keep]
-    resolution = WATCHDOG_POLL_MS if bool(recorded[keep].any()) else 0.0
-    del head_rows, keep, recorded
+    kept = np.flatnonzero(keep)
+    rows, unit, before = head_rows[kept], unit[kept], before[kept]
+    completion = completion[kept]
+    resolution = WATCHDOG_POLL_MS if bool(recorded[kept].any()) else 0.0
+    del head_rows, keep, kept, recorded
     created = t.t_created[rows]
     # A completion taken from another rank's clock can precede the last arrival by the hosts'
     # clock offset: that rank waited about nothing.
