@@ -164,7 +164,10 @@ def _later_pairs_prove_earlier(
         if not len(keys):
             continue
         channel = keys >> 32
-        at = np.searchsorted(chans, channel)
+        # One search per run of a channel (keys come by channel): thousands, not every op.
+        new_run = np.ones(len(channel), dtype=bool)
+        new_run[1:] = channel[1:] != channel[:-1]
+        at = np.searchsorted(chans, channel[new_run])[np.cumsum(new_run) - 1]
         found = at < len(chans)
         found[found] = chans[at[found]] == channel[found]
         behind = found & (keys < np.where(found, highest[np.minimum(at, len(chans) - 1)], 0))
