@@ -60,11 +60,10 @@ def _by_group_and_seq(uid: I64, seq: I64) -> tuple[I64, I64, I64]:
     span = high - low + 1
     groups = int(uid.max()) + 1
     if span * groups <= 1 << 32 and int(uid.min()) >= 0:
-        key = uid.astype(np.uint32) * np.uint32(span)
-        key += (seq - low).astype(np.uint32)
-        order = np.argsort(key, kind="stable").astype(np.int64, copy=False)
-        key = key[order]
-        high_part, low_part = np.divmod(key, np.uint32(span))
+        packed = uid.astype(np.uint32) * np.uint32(span)
+        packed += (seq - low).astype(np.uint32)
+        order = np.argsort(packed, kind="stable").astype(np.int64, copy=False)
+        high_part, low_part = np.divmod(packed[order], np.uint32(span))
         return order, high_part.astype(np.int64), low_part.astype(np.int64) + low
     if span <= 1 << 16 and groups <= 1 << 16:
         order = np.argsort((seq - low).astype(np.uint16), kind="stable")
