@@ -110,7 +110,11 @@ def build_groups(
     entry_names: dict[int, dict[str, Counter[str]]] = defaultdict(dict)
     for _, rank, code in pairs:
         name, desc = table.group_names[code]
-        entry_names[rank].setdefault(name, Counter())[desc] += 1
+        names = entry_names[rank]
+        counts = names.get(name)  # not `setdefault(name, Counter())`: a Counter made per pair
+        if counts is None:
+            counts = names[name] = Counter()
+        counts[desc] += 1
 
     claims_by_rank = {d.rank: d.claims for d in dumps}
     # Groups are keyed by (name, member set id) from here on.
@@ -156,8 +160,10 @@ def build_groups(
                 source.setdefault((name, set_id), MembershipSource.ENTRIES)
             members_of[(rank, name)] = set_id
     for (rank, name), set_id in members_of.items():
-        for desc, count in entry_names.get(rank, {}).get(name, Counter()).items():
-            descs[(name, set_id)][desc] += count
+        counted_descs = entry_names.get(rank, {}).get(name)
+        if counted_descs is not None:
+            for desc, count in counted_descs.items():
+                descs[(name, set_id)][desc] += count
 
     keys = sorted(source, key=lambda k: (name_order(k[0]), sets.sets[k[1]]))
     uid_of = {key: uid for uid, key in enumerate(keys)}
