@@ -139,9 +139,10 @@ def match_collectives(ctx: MatchContext, findings: list[Finding]) -> CollectiveU
             ctx.done[rows[behind]] = True
             done = ctx.done[rows]
     differs |= has_prev & (done != done[safe_prev])
-    differs |= ctx.size_bad[rows]
+    if bool(ctx.size_bad.any()):  # a gather over every collective row, where there is any
+        differs |= ctx.size_bad[rows]
     special = np.array([op in _UNEVEN_OPS for op in t.ops], bool)
-    if len(rows):
+    if len(rows) and bool(special.any()):
         differs |= special[t.op[rows]]
     unit_bad = np.logical_or.reduceat(differs, starts) if n_units else np.zeros(0, bool)
     passed = uniform & ~unit_bad
@@ -229,13 +230,15 @@ def proof(
         return {}
     any_done = np.logical_or.reduceat(done, starts)
     unit_stateless = stateless(t, rows[starts])
-    # A row followed by another row of its rank: on gloo, that op returned.
-    last_of_rank = np.zeros(t.n, dtype=bool)
-    rank_change = np.flatnonzero(np.diff(t.rank) != 0)
-    last_of_rank[np.append(rank_change, t.n - 1)] = True
-    # gloo's async ops return at once: a rank that went on past an op it has not retired
-    # proves nothing about it (it is in flight, or never completes).
-    went_on = np.logical_or.reduceat(~last_of_rank[rows] & t.retired[rows], starts)
+    went_on = np.zeros(len(starts), dtype=bool)
+    if bool(unit_stateless.any()):  # asked of gloo's units only: none in an NCCL job
+        # A row followed by another row of its rank: on gloo, that op returned.
+        last_of_rank = np.zeros(t.n, dtype=bool)
+        rank_change = np.flatnonzero(np.diff(t.rank) != 0)
+        last_of_rank[np.append(rank_change, t.n - 1)] = True
+        # gloo's async ops return at once: a rank that went on past an op it has not retired
+        # proves nothing about it (it is in flight, or never completes).
+        went_on = np.logical_or.reduceat(~last_of_rank[rows] & t.retired[rows], starts)
     proven = np.where(
         unit_stateless,
         np.where(went_on, unit_seq, unit_seq - 1),
