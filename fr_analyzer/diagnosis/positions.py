@@ -99,6 +99,7 @@ class Refs:
         self.newest_ns = newest_ns
         self._sizes: dict[int, str] = {}
         self._ops: dict[int, str] = {}
+        self._states: dict[int, str] = {}
         self.stateless = stateless(table)
         # rows that ended without completing: retired, yet not complete (see the module doc)
         self.timed_out = timed_out_rows(table, incomplete)
@@ -164,7 +165,7 @@ class Refs:
                     collective_seq_id=None if p2p_ else coll,
                     p2p_seq_id=p2p_seq if p2p_ else None,
                     op=op,
-                    state=STATE_NAMES[State(state)],
+                    state=self._state_name(state),
                     retired=retired,
                     sizes=sizes,
                     age_s=age,
@@ -174,6 +175,13 @@ class Refs:
                 )
             )
         return out
+
+    def _state_name(self, code: int) -> str:
+        """A state code's name, looked up once per code."""
+        name = self._states.get(code)
+        if name is None:
+            name = self._states[code] = STATE_NAMES[State(code)]
+        return name
 
 
 def timed_out_rows(

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
+from ..match.records import of_kinds
 from ..model.groups import GroupTable
 from ..model.ranks import label
 from ..model.records import Group, UnitKind
@@ -79,15 +80,23 @@ class _Lateness:
     resolution_ms: float  # how far a lateness can be off: the watchdog's poll when it timed ops
 
 
+_HEAD_KINDS = (
+    UnitKind.COLLECTIVE,
+    UnitKind.BLOCK_MARKER,
+    UnitKind.P2P,
+    UnitKind.BATCH_MEMBER,
+    UnitKind.BATCH_MARKER,
+)
+"""The rows that stand for an op on the stream: a whole collective or block, a send or recv."""
+
+
 def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     # Arrays here run over every op of the job (32 M at 16,384 ranks): each is freed as soon
     # as it is used, and the per-row results are computed on the kept rows only.
     units = m.collectives
     if not t.n:
         return None
-    heads = (t.unit == UnitKind.COLLECTIVE) | (t.unit == UnitKind.BLOCK_MARKER)
-    heads |= (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
-    heads |= t.unit == UnitKind.BATCH_MARKER
+    heads = of_kinds(t.unit, _HEAD_KINDS)
     heads &= m.done
     heads &= t.t_created >= 0
     head_rows = np.flatnonzero(heads)
