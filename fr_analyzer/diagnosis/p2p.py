@@ -70,8 +70,9 @@ def sequence(ctx: Context, rank: int, uid: int) -> P2PSequence:
             # a batched block the ring buffer cut holds only its last ops
             p2p = p2p[t.marker[p2p] != t.marker[rows.start]]
         seqs, first = np.unique(t.p2p_seq[p2p], return_index=True)  # each seq's first row
-        for seq, r in zip(seqs.tolist(), p2p[first].tolist(), strict=True):
-            found[seq] = (r, _signature(ctx, r))
+        heads = p2p[first].tolist()
+        for seq, r, signature in zip(seqs.tolist(), heads, _signatures(ctx, heads), strict=True):
+            found[seq] = (r, signature)
         ctx.p2p_sequences[key] = found
     return found
 
@@ -83,18 +84,30 @@ def _p2p_rows(ctx: Context, rows: range) -> npt.NDArray[np.intp]:
 
 def _signature(ctx: Context, row: int) -> tuple[object, ...]:
     """What a send/recv (or a batched block of them) is: kinds and group-local peers."""
+    return _signatures(ctx, [row])[0]
+
+
+def _signatures(ctx: Context, heads: list[int]) -> list[tuple[object, ...]]:
+    """`_signature` of each row of `heads`, the table's columns read once for all of them (a
+    rank's sequence has thousands)."""
     t = ctx.table
-    marker = int(t.marker[row])
-    if int(t.unit[row]) == UnitKind.BATCH_MEMBER and marker >= 0:
-        rows = (np.flatnonzero(t.marker[row:marker] == marker) + row).tolist()
-    else:
-        rows = [row]
-    return tuple(
-        sorted(
-            (int(t.p2p_kind[r]), int(t.peer_dst[r] if t.p2p_kind[r] == 1 else t.peer_src[r]))
-            for r in rows
-        )
-    )
+    at = np.array(heads, dtype=np.int64)
+    blocks: list[list[int]] = []
+    for row, marker, unit in zip(heads, t.marker[at].tolist(), t.unit[at].tolist(), strict=True):
+        if unit == UnitKind.BATCH_MEMBER and marker >= 0:
+            blocks.append((np.flatnonzero(t.marker[row:marker] == marker) + row).tolist())
+        else:
+            blocks.append([row])
+    rows = np.array([r for block in blocks for r in block], dtype=np.int64)
+    kind = t.p2p_kind[rows]
+    peer = np.where(kind == 1, t.peer_dst[rows], t.peer_src[rows])  # a send's dst, a recv's src
+    ops = list(zip(kind.tolist(), peer.tolist(), strict=True))
+    out: list[tuple[object, ...]] = []
+    start = 0
+    for block in blocks:
+        out.append(tuple(sorted(ops[start : start + len(block)])))
+        start += len(block)
+    return out
 
 
 def deviant_root(ctx: Context, rank: int, first: int, graph: WaitGraph) -> RootCause:

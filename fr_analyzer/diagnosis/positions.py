@@ -99,6 +99,7 @@ class Refs:
         self.newest_ns = newest_ns
         self._sizes: dict[int, str] = {}
         self._ops: dict[int, str] = {}
+        self._states: dict[int, str] = {}
         self.stateless = stateless(table)
         # rows that ended without completing: retired, yet not complete (see the module doc)
         self.timed_out = timed_out_rows(table, incomplete)
@@ -164,7 +165,7 @@ class Refs:
                     collective_seq_id=None if p2p_ else coll,
                     p2p_seq_id=p2p_seq if p2p_ else None,
                     op=op,
-                    state=STATE_NAMES[State(state)],
+                    state=self._state_name(state),
                     retired=retired,
                     sizes=sizes,
                     age_s=age,
@@ -174,6 +175,13 @@ class Refs:
                 )
             )
         return out
+
+    def _state_name(self, code: int) -> str:
+        """A state code's name, looked up once per code."""
+        name = self._states.get(code)
+        if name is None:
+            name = self._states[code] = STATE_NAMES[State(code)]
+        return name
 
 
 def timed_out_rows(
@@ -231,14 +239,15 @@ def positions(refs: Refs, incomplete: npt.NDArray[np.bool_]) -> tuple[Position, 
     first_inc[key[inc_rows]] = inc_rows  # descending rows: the last assignment is the first
     rank, uid = np.divmod(keys, n_uids)
 
-    p2p = np.isin(t.unit, (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER))
+    p2p_kinds = (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER)
 
     def shown(rows: npt.NDArray[np.int64], sizes: bool) -> list[npt.NDArray[np.int64]]:
         """What `OpRef.describe` (and the sizes) read from each row, as codes; -1 if none."""
         has = rows >= 0
         at = np.where(has, rows, 0)
-        seq = np.where(p2p[at], t.p2p_seq[at], t.coll_seq[at])
-        fields = [t.pname[at], p2p[at], seq, t.state[at], t.retired[at]]
+        p2p = np.isin(t.unit[at], p2p_kinds)  # of the rows shown only, not of every row
+        seq = np.where(p2p, t.p2p_seq[at], t.coll_seq[at])
+        fields = [t.pname[at], p2p, seq, t.state[at], t.retired[at]]
         if sizes:
             fields.append(t.in_shape[at])
         return [np.where(has, f.astype(np.int64), -1) for f in [has, *fields]]

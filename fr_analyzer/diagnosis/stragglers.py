@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
+from ..match.records import of_kinds
 from ..model.groups import GroupTable
 from ..model.ranks import label
 from ..model.records import Group, UnitKind
@@ -79,15 +80,23 @@ class _Lateness:
     resolution_ms: float  # how far a lateness can be off: the watchdog's poll when it timed ops
 
 
+_HEAD_KINDS = (
+    UnitKind.COLLECTIVE,
+    UnitKind.BLOCK_MARKER,
+    UnitKind.P2P,
+    UnitKind.BATCH_MEMBER,
+    UnitKind.BATCH_MARKER,
+)
+"""The rows that stand for an op on the stream: a whole collective or block, a send or recv."""
+
+
 def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     # Arrays here run over every op of the job (32 M at 16,384 ranks): each is freed as soon
     # as it is used, and the per-row results are computed on the kept rows only.
     units = m.collectives
     if not t.n:
         return None
-    heads = (t.unit == UnitKind.COLLECTIVE) | (t.unit == UnitKind.BLOCK_MARKER)
-    heads |= (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
-    heads |= t.unit == UnitKind.BATCH_MARKER
+    heads = of_kinds(t.unit, _HEAD_KINDS)
     heads &= m.done
     heads &= t.t_created >= 0
     head_rows = np.flatnonzero(heads)
@@ -117,7 +126,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     del unit_all
     pair = m.p2p.entry_pair[head_rows]
     p2p = (unit < 0) & (pair >= 0)
-    unit[p2p] = n_units + pair[p2p]
+    np.copyto(unit, pair + n_units, where=p2p)
     del pair, p2p
     # Collectives that every member issued (some may have left the ring buffers of a few:
     # lateness is measured among the members that hold it), and every matched pair.
@@ -126,7 +135,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
         full[list(units.not_joined)] = False
     full = np.concatenate([full, np.ones(len(m.p2p.send_row), dtype=bool)])
     keep = (unit >= 0) & (completion >= 0)
-    keep[keep] = full[unit[keep]]
+    keep &= full[unit]  # a gather from a small array: where unit is -1, keep is False already
     if int(keep.sum()) < 2:
         return None
 
@@ -143,16 +152,22 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     if bool(member.any()):
         # A block's members come before its end marker: they take what the marker has.
         markers = t.marker[head_rows[member]]
-        at = np.searchsorted(head_rows, markers)
-        found = (at < len(head_rows)) & (head_rows[np.minimum(at, len(head_rows) - 1)] == markers)
+        # Each head row's position, by row: one scatter, cheaper than a binary search of
+        # every marker among the head rows.
+        position = np.full(t.n, -1, dtype=np.int64)
+        position[head_rows] = np.arange(len(head_rows))
+        at = np.where(markers >= 0, position[markers], -1)
+        del position
+        found = at >= 0
         idx = np.flatnonzero(member)
         before[idx[found]] = before[at[found]]
     del member
 
-    rows, unit, before = head_rows[keep], unit[keep], before[keep]
-    completion = completion[keep]
-    resolution = WATCHDOG_POLL_MS if bool(recorded[keep].any()) else 0.0
-    del head_rows, keep, recorded
+    kept = np.flatnonzero(keep)
+    rows, unit, before = head_rows[kept], unit[kept], before[kept]
+    completion = completion[kept]
+    resolution = WATCHDOG_POLL_MS if bool(recorded[kept].any()) else 0.0
+    del head_rows, keep, kept, recorded
     created = t.t_created[rows]
     # A completion taken from another rank's clock can precede the last arrival by the hosts'
     # clock offset: that rank waited about nothing.

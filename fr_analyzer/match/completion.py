@@ -36,9 +36,9 @@ from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.ranks import agree, compact
 from ..model.recorders import reports_completion
-from ..model.records import P2PKind, State, UnitKind
+from ..model.records import P2PKind, State
 from ..model.table import EntryTable
-from .records import stateless
+from .records import COLLECTIVE_UNITS, of_kinds, stateless
 
 B = npt.NDArray[np.bool_]
 
@@ -182,5 +182,4 @@ def _both_sides(t: EntryTable, groups: GroupTable, rows: npt.NDArray[np.int64]) 
 
 def collective_rows(t: EntryTable) -> B:
     """Rows that belong to a collective (plain, or a coalesced block's member or marker)."""
-    kinds = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_MARKER)
-    return np.isin(t.unit, kinds) if t.n else np.zeros(0, dtype=bool)
+    return of_kinds(t.unit, COLLECTIVE_UNITS) if t.n else np.zeros(0, dtype=bool)

@@ -10,7 +10,7 @@ from ..model.backends import EXACT_LAYOUT_BACKENDS, REDUCE_SCATTER_AS_ALL_REDUCE
 from ..model.groups import GroupTable
 from ..model.ops import ALL_GATHER_OPS, REDUCE_SCATTER_OPS, SAME_IN_OUT_OPS
 from ..model.table import EntryTable
-from .records import COLLECTIVE_UNITS
+from .records import COLLECTIVE_UNITS, of_kinds
 
 I64 = npt.NDArray[np.int64]
 
@@ -83,7 +83,7 @@ def recorder_conventions(
     # dump, or that never issued it (a rank that stopped before it), are no evidence.
     span = int(t.coll_seq.max()) + 1
     wanted = unit_of_sig[:, 0] * span + unit_of_sig[:, 1]
-    all_rows = np.flatnonzero(np.isin(t.unit, COLLECTIVE_UNITS))
+    all_rows = np.flatnonzero(of_kinds(t.unit, COLLECTIVE_UNITS))
     all_keys = groups.entry_group[all_rows].astype(np.int64) * span + t.coll_seq[all_rows]
     keep = np.isin(all_keys, wanted)
     pairs = np.unique(

@@ -21,7 +21,7 @@ from ..model.records import (
 from ..model.table import EntryTable
 from .collectives import segments
 from .context import MatchContext
-from .records import P2P_UNITS, P2PPairs
+from .records import P2P_UNITS, P2PPairs, of_kinds
 
 I64 = npt.NDArray[np.int64]
 
@@ -33,7 +33,7 @@ def match_p2p(ctx: MatchContext, findings: list[Finding]) -> P2PPairs:
     if not t.n:
         empty = np.zeros(0, np.int64)
         return P2PPairs(empty, empty, entry_pair)
-    rows = np.flatnonzero(np.isin(t.unit, P2P_UNITS))
+    rows = np.flatnonzero(of_kinds(t.unit, P2P_UNITS))
     uid = groups.entry_group[rows].astype(np.int64)
     offsets = np.zeros(len(groups.groups) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([g.size for g in groups.groups])
@@ -164,7 +164,10 @@ def _later_pairs_prove_earlier(
         if not len(keys):
             continue
         channel = keys >> 32
-        at = np.searchsorted(chans, channel)
+        # One search per run of a channel (keys come by channel): thousands, not every op.
+        new_run = np.ones(len(channel), dtype=bool)
+        new_run[1:] = channel[1:] != channel[:-1]
+        at = np.searchsorted(chans, channel[new_run])[np.cumsum(new_run) - 1]
         found = at < len(chans)
         found[found] = chans[at[found]] == channel[found]
         behind = found & (keys < np.where(found, highest[np.minimum(at, len(chans) - 1)], 0))
@@ -174,7 +177,7 @@ def _later_pairs_prove_earlier(
     members = np.flatnonzero((t.unit == UnitKind.BATCH_MEMBER) & (t.marker >= 0))
     if len(members):
         all_done = np.ones(t.n, dtype=bool)
-        np.logical_and.at(all_done, t.marker[members], ctx.done[members])
+        all_done[t.marker[members[~ctx.done[members]]]] = False  # not `logical_and.at`: slow
         markers = distinct(t.marker[members])
         ctx.done[markers] |= all_done[markers]
 

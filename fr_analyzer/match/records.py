@@ -29,6 +29,17 @@ COLLECTIVE_UNITS = (UnitKind.COLLECTIVE, UnitKind.BLOCK_MEMBER, UnitKind.BLOCK_M
 P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER)
 
 
+def of_kinds(unit: npt.NDArray[np.int8], kinds: tuple[UnitKind, ...]) -> npt.NDArray[np.bool_]:
+    """Whether each row's unit kind is one of `kinds`: a lookup in a 256-entry table for the
+    one-byte column (`np.isin` sorts or compares once per kind, a few times slower on the
+    millions of rows of a large job)."""
+    if unit.dtype.itemsize != 1:
+        return np.isin(unit, kinds)
+    table = np.zeros(256, dtype=bool)
+    table[np.array(kinds, dtype=np.uint8)] = True
+    return table[unit.view(np.uint8)]
+
+
 @dataclass(frozen=True)
 class UnitRef:
     """One collective unit as its findings name it: its group, its collective sequence id and

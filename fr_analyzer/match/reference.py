@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,7 @@ from .context import MatchContext
 from .records import CollectiveUnits, P2PPairs
 
 I64 = npt.NDArray[np.int64]
+_V = TypeVar("_V")
 
 # -- limits: how many peers, groups and ops each vote consults ---------------------------------
 # values at one unit (matching)
@@ -217,9 +218,14 @@ def history_reference(
 
 def rank_rows(t: EntryTable, rows: I64) -> dict[int, list[int]]:
     """A unit's rows per rank (rows come by rank, then record order)."""
-    out: dict[int, list[int]] = {}
-    for rank, row in zip(t.rank[rows].tolist(), rows.tolist(), strict=True):
-        out.setdefault(rank, []).append(row)
+    return _per_rank(t, rows, rows.tolist())
+
+
+def _per_rank(t: EntryTable, rows: I64, values: Sequence[_V]) -> dict[int, list[_V]]:
+    """`values` (one per row of `rows`) gathered per rank, ranks in the order they come."""
+    out: dict[int, list[_V]] = {}
+    for rank, value in zip(t.rank[rows].tolist(), values, strict=True):
+        out.setdefault(rank, []).append(value)
     return out
 
 
@@ -227,9 +233,8 @@ def ops_value(t: EntryTable) -> ValueOf:
     """Each rank's op names at a unit."""
 
     def value_of(rows: I64) -> dict[int, Value]:
-        return {
-            rank: tuple(t.ops[int(t.op[r])] for r in rs) for rank, rs in rank_rows(t, rows).items()
-        }
+        names = [t.ops[c] for c in t.op[rows].tolist()]
+        return {rank: tuple(ops) for rank, ops in _per_rank(t, rows, names).items()}
 
     return value_of
 
@@ -253,19 +258,21 @@ def signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
     free = np.array([free_outputs and op in ALL_TO_ALL_OPS for op in t.ops], dtype=bool)
 
     def value_of(rows: I64) -> dict[int, Value]:
-        return {
-            rank: tuple(
-                (
-                    int(t.op[r]),
-                    int(t.in_shape[r]),
-                    -1 if free[t.op[r]] else int(t.out_shape[r]),
-                    int(t.in_dtype[r]),
-                    int(t.out_dtype[r]),
-                )
-                for r in rs
+        # Columns gathered once for all the unit's rows (a unit of a world group has a row per
+        # rank: thousands), then cut per rank.
+        op = t.op[rows]
+        out_shape = np.where(free[op], -1, t.out_shape[rows])
+        signatures = list(
+            zip(
+                op.tolist(),
+                t.in_shape[rows].tolist(),
+                out_shape.tolist(),
+                t.in_dtype[rows].tolist(),
+                t.out_dtype[rows].tolist(),
+                strict=True,
             )
-            for rank, rs in rank_rows(t, rows).items()
-        }
+        )
+        return {rank: tuple(sig) for rank, sig in _per_rank(t, rows, signatures).items()}
 
     return value_of
 
@@ -289,9 +296,8 @@ class PeerOrder:
         self._orders: dict[tuple[object, ...], int] = {}
         self._role: dict[int, Role] | None = None
         self._starts: dict[int, tuple[int, int]] | None = None
-        self._paths: dict[int, list[tuple[str, int]]] = {}
-        self._descs: np.ndarray | None = None  # each group's description, by group code
-        self._path_index: dict[int, dict[tuple[str, int], int]] = {}
+        self._paths: dict[int, I64] = {}
+        self._unit_steps: I64 | None = None  # each unit's step (`path`), by unit
         self._alike: dict[tuple[str, int], list[Group]] | None = None
 
     def alike(self, group: Group) -> list[Group]:
@@ -347,19 +353,36 @@ class PeerOrder:
             return 0
         return -1 if votes[-1] > votes[1] else 1
 
-    def path(self, rank: int) -> list[tuple[str, int]]:
-        """A rank's collectives in order, as (group description, seq id)."""
+    def path(self, rank: int) -> I64:
+        """A rank's collectives in order, as steps: one integer per distinct (group
+        description, seq id), so that ranks of groups alike share them."""
         found = self._paths.get(rank)
         if found is None:
             t, units = self.t, self.units
             rows = self.rows_of(rank)
             unit = units.entry_unit[rows.start : rows.stop]
             kept = unit[(unit >= 0) & (t.unit[rows.start : rows.stop] != UnitKind.BLOCK_MEMBER)]
-            if self._descs is None:
-                self._descs = np.array([g.desc for g in self.groups.groups], dtype=object)
-            descs = self._descs[units.group[kept]].tolist()
-            found = self._paths[rank] = list(zip(descs, units.seq[kept].tolist(), strict=True))
+            found = self._paths[rank] = self._steps()[kept]
         return found
+
+    def _steps(self) -> I64:
+        """Each unit's step: the dense index of its (group description, seq id), found once
+        by one sort of the units (comparing ranks' paths as arrays of these, not as lists of
+        tuples, is what makes asking about hundreds of ranks cheap)."""
+        if self._unit_steps is None:
+            units = self.units
+            code: dict[str, int] = {}
+            desc = np.array(
+                [code.setdefault(g.desc, len(code)) for g in self.groups.groups], dtype=np.int64
+            )
+            unit_desc = desc[units.group] if len(units.group) else np.zeros(0, np.int64)
+            order = np.lexsort((units.seq, unit_desc))
+            change = np.ones(len(order), dtype=bool)
+            sorted_desc, sorted_seq = unit_desc[order], units.seq[order]
+            change[1:] = (sorted_desc[1:] != sorted_desc[:-1]) | (sorted_seq[1:] != sorted_seq[:-1])
+            self._unit_steps = np.empty(len(order), dtype=np.int64)
+            self._unit_steps[order] = np.cumsum(change) - 1
+        return self._unit_steps
 
     def same_path(self, rank: int, other: int) -> bool:
         """Whether `other` issued the collectives of `rank`'s latest ones that both hold in the
@@ -367,17 +390,14 @@ class PeerOrder:
         still do). Pipeline stages interleave their groups' collectives differently; where no
         send/recv is recorded (gloo), this is what tells them apart."""
         mine = self.path(rank)[-PATH_OPS:]
-        where = self._positions_in_path(other)
-        seen = [where[step] for step in mine if step in where]
+        theirs = self.path(other)
+        # Where each of `mine` stands in `theirs` (its last place, should one repeat).
+        hit = np.flatnonzero(np.isin(theirs, mine))
+        where = dict(zip(theirs[hit].tolist(), hit.tolist(), strict=True))
+        seen = [where[step] for step in mine.tolist() if step in where]
         if len(seen) < min(len(mine), 4):
-            return not mine  # too little in common to tell (a rank with no dump matches all)
+            return not len(mine)  # too little in common to tell (a rank with no dump matches all)
         return all(a < b for a, b in itertools.pairwise(seen))
-
-    def _positions_in_path(self, rank: int) -> dict[tuple[str, int], int]:
-        found = self._path_index.get(rank)
-        if found is None:
-            found = self._path_index[rank] = {step: i for i, step in enumerate(self.path(rank))}
-        return found
 
     def stage(self, rank: int) -> Role:
         """A rank's position in the groups that carry send/recv (its pipeline stage)."""
