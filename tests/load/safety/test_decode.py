@@ -27,7 +27,7 @@ from fr_analyzer.load.common import MAX_SEQ_ID
 from fr_analyzer.load.formats.outcomes import NotDecoded
 from fr_analyzer.load.safety.decoders.columns import Decoded, run_ints
 from fr_analyzer.load.safety.decoders.decode import decode_torch
-from fr_analyzer.load.safety.decoders.decode_python import decode_python
+from fr_analyzer.load.safety.decoders.decode_python import _implicit_puts, decode_python
 from fr_analyzer.load.safety.door import decode_pickle
 from fr_analyzer.model.dump import Fallback, RankDump, Reader, Writer
 from fr_analyzer.model.records import UnreadableDump
@@ -276,6 +276,58 @@ def test_damaged_protocol_2_bytes_are_read_as_the_unpickler_reads_them_or_left_t
         else:
             at = rng.randrange(4, len(damaged))
             damaged[at:at] = b"r" + (256 + rng.randrange(2000)).to_bytes(4, "little")
+        found = decode_any(bytes(damaged))
+        if isinstance(found, Decoded):
+            unpickled = pickle.loads(damaged)  # what the decoder read, the unpickler reads
+            with contextlib.suppress(NotDecoded):  # an odd value: the careful reader's
+                decoded = build_rank(found, 0, "f", nbytes=len(damaged))
+                same_rank(decoded, build_rank(unpickled, 0, "f", nbytes=len(damaged)))
+
+
+def test_every_protocol_2_put_is_made_memoize_and_the_body_unpickles_alike() -> None:
+    """The 256 short puts (`q` and a byte) and the long ones after (`r` and four bytes) are
+    all made MEMOIZE, so the entries before slot 256 are read by the expression too; read as
+    protocol 4, the body unpickles to what the file does."""
+    data = pickle.dumps(make_dump(entries(400)), protocol=2)
+    body = b"\x80\x04" + _implicit_puts(data)
+    names = [op.name for op, _, _ in pickletools.genops(body)]
+    assert "BINPUT" not in names and "LONG_BINPUT" not in names
+    assert names.count("MEMOIZE") == sum(n in ("BINPUT", "LONG_BINPUT") for n in ops_of(data))
+    assert pickle.loads(body) == pickle.loads(data)
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
+def ops_of(data: bytes) -> list[str]:
+    return [op.name for op, _, _ in pickletools.genops(data)]
+
+
+def test_a_q_inside_a_string_before_slot_256_is_not_taken_for_a_put() -> None:
+    """The first entries' frames hold `q` and each printable byte, which reads as the short
+    put of slots 32 to 126: the short puts are found by reading the opcodes, not by their
+    bytes, and the file is decoded to what the unpickler gives."""
+    rows = entries(400)
+    for i, row in enumerate(rows[:30]):
+        row["frames"] = frames("step", f"L{i}" + "".join("q" + chr(k) for k in range(32, 127)))
+    data = pickle.dumps(make_dump(rows), protocol=2)
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
+def test_damaged_protocol_2_bytes_before_slot_256_are_read_as_the_unpickler_reads_them() -> None:
+    """Where the puts are short (`q` and a byte), damage (a byte changed, a `q` and a byte
+    put anywhere, bytes cut out) is refused (`NotDecoded`) or read as the unpickler reads it;
+    nothing else is raised."""
+    data = pickle.dumps(make_dump(entries(400)), protocol=2)
+    first_long = data.index(b"r" + (256).to_bytes(4, "little"))
+    rng = random.Random(256)
+    for trial in range(600):
+        damaged = bytearray(data)
+        at = rng.randrange(4, first_long)
+        if trial % 3 == 0:
+            damaged[at] = rng.randrange(256)
+        elif trial % 3 == 1:
+            damaged[at:at] = b"q" + bytes((rng.randrange(256),))
+        else:
+            del damaged[at : at + rng.randrange(1, 4)]
         found = decode_any(bytes(damaged))
         if isinstance(found, Decoded):
             unpickled = pickle.loads(damaged)  # what the decoder read, the unpickler reads
