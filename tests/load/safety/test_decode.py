@@ -27,7 +27,7 @@ from fr_analyzer.load.common import MAX_SEQ_ID
 from fr_analyzer.load.formats.outcomes import NotDecoded
 from fr_analyzer.load.safety.decoders.columns import Decoded, run_ints
 from fr_analyzer.load.safety.decoders.decode import decode_torch
-from fr_analyzer.load.safety.decoders.decode_python import decode_python
+from fr_analyzer.load.safety.decoders.decode_python import _implicit_puts, decode_python
 from fr_analyzer.load.safety.door import decode_pickle
 from fr_analyzer.model.dump import Fallback, RankDump, Reader, Writer
 from fr_analyzer.model.records import UnreadableDump
@@ -284,12 +284,81 @@ def test_damaged_protocol_2_bytes_are_read_as_the_unpickler_reads_them_or_left_t
                 same_rank(decoded, build_rank(unpickled, 0, "f", nbytes=len(damaged)))
 
 
+def test_every_protocol_2_put_is_made_memoize_and_the_body_unpickles_alike() -> None:
+    """The 256 short puts (`q` and a byte) and the long ones after (`r` and four bytes) are
+    all made MEMOIZE, so the entries before slot 256 are read by the expression too; read as
+    protocol 4, the body unpickles to what the file does."""
+    data = pickle.dumps(make_dump(entries(400)), protocol=2)
+    body = b"\x80\x04" + _implicit_puts(data)
+    names = [op.name for op, _, _ in pickletools.genops(body)]
+    assert "BINPUT" not in names and "LONG_BINPUT" not in names
+    assert names.count("MEMOIZE") == sum(n in ("BINPUT", "LONG_BINPUT") for n in ops_of(data))
+    assert pickle.loads(body) == pickle.loads(data)
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
+def ops_of(data: bytes) -> list[str]:
+    return [op.name for op, _, _ in pickletools.genops(data)]
+
+
+def test_a_q_inside_a_string_before_slot_256_is_not_taken_for_a_put() -> None:
+    """The first entries' frames hold `q` and each printable byte, which reads as the short
+    put of slots 32 to 126: the short puts are found by reading the opcodes, not by their
+    bytes, and the file is decoded to what the unpickler gives."""
+    rows = entries(400)
+    for i, row in enumerate(rows[:30]):
+        row["frames"] = frames("step", f"L{i}" + "".join("q" + chr(k) for k in range(32, 127)))
+    data = pickle.dumps(make_dump(rows), protocol=2)
+    same_rank(by_decoder(data), by_unpickler(data))
+
+
+def test_damaged_protocol_2_bytes_before_slot_256_are_read_as_the_unpickler_reads_them() -> None:
+    """Where the puts are short (`q` and a byte), damage (a byte changed, a `q` and a byte
+    put anywhere, bytes cut out) is refused (`NotDecoded`) or read as the unpickler reads it;
+    nothing else is raised."""
+    data = pickle.dumps(make_dump(entries(400)), protocol=2)
+    first_long = data.index(b"r" + (256).to_bytes(4, "little"))
+    rng = random.Random(256)
+    for trial in range(600):
+        damaged = bytearray(data)
+        at = rng.randrange(4, first_long)
+        if trial % 3 == 0:
+            damaged[at] = rng.randrange(256)
+        elif trial % 3 == 1:
+            damaged[at:at] = b"q" + bytes((rng.randrange(256),))
+        else:
+            del damaged[at : at + rng.randrange(1, 4)]
+        found = decode_any(bytes(damaged))
+        if isinstance(found, Decoded):
+            unpickled = pickle.loads(damaged)  # what the decoder read, the unpickler reads
+            with contextlib.suppress(NotDecoded):  # an odd value: the careful reader's
+                decoded = build_rank(found, 0, "f", nbytes=len(damaged))
+                same_rank(decoded, build_rank(unpickled, 0, "f", nbytes=len(damaged)))
+
+
 def test_real_torch_dumps_saved_again_by_python_are_decoded_exactly() -> None:
     files = [f.path for d in sorted(SAMPLES.glob("gloo_*")) for f in discover(d).files]
     pickles = [f for f in files if ".json" not in f.name and f.suffix != ".gz"]
     for file in pickles[:12]:
         data = pickle.dumps(pickle.loads(file.read_bytes()), protocol=4)
         same_rank(by_decoder(data), by_unpickler(data))
+
+
+def test_every_sample_pickle_saved_again_in_protocol_2_or_3_is_decoded_exactly() -> None:
+    """Every pickle of the sample sets, re-saved by an older script (protocol 2 or 3, each put
+    with its slot), is decoded, to what the unpickler gives (but where the careful reader
+    takes the decoded dump over)."""
+    pickles = [
+        p for p in sorted(SAMPLES.rglob("*")) if p.is_file() and p.read_bytes()[:2] == b"\x80\x02"
+    ]
+    assert len(pickles) >= 400
+    for path, protocol in itertools.product(pickles, (2, 3)):
+        data = pickle.dumps(pickle.loads(path.read_bytes()), protocol=protocol)
+        found = decode_any(data)
+        assert isinstance(found, Decoded), (path, protocol, found)
+        with contextlib.suppress(NotDecoded):  # an odd value: the careful reader's
+            decoded = build_rank(found, 0, "f", nbytes=len(data))
+            same_rank(decoded, by_unpickler(data))
 
 
 def py4(body: bytes) -> bytes:

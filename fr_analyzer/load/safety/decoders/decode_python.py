@@ -20,9 +20,9 @@ capture met again refers to what it referred to where first met, as the unpickle
 the entries read exactly afterwards, and the captures decoded later, see the slots the
 unpickler would.
 
-Protocols 2 and 3 (an older script's re-save) number every put (`_implicit_puts`): past slot
-255 each put is made MEMOIZE by its bytes, checked in order, and the file is read as protocol
-4 is; the slots below stay explicit, read by the exact machine.
+Protocols 2 and 3 (an older script's re-save) number every put (`_implicit_puts`): each put
+is made MEMOIZE, checked in order (those of slots 0 to 255 found by reading the opcodes before
+slot 256, those after by their bytes), and the file is read as protocol 4 is.
 
 The grammar is `decode`'s: plain values only (no global, no object built by a call), dict keys
 that are strings or integers, tuples of scalars, containers nested at most 64 deep, and a
@@ -46,14 +46,33 @@ from .machine import AN_ENTRY, Machine, read_dump
 from .opcodes import (
     APPEND,
     APPENDS,
+    BINFLOAT,
+    BINGET,
+    BININT,
+    BININT1,
+    BININT2,
     BINPUT,
     BINUNICODE,
     EMPTY_DICT,
+    EMPTY_LIST,
+    EMPTY_TUPLE,
+    FALSE,
     FRAME,
+    LONG1,
+    LONG_BINGET,
     LONG_BINPUT,
     MARK,
     MEMOIZE,
+    NONE,
     PROTO,
+    SETITEM,
+    SETITEMS,
+    SHORT_BINUNICODE,
+    TRUE,
+    TUPLE,
+    TUPLE1,
+    TUPLE2,
+    TUPLE3,
 )
 
 _PYTHON = "Python's pickle layout"
@@ -75,48 +94,110 @@ def decode_python(data: bytes) -> Decoded:
                 raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
         else:
             body = _implicit_puts(data)
-            if body[:4] != _TOP_UNFRAMED:
+            if body[:3] != _TOP:
                 raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "the top level is not a dict")
         return _decode(body, protocol)
 
 
-_TOP_UNFRAMED = bytes((EMPTY_DICT, BINPUT, 0, MARK))
 _FIRST_LONG_SLOT = 256
 """Python's pickler writes a put of a slot below this as BINPUT (1 byte), from it on as
 LONG_BINPUT (4 bytes)."""
 
 
 def _implicit_puts(data: bytes) -> bytes:
-    """The opcodes after PROTO of a protocol 2 or 3 pickle, each put of slot 256 and later
-    (LONG_BINPUT, `r` and four bytes) made MEMOIZE: the layout of protocol 4, where equal
-    values are equal bytes (`decode`'s premise); the slots below stay explicit, read by the
-    exact machine, which checks each.
+    """The opcodes after PROTO of a protocol 2 or 3 pickle, each put (BINPUT, `q` and a byte,
+    then LONG_BINPUT, `r` and four bytes) made MEMOIZE: the layout of protocol 4, where equal
+    values are equal bytes (`decode`'s premise), so that every entry but the first is read by
+    the expression, as in protocol 4 (with the puts of slots below 256 left explicit, the
+    entries that hold them, a dozen in a dump, were each read by the exact machine).
 
-    Python's pickler numbers its slots in order, so the puts are found by their bytes: each
-    `r` followed by the number of a slot that follows every slot before it. The candidates in
-    the slots' range must be exactly 256, 257, ... in the file's order; anything else (an
-    `r` inside a string or an integer that reads as a slot in range, a put out of order) and
-    the file is read the general way. A candidate taken wrongly would cut a string or an
-    integer short, which the exact reads and the expression then refuse."""
+    Python's pickler numbers its slots in order, 0 to 255 with BINPUT, then 256 on with
+    LONG_BINPUT. The long puts are found by their bytes: each `r` followed by the number of a
+    slot that follows every slot before it. The candidates in the slots' range must be
+    exactly 256, 257, ... in the file's order; anything else (an `r` inside a string or an
+    integer that reads as a slot in range, a put out of order) and the file is read the
+    general way. A candidate taken wrongly would cut a string or an integer short, which the
+    exact reads and the expression then refuse. The short puts are found by reading the
+    opcodes before the first long put (`_short_puts`): a `q` inside a string is no put; each
+    put must be the next slot, and the first long put must come where the opcodes read end,
+    after exactly 256 short ones, or the file is read the general way.
+
+    The long puts are tens of thousands (one per list, dict, tuple and new string), so each
+    step over them is one numpy pass over the file or over its candidates, no Python loop:
+    the slots are read as four-byte words in place, and the body is the file with every
+    put's slot bytes masked out and its opcode made MEMOIZE."""
+    size = len(data)
+    if size < 7:  # PROTO, one opcode, STOP: no room for a long put
+        return data[2:]
     raw = np.frombuffer(data, dtype=np.uint8)
-    at = np.flatnonzero(raw[2 : len(raw) - 4] == LONG_BINPUT) + 2
-    slots = (
-        raw[at + 1].astype(np.int64)
-        | raw[at + 2].astype(np.int64) << 8
-        | raw[at + 3].astype(np.int64) << 16
-        | raw[at + 4].astype(np.int64) << 24
-    )
-    puts = (slots >= _FIRST_LONG_SLOT) & (slots < _FIRST_LONG_SLOT + len(at))
+    at = np.flatnonzero(raw[2 : size - 4] == LONG_BINPUT) + 3  # each candidate's slot bytes
+    slots = _words(raw)[at] - np.uint32(_FIRST_LONG_SLOT)  # below 256: past the count
+    puts = slots < len(at)
     at, slots = at[puts], slots[puts]
-    if not np.array_equal(slots, np.arange(_FIRST_LONG_SLOT, _FIRST_LONG_SLOT + len(at))):
-        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, "memo slots not numbered as Python numbers them")
-    keep = np.ones(len(raw), dtype=bool)
-    keep[:2] = False  # PROTO
-    for k in range(1, 5):
-        keep[at + k] = False
-    body = raw[keep]  # a copy: each put's opcode stays, its slot goes
-    body[at - 2 - 4 * np.arange(len(at))] = MEMOIZE
+    if not np.array_equal(slots, np.arange(len(at), dtype=np.uint32)):
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, _NOT_NUMBERED)
+    short = _short_puts(data, int(at[0]) - 1 if len(at) else size)
+    if len(at) and len(short) != _FIRST_LONG_SLOT:
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, _NOT_NUMBERED)
+    keep = np.ones(size, dtype=np.uint8)
+    keep[:2] = 0  # PROTO
+    short_at = np.array(short, dtype=np.int64)
+    keep[short_at + 1] = 0
+    _words(keep)[at] = 0
+    body = raw[keep.view(np.bool_)]  # a copy: each put's opcode stays, its slot goes
+    body[short_at - 2 - np.arange(len(short))] = MEMOIZE
+    body[at - 3 - len(short) - 4 * np.arange(len(at))] = MEMOIZE
     return body.tobytes()
+
+
+_NOT_NUMBERED = "memo slots not numbered as Python numbers them"
+
+
+def _words(raw: np.ndarray[Any, np.dtype[np.uint8]]) -> np.ndarray[Any, np.dtype[np.uint32]]:
+    """The little-endian four-byte word that starts at each byte of `raw` (but the last
+    three), a view of its bytes: reading or writing one at a put reads or writes its slot."""
+    return np.ndarray((len(raw) - 3,), dtype="<u4", buffer=raw, strides=(1,))
+
+
+_WHOLE = dict.fromkeys(
+    (MARK, NONE, TRUE, FALSE, EMPTY_LIST, APPEND, APPENDS, EMPTY_DICT, SETITEM, SETITEMS),
+    0,
+) | dict.fromkeys((EMPTY_TUPLE, TUPLE1, TUPLE2, TUPLE3, TUPLE), 0)
+_WHOLE |= {BININT1: 1, BINGET: 1, BININT2: 2, BININT: 4, LONG_BINGET: 4, BINFLOAT: 8}
+_ARGUMENT = tuple(_WHOLE.get(op, -1) for op in range(256))
+"""Per opcode byte, the bytes of its argument when it is one of the exact machine's grammar
+that `_short_puts` steps over whole; -1 for the rest (the puts and the strings, read apart;
+STOP and what is outside the grammar, where it stops)."""
+
+
+def _short_puts(data: bytes, end: int) -> list[int]:
+    """Where the BINPUTs are among the opcodes from after PROTO to `end` (the first long
+    put, or the file's end), read as the exact machine reads them, each checked to be the
+    next slot. It stops early at STOP, at the end of the data, or at an opcode outside the
+    grammar, which the exact machine then refuses. Bounded: every opcode read moves on."""
+    found: list[int] = []
+    pos, argument = 2, _ARGUMENT
+    while pos < end:
+        op = data[pos]
+        width = argument[op]
+        if width >= 0:
+            pos += 1 + width
+        elif op == BINPUT:
+            if pos + 1 >= end or data[pos + 1] != len(found):
+                raise NotDecoded(Fallback.NOT_THIS_LAYOUT, _NOT_NUMBERED)
+            found.append(pos)
+            pos += 2
+        elif op == BINUNICODE:
+            pos += 5 + int.from_bytes(data[pos + 1 : pos + 5], "little")
+        elif op in (SHORT_BINUNICODE, LONG1) and pos + 1 < end:  # its size in a byte
+            pos += 2 + data[pos + 1]
+        elif op in (LONG_BINPUT, MEMOIZE):  # a put Python's pickler does not write here
+            raise NotDecoded(Fallback.NOT_THIS_LAYOUT, _NOT_NUMBERED)
+        else:  # STOP, or outside the grammar
+            break
+    if end < len(data) and pos != end:  # the first long put is not an opcode
+        raise NotDecoded(Fallback.NOT_THIS_LAYOUT, _NOT_NUMBERED)
+    return found
 
 
 def _unframe(data: bytes) -> bytes:
