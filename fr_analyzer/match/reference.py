@@ -25,6 +25,10 @@ They part on a pipeline whose group is the world and on pipeline groups whose bu
 send/recv; neither the fault campaign nor the golden reports has such a job (taking
 matching's notion for both leaves their answers as they are), so merging them would be a
 change of behaviour nothing checks, left for a change that adds those jobs.
+
+It is over 600 lines because the two votes share their limits, their notion of groups alike
+and their readers of a unit's rows, which have one place: splitting the votes apart would
+give each a copy of them.
 """
 
 from __future__ import annotations
