@@ -85,7 +85,7 @@ accuracy: $(STAMP) ## Randomized fault campaign over every job shape: share righ
 
 ACCURACY_ET_ARGS ?= --shapes all --cases 200 --real 10
 
-accuracy-et: $(STAMP) ## The same campaign written as each rank's Chakra execution trace (rank-N.et.json)
+accuracy-et: $(LIVE_STAMP) ## The same campaign written as each rank's Chakra execution trace, then real gloo jobs (torch)
 	$(BIN)/python -m benchmarks.accuracy --writer et $(ACCURACY_ET_ARGS)
 
 clean: ## Remove the virtualenv and caches
