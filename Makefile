@@ -58,9 +58,10 @@ check: lint ## The loop while editing: lint, then the fast tests (not those mark
 	$(BIN)/python -m pytest -m "not slow" -n auto
 
 # one worker per core; each test file stays on one worker, so a file's torch job, S3 server or
-# browser is started once and its tests never compete with one another
+# browser is started once and its tests never compete with one another; the 15 slowest
+# tests are listed at the end, so that a slow CI run says where its time went
 test: $(LIVE_STAMP) $(BROWSER_STAMP) $(RAY_STAMP) ## Run the whole test suite, the slow tests too (with the remote extra, moto's S3 server, torch, chromium and a Ray cluster), on every core
-	$(BIN)/python -m pytest -n auto --dist loadfile
+	$(BIN)/python -m pytest -n auto --dist loadfile --durations=15
 
 lint: $(REMOTE_STAMP) ## ruff and mypy (strict; with the remote extra, whose types it checks)
 	$(BIN)/ruff check fr_analyzer tests tools benchmarks

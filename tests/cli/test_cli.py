@@ -747,8 +747,10 @@ def test_install_completion_writes_the_users_shell_completion(tmp_path: Path) ->
         "HOME": str(tmp_path),
         "SHELL": "/bin/bash",
     }
+    # typer finds the user's shell among the command's parents: run it from bash, as a user
+    # does (the suite itself may run under no shell at all, its parents gone)
     done = subprocess.run(
-        [sys.executable, "-m", "fr_analyzer", "--install-completion"],
+        ["/bin/bash", "-c", '"$0" -m fr_analyzer --install-completion; exit $?', sys.executable],
         capture_output=True,
         text=True,
         env=env,

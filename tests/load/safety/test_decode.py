@@ -281,6 +281,24 @@ def test_damaged_protocol_2_bytes_are_read_as_the_unpickler_reads_them_or_left_t
     assert decoded > 0  # some damage is read (a changed digit, a value): compared, not refused
 
 
+def test_a_stray_memoize_after_slot_256_is_read_as_the_unpickler_reads_it_or_refused() -> None:
+    """A MEMOIZE opcode put after a long put of a protocol 2 file (Python's pickler never
+    writes one there; the unpickler memoizes at the memo's size, and the next put writes that
+    slot again): the puts made MEMOIZE number their slots one on from it, so the decoder
+    refuses, or reads what the unpickler reads, never another value."""
+    rows = entries(400)
+    later = "".join(["nccl:", "reduce_scatter"])  # first put past slot 256, then fetched
+    for row in rows[200:]:
+        row["profiling_name"] = later
+    data = pickle.dumps(make_dump(rows), protocol=2)
+    ends = [pos + 5 for op, _, pos in pickletools.genops(data) if op.name == "LONG_BINPUT"]
+    decoded = sum(
+        read_alike_or_refused(data[:at] + bytes((pickle.MEMOIZE[0],)) + data[at:])
+        for at in ends[::37]
+    )
+    assert decoded > 0
+
+
 def read_alike_or_refused(damaged: bytes) -> int:
     """Damaged bytes are refused by the decoder (`NotDecoded`, then the general path) or read
     as the unpickler reads them; nothing else is raised. 1 where the decoder read them."""
