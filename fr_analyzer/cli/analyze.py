@@ -32,14 +32,17 @@ from .app import (
     verdict_code,
 )
 from .options import (
+    CACHE_HELP,
     check_selected_ranks,
     fsspec_option,
     html_option,
     json_option,
     last_option,
+    no_cache_option,
     out_dir_option,
     output_option,
     prefix_option,
+    rank_cache,
     selected_ranks_option,
     size_option,
     storage_options,
@@ -49,7 +52,7 @@ from .outputs import Outputs, print_report, write_outputs
 from .terminal import console, progress_bars
 
 if TYPE_CHECKING:
-    from ..load import RankCache, Source
+    from ..load import Source
     from ..pipeline import Options
     from ..render.entries_view import EntriesView
 
@@ -59,17 +62,6 @@ class EngineKind(StrEnum):
 
     PROCESS = "process"  # this process and its forked workers
     RAY = "ray"  # a Ray cluster (`fr_analyzer.cluster`)
-
-
-CACHE_HELP = "$XDG_CACHE_HOME/fr-analyze/ranks, else ~/.cache/fr-analyze/ranks"
-
-
-def rank_cache() -> RankCache:
-    """The user's cache of ranks read (`load.RankCache`), where the XDG layout puts it."""
-    from ..load import RankCache
-
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return RankCache(Path(base) / "fr-analyze" / "ranks")
 
 
 TABLE_SHARE_OF_MEMORY = 0.6
@@ -384,13 +376,12 @@ def analyze(
     ] = EngineKind.PROCESS,
     no_cache: Annotated[
         bool,
-        typer.Option(
-            "--no-cache",
-            help="Read every dump again, and keep nothing: by default the ranks read are "
+        no_cache_option(
+            "Read every dump again, and keep nothing: by default the ranks read are "
             f"kept, as one table, in the user's cache ({CACHE_HELP}, owner-only, at most "
             "2 GiB, the least recently used dropped), so the next command on the same dumps "
-            "(-j, --html, another flag) reads it from there; a changed dump is read again, "
-            "the others taken from the table.",
+            "(-j, --html, timeline, another flag) reads it from there; a changed dump is read "
+            "again, the others taken from the table."
         ),
     ] = False,
     ray_address: Annotated[
@@ -526,7 +517,7 @@ def analyze(
         ft_group_world_size=group_world_size,
         file_times=not ignore_file_times,
         job_logs=tuple(job_log or ()),
-        cache=None if no_cache else rank_cache(),
+        cache=rank_cache(no_cache),
         **table_placement(table_dir),
     )
     outputs = Outputs(database=output, json=json_out, html=html_out, out_dir=out_dir)

@@ -14,7 +14,7 @@ import typer
 
 from ..errors import FrAnalyzerError, UsageError
 from .app import app
-from .options import DUMPS_METAVAR, output_option, seq_range
+from .options import DUMPS_METAVAR, no_cache_option, output_option, rank_cache, seq_range
 from .outputs import check_output
 from .terminal import analyzed
 
@@ -47,6 +47,13 @@ def merge_traces_cmd(
             help="Overlay the Flight Recorder timeline of these dumps.",
         ),
     ] = None,
+    no_cache: Annotated[
+        bool,
+        no_cache_option(
+            "With --fr: read every dump again and keep nothing (by default the ranks read "
+            "are taken from, and kept in, the user's cache, as the main command does)."
+        ),
+    ] = False,
 ) -> None:
     """Merge per-rank profiler traces into one trace: pid = rank, clocks synced."""
     from ..load import open_source
@@ -65,7 +72,9 @@ def merge_traces_cmd(
         raise _dumps_instead(exc, inputs, output) from None
     overlay = None
     if source is not None:
-        overlay = timeline.overlay(analyzed(source, Options()), traces.fr_shift_ns(infos))
+        overlay = timeline.overlay(
+            analyzed(source, Options(cache=rank_cache(no_cache))), traces.fr_shift_ns(infos)
+        )
     merged = traces.merge(
         files, output, traces.MergeOptions(start, end, step_range), overlay, infos
     )

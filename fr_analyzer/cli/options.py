@@ -1,7 +1,8 @@
 """The options more than one command takes, declared once: the dump directory as an argument
 or `-d` (timeline, replay), and each flag's spelling and checks (`-o`, `--json`, `--html`,
 `--out-dir`, `-p`, `--workers`, `--storage-option`, `--selected-ranks`, `--last`, `--seq`,
-sizes) with the help text each command gives it; then the parsers of option values (sizes,
+`--no-cache`, sizes) with the help text each command gives it, and the user's cache every
+command that analyzes shares (`rank_cache`); then the parsers of option values (sizes,
 `KEY=VALUE`, `A:B`, the one dump directory of a subcommand).
 
 typer reads an option from its `Annotated` type: a shared type is one declaration for every
@@ -11,11 +12,16 @@ command that takes it, word for word, and `--help` prints it the same everywhere
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..load import RankCache
 
 DUMPS_METAVAR = "DIR|ARCHIVE|URL"
 
@@ -106,6 +112,25 @@ def last_option(help: str) -> Any:
 def seq_option(help: str) -> Any:
     """`--seq A:B`: a window of sequence ids (see `seq_range`)."""
     return typer.Option("--seq", help=help)
+
+
+def no_cache_option(help: str) -> Any:
+    """`--no-cache`: read every dump again and keep nothing (see `rank_cache`)."""
+    return typer.Option("--no-cache", help=help)
+
+
+CACHE_HELP = "$XDG_CACHE_HOME/fr-analyze/ranks, else ~/.cache/fr-analyze/ranks"
+
+
+def rank_cache(no_cache: bool = False) -> RankCache | None:
+    """The user's cache of ranks read (`load.RankCache`), where the XDG layout puts it, that
+    every command analyzing dumps reads and keeps (None with `--no-cache`)."""
+    if no_cache:
+        return None
+    from ..load import RankCache
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return RankCache(Path(base) / "fr-analyze" / "ranks")
 
 
 def storage_options(items: list[str] | None) -> dict[str, Any]:

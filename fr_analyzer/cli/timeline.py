@@ -20,9 +20,11 @@ from .options import (
     check_selected_ranks,
     fsspec_option,
     last_option,
+    no_cache_option,
     one_dump_dir,
     output_option,
     prefix_option,
+    rank_cache,
     selected_ranks_option,
     seq_option,
     seq_range,
@@ -74,6 +76,13 @@ def timeline_cmd(
     storage_option: Annotated[
         list[str] | None, fsspec_option("For a URL: an fsspec storage option.")
     ] = None,
+    no_cache: Annotated[
+        bool,
+        no_cache_option(
+            "Read every dump again and keep nothing (by default the ranks read are taken "
+            "from, and kept in, the user's cache, as the main command does)."
+        ),
+    ] = False,
 ) -> None:
     """Write the dumps as a Chrome trace (Perfetto, chrome://tracing): one process per rank,
     one thread per process group, findings and the root cause marked. Exit code: the
@@ -97,7 +106,7 @@ def timeline_cmd(
         flows=not no_flows,
         all_ranks=all_,
     )
-    analysis = analyzed(source, Options(prefix=prefix, workers=workers))
+    analysis = analyzed(source, Options(prefix=prefix, workers=workers, cache=rank_cache(no_cache)))
     check_selected_ranks("--selected-ranks", options.ranks, analysis.groups.world_size)
     try:
         with progress_bars() as progress:

@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fr_analyzer.cli import merge_traces as cli_merge_traces
+from fr_analyzer.cli import options as cli_options
+from fr_analyzer.cli import timeline as cli_timeline
 from fr_analyzer.cli.app import run
 from fr_analyzer.load import Directory, RankCache
 from fr_analyzer.load import cache as cache_mod
@@ -225,6 +228,31 @@ def test_the_command_keeps_ranks_in_the_xdg_cache_and_no_cache_keeps_none(
     assert not list(kept.glob("*.rank"))  # each rank written once: in the table
     assert len(list(kept.glob("*.job"))) == 1
     assert run(["-d", str(job)]) == 1
+
+
+def test_timeline_and_merge_traces_read_the_table_the_main_command_kept(
+    job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next step the report suggests (`timeline`, or `merge-traces --fr`) reads the
+    ranks from the table the first run kept, not every dump again; `--no-cache` reads all."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert run(["-d", str(job)]) == 1
+    made: list[RankCache | None] = []
+
+    def kept(no_cache: bool = False) -> RankCache | None:
+        made.append(cli_options.rank_cache(no_cache))
+        return made[-1]
+
+    monkeypatch.setattr(cli_timeline, "rank_cache", kept)
+    monkeypatch.setattr(cli_merge_traces, "rank_cache", kept)
+    assert run(["timeline", str(job), "-o", str(tmp_path / "t.json")]) == 1
+    assert run(["timeline", str(job), "-o", str(tmp_path / "u.json"), "--no-cache"]) == 1
+    trace = str(SAMPLES.parent / "tests" / "data" / "traces" / "gloo_4rank")
+    run(["merge-traces", trace, "-o", str(tmp_path / "m.json"), "--fr", str(job)])
+    first, uncached, merged = made
+    assert first is not None and (first.hits, first.stored) == (16, 0)
+    assert uncached is None
+    assert merged is not None and merged.hits == 16
 
 
 def test_a_kept_rank_with_odd_values_or_another_ranks_number_is_a_miss_not_a_failure(
