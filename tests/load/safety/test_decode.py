@@ -291,7 +291,7 @@ def test_a_stray_memoize_after_slot_256_is_read_as_the_unpickler_reads_it_or_ref
     for row in rows[200:]:
         row["profiling_name"] = later
     data = pickle.dumps(make_dump(rows), protocol=2)
-    ends = [pos + 5 for op, _, pos in pickletools.genops(data) if op.name == "LONG_BINPUT"]
+    ends = [(pos or 0) + 5 for op, _, pos in pickletools.genops(data) if op.name == "LONG_BINPUT"]
     decoded = sum(
         read_alike_or_refused(data[:at] + bytes((pickle.MEMOIZE[0],)) + data[at:])
         for at in ends[::37]
