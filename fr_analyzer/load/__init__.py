@@ -60,13 +60,13 @@ from ..model.dump import COLUMNS, GroupClaim, RankColumns, RankDump, RankTables,
 from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
 from .cache import RankCache, RankSink
-from .kept import Kinds, Unkeepable, kinds_of
-from .kept import decode as decode_kept
-from .kept import encode as encode_kept
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
 from .formats.table import ROW_BYTES, TableBuilder
 from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
+from .kept import Kinds, Unkeepable, kinds_of
+from .kept import decode as decode_kept
+from .kept import encode as encode_kept
 from .loading import (
     Settled,
     load_all,

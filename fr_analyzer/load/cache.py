@@ -429,7 +429,7 @@ class RankCache:
                 if name.endswith(OLD_SUFFIXES) and not name.startswith(TMP_PREFIX):
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
-                elif name.endswith((JOB_SUFFIX, KEPT_SUFFIX, *OLD_SUFFIXES)):  # and files being written
+                elif name.endswith((JOB_SUFFIX, KEPT_SUFFIX, *OLD_SUFFIXES)):  # or being written
                     info = entry.stat(follow_symlinks=False)
                     found.append((info.st_mtime_ns, info.st_size, Path(entry.path)))
         except OSError:

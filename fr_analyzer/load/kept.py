@@ -6,16 +6,17 @@ raw typed blobs after it, each at a multiple of `ALIGN` (read back mapped, not c
 dtype from an allowlist (`DTYPES`), their shape and place checked against the file. Every
 value is written with an explicit tag: tuples, lists, sets, frozensets, dicts (any keys),
 dataclasses, enums, named tuples, arrays, numpy scalars; only `None`, booleans, integers,
-floats and strings are plain JSON. A dataclass or named tuple met twice is written once and
-then as a reference to the first, so that what was one object is one object again (a finding
-named by several records is compared by identity: `id(f)`, `f is root.finding`); an array met
-twice is one array too.
+floats and strings are plain JSON (and a list or tuple of those alone is one JSON list). A
+dataclass or named tuple met twice is written once and then as a reference to the first, so
+that what was one object is one object again (a finding named by several records is compared
+by identity: `id(f)`, `f is root.finding`); an array met twice is one array too.
 
 Classes are constructed only from a closed allowlist (`Kinds`), made once from a root class
 by walking its fields' type hints (`kinds_of`): never by a name the file gives. A file naming
 anything else, a value of the wrong shape, a blob out of place: `decode` returns None (a miss).
 A graph holding a class outside the allowlist (or a cycle, or an array of another dtype) is
-not kept: `encode` raises `Unkeepable`.
+not kept: `encode` raises `Unkeepable`. Fields are not checked against their type hints
+beyond that: the file is the user's own (the cache's rules), the checks are against damage.
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ DTYPES = frozenset(
 """The array and scalar types kept (this machine's byte order): nothing holding objects."""
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""What JSON holds as it is: a list or tuple of these alone is written as one JSON list."""
+
+
+def _all_plain(items: Any) -> bool:
+    return all(map(_PLAIN.__contains__, map(type, items)))
+
+
 class Unkeepable(Exception):
     """The graph holds what cannot be kept (a class outside the allowlist, a cycle, an array
     of another dtype): it is not kept."""
@@ -70,6 +79,7 @@ class Kinds:
     by_name: Mapping[str, type]
     names: Mapping[type, str]  # the other way round
     fields: Mapping[type, tuple[str, ...]]  # a dataclass's fields, in the order written
+    by_keyword: frozenset[type]  # dataclasses with keyword-only fields (the others: in order)
 
 
 def kinds_of(root: type, stops: Collection[type] = ()) -> Kinds:
@@ -79,6 +89,7 @@ def kinds_of(root: type, stops: Collection[type] = ()) -> Kinds:
     or a dataclass has a field not set by its constructor."""
     by_name: dict[str, type] = {}
     fields: dict[type, tuple[str, ...]] = {}
+    by_keyword: set[type] = set()
     seen: set[type] = set()
 
     def walk(hint: Any) -> None:
@@ -103,6 +114,8 @@ def kinds_of(root: type, stops: Collection[type] = ()) -> Kinds:
             if not all(f.init for f in own):
                 raise TypeError(f"{hint.__qualname__} has a field its constructor does not set")
             fields[hint] = tuple(f.name for f in own)
+            if any(f.kw_only for f in own):
+                by_keyword.add(hint)
         if plain or named:
             for sub in typing.get_type_hints(hint).values():
                 walk(sub)
@@ -112,6 +125,7 @@ def kinds_of(root: type, stops: Collection[type] = ()) -> Kinds:
         by_name,
         {cls: name for name, cls in by_name.items()},
         fields,
+        frozenset(by_keyword),
     )
 
 
@@ -120,11 +134,13 @@ def encode(value: Any, kinds: Kinds, key: str) -> list[bytes | memoryview]:
     in it, then each array's bytes at a multiple of `ALIGN`); raises `Unkeepable`."""
     writer = _Encoder(kinds)
     root = writer.value(value)
-    layout = []
+    layout: list[list[Any]] = []
+    offsets: list[int] = []
     offset = 0
     for array in writer.arrays:
         offset = -(-offset // ALIGN) * ALIGN
         layout.append([array.dtype.str, list(array.shape), offset])
+        offsets.append(offset)
         offset += array.nbytes
     text = json.dumps(
         {"key": key, "arrays": layout, "root": root}, separators=(",", ":"), ensure_ascii=True
@@ -133,22 +149,23 @@ def encode(value: Any, kinds: Kinds, key: str) -> list[bytes | memoryview]:
     text += b" " * (-start % ALIGN)  # JSON's own white space: the arrays start aligned
     pieces: list[bytes | memoryview] = [MAGIC + struct.pack("<Q", len(text)) + text]
     at = 0
-    for (_, _, offset), array in zip(layout, writer.arrays, strict=True):
+    for offset, array in zip(offsets, writer.arrays, strict=True):
         pieces += [bytes(offset - at), array.data.cast("B")]
         at = offset + array.nbytes
     return pieces
 
 
-def decode(data: npt.NDArray[np.uint8], kinds: Kinds, key: str) -> Any | None:
+def decode(data: npt.NDArray[np.uint8], kinds: Kinds, key: str) -> object | None:
     """The value `encode` wrote under `key` in `data` (the file's bytes), or None where it does
     not read back whole: another format or key, a tag or class not known, a blob out of
     place, a constructor that refuses its fields."""
     try:
-        return _decode(data, kinds, key)
+        found: object = _decode(data, kinds, key)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
         return None
     except struct.error:
         return None
+    return found
 
 
 _MISSING = object()
@@ -197,10 +214,10 @@ class _Encoder:
         kind = type(v)
         if v is None or kind is bool or kind is int or kind is str or kind is float:
             return v
-        if kind is tuple:
-            return ["t", *[self.value(x) for x in v]]
-        if kind is list:
-            return ["l", *[self.value(x) for x in v]]
+        if kind is tuple or kind is list:
+            if _all_plain(v):  # one JSON list, taken back as it is (checked)
+                return ["T" if kind is tuple else "L", list(v)]
+            return ["t" if kind is tuple else "l", *[self.value(x) for x in v]]
         if kind is frozenset or kind is set:
             return ["s" if kind is frozenset else "S", *[self.value(x) for x in v]]
         if kind is dict:
@@ -260,6 +277,11 @@ class _Decoder:
         if kind is not list or not v:
             raise ValueError("a value with no tag")
         tag = v[0]
+        if tag == "T" or tag == "L":
+            items = v[1]
+            if len(v) != 2 or type(items) is not list or not _all_plain(items):
+                raise ValueError("a list of plain values that holds others")
+            return tuple(items) if tag == "T" else items
         if tag == "t":
             return tuple([self.value(x) for x in v[1:]])
         if tag == "D" or tag == "N":
@@ -269,7 +291,10 @@ class _Decoder:
             if tag == "D":
                 if names is None or len(items) != len(names):
                     raise ValueError(f"not the fields of a {v[1]}")
-                made = cls(**dict(zip(names, items, strict=True)))
+                if cls in self.kinds.by_keyword:
+                    made = cls(**dict(zip(names, items, strict=True)))
+                else:
+                    made = cls(*items)
             else:
                 if names is not None or not issubclass(cls, tuple):
                     raise ValueError(f"{v[1]} is not a named tuple")
