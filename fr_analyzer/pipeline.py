@@ -1,5 +1,9 @@
 """`analyze()`: the stages in order (load → groups → match → findings → diagnosis →
-conclusion), with no logic of its own."""
+conclusion), with no logic of its own; or, where the cache kept the analysis of the very
+table loaded with the same options, that analysis (`Kept`).
+
+It is over 600 lines because what is kept of an analysis, and under which key, must see
+every option and every stage's result at once, as only the pipeline does."""
 
 from __future__ import annotations
 
