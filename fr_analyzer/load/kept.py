@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 import math
 import struct
@@ -37,6 +38,10 @@ from .safety.door import parse_json
 
 MAGIC = b"fr-analyze-kept/1\n"
 """What a kept graph's file begins with (its format's version in it: another is a miss)."""
+HEAD = struct.Struct("<Q32s")
+"""After `MAGIC`: the JSON line's length and its SHA-256 (a byte changed in it, even one that
+leaves it JSON, is a miss; the arrays' bounds are checked, their bytes are the table's kind:
+not hashed, a follow-up maps them)."""
 ALIGN = 64
 """Where each array's bytes start in the file: a multiple of this."""
 DTYPES = frozenset(
@@ -130,8 +135,8 @@ def kinds_of(root: type, stops: Collection[type] = ()) -> Kinds:
 
 
 def encode(value: Any, kinds: Kinds, key: str) -> list[bytes | memoryview]:
-    """`value` as the pieces of a file (`MAGIC`, the JSON's length, the JSON line with `key`
-    in it, then each array's bytes at a multiple of `ALIGN`); raises `Unkeepable`."""
+    """`value` as the pieces of a file (`MAGIC`, `HEAD`, the JSON line with `key` in it, then
+    each array's bytes at a multiple of `ALIGN`); raises `Unkeepable`."""
     writer = _Encoder(kinds)
     root = writer.value(value)
     layout: list[list[Any]] = []
@@ -145,9 +150,10 @@ def encode(value: Any, kinds: Kinds, key: str) -> list[bytes | memoryview]:
     text = json.dumps(
         {"key": key, "arrays": layout, "root": root}, separators=(",", ":"), ensure_ascii=True
     ).encode("ascii")
-    start = len(MAGIC) + 8 + len(text)
+    start = len(MAGIC) + HEAD.size + len(text)
     text += b" " * (-start % ALIGN)  # JSON's own white space: the arrays start aligned
-    pieces: list[bytes | memoryview] = [MAGIC + struct.pack("<Q", len(text)) + text]
+    head = HEAD.pack(len(text), hashlib.sha256(text).digest())
+    pieces: list[bytes | memoryview] = [MAGIC + head + text]
     at = 0
     for offset, array in zip(offsets, writer.arrays, strict=True):
         pieces += [bytes(offset - at), array.data.cast("B")]
@@ -173,13 +179,16 @@ _MISSING = object()
 
 def _decode(data: npt.NDArray[np.uint8], kinds: Kinds, key: str) -> Any:
     at = len(MAGIC)
-    if len(data) < at + 8 or data[:at].tobytes() != MAGIC:
+    if len(data) < at + HEAD.size or data[:at].tobytes() != MAGIC:
         raise ValueError("not a kept graph")
-    (length,) = struct.unpack_from("<Q", data.data, at)
-    at += 8
+    length, digest = HEAD.unpack_from(data.data, at)
+    at += HEAD.size
     if at + length > len(data):
         raise ValueError("truncated")
-    doc = parse_json(data[at : at + length].tobytes())
+    text = data[at : at + length].tobytes()
+    if hashlib.sha256(text).digest() != digest:
+        raise ValueError("a byte changed")
+    doc = parse_json(text)
     if type(doc) is not dict or doc.get("key") != key:
         raise ValueError("another key")
     body = data[at + length :]

@@ -5,10 +5,10 @@ does not read back whole, or names a class it may not, is a miss, dropped."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -217,7 +217,7 @@ def test_a_damaged_kept_analysis_is_a_miss_and_dropped(
     if damage == "truncated":
         data = data[: len(data) // 2]
     elif damage == "flipped":
-        data[len(kept.MAGIC) + 20] ^= 0xFF  # inside the JSON
+        data[len(kept.MAGIC) + kept.HEAD.size + 20] ^= 0x01  # inside the JSON
     else:
         data = bytearray()
     path.write_bytes(bytes(data))
@@ -230,10 +230,14 @@ def test_a_damaged_kept_analysis_is_a_miss_and_dropped(
 
 
 def _renamed_class(data: bytes, old: str, new: str) -> bytes:
+    """The kept analysis `data` naming the class `new` where it named `old`, its hash made
+    again: what the allowlist alone must refuse."""
     at = len(kept.MAGIC)
-    (length,) = struct.unpack_from("<Q", data, at)
-    text = data[at + 8 : at + 8 + length].replace(f'"{old}"'.encode(), f'"{new}"'.encode())
-    return data[:at] + struct.pack("<Q", len(text)) + text + data[at + 8 + length :]
+    length, _ = kept.HEAD.unpack_from(data, at)
+    start = at + kept.HEAD.size
+    text = data[start : start + length].replace(f'"{old}"'.encode(), f'"{new}"'.encode())
+    head = kept.HEAD.pack(len(text), hashlib.sha256(text).digest())
+    return data[:at] + head + text + data[start + length :]
 
 
 @pytest.mark.parametrize("name", ["Stranger", "posix.system", "RankDump", "EntryTable"])

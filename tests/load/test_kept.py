@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
-import struct
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -89,15 +89,16 @@ def _back(root: Root) -> Root:
 
 
 def _tamper(data: npt.NDArray[np.uint8], change: Any) -> npt.NDArray[np.uint8]:
-    """`data` with `change(doc)` applied to its JSON (the arrays left where they were)."""
+    """`data` with `change(doc)` applied to its JSON, its hash made again (the arrays left
+    where they were)."""
     raw = data.tobytes()
     at = len(kept.MAGIC)
-    (length,) = struct.unpack_from("<Q", raw, at)
-    doc = json.loads(raw[at + 8 : at + 8 + length])
+    length, _ = kept.HEAD.unpack_from(raw, at)
+    doc = json.loads(raw[at + kept.HEAD.size : at + kept.HEAD.size + length])
     change(doc)
     text = json.dumps(doc).encode()
-    head = raw[:at] + struct.pack("<Q", len(text)) + text
-    return np.frombuffer(bytearray(head + raw[at + 8 + length :]), np.uint8)
+    head = raw[:at] + kept.HEAD.pack(len(text), hashlib.sha256(text).digest()) + text
+    return np.frombuffer(bytearray(head + raw[at + kept.HEAD.size + length :]), np.uint8)
 
 
 def test_the_allowlist_is_every_class_the_roots_hints_reach() -> None:
@@ -137,6 +138,13 @@ def test_another_key_or_format_is_a_miss() -> None:
     data = _bytes(kept.encode(_root(), KINDS, "k"))
     assert kept.decode(data, KINDS, "other") is None
     data[len(kept.MAGIC) - 2] ^= 1  # the format's version, in the magic
+    assert kept.decode(data, KINDS, "k") is None
+
+
+def test_a_byte_changed_in_the_json_is_a_miss_though_it_is_still_json() -> None:
+    data = _bytes(kept.encode(_root(), KINDS, "k"))
+    at = data.tobytes().index(b'"Leaf","a"') + len('"Leaf","')
+    data[at] = ord("z")
     assert kept.decode(data, KINDS, "k") is None
 
 
