@@ -20,6 +20,11 @@ its own), and only the others are read; only tables of the same folder are searc
 table's name begins with a digest of the folder that holds its files). A rank's data is
 written once, never a file per rank beside the table: the first run writes a third less.
 
+Beside a whole table, what was made of it is kept too (`keep`, `read_kept`: the pipeline's
+analysis, written by `kept`), under the table's name and a key its maker gives (everything
+else that changes it): a command whose table came whole from the cache takes it back instead
+of making it again. It follows the table's rules below, and is counted in the bound.
+
 Nothing is unpickled: the JSON goes through the door (`safety.door.parse_json`) and the
 columns are taken as typed arrays of their bytes; a table that does not read back whole (a
 truncated file, a code past its list, a rank's rows out of place) is a miss, dropped.

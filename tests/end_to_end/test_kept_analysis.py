@@ -290,3 +290,18 @@ def test_no_cache_keeps_no_analysis(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert run(["-d", str(job), "--no-cache", "-q"]) == 1
     assert not (tmp_path / "xdg").exists()
+
+
+def test_timeline_takes_the_kept_analysis_and_draws_the_same_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    where = str(SAMPLES / "gloo3d_stuck_rank")
+    trace = tmp_path / "t.json"
+    fresh = _command(["timeline", where, "-o", str(trace), "--no-cache"], capsys, trace)
+    assert not (tmp_path / "xdg").exists()
+    assert _command(["-d", where, "-q"], capsys)[0] == 1  # keeps the table and the analysis
+    with monkeypatch.context() as patched:
+        patched.setattr(pipeline, "_analyze", None)
+        again = _command(["timeline", where, "-o", str(trace)], capsys, trace)
+    assert again == fresh
