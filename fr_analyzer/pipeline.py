@@ -1,14 +1,22 @@
 """`analyze()`: the stages in order (load → groups → match → findings → diagnosis →
-conclusion), with no logic of its own."""
+conclusion), with no logic of its own; or, where the cache kept the analysis of the very
+table loaded with the same options, that analysis (`Kept`).
+
+It is over 600 lines because what is kept of an analysis, and under which key, must see
+every option and every stage's result at once, as only the pipeline does."""
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
@@ -23,13 +31,19 @@ from .load import (
     Directory,
     Discovery,
     DumpFile,
+    Kinds,
     PythonStacks,
     RankCache,
     RankSink,
     Remote,
     Source,
     TableBuilder,
+    Unkeepable,
+    decode_kept,
+    encode_kept,
     find_python_stacks,
+    job_logs_identity,
+    kinds_of,
     name_time_ns,
     read_job_logs,
     read_manifest,
@@ -315,7 +329,9 @@ def analyze(
             return analyze_series([Directory(f) for f in folders], options, progress)
     try:
         got = load(where, options, progress)
-        return _with_other_reading(_analyze(got, options, progress=progress), got, options)
+        if got.other_files is not None:
+            return _with_other_reading(_analyze(got, options, progress=progress), got, options)
+        return _analyzed(got, options, progress)
     finally:
         _cache_written(options)
 
@@ -406,6 +422,117 @@ def _analyze(
         compared,
         got.python_stacks,
     )
+
+
+KEPT_FORMAT = 1
+"""Bump when what is kept of an analysis (`Kept`) changes meaning but not shape."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What the cache keeps of an analysis beside the whole table it was made from: the
+    analysis but its table and ranks (the kept table's own), and the rows whose `retired` the
+    analysis changed in the table (`match.completion` clears it where the recorder does not
+    say whether an op finished), changed again in the table taken back."""
+
+    summary: DumpSummary
+    groups: GroupTable
+    matches: MatchResult
+    findings: tuple[Finding, ...]
+    diagnosis: Diagnosis
+    conclusion: Conclusion
+    retired_rows: npt.NDArray[np.int64]
+    retired: npt.NDArray[np.bool_]  # each of those rows' `retired` after the analysis
+
+
+@functools.cache
+def kept_kinds() -> Kinds:
+    """The classes a kept analysis may hold: those `Kept`'s fields reach (made once, on first
+    use), never the table or a rank."""
+    return kinds_of(Kept, stops=(EntryTable, RankDump))
+
+
+def _analyzed(got: Loaded, options: Options, progress: Progress | None) -> Analysis:
+    """`_analyze`, or, where the table came whole from the cache and the cache kept the
+    analysis of the same table with the same options, that analysis (`Kept`); an analysis of
+    a table kept whole is kept beside it."""
+    cache = options.cache
+    key = None if cache is None or cache.whole is None else _kept_key(got, options)
+    if cache is None or key is None:
+        return _analyze(got, options, progress=progress)
+    table = got.table
+
+    def decode(data: npt.NDArray[np.uint8]) -> Kept | None:
+        kept = decode_kept(data, kept_kinds(), key)
+        if not isinstance(kept, Kept) or len(kept.retired_rows) != len(kept.retired):
+            return None
+        rows = kept.retired_rows
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= table.n):
+            return None
+        return kept
+
+    kept = cache.read_kept(key, decode)
+    if kept is not None:
+        table.retired[kept.retired_rows] = kept.retired
+        if progress is not None:  # nothing left to do: the bar shows it done
+            progress(ANALYZING, ANALYSIS_STAGES, ANALYSIS_STAGES)
+        return Analysis(
+            kept.summary,
+            tuple(got.dumps),
+            table,
+            kept.groups,
+            kept.matches,
+            kept.findings,
+            kept.diagnosis,
+            kept.conclusion,
+            None,
+            got.python_stacks,
+        )
+    before = table.retired.copy()
+    done = _analyze(got, options, progress=progress)
+    rows = np.flatnonzero(before != table.retired)
+    made = Kept(
+        done.summary,
+        done.groups,
+        done.matches,
+        done.findings,
+        done.diagnosis,
+        done.conclusion,
+        rows,
+        table.retired[rows],
+    )
+    try:
+        pieces = encode_kept(made, kept_kinds(), key)
+    except Unkeepable:
+        return done
+    cache.keep(key, pieces)
+    return done
+
+
+def _kept_key(got: Loaded, options: Options) -> str | None:
+    """Everything but the table (the cache keys by that) that changes the analysis of a whole
+    table: the thresholds, the job's logs (`job_logs_identity`), the options that change how
+    the files are read and dated, and what `Loaded` holds beside the table; None where a job
+    log cannot be read (then not kept)."""
+    logs = job_logs_identity(options.job_logs)
+    if logs is None:
+        return None
+    source = got.found.source
+    thresholds = options.thresholds
+    key: list[Any] = [
+        KEPT_FORMAT,
+        [[f.name, getattr(thresholds, f.name)] for f in fields(thresholds)],
+        logs,
+        options.file_times,
+        options.prefix,
+        options.ft_group_world_size,
+        options.max_file_bytes,
+        [source.label, source.kind, source.what, got.engine],
+        [got.found.ignored, got.found.warnings, got.notes],
+        [[u.file, u.rank, u.reason, u.job_named] for u in got.unreadable],
+        sorted(got.answered.items()),
+    ]
+    return json.dumps(key, separators=(",", ":"))
 
 
 def _stages(progress: Progress | None) -> Callable[[], None]:

@@ -377,11 +377,12 @@ def analyze(
     no_cache: Annotated[
         bool,
         no_cache_option(
-            "Read every dump again, and keep nothing: by default the ranks read are "
-            f"kept, as one table, in the user's cache ({CACHE_HELP}, owner-only, at most "
-            "2 GiB, the least recently used dropped), so the next command on the same dumps "
-            "(-j, --html, timeline, another flag) reads it from there; a changed dump is read "
-            "again, the others taken from the table."
+            "Read every dump again, and keep nothing: by default the ranks read are kept, as "
+            "one table with the analysis made of it, in the user's cache "
+            f"({CACHE_HELP}, owner-only, at most 2 GiB, the least recently used dropped), so "
+            "the next command on the same dumps (-j, --html, timeline, another flag) reads "
+            "them from there, and analyzes again only where a threshold or a job log changed; "
+            "a changed dump is read again, the others taken from the table."
         ),
     ] = False,
     ray_address: Annotated[

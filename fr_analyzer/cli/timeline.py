@@ -79,8 +79,8 @@ def timeline_cmd(
     no_cache: Annotated[
         bool,
         no_cache_option(
-            "Read every dump again and keep nothing (by default the ranks read are taken "
-            "from, and kept in, the user's cache, as the main command does)."
+            "Read every dump again and keep nothing (by default the ranks read and their "
+            "analysis are taken from, and kept in, the user's cache, as the main command does)."
         ),
     ] = False,
 ) -> None:

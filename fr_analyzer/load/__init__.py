@@ -64,6 +64,9 @@ from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, prin
 from .formats.normalize import build_rank
 from .formats.table import ROW_BYTES, TableBuilder
 from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
+from .kept import Kinds, Unkeepable, kinds_of
+from .kept import decode as decode_kept
+from .kept import encode as encode_kept
 from .loading import (
     Settled,
     load_all,
@@ -77,7 +80,7 @@ from .safety.limits import LIMITS, Limits
 from .safety.reading import read_raw
 from .sources.base import Directory, DumpFile, Source
 from .sources.discovery import Discovery, discover
-from .sources.joblogs import WatchdogTimeout, read_job_logs
+from .sources.joblogs import WatchdogTimeout, job_logs_identity, read_job_logs
 from .sources.manifest import MANIFEST, read_manifest
 from .sources.opening import open_source
 from .sources.pystacks import PythonStacks
@@ -113,6 +116,7 @@ __all__ = [
     "DumpFile",
     "EntryTable",
     "GroupClaim",
+    "Kinds",
     "Limits",
     "NoGlobalsUnpickler",
     "PythonStacks",
@@ -126,11 +130,16 @@ __all__ = [
     "Settled",
     "Source",
     "TableBuilder",
+    "Unkeepable",
     "WatchdogTimeout",
     "build_rank",
+    "decode_kept",
     "discover",
+    "encode_kept",
     "file_kind",
     "find_python_stacks",
+    "job_logs_identity",
+    "kinds_of",
     "live",
     "load_all",
     "load_rank",

@@ -20,6 +20,11 @@ its own), and only the others are read; only tables of the same folder are searc
 table's name begins with a digest of the folder that holds its files). A rank's data is
 written once, never a file per rank beside the table: the first run writes a third less.
 
+Beside a whole table, what was made of it is kept too (`keep`, `read_kept`: the pipeline's
+analysis, written by `kept`), under the table's name and a key its maker gives (everything
+else that changes it): a command whose table came whole from the cache takes it back instead
+of making it again. It follows the table's rules below, and is counted in the bound.
+
 Nothing is unpickled: the JSON goes through the door (`safety.door.parse_json`) and the
 columns are taken as typed arrays of their bytes; a table that does not read back whole (a
 truncated file, a code past its list, a rank's rows out of place) is a miss, dropped.
@@ -48,7 +53,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -78,6 +83,8 @@ JOB_SUFFIX = ".job"
 """A table of the ranks of a dump set (`RankCache.read_table`)."""
 OLD_SUFFIXES = (".rank",)
 """Files of an older format (one per rank): never read, dropped when the cache is trimmed."""
+KEPT_SUFFIX = ".kept"
+"""What was made of a whole table (an analysis), kept beside it (`RankCache.keep`)."""
 TMP_PREFIX = ".tmp-"
 """A file being written (then renamed into place): counted in the bound, never read."""
 
@@ -95,6 +102,7 @@ Read = Callable[
 ]
 KeptRank = tuple[RankDump, RankTables, dict[str, np.ndarray]]
 """A rank taken from a kept table: its header as read, its tables, its columns."""
+T = TypeVar("T")
 _Own = tuple[list[tuple[str, str]], RankTables]
 """A rank's own lists as read (its groups and tables): what its codes index."""
 
@@ -110,6 +118,11 @@ class RankCache:
         self.stored = 0  # ranks read from their dumps and kept (once the table is written)
         self.job_hits = 0  # whole tables taken from the cache (`read_table`)
         self._writing: threading.Thread | None = None  # the table, being kept
+        # the name of the whole table of the files `read_table` was given (taken from the
+        # cache, or being kept): what `keep` and `read_kept` key by; None: there is none
+        self.whole: str | None = None
+        self.whole_hit = False  # that table was taken from the cache
+        self.kept_hits = 0  # what was made of a whole table, taken from the cache (`read_kept`)
 
     def read_table(
         self,
@@ -130,6 +143,7 @@ class RankCache:
         keys = [self._key(f, salt) for f in files]
         folder = _folder(files)
         job = _job_key(keys)
+        self.whole, self.whole_hit = None, False
         if job is not None:
             kept = _load_job(
                 self.root / f"{folder}-{job}{JOB_SUFFIX}", sorted({f.rank for f in files})
@@ -137,6 +151,7 @@ class RankCache:
             if kept is not None:
                 self.hits += len(kept[0])
                 self.job_hits += 1
+                self.whole, self.whole_hit = f"{folder}-{job}", True
                 self._trim()  # the bound may be another's than when it was kept
                 if progress is not None:
                     progress(len(files), len(files))
@@ -153,6 +168,51 @@ class RankCache:
         whole = job is not None and not unreadable
         self._keep(files, keys, folder, whole, as_read, taken, own, table, loaded)
         return loaded, unreadable, table
+
+    def read_kept(self, key: str, decode: Callable[[npt.NDArray[np.uint8]], T | None]) -> T | None:
+        """What `keep` kept under `key` beside the whole table just taken from the cache
+        (`read_table`), as `decode` reads the file's bytes (mapped); None where there is no
+        such table or file, it is not this user's alone, or it is past the bound (not read),
+        or `decode` does not read it back (then dropped)."""
+        if not self.whole_hit:
+            return None
+        path = self._kept_path(key)
+        data = _open_own(path)
+        if data is None or len(data) > self.max_bytes:
+            return None
+        got = decode(data)
+        if got is None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        else:
+            self.kept_hits += 1
+            with contextlib.suppress(OSError):
+                os.utime(path)  # used now: the last to be dropped
+        return got
+
+    def keep(self, key: str, pieces: Sequence[bytes | memoryview]) -> None:
+        """Keep `pieces` under `key` beside the whole table of the files `read_table` was
+        given (taken from the cache or being kept; else nothing is kept), written after it,
+        whole, by the same writer (`wait` joins it); not past the cache's bound."""
+        if self.whole is None or sum(len(p) for p in pieces) > self.max_bytes:
+            return
+        name = self._kept_path(key).name
+        before = self._writing
+
+        def write() -> None:
+            if before is not None:
+                before.join()
+            self._write(name, lambda: pieces)
+            self._trim()
+
+        self._writing = threading.Thread(target=write, name="fr-analyze cache")
+        self._writing.start()
+
+    def _kept_path(self, key: str) -> Path:
+        assert self.whole is not None
+        digest = hashlib.sha256(f"kept\0{FORMAT}\0{__version__}\0{self.whole}\0".encode())
+        digest.update(key.encode("utf-8", "surrogateescape"))
+        return self.root / f"{self.whole}-{digest.hexdigest()}{KEPT_SUFFIX}"
 
     def wait(self) -> None:
         """Return once the table being kept (`read_table`) is written, or not kept."""
@@ -187,6 +247,7 @@ class RankCache:
             key = _part_key(sorted(k for k in index.values() if k is not None))
         name = f"{folder}-{key}"
         if _own_file(self.root / (name + JOB_SUFFIX)):
+            self.whole = name if whole else None
             return  # these very ranks, kept already
         size = sum(column.nbytes for column in table.arrays().values())
         if size > self.max_bytes:  # kept, it would be dropped at once, after writing it all
@@ -199,6 +260,7 @@ class RankCache:
         # Written beside the analysis, which runs on one core and leaves the other (and
         # the kernel's work of filling the page cache) to this. The pieces are made here;
         # `wait` joins the writer.
+        self.whole = name if whole else None
         read_now = sum(1 for i, f in enumerate(files) if i not in taken and f.rank in index)
         pieces = _encode_job(loaded, table, whole, index, own, {d.rank: d for d in as_read})
         self.wait()
@@ -342,7 +404,9 @@ class RankCache:
         """Write the pieces `blob()` makes as the file `name`, whole, then rename it into
         place (a failure keeps nothing); whether it was kept."""
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=TMP_PREFIX, suffix=JOB_SUFFIX)
+            fd, tmp = tempfile.mkstemp(
+                dir=self.root, prefix=TMP_PREFIX, suffix=os.path.splitext(name)[1]
+            )
             try:
                 with os.fdopen(fd, "wb") as out:
                     for piece in blob():
@@ -370,7 +434,7 @@ class RankCache:
                 if name.endswith(OLD_SUFFIXES) and not name.startswith(TMP_PREFIX):
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
-                elif name.endswith((JOB_SUFFIX, *OLD_SUFFIXES)):  # tables, and files being written
+                elif name.endswith((JOB_SUFFIX, KEPT_SUFFIX, *OLD_SUFFIXES)):  # or being written
                     info = entry.stat(follow_symlinks=False)
                     found.append((info.st_mtime_ns, info.st_size, Path(entry.path)))
         except OSError:

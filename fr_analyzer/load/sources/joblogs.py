@@ -17,6 +17,8 @@ untrusted text: bounded in bytes and per line, numbers bounded, nothing else bel
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +70,24 @@ def read_job_logs(paths: Sequence[Path]) -> tuple[WatchdogTimeout, ...]:
     # a timeout whose group a later line named replaces the one without
     named = {(t.rank, t.seq) for t in found.values() if t.group is not None}
     return tuple(t for t in found.values() if t.group is not None or (t.rank, t.seq) not in named)
+
+
+def job_logs_identity(paths: Sequence[Path]) -> str | None:
+    """What `read_job_logs` would read of these logs, as a digest: each one's path, size and
+    modification time, and a hash of its head (the bytes read); None where one cannot be read
+    (then `read_job_logs` says so)."""
+    digest = hashlib.sha256(b"job logs\0")
+    for path in paths:
+        try:
+            with path.open("rb") as handle:
+                info = os.fstat(handle.fileno())
+                head = handle.read(MAX_LOG_BYTES)
+        except OSError:
+            return None
+        name = os.path.abspath(path).encode("utf-8", "surrogateescape")
+        digest.update(b"%s\0%d\0%d\0" % (name, info.st_size, info.st_mtime_ns))
+        digest.update(hashlib.sha256(head).digest())
+    return digest.hexdigest()
 
 
 def parse_job_log(text: bytes, name: str) -> list[WatchdogTimeout]:
