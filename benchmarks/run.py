@@ -554,6 +554,10 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
                 except (OSError, ValueError):
                     run.status = "crash"  # no report: e.g. a traceback, which also exits 1
             runs.append(run)
+            if args.keep_reports is not None and report.exists():
+                args.keep_reports.mkdir(parents=True, exist_ok=True)
+                kept = f"{spec.world_size}-{spec.writer}-{args.engine}.json"
+                shutil.copyfile(report, args.keep_reports / kept)
             if run.status != "ok":
                 break
             if floor:
@@ -874,6 +878,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--delete-after", action="store_true", help="delete each dump set once measured"
+    )
+    parser.add_argument(
+        "--keep-reports",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep each size's JSON report in DIR as RANKS-WRITER-ENGINE.json (to compare "
+        "the engines' answers)",
     )
     args = parser.parse_args(argv)
     if args.pickler is not None:
