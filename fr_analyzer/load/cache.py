@@ -4,10 +4,11 @@ cache instead of decoding every file again.
 A rank is kept under its file's identity: the path, size, modification time and inode, a hash
 of the file's first `HEAD_BYTES` and last `TAIL_BYTES` (a file rewritten in place within one
 tick of its clock still changes its key), what changes its reading (the size limit, a torchft
-world size, the ranks the folder's files show) and this cache's format and fr-analyze's
-version. A changed file has another key, and is read again. Only plain local files read
-alone are kept (not an archive's member, a URL's answer, a file read with its Execution Trace
-or Kineto trace, a gloo trace whose ops' groups were settled across ranks).
+world size, the ranks the folder's files show) and this cache's format, fr-analyze's
+version and its code as installed (`code_digest`: an edited checkout is another code). A
+changed file has another key, and is read again. Only plain local files read alone are kept
+(not an archive's member, a URL's answer, a file read with its Execution Trace or Kineto
+trace, a gloo trace whose ops' groups were settled across ranks).
 
 What is kept is the table built from the ranks read (`read_table`), written once: one `.job`
 file per dump set, holding the table's columns as it holds them, the ranks' headers and the
@@ -42,6 +43,7 @@ module: the only place that trusts what it reads back.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import mmap
@@ -210,7 +212,7 @@ class RankCache:
 
     def _kept_path(self, key: str) -> Path:
         assert self.whole is not None
-        digest = hashlib.sha256(f"kept\0{FORMAT}\0{__version__}\0{self.whole}\0".encode())
+        digest = hashlib.sha256(f"kept\0{_made_by()}\0{self.whole}\0".encode())
         digest.update(key.encode("utf-8", "surrogateescape"))
         return self.root / f"{self.whole}-{digest.hexdigest()}{KEPT_SUFFIX}"
 
@@ -392,7 +394,7 @@ class RankCache:
         except OSError:
             return None
         identity = (
-            f"{FORMAT}\0{__version__}\0{salt}\0{os.path.abspath(dump_file.path)}\0"
+            f"{_made_by()}\0{salt}\0{os.path.abspath(dump_file.path)}\0"
             f"{dump_file.rank}\0{dump_file.shown}\0{info.st_size}\0{info.st_mtime_ns}\0"
             f"{info.st_ino}\0"
         )
@@ -594,11 +596,34 @@ def _folder(files: Sequence[DumpFile]) -> str:
     return hashlib.sha256(common.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+@functools.cache
+def _made_by() -> str:
+    """What made a cache file, in every key: this cache's format, fr-analyze's version and
+    its code as installed (`code_digest`), so that fr-analyze changed without a new version
+    number (an edited checkout, a reinstall) never takes a table or an analysis that older
+    code made."""
+    return f"{FORMAT}\0{__version__}\0{code_digest(Path(__file__).resolve().parents[1])}"
+
+
+def code_digest(package: Path) -> str:
+    """A digest of the files of `package` (each one's path in it, size and modification
+    time; `__pycache__` left out): about 140 files stat'ed, a few milliseconds."""
+    digest = hashlib.sha256()
+    for folder, children, names in os.walk(package):
+        children[:] = sorted(c for c in children if c != "__pycache__")
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            info = os.stat(path)
+            made = f"{os.path.relpath(path, package)}\0{info.st_size}\0{info.st_mtime_ns}\0"
+            digest.update(made.encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
 def _job_key(keys: Sequence[str | None]) -> str | None:
     """The key of the table of every file with these keys (None: one of them is not kept)."""
     if not keys or any(k is None for k in keys):
         return None
-    digest = hashlib.sha256(f"job\0{FORMAT}\0{__version__}\0".encode())
+    digest = hashlib.sha256(f"job\0{_made_by()}\0".encode())
     for key in keys:
         assert key is not None
         digest.update(key.encode("ascii") + b"\0")
@@ -608,7 +633,7 @@ def _job_key(keys: Sequence[str | None]) -> str | None:
 def _part_key(keys: Sequence[str]) -> str:
     """The name of a table of some ranks only (never the whole answer): another digest than
     any `_job_key`."""
-    digest = hashlib.sha256(f"part\0{FORMAT}\0{__version__}\0".encode())
+    digest = hashlib.sha256(f"part\0{_made_by()}\0".encode())
     for key in keys:
         digest.update(key.encode("ascii") + b"\0")
     return digest.hexdigest()

@@ -201,6 +201,29 @@ def test_a_table_behind_a_link_is_not_read(job: Path, tmp_path: Path) -> None:
     assert again.hits == 0
 
 
+def test_what_older_code_kept_is_not_taken_by_fr_analyze_changed_without_a_new_version(
+    job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edited checkout (or a reinstall) keeps its version number: its code's digest is in
+    every key, so neither the table nor the analysis older code kept is taken."""
+    _report(job, RankCache(tmp_path / "cache"))
+    monkeypatch.setattr(cache_mod, "_made_by", lambda: "another code")
+    again = RankCache(tmp_path / "cache")
+    assert _report(job, again) == _report(job, None)
+    assert (again.hits, again.stored) == (0, 16)
+
+
+def test_the_codes_digest_changes_with_any_file_of_the_package(tmp_path: Path) -> None:
+    package = Path(shutil.copytree(Path(cache_mod.__file__).parents[1], tmp_path / "pkg"))
+    before = cache_mod.code_digest(package)
+    (package / "__pycache__").mkdir(exist_ok=True)
+    (package / "__pycache__" / "x.pyc").write_bytes(b"compiled")  # not the code
+    assert cache_mod.code_digest(package) == before
+    edited = package / "match" / "collectives.py"
+    os.utime(edited, ns=(0, edited.stat().st_mtime_ns + 1))
+    assert cache_mod.code_digest(package) != before
+
+
 def test_past_its_bound_the_least_recently_used_are_dropped(job: Path, tmp_path: Path) -> None:
     _report(job, RankCache(tmp_path / "cache"))
     sizes = [p.stat().st_size for p in (tmp_path / "cache").iterdir()]
