@@ -444,6 +444,25 @@ class Kept:
     retired_rows: npt.NDArray[np.int64]
     retired: npt.NDArray[np.bool_]  # each of those rows' `retired` after the analysis
 
+    @classmethod
+    def of(
+        cls,
+        done: Analysis,
+        retired_rows: npt.NDArray[np.int64],
+        retired: npt.NDArray[np.bool_],
+    ) -> Kept:
+        """What is kept of `done`, with the rows whose `retired` it changed."""
+        return cls(
+            done.summary,
+            done.groups,
+            done.matches,
+            done.findings,
+            done.diagnosis,
+            done.conclusion,
+            retired_rows,
+            retired,
+        )
+
 
 @functools.cache
 def kept_kinds() -> Kinds:
@@ -491,16 +510,7 @@ def _analyzed(got: Loaded, options: Options, progress: Progress | None) -> Analy
     before = table.retired.copy()
     done = _analyze(got, options, progress=progress)
     rows = np.flatnonzero(before != table.retired)
-    made = Kept(
-        done.summary,
-        done.groups,
-        done.matches,
-        done.findings,
-        done.diagnosis,
-        done.conclusion,
-        rows,
-        table.retired[rows],
-    )
+    made = Kept.of(done, rows, table.retired[rows])
     try:
         pieces = encode_kept(made, kept_kinds(), key)
     except Unkeepable:

@@ -97,16 +97,7 @@ def test_a_follow_up_from_the_kept_analysis_gives_the_same_html_and_entries(
 @pytest.mark.parametrize("name", SETS)
 def test_every_sample_sets_analysis_reads_back_as_it_was_and_renders_the_same(name: str) -> None:
     done = analyze(Directory(SAMPLES / name), Options())
-    made = Kept(
-        done.summary,
-        done.groups,
-        done.matches,
-        done.findings,
-        done.diagnosis,
-        done.conclusion,
-        np.zeros(0, np.int64),
-        np.zeros(0, bool),
-    )
+    made = Kept.of(done, np.zeros(0, np.int64), np.zeros(0, bool))
     data = b"".join(bytes(p) for p in encode_kept(made, kept_kinds(), "k"))
     back = decode_kept(np.frombuffer(bytearray(data), np.uint8), kept_kinds(), "k")
     assert isinstance(back, Kept)
