@@ -289,6 +289,25 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.parametrize("gone", [False, True])
+def test_a_worker_whose_parent_died_before_it_asked_to_die_with_it_leaves_at_once(
+    gone: bool,
+) -> None:
+    """The parent killed between the fork and the worker's first line: the worker, now some
+    other process's child, checks against the pid its parent gave it before the fork (not
+    the one it sees after), and leaves, rather than hold the parent's sockets open for ever
+    (a Ray driver would wait minutes for the lost worker's channel). Its parent alive, it
+    goes on."""
+    given = os.getpid() + (7_654_321 if gone else 0)  # the pid the parent gave it
+    code = (
+        "from fr_analyzer.load.safety.sandbox import _die_with_parent\n"
+        f"_die_with_parent({given})\n"
+        "print('went on')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == ((1, "") if gone else (0, "went on"))
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl's death signal is Linux's")
 def test_a_parent_killed_outright_takes_its_workers_with_it() -> None:
     """A Ray worker lost mid-task, or fr-analyze killed by the OOM killer: no reader is left

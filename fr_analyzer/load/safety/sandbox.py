@@ -138,7 +138,7 @@ class Sandbox(Generic[T, R]):
             parent, child = context.Pipe()
             process = context.Process(
                 target=_serve,
-                args=(child, self._work, self._retry, self._size, limits),
+                args=(child, self._work, self._retry, self._size, limits, os.getpid()),
                 daemon=True,
             )
             process.start()
@@ -221,10 +221,11 @@ def _serve(
     retry: Callable[[Any], Any],
     size: Callable[[Any], int],
     limits: Limits,
+    parent: int,
 ) -> None:
     """A worker: read tasks until told to stop, each under its own limits (`retry` reads a
-    task that killed an earlier worker)."""
-    _die_with_parent()
+    task that killed an earlier worker); `parent` is the pid of the process that forked it."""
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
     signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # the CPU limit: the timer's signal kills
     # No collector passes while a task runs: a pass walks every object alive, the file's
@@ -258,12 +259,15 @@ _PR_SET_PDEATHSIG = 1
 """Linux's prctl option: the signal a process gets when the thread that forked it dies."""
 
 
-def _die_with_parent() -> None:
-    """Make this worker die when its parent does. A worker holds a copy of every file its
-    parent had open (its end of each pipe, a cluster's sockets), so a parent killed outright
-    (SIGKILL: the OOM killer, a Ray worker lost) would leave it waiting forever on a pipe it
-    holds open itself, and the parent's sockets open behind it. Linux only; elsewhere a no-op."""
-    parent = os.getppid()
+def _die_with_parent(parent: int) -> None:
+    """Make this worker die when its parent (`parent`, its pid as the parent saw it before
+    the fork) does. A worker holds a copy of every file its parent had open (its end of each
+    pipe, a cluster's sockets), so a parent killed outright (SIGKILL: the OOM killer, a Ray
+    worker lost) would leave it waiting forever on a pipe it holds open itself, and the
+    parent's sockets open behind it (a Ray driver may then wait minutes, gRPC's keepalive,
+    before it retries the lost task). The parent may die between the fork and the call below;
+    the pid the parent gave, not the one this process sees, tells. Linux only; elsewhere the
+    check alone."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
