@@ -83,6 +83,10 @@ def main(rank: int, world: int, port: str, out: str, mode: str) -> None:
         dist.barrier()
     except RuntimeError as exc:  # a peer gone or out of step: the test expects it
         print(f"rank {rank}: {str(exc)[:120]}", flush=True)
+        # gloo's recorder retires an op that timed out a moment after the exception reaches
+        # Python: a dump taken at once can still show it unretired, which the analysis, going
+        # by the recorder, reads as an op still in flight (a dump from outside comes later)
+        time.sleep(0.5)
     if mode != "term":
         dump()
     trace.stop()
