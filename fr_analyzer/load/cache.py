@@ -212,7 +212,8 @@ class RankCache:
 
     def _kept_path(self, key: str) -> Path:
         assert self.whole is not None
-        digest = hashlib.sha256(f"kept\0{_made_by()}\0{self.whole}\0".encode())
+        # the table's name holds the format, the version and the code already (`_job_key`)
+        digest = hashlib.sha256(f"kept\0{self.whole}\0".encode())
         digest.update(key.encode("utf-8", "surrogateescape"))
         return self.root / f"{self.whole}-{digest.hexdigest()}{KEPT_SUFFIX}"
 
