@@ -152,6 +152,7 @@ _DECIDE_AGE = {
     f"log (--job-log), or {_SNAPSHOT}",
     Unknown.NO_FILE_TIME: f"the job's log (--job-log), or {_SNAPSHOT}",
     Unknown.NO_TIMEOUT: f"the job's log (--job-log), or {_SNAPSHOT}",
+    Unknown.RETIRE_LAG: f"the job's log (--job-log), or {_SNAPSHOT}",
 }
 
 

@@ -21,8 +21,11 @@ reaches its timeout, or the recorder itself proves it: an op retired without com
 out or failed) on a backend that records states, or on gloo. It is *young* (in flight) when its
 upper bound is below its timeout, or the recorder proves it: PyTorch's gloo recorder retires an
 op that times out, so an unretired one had not reached its timeout. The recorder's rule wins
-over a file time. Otherwise the age is *unknown*, and the report says why: a file time can
-prove "younger than the timeout" but never "stuck" on its own.
+over a file time, but not over the timestamps: gloo retires a timed-out op a moment after the
+caller sees the error, so a rank that dumps from its own exception handler can show the op
+unretired. An unretired gloo op whose lower bound is past its timeout by more than the ranks'
+clock spread is old; within the spread of it, unknown. Otherwise the age is *unknown*, and the
+report says why: a file time can prove "younger than the timeout" but never "stuck" on its own.
 
 torchcomms' `timeout_ms` is a constant (600000), not the communicator's timeout, so its ops
 have none here (`dialects`).
@@ -80,6 +83,10 @@ class Unknown(enum.StrEnum):
         "10 s later with stack traces: it bounds the age only from above"
     )
     COPIED = "the files' times are a copy's, days past every entry, so they date nothing"
+    RETIRE_LAG = (
+        "gloo's recorder had not retired them, yet the newest timestamps put them at their "
+        "timeout: it retires a timed-out op a moment after the caller sees the error"
+    )
     NO_FILE_TIME = "no file's time dates the dump"
 
 
@@ -269,9 +276,12 @@ def age_bounds(
         if is_failed or next(logged_iter):
             verdicts.append(Age.OLD)  # the recorder's own word: it timed out or failed
             why.append(None)
-        elif unretired_gloo:
+        elif unretired_gloo and not (limit > 0 and lo == lo and lo >= limit - slack):
             verdicts.append(Age.YOUNG)  # PyTorch's gloo recorder: it had not timed out
             why.append(None)
+        elif unretired_gloo and lo < limit + slack:  # the recorder, or the clocks' spread
+            verdicts.append(Age.UNKNOWN)
+            why.append(Unknown.RETIRE_LAG)
         elif limit > 0 and lo == lo and lo >= limit - slack:
             verdicts.append(Age.OLD)
             why.append(None)

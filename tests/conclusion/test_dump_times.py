@@ -15,10 +15,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.builders import fr_json
+from tests.builders import fr_json, make_dump, make_entry, write_dumps
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "data" / "real_nccl"
@@ -275,3 +276,63 @@ def test_a_proven_hang_says_no_other_reading(tmp_path: Path) -> None:
     code, text, report = fr("-d", str(SAMPLES / "nccl3d_cascade_started"))
     assert code == 1 and report["verdict"]["confidence"] == "high"
     assert report["verdict"]["alternatives"] == [] and "confidence:" not in text
+
+
+def _gloo_peers_timed_out(tmp_path: Path, late_s: float) -> Path:
+    """A 4-rank gloo job (timeout 3 s) dumped with no file times: ranks 0, 1 and 3 hold
+    all_reduce #1, issued at 0 s and not yet retired (each dumped from its own exception
+    handler, before gloo's recorder retired the op that timed out); rank 2 issued it
+    `late_s` seconds later, and it is its newest timestamp."""
+    world = {"0": ("default_pg", [0, 1, 2, 3])}
+    start_ns = 1_000_000_000_000
+
+    def ops(rank: int) -> list[dict[str, Any]]:
+        first = make_entry(
+            "all_reduce", 0, backend="gloo", group=("0", "default_pg"), timeout_ms=3000
+        )
+        first["time_created_ns"] = start_ns - 10**9
+        issued = start_ns + (int(late_s * 1e9) if rank == 2 else 0)
+        last = make_entry(
+            "all_reduce",
+            1,
+            backend="gloo",
+            group=("0", "default_pg"),
+            state="scheduled",
+            retired=False,
+            timeout_ms=3000,
+            record_id=1,
+        )
+        last["time_created_ns"] = issued
+        return [first, last]
+
+    return write_dumps(tmp_path / "dumps", {r: make_dump(ops(r), world) for r in range(4)})
+
+
+def test_an_unretired_gloo_op_past_its_timeout_by_the_clocks_spread_is_old(
+    tmp_path: Path,
+) -> None:
+    """Rank 2 issued the op 6 s after its peers (timeout 3 s, clocks within 2 s): their
+    unretired copies had outlived their timeout. gloo's recorder had not yet retired them;
+    the timestamps win."""
+    code, text, report = fr("-d", str(_gloo_peers_timed_out(tmp_path, 6.0)), "--ignore-file-times")
+    assert code == 1, text
+    verdict = report["verdict"]
+    assert verdict["status"] == "hung" and verdict["confidence"] == "high", text
+    assert "waited at least 6 s (timeout 3 s)" in text
+
+
+def test_an_unretired_gloo_op_near_its_timeout_is_of_unknown_age(tmp_path: Path) -> None:
+    """4 s after (timeout 3 s), within the clocks' spread of it: neither the recorder nor the
+    timestamps decide; taken as stuck, with the in-flight reading beside it."""
+    code, text, report = fr("-d", str(_gloo_peers_timed_out(tmp_path, 4.0)), "--ignore-file-times")
+    assert code == 1, text
+    assert report["verdict"]["status"] == "hung"
+    assert report["verdict"]["confidence"] == "ambiguous"
+    assert "gloo's recorder had not retired them" in text
+
+
+def test_an_unretired_gloo_op_well_below_its_timeout_is_in_flight(tmp_path: Path) -> None:
+    code, text, report = fr("-d", str(_gloo_peers_timed_out(tmp_path, 0.5)), "--ignore-file-times")
+    assert code == 0, text
+    assert report["verdict"]["status"] == "ok"
+    assert "gloo retires an op that times out" in text
