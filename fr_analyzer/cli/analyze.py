@@ -103,7 +103,8 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 @contextmanager
 def engine_options(options: Options, kind: EngineKind, address: str | None) -> Iterator[Options]:
     """`options` with the engine asked for, for the time of the `with` block: on Ray, the
-    cluster joined (or started) before it and left after it."""
+    cluster joined (or started) before it and left after it, and the entry table out of core
+    from the start (in `--table-dir`, else the system's temp folder)."""
     if kind is EngineKind.PROCESS:
         if address is not None:
             raise UsageError("--ray-address goes with --engine ray")
@@ -114,7 +115,14 @@ def engine_options(options: Options, kind: EngineKind, address: str | None) -> I
     if options.workers is not None:
         raise UsageError("--workers sets this process's readers: with --engine ray, Ray's CPUs")
     with connect(address or os.environ.get(RAY_ADDRESS_ENV) or None) as cluster:
-        yield dataclasses.replace(options, engine=RayEngine(cluster))
+        yield dataclasses.replace(
+            options,
+            engine=RayEngine(cluster),
+            # the driver is the one process that does not scale out: its entry table out of
+            # core from the start (the kernel's to page), however large the job
+            table_dir=options.table_dir or Path(tempfile.gettempdir()),
+            table_memory_bytes=None,
+        )
 
 
 def analyze_dumps(
@@ -403,8 +411,8 @@ def analyze(
             help="Keep the entry table out of core from the start: its columns as files in DIR "
             "(removed as soon as they are mapped), paged in and out by the kernel (about 140 "
             "bytes of disk per entry). Without it the table moves to the system's temp folder "
-            "by itself once it would take more than 60% of the memory available; the report "
-            "says so. Either engine.",
+            "by itself once it would take more than 60% of the memory available (the report "
+            "says so); with --engine ray it is there from the start. Either engine.",
         ),
     ] = None,
     storage_option: Annotated[

@@ -144,3 +144,30 @@ def test_a_table_folder_that_cannot_be_written_is_one_line_and_exit_2(
     assert "Traceback" not in err
     assert f"the entry table kept out of core in {locked}" in err
     assert "hint: --table-dir DIR" in err
+
+
+def test_on_ray_the_drivers_table_is_out_of_core_from_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver is the one process that does not scale out: on Ray its table is mapped from
+    the start (in --table-dir when given), never held in its memory until a share is passed."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import fr_analyzer.cluster as cluster_mod
+    from fr_analyzer.cli.analyze import EngineKind, engine_options
+    from fr_analyzer.cluster import Cluster
+
+    @contextlib.contextmanager
+    def joined(address: str | None) -> Iterator[Cluster]:
+        yield Cluster("127.0.0.1:1", False, 1, 2)
+
+    monkeypatch.setattr(cluster_mod, "connect", joined)
+    auto = Options(**table_placement(None))
+    with engine_options(auto, EngineKind.RAY, None) as on_ray:
+        assert on_ray.table_dir == Path(tempfile.gettempdir())
+        assert on_ray.table_memory_bytes is None
+    with engine_options(Options(**table_placement(tmp_path)), EngineKind.RAY, None) as on_ray:
+        assert (on_ray.table_dir, on_ray.table_memory_bytes) == (tmp_path, None)
+    with engine_options(auto, EngineKind.PROCESS, None) as here:
+        assert here == auto
