@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
-from ..match.records import of_kinds
+from ..match.records import id_type, of_kinds
 from ..model.groups import GroupTable
 from ..model.ranks import label
 from ..model.records import Group, UnitKind
@@ -154,7 +154,7 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
         markers = t.marker[head_rows[member]]
         # Each head row's position, by row: one scatter, cheaper than a binary search of
         # every marker among the head rows.
-        position = np.full(t.n, -1, dtype=np.int64)
+        position = np.full(t.n, -1, dtype=id_type(len(head_rows)))
         position[head_rows] = np.arange(len(head_rows))
         at = np.where(markers >= 0, position[markers], -1)
         del position
@@ -164,20 +164,29 @@ def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
     del member
 
     kept = np.flatnonzero(keep)
-    rows, unit, before = head_rows[kept], unit[kept], before[kept]
-    completion = completion[kept]
+    del keep
     resolution = WATCHDOG_POLL_MS if bool(recorded[kept].any()) else 0.0
-    del head_rows, keep, kept, recorded
+    del recorded
+    # one column at a time: each old one goes as its kept rows are taken
+    rows = head_rows[kept]
+    del head_rows
+    unit = unit[kept]
+    before = before[kept]
+    completion = completion[kept]
+    del kept
     created = t.t_created[rows]
     # A completion taken from another rank's clock can precede the last arrival by the hosts'
     # clock offset: that rank waited about nothing.
     wait = (completion - np.maximum(created, before)).astype(np.float64)
+    del completion
     np.maximum(wait, 0.0, out=wait)
     gap = (created - before).astype(np.float64)
     gap[before < 0] = np.nan
+    del created, before
     longest = np.full(len(full), -np.inf)
     np.maximum.at(longest, unit, wait)
     late = longest[unit]
+    del unit, longest
     late -= wait
     late /= 1e6
     return _Lateness(rows, wait, late, gap, resolution)

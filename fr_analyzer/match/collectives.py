@@ -22,7 +22,7 @@ from ..model.ops import (
 from ..model.records import MISMATCH_KINDS, Finding
 from ..model.table import EntryTable
 from .context import MatchContext
-from .records import COLLECTIVE_UNITS, CollectiveUnits, UnitRef, of_kinds, stateless
+from .records import COLLECTIVE_UNITS, CollectiveUnits, UnitRef, id_type, of_kinds, stateless
 from .sizes import unlike_alike
 from .units import check_unit
 
@@ -89,12 +89,13 @@ def match_collectives(ctx: MatchContext, findings: list[Finding]) -> CollectiveU
     seq = t.coll_seq[wanted] if t.n else np.zeros(0, np.int64)
     order, uid, seq = _by_group_and_seq(uid, seq)  # ties keep row order: by rank, then record
     rows = rows[order]
+    del order  # the arrays here run over every collective row of the job: each goes once used
     ctx.coll_rows = rows
     rank = t.rank[rows]
 
     new_unit = _changes(uid, seq)
     starts = np.flatnonzero(new_unit)
-    run = np.cumsum(new_unit) - 1
+    run = np.cumsum(new_unit, dtype=id_type(len(rows))) - 1
     n_units = len(starts)
     ends = np.append(starts[1:], len(rows))
     sizes = np.array([g.size for g in groups.groups], dtype=np.int32)
@@ -118,6 +119,7 @@ def match_collectives(ctx: MatchContext, findings: list[Finding]) -> CollectiveU
     prev = np.arange(len(rows)) - block
     has_prev = (prev >= starts[run]) & (block > 0) if len(rows) else np.zeros(0, bool)
     safe_prev = np.where(has_prev, prev, 0)
+    del block, prev
     differs = np.zeros(len(rows), dtype=bool)
     for values in _signatures(t, rows):
         differs |= has_prev & (values != values[safe_prev])
@@ -176,7 +178,7 @@ def match_collectives(ctx: MatchContext, findings: list[Finding]) -> CollectiveU
             findings.append(found)
             passed[u] = False
             disagreeing.add(unit.group.uid)
-    entry_unit = np.full(t.n, -1, dtype=np.int64)
+    entry_unit = np.full(t.n, -1, dtype=id_type(t.n))
     entry_unit[rows] = run
     return CollectiveUnits(
         unit_group,

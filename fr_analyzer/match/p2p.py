@@ -21,7 +21,7 @@ from ..model.records import (
 from ..model.table import EntryTable
 from .collectives import segments
 from .context import MatchContext
-from .records import P2P_UNITS, P2PPairs, of_kinds
+from .records import P2P_UNITS, P2PPairs, id_type, of_kinds
 
 I64 = npt.NDArray[np.int64]
 
@@ -29,7 +29,7 @@ I64 = npt.NDArray[np.int64]
 def match_p2p(ctx: MatchContext, findings: list[Finding]) -> P2PPairs:
     """Pair the n-th send a→b with the n-th recv on b from a, per group; findings for the rest."""
     t, groups = ctx.table, ctx.groups
-    entry_pair = np.full(t.n, -1, dtype=np.int64)
+    entry_pair = np.full(t.n, -1, dtype=id_type(t.n))
     if not t.n:
         empty = np.zeros(0, np.int64)
         return P2PPairs(empty, empty, entry_pair)

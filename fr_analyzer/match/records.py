@@ -4,6 +4,7 @@ every later stage reads; a unit as its findings name it; which backends record n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +14,14 @@ from ..model.records import Finding, FindingKind, Group, UnitKind
 from ..model.table import EntryTable
 
 I64 = npt.NDArray[np.int64]
+Ids = npt.NDArray[np.signedinteger[Any]]
+"""A unit or pair id for every row of the table: 4 bytes a row where the table has fewer than
+2**31 rows (there are fewer units and pairs than rows), 8 past that (`id_type`)."""
+
+
+def id_type(rows: int) -> type[np.signedinteger[Any]]:
+    """The narrowest integer type that numbers anything there are at most `rows` of."""
+    return np.int32 if rows < 2**31 else np.int64
 
 
 def stateless(t: EntryTable, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
@@ -74,7 +83,7 @@ class CollectiveUnits:
     ranks_present: npt.NDArray[np.int32]
     ranks_expected: npt.NDArray[np.int32]
     passed: npt.NDArray[np.bool_]
-    entry_unit: I64  # unit id of every EntryTable row, -1 for rows that are not collectives
+    entry_unit: Ids  # unit id of every EntryTable row, -1 for rows that are not collectives
     not_joined: dict[int, tuple[int, ...]]  # unit id → members that never issued it
     rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # rows sorted by unit
     starts: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # unit u: rows[starts[u]:]
@@ -98,7 +107,7 @@ class P2PPairs:
 
     send_row: I64
     recv_row: I64
-    entry_pair: I64  # pair id of every EntryTable row, -1 when unmatched or not p2p
+    entry_pair: Ids  # pair id of every EntryTable row, -1 when unmatched or not p2p
 
 
 @dataclass(frozen=True)
