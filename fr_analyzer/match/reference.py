@@ -540,6 +540,9 @@ class PeerOrder:
             r for row in rows for r in self.groups.groups[int(self.groups.entry_group[row])].ranks
         }
         mirrors = sorted(self.mirrors(rank, descs), key=lambda r: (r not in peers, r))
+        together = self._co_members_first(rows, mirrors)
+        if together is not None:
+            return together
         consulted = 0
         # Mirrors that hold every one of the ops show their order; those that hold only some
         # vote only when none holds them all (groups alike whose sequence ids drift apart,
@@ -564,6 +567,49 @@ class PeerOrder:
         if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
             return None
         return ranked[0][0]
+
+    def _co_members_first(self, rows: list[int], mirrors: list[int]) -> int | None:
+        """Index, in `rows` (collectives), of the op that the mirrors in every one of their
+        groups issue first: their own sequence ids, not those of groups alike (which drift
+        apart where subgroups run programs of their own). A co-member that issued some of the
+        ops and has not reached the others (its newest sequence id in their group is below
+        theirs) shows the ones it issued come first. None when no co-member tells, or they
+        disagree evenly."""
+        keys = [self.op_key(row) for row in rows]
+        if any(key is None for key in keys):
+            return None
+        uids = {key[0] for key in keys if key is not None}
+        members = [set(self.groups.groups[uid].ranks) for uid in uids]
+        votes: Counter[int] = Counter()
+        for mirror in (r for r in mirrors if all(r in m for m in members)):
+            if sum(votes.values()) >= MIRRORS:
+                break
+            held: dict[int, int] = {}
+            reached = True
+            for i, key in enumerate(keys):
+                assert key is not None
+                unit = self.units.find(*key)
+                mine = None if unit is None else self.units.unit_rows(unit)
+                if mine is not None:
+                    mine = mine[self.t.rank[mine] == mirror]
+                if mine is not None and len(mine):
+                    held[i] = int(mine[0])
+                elif self._newest_seq(mirror, key[0]) >= key[1]:
+                    reached = False  # gone from its buffer, or skipped: it does not tell
+            if held and reached:
+                votes[min(held, key=lambda i: held[i])] += 1
+        ranked = votes.most_common()
+        if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+            return None
+        return ranked[0][0]
+
+    def _newest_seq(self, rank: int, uid: int) -> int:
+        """The newest collective sequence id `rank` holds in group `uid` (-1: none)."""
+        span = self.rows_of(rank)
+        mine = self.groups.entry_group[span.start : span.stop] == uid
+        mine &= self.units.entry_unit[span.start : span.stop] >= 0
+        seqs = self.t.coll_seq[span.start : span.stop][mine]
+        return int(seqs.max()) if len(seqs) else -1
 
     def own_next(self, rank: int, rows: list[int]) -> int | None:
         """Index, in `rows`, of the op `rank` would issue next by its own history: what it did

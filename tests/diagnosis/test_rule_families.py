@@ -316,6 +316,41 @@ def test_gloo_idle_ranks_beside_a_rank_with_no_dump_are_taken_to_wait_for_it(
     assert "ranks 1-2 stopped past their last recorded collective" in hang.root.sentence
 
 
+def test_a_dead_rank_of_a_subgroup_is_named_where_its_subgroup_peers_wait(
+    tmp_path: Path,
+) -> None:
+    """GIVEN a gloo job of two subgroups of four ranks, each running a program of its own (A
+    three all_reduces per world all_reduce, B five), where rank 7 of B left no dump: ranks 4-6
+    wait for it in B's #7, ranks 0-3 in the world's #1 (most of the waiters)
+    WHEN the hang rules name the root
+    THEN rank 7 is dead at B's #7: its subgroup peers, members of both groups, have not
+    reached the world's #1, so B's op came first in its program; A, the group alike, numbers
+    its ops its own way and does not tell."""
+    groups = world(8, A=("undefined", [0, 1, 2, 3]), B=("undefined", [4, 5, 6, 7]))
+
+    def program(r: int) -> list[dict[str, Any]]:
+        mine, count = (("A", "undefined"), 3) if r < 4 else (("B", "undefined"), 5)
+        ops = [make_entry("all_reduce", s, backend="gloo", group=mine) for s in range(1, count + 1)]
+        ops.append(make_entry("all_reduce", 0, backend="gloo", group=("0", "default_pg")))
+        if r < 4:  # three more of A, then the world's #1, where they wait
+            ops += [make_entry("all_reduce", s, backend="gloo", group=mine) for s in (4, 5, 6)]
+            ops.append(make_entry("all_reduce", 1, backend="gloo", **PENDING))
+        else:  # B's #6, then #7, where they wait
+            ops.append(make_entry("all_reduce", 6, backend="gloo", group=mine))
+            ops.append(make_entry("all_reduce", 7, backend="gloo", group=mine, **PENDING))
+        return renumber(ops)
+
+    ctx = situation(tmp_path, {r: make_dump(program(r), groups) for r in range(7)})
+
+    hang = hang_root(ctx)
+    assert hang.root is not None
+    assert hang.root.kind is RootKind.DEAD_RANK
+    assert hang.root.ranks == (7,)
+    assert hang.root.group is not None and hang.root.group.name == "B"
+    assert hang.root.collective_seq_id == 7
+    assert "ranks 4-6 wait for it in all_reduce #7 of group 'B'" in hang.root.sentence
+
+
 def test_a_gloo_rank_that_stopped_is_named_at_the_first_op_it_never_issued(
     tmp_path: Path,
 ) -> None:
