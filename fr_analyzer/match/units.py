@@ -142,19 +142,39 @@ def check_unit(ctx: MatchContext, group: Group, seq: int, unit_rows: I64) -> Uni
     return UnitCheck(not found, op, tuple(absent), tuple(found), skipped, left_agreeing)
 
 
-def _as_skip(
-    found: list[Finding], shift: tuple[set[int], int, int] | None, op: str, seq: int
-) -> tuple[Finding, ...]:
-    """The first disagreement found at this unit that names exactly the ranks that skipped
-    it (`shift`: the skippers, the earlier seq id, how many of their ops match), told as a
-    skip in `found`: they went on, so their next ops sit one sequence id early. Returns it."""
+@dataclass(frozen=True)
+class _Shift:
+    """Ranks that skipped a collective and went on in the same group (`_skipped_in_place`):
+    who, and what shows it: the earlier seq id after which every member issued what they hold
+    now (`before`, with `count` ops matching), or, for two members with no majority, the
+    other member whose ops from the next seq id on they hold (`other`)."""
+
+    culprits: set[int]
+    count: int
+    before: int = -1
+    other: int | None = None
+
+    def told(self, detail: str, op: str, seq: int) -> str:
+        """`detail` (a disagreement at #seq naming the skippers) told as this skip."""
+        if self.other is not None:
+            return words.skipped_beside(detail, self.culprits, self.other, op, seq, self.count)
+        return words.skipped_and_went_on(detail, self.culprits, op, seq, self.before, self.count)
+
+
+def _as_skip(found: list[Finding], shift: _Shift | None, op: str, seq: int) -> tuple[Finding, ...]:
+    """The first disagreement found at this unit that names the ranks that skipped it
+    (`shift`), told as a skip in `found`: they went on, so their next ops sit one sequence id
+    early. One that could not tell a side (two members, each named) is narrowed to the
+    skipper. Returns it."""
     if shift is None:
         return ()
-    culprits, before, count = shift
+    culprits = shift.culprits
     for at, f in enumerate(found):
-        if f.kind in MISMATCH_KINDS and set(f.culprit_ranks) == culprits:
-            detail = words.skipped_and_went_on(f.detail, culprits, op, seq, before, count)
-            found[at] = replace(f, detail=detail)
+        named = set(f.culprit_ranks)
+        fits = named == culprits or (shift.other is not None and named == set(f.ranks))
+        if f.kind in MISMATCH_KINDS and fits:
+            detail = shift.told(f.detail, op, seq)
+            found[at] = replace(f, culprit_ranks=tuple(sorted(culprits)), detail=detail)
             return (found[at],)
     return ()
 
@@ -169,19 +189,21 @@ def _per_rank(t: EntryTable, unit_rows: I64) -> tuple[npt.NDArray[np.int32], I64
     return ranks, starts, np.diff(starts, append=len(unit_rows))
 
 
-def _skipped_in_place(
-    ctx: MatchContext, group: Group, seq: int, unit_rows: I64
-) -> tuple[set[int], int, int] | None:
+def _skipped_in_place(ctx: MatchContext, group: Group, seq: int, unit_rows: I64) -> _Shift | None:
     """A minority whose ops from this seq id on are the group's program one op ahead: it
     skipped this collective (a rank-dependent branch) and went on in the same group, so its
     next op sits at this seq id and differs from what the rest issued. Told from a size or op
     mismatch by the group's own history: after an earlier collective like this one (#j), the
     group issued at #j+1, #j+2, ... exactly what the minority holds at #seq, #seq+1, ...
-    Returns (the minority, j, how many of its ops match)."""
+    Two members that disagree have no minority: `_ahead_of_the_other` tells them apart."""
     value_of = signature_value(ctx.table)
     values = value_of(unit_rows)
     counts = Counter(values.values()).most_common()
-    if len(counts) < 2 or counts[0][1] * 2 <= len(values):
+    if len(counts) < 2:
+        return None
+    if len(values) == 2:
+        return _ahead_of_the_other(ctx, group, seq, sorted(values))
+    if counts[0][1] * 2 <= len(values):
         return None
     reference = counts[0][0]
     minority = {rank for rank, v in values.items() if v != reference}
@@ -200,8 +222,53 @@ def _skipped_in_place(
             if any(held[r] != expected for r in minority):
                 return None
             matched += 1
-        return (minority, before, matched) if matched else None
+        return _Shift(minority, matched, before=before) if matched else None
     return None
+
+
+PAIR_SHIFT_OPS = 4
+"""Ops of each member, from the seq id where two disagree, that must line up one op apart
+before one is taken to have skipped: enough that a program repeating one op (all_to_all after
+all_to_all) does not line up both ways."""
+
+
+def _ahead_of_the_other(
+    ctx: MatchContext, group: Group, seq: int, pair: list[int]
+) -> _Shift | None:
+    """Of two members that disagree at `seq`, the one whose ops (their names) from `seq` on
+    are the other's from `seq + 1` on, where the other's are not its own one op later: it
+    skipped `seq` and went on. Names alone, since the sizes of the same op may differ per rank
+    (all_to_all). None where both or neither line up, or the ops all have one name."""
+    t = ctx.table
+    names: dict[int, list[tuple[str, ...]]] = {r: [] for r in pair}
+    going = set(pair)  # each member's ops, up to the first seq id it does not hold
+    for at in range(seq, seq + HISTORY_UNITS):
+        span = unit_span(ctx, group.uid, at)
+        if span is None:
+            break
+        rows = ctx.coll_rows[span[0] : span[1]]
+        held: dict[int, list[str]] = {}
+        for rank, op in zip(t.rank[rows].tolist(), t.op[rows].tolist(), strict=True):
+            held.setdefault(rank, []).append(t.ops[op])
+        going &= set(held)
+        if not going:
+            break
+        for r in going:
+            names[r].append(tuple(held[r]))
+    a, b = pair
+
+    def ahead(x: int, y: int) -> int:
+        """How many of x's ops are y's one op later (0: they do not line up)."""
+        n = min(len(names[x]), len(names[y]) - 1)
+        if n < PAIR_SHIFT_OPS or len(set(names[y][: n + 1])) < 2:
+            return 0
+        return n if names[x][:n] == names[y][1 : n + 1] else 0
+
+    a_ahead, b_ahead = ahead(a, b), ahead(b, a)
+    if bool(a_ahead) == bool(b_ahead):
+        return None
+    skipper, other = (a, b) if a_ahead else (b, a)
+    return _Shift({skipper}, a_ahead or b_ahead, other=other)
 
 
 def _without_cut_blocks(ctx: MatchContext, unit_rows: I64, starts: I64, lengths: I64) -> I64:

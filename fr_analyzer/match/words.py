@@ -155,6 +155,18 @@ def skipped_and_went_on(
     )
 
 
+def skipped_beside(
+    detail: str, culprits: set[int], other: int, op: str, seq: int, count: int
+) -> str:
+    """A disagreement of two members told as a skip: the culprit's ops from `seq` on are
+    the other member's from `seq + 1` on (`count` of them, by name)."""
+    return (
+        f"{detail}; {label(culprits)} skipped {op} #{seq} and went on: "
+        f"{agree(culprits, 'its', 'their')} ops from #{seq} on are rank {other}'s from "
+        f"#{seq + 1} on ({count} of them, by name)"
+    )
+
+
 # -- sizes and dtypes -------------------------------------------------------------------------
 
 

@@ -47,7 +47,8 @@ def test_every_fault_kind_of_the_slice_is_answered_right() -> None:
 
 SHAPES = ("fsdp", "hsdp", "moe", "ddp", "subgroups", "barrier")
 SHAPE_SEEDS: tuple[int, ...]  # grows below
-SHAPE_SEEDS = (3, 26, 33, 150, 193, 226, 250, 297, 337, 375, 459, 460, 496, 509, 640, 777, 792)
+SHAPE_SEEDS = (3, 26, 33, 150, 193, 226, 250, 297, 337, 375, 459, 460, 496, 509, 640, 682, 777)
+SHAPE_SEEDS += (792,)
 SHAPE_SEEDS += (803, 839, 1009, 1029, 1059, 1063, 1068, 1201, 1359, 1532, 1821, 1915, 1924, 1931)
 SHAPE_SEEDS += (1964,)
 """Seeds of the campaign over every shape (`make accuracy`: `--shapes all`) that the rules of

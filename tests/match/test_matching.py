@@ -337,3 +337,55 @@ def test_row_signatures_are_equal_exactly_when_all_five_codes_are(shapes: int) -
     for column in codes:
         expected &= column[rows] == column[other]
     assert same.tolist() == expected.tolist()
+
+
+def pair_of_experts(skipper: int | None, at: int = 5) -> dict[int, Any]:
+    """Two ranks of one expert-parallel group, each step three all_to_all (sizes that differ per
+    rank and step, as token routing makes them) then an all_reduce; `skipper` leaves out its
+    `at`-th op and goes on."""
+    pair = {"0": ("default_pg", [0, 1]), "5": ("ep", [0, 1])}
+    dumps = {}
+    for rank in (0, 1):
+        entries, seq, issued = [], 0, 0
+        for step in range(4):
+            for j in range(4):
+                issued += 1
+                if rank == skipper and issued == at:
+                    continue
+                seq += 1
+                if j < 3:
+                    sent, got = 10 * (step + 1) + j, 7 * (step + 2) + 3 * j
+                    sizes = ([[sent]], [[got]]) if rank == 0 else ([[got]], [[sent]])
+                    entries.append(
+                        make_entry(
+                            "all_to_all",
+                            seq,
+                            group=("5", "ep"),
+                            in_sizes=sizes[0],
+                            out_sizes=sizes[1],
+                        )
+                    )
+                else:
+                    entries.append(make_entry("all_reduce", seq, group=("5", "ep")))
+        dumps[rank] = make_dump(renumber(entries), pair)
+    return dumps
+
+
+@pytest.mark.parametrize("skipper", [0, 1])
+def test_of_two_members_that_disagree_the_one_a_step_ahead_skipped(run: Run, skipper: int) -> None:
+    """GIVEN two members of a group whose all_to_all sizes differ per rank (no majority, no
+    history of sizes to compare with), one of which skipped an all_to_all and went on
+    WHEN the matcher compares them
+    THEN the first disagreement names only the one whose ops are the other's one op later."""
+    analysis = run(pair_of_experts(skipper))
+    first = analysis.findings[0]
+    assert first.collective_seq_id == 5
+    assert first.culprit_ranks == (skipper,)
+    other = 1 - skipper
+    assert f"rank {skipper} skipped all_to_all #5 and went on" in first.detail
+    assert f"are rank {other}'s from #6 on" in first.detail
+    assert analysis.conclusion.root is not None and analysis.conclusion.root.ranks == (skipper,)
+
+
+def test_two_members_in_step_have_nothing_to_tell_apart(run: Run) -> None:
+    assert run(pair_of_experts(None)).findings == ()
