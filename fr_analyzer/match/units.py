@@ -7,6 +7,7 @@ disagreement that is a skip (the culprits' ops are the group's program one op ah
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -93,7 +94,11 @@ def check_unit(ctx: MatchContext, group: Group, seq: int, unit_rows: I64) -> Uni
         everyone = tuple(sorted(set(present) | set(absent)))
         skip = unit.finding(FindingKind.NOT_JOINED, set(present), detail, what[0], everyone)
         return UnitCheck(False, what[0], (), (skip,), (skip,))
-    shift = None if absent else _skipped_in_place(ctx, group, seq, unit_rows)
+
+    # a skip, asked only where a disagreement is found (every all_to_all gets this look)
+    def shift() -> _Shift | None:
+        return None if absent else _skipped_in_place(ctx, group, seq, unit_rows)
+
     if absent:
         last = {m: last_seq(ctx, m, group.uid) for m in absent}
         detail = words.never_joined(present, absent, op, seq, last)
@@ -161,11 +166,16 @@ class _Shift:
         return words.skipped_and_went_on(detail, self.culprits, op, seq, self.before, self.count)
 
 
-def _as_skip(found: list[Finding], shift: _Shift | None, op: str, seq: int) -> tuple[Finding, ...]:
+def _as_skip(
+    found: list[Finding], skip: Callable[[], _Shift | None], op: str, seq: int
+) -> tuple[Finding, ...]:
     """The first disagreement found at this unit that names the ranks that skipped it
-    (`shift`), told as a skip in `found`: they went on, so their next ops sit one sequence id
-    early. One that could not tell a side (two members, each named) is narrowed to the
-    skipper. Returns it."""
+    (`skip`, asked once one is found), told as a skip in `found`: they went on, so their next
+    ops sit one sequence id early. One that could not tell a side (two members, each named)
+    is narrowed to the skipper. Returns it."""
+    if not any(f.kind in MISMATCH_KINDS for f in found):
+        return ()
+    shift = skip()
     if shift is None:
         return ()
     culprits = shift.culprits
