@@ -35,7 +35,8 @@ def first_mismatch(ctx: Context, findings: Sequence[Finding]) -> Finding | None:
 def mismatch_root(ctx: Context, f: Finding) -> RootCause:
     """The root cause a disagreement states: its culprits, its op, their own code line."""
     roots = set(f.culprit_ranks)
-    went_on = any(f is skipped for skipped in ctx.matches.skipped)
+    # matching's own finding, or the same one folded with its later repeats (`findings`)
+    went_on = any(f is s or _place(f) == _place(s) for s in ctx.matches.skipped)
     sentence = sentences.mismatch(roots=roots, f=f, went_on=went_on)
     rows = finding_rows(ctx, f)
     mine = [r for r in rows if int(ctx.table.rank[r]) in roots]
@@ -48,6 +49,12 @@ def mismatch_root(ctx: Context, f: Finding) -> RootCause:
         sentence=sentence,
         own=code(ctx, mine[0] if mine else None, peers),
     )
+
+
+def _place(f: Finding) -> tuple[object, ...]:
+    """What a finding says of where and of whom: kept when its detail is lengthened."""
+    uid = f.group.uid if f.group is not None else None
+    return (f.kind, uid, f.collective_seq_id, f.p2p_seq_id, f.culprit_ranks)
 
 
 def skipped_root(ctx: Context, f: Finding) -> RootCause:
