@@ -48,10 +48,12 @@ def mismatch(*, roots: Collection[int], f: Finding, went_on: bool) -> str:
     where_ = _group_of(f)
     how = f.kind.value.replace("_", " ")
     if went_on:
+        others = sorted(set(f.ranks) - set(roots))
+        rest = label(others) if len(others) == 1 else "the rest of the group"
         return (
             f"{label(roots)} skipped {f.op} #{seq} of {where_} and went on: "
-            f"{agree(roots, 'its', 'their')} next op sits at #{seq}, where the rest of the "
-            f"group issued {f.op} ({how}). {_bug(roots, 'a rank-dependent branch')}"
+            f"{agree(roots, 'its', 'their')} next op sits at #{seq}, where {rest} "
+            f"issued {f.op} ({how}). {_bug(roots, 'a rank-dependent branch')}"
         )
     what = "collective" if f.collective_seq_id is not None else "p2p"
     return (

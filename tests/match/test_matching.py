@@ -389,6 +389,7 @@ def test_of_two_members_that_disagree_the_one_a_step_ahead_skipped(run: Run, ski
     # the later disagreements it causes are folded into this one: still told as a skip
     assert "later collective" in first.detail
     assert f"rank {skipper} skipped all_to_all #5 of group '5' (ep) and went on" in root.sentence
+    assert f"where rank {other} issued all_to_all" in root.sentence
 
 
 def test_two_members_in_step_have_nothing_to_tell_apart(run: Run) -> None:
