@@ -273,16 +273,17 @@ def age_bounds(
         copied.tolist(),
         strict=True,
     ):
+        reached = limit > 0 and lo == lo and lo >= limit - slack  # its lower bound: timed out
         if is_failed or next(logged_iter):
             verdicts.append(Age.OLD)  # the recorder's own word: it timed out or failed
             why.append(None)
-        elif unretired_gloo and not (limit > 0 and lo == lo and lo >= limit - slack):
+        elif unretired_gloo and not reached:
             verdicts.append(Age.YOUNG)  # PyTorch's gloo recorder: it had not timed out
             why.append(None)
         elif unretired_gloo and lo < limit + slack:  # the recorder, or the clocks' spread
             verdicts.append(Age.UNKNOWN)
             why.append(Unknown.RETIRE_LAG)
-        elif limit > 0 and lo == lo and lo >= limit - slack:
+        elif reached:
             verdicts.append(Age.OLD)
             why.append(None)
         elif hi == hi and (hi < limit - slack if limit > 0 else True):

@@ -12,7 +12,7 @@ from ..model.arrays import distinct
 from ..model.records import Group
 from .context import MatchContext
 from .records import stateless
-from .reference import signature_value, uniform_value
+from .reference import newest_seqs, signature_value, uniform_value
 
 I64 = npt.NDArray[np.int64]
 
@@ -78,20 +78,7 @@ def _newest_seq(ctx: MatchContext, rank: int, uid: int) -> int | None:
     Asked only for members absent from units that fail the vectorized checks, but then for
     every such member (16,384 in a world-wide hang), so all are found in one pass."""
     if ctx.newest is None:
-        t, rows = ctx.table, ctx.coll_rows
-        # Rows are sorted by (group, seq), and a (rank, group) pair is of one group: its last
-        # row has its newest seq (of equal indices, the last assignment stays).
-        last = np.full(len(t.pair_rank), -1, dtype=np.int64)
-        last[t.pair[rows]] = np.arange(len(rows))
-        has = np.flatnonzero(last >= 0)
-        ctx.newest = {}
-        for key, value in zip(
-            zip(t.pair_rank[has].tolist(), ctx.groups.pair_uid[has].tolist(), strict=True),
-            t.coll_seq[rows[last[has]]].tolist(),
-            strict=True,
-        ):
-            if value > ctx.newest.get(key, value - 1):  # a rank's pairs of one uid: the max
-                ctx.newest[key] = value
+        ctx.newest = newest_seqs(ctx.table, ctx.groups, ctx.coll_rows)
     return ctx.newest.get((rank, uid))
 
 

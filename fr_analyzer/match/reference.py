@@ -125,6 +125,26 @@ def unit_span(ctx: MatchContext, uid: int, seq: int) -> tuple[int, int] | None:
     return ctx.unit_at.get((uid, seq))
 
 
+def newest_seqs(t: EntryTable, groups: GroupTable, rows: I64) -> dict[tuple[int, int], int]:
+    """(rank, group uid) → the newest collective sequence id the rank holds in that group,
+    for every pair at once: `rows` are the collective rows sorted by (group, seq) (`coll_rows`,
+    `CollectiveUnits.rows`)."""
+    # A (rank, group) pair is of one group: its last row has its newest seq (of equal
+    # indices, the last assignment stays).
+    last = np.full(len(t.pair_rank), -1, dtype=np.int64)
+    last[t.pair[rows]] = np.arange(len(rows))
+    has = np.flatnonzero(last >= 0)
+    newest: dict[tuple[int, int], int] = {}
+    for key, value in zip(
+        zip(t.pair_rank[has].tolist(), groups.pair_uid[has].tolist(), strict=True),
+        t.coll_seq[rows[last[has]]].tolist(),
+        strict=True,
+    ):
+        if value > newest.get(key, value - 1):  # a rank's pairs of one uid: the max
+            newest[key] = value
+    return newest
+
+
 def uniform_value(ctx: MatchContext, uid: int, seq: int, value_of: ValueOf) -> Value | None:
     """The one value every rank of unit (uid, seq) has, or None."""
     span = unit_span(ctx, uid, seq)
@@ -303,6 +323,7 @@ class PeerOrder:
         self._paths: dict[int, I64] = {}
         self._unit_steps: I64 | None = None  # each unit's step (`path`), by unit
         self._alike: dict[tuple[str, int], list[Group]] | None = None
+        self._newest: dict[tuple[int, int], int] | None = None
 
     def alike(self, group: Group) -> list[Group]:
         """The groups alike `group` (itself included), in the table's order."""
@@ -594,7 +615,7 @@ class PeerOrder:
                     mine = mine[self.t.rank[mine] == mirror]
                 if mine is not None and len(mine):
                     held[i] = int(mine[0])
-                elif self._newest_seq(mirror, key[0]) >= key[1]:
+                elif self._newest_seqs().get((mirror, key[0]), -1) >= key[1]:
                     reached = False  # gone from its buffer, or skipped: it does not tell
             if held and reached:
                 votes[min(held, key=lambda i: held[i])] += 1
@@ -603,13 +624,11 @@ class PeerOrder:
             return None
         return ranked[0][0]
 
-    def _newest_seq(self, rank: int, uid: int) -> int:
-        """The newest collective sequence id `rank` holds in group `uid` (-1: none)."""
-        span = self.rows_of(rank)
-        mine = self.groups.entry_group[span.start : span.stop] == uid
-        mine &= self.units.entry_unit[span.start : span.stop] >= 0
-        seqs = self.t.coll_seq[span.start : span.stop][mine]
-        return int(seqs.max()) if len(seqs) else -1
+    def _newest_seqs(self) -> dict[tuple[int, int], int]:
+        """Each (rank, group uid)'s newest collective sequence id (`newest_seqs`, once)."""
+        if self._newest is None:
+            self._newest = newest_seqs(self.t, self.groups, self.units.rows)
+        return self._newest
 
     def own_next(self, rank: int, rows: list[int]) -> int | None:
         """Index, in `rows`, of the op `rank` would issue next by its own history: what it did

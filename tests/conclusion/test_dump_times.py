@@ -318,6 +318,8 @@ def test_an_unretired_gloo_op_past_its_timeout_by_the_clocks_spread_is_old(
     assert code == 1, text
     verdict = report["verdict"]
     assert verdict["status"] == "hung" and verdict["confidence"] == "high", text
+    # every member issued it and none completed it: the hang is in the op, on all of them
+    assert verdict["culprit_ranks"] == [0, 1, 2, 3]
     assert "waited at least 6 s (timeout 3 s)" in text
 
 
@@ -328,6 +330,7 @@ def test_an_unretired_gloo_op_near_its_timeout_is_of_unknown_age(tmp_path: Path)
     assert code == 1, text
     assert report["verdict"]["status"] == "hung"
     assert report["verdict"]["confidence"] == "ambiguous"
+    assert report["verdict"]["culprit_ranks"] == [0, 1, 2, 3]
     assert "gloo's recorder had not retired them" in text
 
 
@@ -335,4 +338,5 @@ def test_an_unretired_gloo_op_well_below_its_timeout_is_in_flight(tmp_path: Path
     code, text, report = fr("-d", str(_gloo_peers_timed_out(tmp_path, 0.5)), "--ignore-file-times")
     assert code == 0, text
     assert report["verdict"]["status"] == "ok"
+    assert report["verdict"]["culprit_ranks"] == []
     assert "gloo retires an op that times out" in text
