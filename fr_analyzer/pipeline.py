@@ -48,7 +48,7 @@ from .load import (
     read_job_logs,
     read_manifest,
 )
-from .match import MatchResult, match
+from .match import MatchResult, PartRunner, match
 from .match.findings import collect
 from .memory import collector_paused, small_pages
 from .model.dump import RankDump, Reader, Writer
@@ -102,6 +102,11 @@ class Engine(Protocol):
         in file order) and those that could not be."""
         ...
 
+    def match_runner(self) -> PartRunner | None:
+        """Where the parts of the job are matched (`match.partitions`); None: the whole
+        table at once, in this process."""
+        ...
+
 
 class InProcess:
     """The default engine: this process reads, its forked workers decode (`load.load_all`)."""
@@ -113,6 +118,10 @@ class InProcess:
 
     def refuses(self, source: Source) -> str | None:
         """This process reads every kind of source."""
+        return None
+
+    def match_runner(self) -> PartRunner | None:
+        """The whole table matched at once, here."""
         return None
 
     def read(
@@ -398,7 +407,8 @@ def _analyze(
     with collector_paused(), small_pages():
         groups = build_groups(loaded, table, unreadable)
         step()
-        matches = match(loaded, table, groups)
+        runner = options.engine.match_runner() if options.engine is not None else None
+        matches = match(loaded, table, groups, runner)
         step()
         findings = collect(loaded, unreadable, table, groups, matches)
         summary = _summary(got, groups, matches.notes)

@@ -15,6 +15,7 @@ cancels every task still in flight.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -33,8 +34,10 @@ from ..load import (
     Source,
     load_all,
 )
+from ..match import PartRunner
 from ..model.records import UnreadableDump
 from .connect import Cluster, ClusterError, import_ray
+from .parts import match_parts
 
 if TYPE_CHECKING:
     from ..pipeline import Options
@@ -108,6 +111,12 @@ class RayEngine:
     def label(self) -> str:
         """Where the ranks were read, for the report's header."""
         return self.cluster.label
+
+    def match_runner(self) -> PartRunner:
+        """Matching on the cluster: one task per part of the job (`cluster.parts`)."""
+        return functools.partial(
+            match_parts, window=max(1, self.cluster.cpus), retries=self.retries
+        )
 
     def refuses(self, source: Source) -> str | None:
         """A folder (which every node must reach at the same path) or a URL: each worker

@@ -46,3 +46,8 @@ class MatchContext:
     stages: dict[int, set[tuple[str, int, int]]] | None = None
     # (desc, size) → the groups of that description and size, built on first demand
     alike: dict[tuple[str, int], list[Group]] | None = None
+    # each rank's last row, ascending (the gloo proof: an op its rank went on from returned);
+    # None: found from the table
+    rank_ends: I64 | None = None
+    # of the pairs `match_p2p` made, how many (the last ones) took a recv from any source
+    wild_pairs: int = 0

@@ -135,6 +135,7 @@ def match_p2p(ctx: MatchContext, findings: list[Finding]) -> P2PPairs:
                 extra_s.append(s)
                 extra_r.append(r)
                 matched[s] = matched[r] = True
+    ctx.wild_pairs = len(extra_s)
     send_row = np.concatenate([send_row, np.array(extra_s, np.int64)]).astype(np.int64)
     recv_row = np.concatenate([recv_row, np.array(extra_r, np.int64)]).astype(np.int64)
     entry_pair[send_row] = np.arange(len(send_row))

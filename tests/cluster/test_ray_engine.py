@@ -25,9 +25,12 @@ import pytest
 from fr_analyzer.cli.app import run
 from fr_analyzer.cluster import Cluster, RayEngine, connect, shard_size
 from fr_analyzer.load import Directory
-from fr_analyzer.pipeline import Options, analyze
+from fr_analyzer.match import match, partitions
+from fr_analyzer.model.groups import build_groups
+from fr_analyzer.pipeline import Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
+from tests.match.test_partitions import assert_same_match
 from tools import ray_head
 from tools.ray_head import QUIET, free_port
 
@@ -76,6 +79,20 @@ def test_every_sample_set_gives_the_same_report_on_ray_as_in_one_process(
     assert len(sets) >= 60
     differ = [s.name for s in sets if _report(s, Options()) != _report(s, Options(engine=engine))]
     assert differ == []
+
+
+@pytest.mark.parametrize("name", ["nccl3d_skip_world", "gloo3d_pp_recv_missing", "hccl_healthy"])
+def test_the_groups_of_each_description_are_matched_in_a_task_and_merged_as_one_process_matches(
+    cluster: Cluster, name: str
+) -> None:
+    got = load(Directory(SAMPLES / name), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    assert len(partitions.families(got.table, groups)) >= 3
+    retired = got.table.retired.copy()
+    whole = match(got.dumps, got.table, groups)
+    got.table.retired[:] = retired
+    on_ray = match(got.dumps, got.table, groups, RayEngine(cluster).match_runner())
+    assert_same_match(on_ray, whole)
 
 
 def test_the_table_kept_out_of_core_on_ray_gives_the_report_one_process_gives(

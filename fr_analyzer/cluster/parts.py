@@ -1,0 +1,58 @@
+"""Match on a Ray cluster: one task per part of the job (`match.partitions`), each part the
+rows of one family of process groups (the tensor-parallel groups, the pipeline groups, the
+world), matched by the rules one process runs (`match.partitions.match_part`).
+
+The driver cuts the parts one at a time (a part copies its rows) and keeps at most `window`
+in flight, so the object store holds a bounded share of the job; the results (units, pairs
+and findings of each part) come back as they finish and are merged in the order one process
+makes them (`match.partitions.merge`). A part whose task fails past Ray's retries is matched
+in the driver instead, where the same rules give the same result: a lost worker costs time,
+never the answer. Ctrl-C cancels every task still in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..match import Part, PartMatch
+from ..match.partitions import match_part
+from .connect import ClusterError, import_ray
+
+
+def match_parts(parts: Iterable[Part], *, window: int, retries: int) -> Iterator[PartMatch]:
+    """Each part matched in a task of its own, the results as they finish. A part whose task
+    failed past its retries is matched here, from its copy in the store."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        raise ClusterError("the connection to the Ray cluster was closed before matching")
+    task = ray.remote(max_retries=retries, retry_exceptions=False, num_cpus=1)(match_part)
+    pending: dict[Any, Any] = {}  # the task's result -> its part, in the store
+    todo = iter(parts)
+    exhausted = False
+    try:
+        while pending or not exhausted:
+            while not exhausted and len(pending) < window:
+                part = next(todo, None)
+                if part is None:
+                    exhausted = True
+                    break
+                stored = ray.put(part)
+                del part  # the store's copy is the one kept (it spills to disk past memory)
+                pending[task.remote(stored)] = stored
+            if not pending:
+                break
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            ref = ready[0]
+            stored = pending.pop(ref)
+            try:
+                got = ray.get(ref)
+            except (ray.exceptions.RayTaskError, ray.exceptions.RayError):
+                got = match_part(ray.get(stored))
+            del ref, stored
+            assert isinstance(got, PartMatch)
+            yield got
+    except BaseException:  # Ctrl-C, or the driver failing: nothing left running
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise

@@ -1,0 +1,390 @@
+"""Matching in parts: the job's rows cut by process-group family, each part matched alone, the
+parts' results put back together as one `MatchResult`, equal to matching the whole table.
+
+A part is every row of a set of groups: the groups of one description (`group.desc`: the
+tensor-parallel groups, the pipeline groups, the world), since the rules that vote across
+groups (`match.reference.sibling_votes`, `match.p2p`'s reference transfer) ask groups of the
+same description, and parts are joined where a coalesced block's end marker lies in another
+group. What a part's rules read of other groups is computed once over the whole job first
+(`Shared`) and handed to every part: completion (`match.completion`, and the recorder
+conventions learned over every group), the ranks with an op in flight (`match.missing`), each
+rank's pipeline positions (`match.reference.group_stage`) and each rank's last row (the gloo
+proof in `match.collectives.proof`). A part carries its own rows of the table (numbered from
+0) and the job's lists of distinct values, so it can be matched in another process: an engine
+runs the parts where it likes (`PartRunner`; the Ray engine, one task each) and the results
+are merged here, in the order one process would have made them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model.arrays import distinct
+from ..model.dump import RankDump
+from ..model.groups import GroupTable
+from ..model.records import Finding, UnitKind
+from ..model.table import EntryTable
+from . import completion
+from .collectives import match_collectives
+from .context import MatchContext
+from .conventions import intrinsic_size_errors, recorder_conventions
+from .p2p import match_p2p
+from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, stateless
+
+B = npt.NDArray[np.bool_]
+I64 = npt.NDArray[np.int64]
+Stages = dict[int, set[tuple[str, int, int]]]
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every part needs to know of the whole job, computed once over every row."""
+
+    done: B  # completion of every row, as the recorder says or judged by issue
+    size_bad: B  # rows whose own sizes contradict their op (the recorder's conventions aside)
+    notes: tuple[str, ...]
+    last_enqueued: dict[tuple[int, int], int]
+    wrapped: dict[int, bool]
+    unavailable: frozenset[int]
+    busy: frozenset[int]  # ranks holding an op they have not retired
+    stages: Stages  # rank -> its (desc, size, local rank) in each group carrying send/recv
+    rank_ends: I64  # each rank's last row, ascending
+
+
+def shared(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Shared:
+    """Completion, the recorder's conventions and the cross-group facts, over the whole job."""
+    done = completion.recorded(t)
+    quiet = completion.silent(t, dumps, stateless(t))
+    if quiet.rows.any():
+        rows = completion.collective_rows(t)
+        done = completion.judged_by_issue(t, groups, done, quiet.rows, rows)
+    size_bad, conventions = recorder_conventions(t, groups, intrinsic_size_errors(t, groups))
+    return Shared(
+        done=done,
+        size_bad=size_bad,
+        notes=quiet.notes + conventions,
+        last_enqueued=_last_enqueued(dumps, t, groups),
+        wrapped={d.rank: d.wrapped for d in dumps},
+        unavailable=frozenset(
+            set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
+        ),
+        busy=frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset(),
+        stages=_stages(t, groups),
+        rank_ends=_rank_ends(t),
+    )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part to match: its rows of the table (renumbered from 0) and what it needs of the
+    rest of the job. `rows` are the part's rows in the whole table, ascending (None: every
+    row, the table itself)."""
+
+    rows: I64 | None
+    table: EntryTable
+    groups: GroupTable
+    done: B
+    size_bad: B
+    rank_ends: I64  # the part's rows that are their rank's last, ascending
+    last_enqueued: dict[tuple[int, int], int]
+    wrapped: dict[int, bool]
+    unavailable: frozenset[int]
+    busy: frozenset[int]
+    stages: Stages
+
+
+@dataclass(frozen=True)
+class PartMatch:
+    """A part's result, in the part's own row numbers; `rows` maps them to the table's."""
+
+    rows: I64 | None
+    result: MatchResult
+    wild_pairs: int  # of the part's pairs, how many (the last) took a recv from any source
+
+
+PartRunner = Callable[[Iterable[Part]], Iterator[PartMatch]]
+"""Matches each part (`match_part`), anywhere, and yields the results (in any order)."""
+
+
+def match_part(part: Part) -> PartMatch:
+    """Match one part: its collectives and its send/recv pairs, with their findings."""
+    ctx = MatchContext(
+        table=part.table,
+        groups=part.groups,
+        done=part.done.copy(),
+        size_bad=part.size_bad,
+        last_enqueued=part.last_enqueued,
+        wrapped=part.wrapped,
+        unavailable=part.unavailable,
+        busy=part.busy,
+        stages=part.stages,
+        rank_ends=part.rank_ends,
+    )
+    findings: list[Finding] = []
+    units = match_collectives(ctx, findings)
+    pairs = match_p2p(ctx, findings)
+    skipped = tuple(f for f in findings if id(f) in ctx.skipped)
+    result = MatchResult(units, pairs, ctx.done, tuple(findings), dict(ctx.proof), (), skipped)
+    return PartMatch(part.rows, result, ctx.wild_pairs)
+
+
+def in_turn(parts: Iterable[Part]) -> Iterator[PartMatch]:
+    """The runner that matches each part here, one after the other."""
+    for part in parts:
+        yield match_part(part)
+
+
+def whole(job: Shared, t: EntryTable, groups: GroupTable) -> Part:
+    """The whole table as one part (one process matches it so: nothing is copied)."""
+    return Part(
+        None,
+        t,
+        groups,
+        job.done,
+        job.size_bad,
+        job.rank_ends,
+        job.last_enqueued,
+        job.wrapped,
+        job.unavailable,
+        job.busy,
+        job.stages,
+    )
+
+
+def families(t: EntryTable, groups: GroupTable) -> list[list[int]]:
+    """The group uids of each part: the groups of one description, parts joined where a
+    block's end marker lies in another part's group; in order of their smallest uid."""
+    n_groups = len(groups.groups)
+    by_desc: dict[str, int] = {}
+    part_of = np.array(
+        [by_desc.setdefault(g.desc, len(by_desc)) for g in groups.groups] + [len(by_desc)],
+        dtype=np.int64,
+    )
+    parent = list(range(len(by_desc) + 1))
+
+    def root(p: int) -> int:
+        while parent[p] != p:
+            parent[p] = parent[parent[p]]
+            p = parent[p]
+        return p
+
+    if t.n:
+        uid = groups.entry_group
+        linked = np.flatnonzero(t.marker >= 0)
+        a = part_of[uid[linked]]
+        b = part_of[uid[t.marker[linked]]]
+        for x, y in set(zip(a[a != b].tolist(), b[a != b].tolist(), strict=True)):
+            parent[root(x)] = root(y)
+    out: dict[int, list[int]] = {}
+    for u in range(n_groups):
+        out.setdefault(root(int(part_of[u])), []).append(u)
+    return sorted(out.values(), key=lambda uids: uids[0])
+
+
+def parts(
+    job: Shared, t: EntryTable, groups: GroupTable, uid_sets: list[list[int]]
+) -> Iterator[Part]:
+    """Each set of groups as a part, made when asked for (a part copies its rows)."""
+    lookup = np.full(len(groups.groups) + 1, -1, dtype=np.int32)
+    for i, uids in enumerate(uid_sets):
+        lookup[uids] = i
+    which = lookup[groups.entry_group] if t.n else np.zeros(0, np.int32)
+    for i in range(len(uid_sets)):
+        rows = np.flatnonzero(which == i).astype(np.int64)
+        if len(rows):
+            yield _part(job, t, groups, rows)
+
+
+def _part(job: Shared, t: EntryTable, groups: GroupTable, rows: I64) -> Part:
+    """The part of `rows` (ascending): their columns, the block markers renumbered."""
+    columns: dict[str, Any] = {name: column[rows] for name, column in t.arrays().items()}
+    columns["rank"] = t.rank[rows]
+    columns["row_in_rank"] = t.row_in_rank[rows]
+    marker = columns["marker"]
+    inside = marker >= 0
+    at = np.searchsorted(rows, marker[inside])
+    marker[inside] = at.astype(marker.dtype)
+    table = replace(t, **columns)
+    return Part(
+        rows,
+        table,
+        replace(groups, entry_group=groups.entry_group[rows]),
+        job.done[rows],
+        job.size_bad[rows],
+        _inside(rows, job.rank_ends),
+        job.last_enqueued,
+        job.wrapped,
+        job.unavailable,
+        job.busy,
+        job.stages,
+    )
+
+
+def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatch]) -> MatchResult:
+    """The parts' results as one, in the order matching the whole table makes them: units
+    by (group, sequence id), pairs by channel with the any-source ones last, findings by
+    group (the pipeline orders them further, `match.findings.collect`)."""
+    done = job.done.copy()
+    results = sorted(got, key=_first_group)
+    n = t.n
+    ids = id_type(n)
+    entry_unit = np.full(n, -1, dtype=ids)
+    entry_pair = np.full(n, -1, dtype=ids)
+
+    # Collective units: each part's are by (uid, seq) and no two parts share a group, so
+    # the parts taken in order of their groups give one order by (uid, seq) once sorted.
+    blocks: list[tuple[I64, PartMatch]] = []
+    for got_part in results:
+        rows = _rows(got_part, n)
+        done[rows] = got_part.result.done
+        blocks.append((rows, got_part))
+    group = np.concatenate([p.result.collectives.group for _, p in blocks]).astype(np.int32)
+    order = np.argsort(group, kind="stable")
+    new_id = np.empty(len(order), dtype=np.int64)
+    new_id[order] = np.arange(len(order))
+    unit_rows: list[I64] = []
+    lengths: list[I64] = []
+    not_joined: dict[int, tuple[int, ...]] = {}
+    ops: list[str] = []
+    offset = 0
+    for rows, p in blocks:
+        units = p.result.collectives
+        local = units.entry_unit
+        has = local >= 0
+        entry_unit[rows[has]] = new_id[offset + local[has].astype(np.int64)]
+        unit_rows.append(rows[units.rows])
+        lengths.append(np.diff(units.starts, append=len(units.rows)))
+        for u, members in units.not_joined.items():
+            not_joined[int(new_id[offset + u])] = members
+        ops += units.op
+        offset += len(units.group)
+    length = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    old_start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+    flat = np.concatenate(unit_rows) if unit_rows else np.zeros(0, np.int64)
+    new_length = length[order]
+    new_start = np.concatenate([[0], np.cumsum(new_length)[:-1]]).astype(np.int64)
+    gather = np.repeat(old_start[order] - new_start, new_length) + np.arange(int(new_length.sum()))
+    collectives = CollectiveUnits(
+        group[order],
+        np.concatenate([p.result.collectives.seq for _, p in blocks])[order],
+        [ops[i] for i in order.tolist()],
+        np.concatenate([p.result.collectives.ranks_present for _, p in blocks])[order],
+        np.concatenate([p.result.collectives.ranks_expected for _, p in blocks])[order],
+        np.concatenate([p.result.collectives.passed for _, p in blocks])[order],
+        entry_unit,
+        dict(sorted(not_joined.items())),
+        flat[gather].astype(np.int64),
+        new_start,
+    )
+
+    # Pairs: by channel (group first) for those matched in order, the any-source ones after.
+    in_order: list[tuple[I64, I64]] = []
+    wild: list[tuple[I64, I64]] = []
+    for rows, p in blocks:
+        pairs, cut = p.result.p2p, len(p.result.p2p.send_row) - p.wild_pairs
+        send, recv = rows[pairs.send_row], rows[pairs.recv_row]
+        in_order.append((send[:cut], recv[:cut]))
+        wild.append((send[cut:], recv[cut:]))
+    send_row = np.concatenate([s for s, _ in in_order] + [np.zeros(0, np.int64)])
+    recv_row = np.concatenate([r for _, r in in_order] + [np.zeros(0, np.int64)])
+    by = np.argsort(groups.entry_group[send_row], kind="stable")
+    send_row, recv_row = send_row[by], recv_row[by]
+    wild_send = np.concatenate([s for s, _ in wild] + [np.zeros(0, np.int64)])
+    wild_recv = np.concatenate([r for _, r in wild] + [np.zeros(0, np.int64)])
+    by = np.argsort(wild_recv, kind="stable")
+    send_row = np.concatenate([send_row, wild_send[by]]).astype(np.int64)
+    recv_row = np.concatenate([recv_row, wild_recv[by]]).astype(np.int64)
+    entry_pair[send_row] = np.arange(len(send_row))
+    entry_pair[recv_row] = np.arange(len(recv_row))
+
+    findings = [f for _, p in blocks for f in p.result.findings]
+    skipped = [f for _, p in blocks for f in p.result.skipped]
+    proven: dict[int, int] = {}
+    for _, p in blocks:
+        proven.update(p.result.proven)
+    return MatchResult(
+        collectives,
+        P2PPairs(send_row, recv_row, entry_pair),
+        done,
+        tuple(sorted(findings, key=_group_key)),
+        dict(sorted(proven.items())),
+        job.notes,
+        tuple(sorted(skipped, key=_unit_key)),
+    )
+
+
+def _inside(rows: I64, wanted: I64) -> I64:
+    """Where the rows of `wanted` (ascending) are among `rows` (ascending), those present."""
+    at = np.searchsorted(rows, wanted)
+    hit = at < len(rows)
+    hit[hit] = rows[at[hit]] == wanted[hit]
+    return at[hit].astype(np.int64)
+
+
+def _rank_ends(t: EntryTable) -> I64:
+    """Each rank's last row (the table's rows come by rank)."""
+    if not t.n:
+        return np.zeros(0, np.int64)
+    ranks = distinct(t.pair_rank)
+    return (np.searchsorted(t.rank, ranks, side="right") - 1).astype(np.int64)
+
+
+def _rows(p: PartMatch, n: int) -> I64:
+    return np.arange(n, dtype=np.int64) if p.rows is None else p.rows
+
+
+def _first_group(p: PartMatch) -> int:
+    g = p.result.collectives.group
+    return int(g[0]) if len(g) else 1 << 40
+
+
+def _group_key(f: Finding) -> int:
+    return f.group.uid if f.group is not None else -1
+
+
+def _unit_key(f: Finding) -> tuple[int, int]:
+    return (_group_key(f), f.collective_seq_id if f.collective_seq_id is not None else -1)
+
+
+def _stages(t: EntryTable, groups: GroupTable) -> Stages:
+    """Each rank's (desc, size, local rank) in every group that carries send/recv."""
+    stages: Stages = {}
+    if not t.n:
+        return stages
+    p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
+    for uid in distinct(groups.entry_group[p2p_rows]).tolist():
+        pipe = groups.groups[int(uid)]
+        for local, rank in enumerate(pipe.ranks):
+            stages.setdefault(rank, set()).add((pipe.desc, pipe.size, local))
+    return stages
+
+
+def _last_enqueued(
+    dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable
+) -> dict[tuple[int, int], int]:
+    """pg_status's last enqueued collective per (rank, group uid)."""
+    out: dict[tuple[int, int], int] = {}
+    if not t.n:
+        return out
+    code_to_uid = dict(
+        zip(
+            zip(t.pair_rank.tolist(), t.pair_group.tolist(), strict=True),
+            groups.pair_uid.tolist(),
+            strict=True,
+        )
+    )
+    global_codes = {name: code for code, name in enumerate(t.group_names)}
+    for dump in dumps:
+        for code, (enqueued, _, _) in dump.pg_status.items():
+            name = dump.groups[code] if code < len(dump.groups) else None
+            if name is None:
+                continue
+            uid = code_to_uid.get((dump.rank, global_codes.get(name, -1)))
+            if uid is not None and enqueued >= 0:
+                out[(dump.rank, uid)] = enqueued
+    return out

@@ -1,0 +1,117 @@
+"""The match stage on a cluster (`cluster.parts`), its faults against a stand-in for Ray: a
+part whose task is lost past its retries is matched in the driver, and the answer is the
+same; Ctrl-C cancels the tasks in flight. (On a real head: `test_ray_engine.py`.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_analyzer.cluster import parts as parts_mod
+from fr_analyzer.load import Directory
+from fr_analyzer.match import match, partitions
+from fr_analyzer.model.groups import build_groups
+from fr_analyzer.pipeline import Options, load
+from tests.match.test_partitions import assert_same_match
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+
+
+class _Lost(Exception):
+    """Ray's error for a task whose worker died past its retries."""
+
+
+class FakeRay:
+    """Ray's calls `cluster.parts` makes, run here: each task's result is computed when put;
+    the tasks named in `lose` (by their order) fail as a lost worker's do."""
+
+    class exceptions:
+        RayTaskError = _Lost
+        RayError = _Lost
+
+    def __init__(
+        self, lose: frozenset[int] = frozenset(), interrupt_after: int | None = None
+    ) -> None:
+        self.lose, self.interrupt_after = lose, interrupt_after
+        self.tasks = 0
+        self.cancelled: list[object] = []
+        self.store: dict[int, Any] = {}
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def put(self, value: Any) -> int:
+        self.store[id(value)] = value
+        return id(value)
+
+    def remote(self, **_: Any) -> Any:
+        ray = self
+
+        def wrap(fn: Any) -> Any:
+            class Task:
+                @staticmethod
+                def remote(ref: int) -> tuple[str, int, int]:
+                    ray.tasks += 1
+                    if ray.interrupt_after is not None and ray.tasks > ray.interrupt_after:
+                        raise KeyboardInterrupt
+                    return ("task", ray.tasks - 1, ref)
+
+            del fn
+            return Task
+
+        return wrap
+
+    def wait(self, refs: list[Any], num_returns: int) -> tuple[list[Any], list[Any]]:
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref: Any) -> Any:
+        if isinstance(ref, tuple):
+            _, number, stored = ref
+            if number in self.lose:
+                raise _Lost("the worker died")
+            return partitions.match_part(self.store[stored])
+        return self.store[ref]
+
+    def cancel(self, ref: object, force: bool) -> None:
+        self.cancelled.append(ref)
+
+
+def _job(name: str) -> Iterator[Any]:
+    got = load(Directory(SAMPLES / name), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    retired = got.table.retired.copy()
+    whole = match(got.dumps, got.table, groups)
+    got.table.retired[:] = retired
+    yield got, groups, whole
+
+
+def test_a_part_lost_past_its_retries_is_matched_in_the_driver_and_the_answer_is_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeRay(lose=frozenset({0, 2}))
+    monkeypatch.setattr(parts_mod, "import_ray", lambda: fake)
+    for got, groups, whole in _job("nccl3d_skip_world"):
+
+        def runner(cut: Any) -> Any:
+            return parts_mod.match_parts(cut, window=2, retries=0)
+
+        assert_same_match(match(got.dumps, got.table, groups, runner), whole)
+    assert fake.tasks == 4
+
+
+def test_ctrl_c_while_matching_cancels_every_task_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeRay(interrupt_after=2)
+    monkeypatch.setattr(parts_mod, "import_ray", lambda: fake)
+    for got, groups, _ in _job("nccl3d_skip_world"):
+
+        def runner(cut: Any) -> Any:
+            return parts_mod.match_parts(cut, window=4, retries=0)
+
+        with pytest.raises(KeyboardInterrupt):
+            match(got.dumps, got.table, groups, runner)
+    assert len(fake.cancelled) == 2

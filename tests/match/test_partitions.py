@@ -1,0 +1,103 @@
+"""Matching in parts (`match.partitions`): the groups of each description matched alone, as a
+cluster matches them, give what matching the whole table gives, to the last row."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fr_analyzer import analyze
+from fr_analyzer.load import Directory
+from fr_analyzer.match import MatchResult, PartRunner, match, partitions
+from fr_analyzer.model.groups import build_groups
+from fr_analyzer.pipeline import InProcess, Options, load
+from fr_analyzer.render.report_json import report_dict
+from tools.frsim.campaign import draw_case, parse_shapes
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+SETS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+
+
+class PartsInTurn(InProcess):
+    """One process that matches the job in parts, as the Ray engine does, one after another."""
+
+    def match_runner(self) -> PartRunner | None:
+        return partitions.in_turn
+
+
+def assert_same_match(parts: MatchResult, whole: MatchResult) -> None:
+    """Two match results alike in every unit, pair, row and finding."""
+    a, b = parts.collectives, whole.collectives
+    for name in ("group", "seq", "ranks_present", "ranks_expected", "passed", "entry_unit"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.starts, b.starts)
+    assert a.op == b.op
+    assert list(a.not_joined.items()) == list(b.not_joined.items())
+    for name in ("send_row", "recv_row", "entry_pair"):
+        assert np.array_equal(getattr(parts.p2p, name), getattr(whole.p2p, name)), name
+    assert np.array_equal(parts.done, whole.done)
+    assert sorted(map(repr, parts.findings)) == sorted(map(repr, whole.findings))
+    assert list(map(repr, parts.skipped)) == list(map(repr, whole.skipped))
+    assert list(parts.proven.items()) == list(whole.proven.items())
+    assert parts.notes == whole.notes
+
+
+def _both(where: Path) -> tuple[MatchResult, MatchResult, int]:
+    """The job at `where` matched in parts and whole, and how many parts it was cut into."""
+    got = load(Directory(where), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    retired = got.table.retired.copy()  # matching clears it where a recorder is silent
+    whole = match(got.dumps, got.table, groups)
+    got.table.retired[:] = retired
+    parts = match(got.dumps, got.table, groups, partitions.in_turn)
+    return parts, whole, len(partitions.families(got.table, groups))
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_sample_set_matched_in_parts_matches_as_a_whole(name: str) -> None:
+    parts, whole, _ = _both(SAMPLES / name)
+    assert_same_match(parts, whole)
+
+
+@pytest.mark.parametrize("name", ["nccl3d_skip_world", "gloo3d_pp_recv_missing", "moe_healthy"])
+def test_every_sample_set_gives_the_same_report_matched_in_parts(name: str) -> None:
+    def report(engine: Any) -> dict[str, Any]:
+        return report_dict(analyze(SAMPLES / name, Options(engine=engine)))
+
+    assert report(PartsInTurn()) == report(InProcess())
+
+
+def test_a_3d_job_is_cut_by_description_and_each_part_holds_one() -> None:
+    got = load(Directory(SAMPLES / "nccl3d_skip_world"), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    cut = partitions.families(got.table, groups)
+    assert len(cut) == 4
+    assert sorted(u for uids in cut for u in uids) == list(range(len(groups.groups)))
+    for uids in cut:
+        assert len({groups.groups[u].desc for u in uids}) == 1
+
+
+def test_a_job_of_one_description_is_matched_whole_even_given_a_runner() -> None:
+    called: list[int] = []
+
+    def runner(parts: Any) -> Any:
+        called.append(1)
+        return partitions.in_turn(parts)
+
+    got = load(Directory(SAMPLES / "fsdp_healthy"), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    assert len(partitions.families(got.table, groups)) == 1
+    match(got.dumps, got.table, groups, runner)
+    assert called == []
+
+
+@pytest.mark.parametrize("seed", [3, 26, 150, 297, 459, 682, 803, 1009, 1201, 1931, *range(40)])
+def test_drawn_jobs_matched_in_parts_match_as_a_whole(seed: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        draw_case(seed, parse_shapes("all"), None).write(Path(d), None)
+        parts, whole, _ = _both(Path(d))
+    assert_same_match(parts, whole)
