@@ -2,8 +2,9 @@
 rows of one family of process groups (the tensor-parallel groups, the pipeline groups, the
 world), matched by the rules one process runs (`match.partitions.match_part`).
 
-The driver cuts the parts one at a time (a part copies its rows) and keeps at most `window`
-in flight, so the object store holds a bounded share of the job; the results (units, pairs
+The driver copies a part into the store one column at a time (it never holds a part's whole
+copy) and keeps at most `window` parts in flight, so the object store holds a bounded share
+of the job; the results (units, pairs
 and findings of each part) come back as they finish and are merged in the order one process
 makes them (`match.partitions.merge`). A part whose task fails past Ray's retries is matched
 in the driver instead, where the same rules give the same result: a lost worker costs time,
@@ -15,31 +16,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..match import Part, PartMatch
-from ..match.partitions import match_part
+from ..match import PartMatch
+from ..match.partitions import COLUMNS, Cut, match_columns
 from .connect import ClusterError, import_ray
 
 
-def match_parts(parts: Iterable[Part], *, window: int, retries: int) -> Iterator[PartMatch]:
+def match_parts(cuts: Iterable[Cut], *, window: int, retries: int) -> Iterator[PartMatch]:
     """Each part matched in a task of its own, the results as they finish. A part whose task
     failed past its retries is matched here, from its copy in the store."""
     ray = import_ray()
     if not ray.is_initialized():
         raise ClusterError("the connection to the Ray cluster was closed before matching")
-    task = ray.remote(max_retries=retries, retry_exceptions=False, num_cpus=1)(match_part)
-    pending: dict[Any, Any] = {}  # the task's result -> its part, in the store
-    todo = iter(parts)
+    task = ray.remote(max_retries=retries, retry_exceptions=False, num_cpus=1)(match_columns)
+    pending: dict[Any, list[Any]] = {}  # the task's result -> its part, in the store
+    todo = iter(cuts)
     exhausted = False
     try:
         while pending or not exhausted:
             while not exhausted and len(pending) < window:
-                part = next(todo, None)
-                if part is None:
+                cut = next(todo, None)
+                if cut is None:
                     exhausted = True
                     break
-                stored = ray.put(part)
-                del part  # the store's copy is the one kept (it spills to disk past memory)
-                pending[task.remote(stored)] = stored
+                stored = [ray.put(cut.frame())] + [_put(ray, cut, name) for name in COLUMNS]
+                del cut
+                pending[task.remote(*stored)] = stored
             if not pending:
                 break
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -48,7 +49,7 @@ def match_parts(parts: Iterable[Part], *, window: int, retries: int) -> Iterator
             try:
                 got = ray.get(ref)
             except (ray.exceptions.RayTaskError, ray.exceptions.RayError):
-                got = match_part(ray.get(stored))
+                got = match_columns(*ray.get(stored))
             del ref, stored
             assert isinstance(got, PartMatch)
             yield got
@@ -56,3 +57,9 @@ def match_parts(parts: Iterable[Part], *, window: int, retries: int) -> Iterator
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
+
+
+def _put(ray: Any, cut: Cut, name: str) -> Any:
+    """One column of the part, copied into the store: the driver's copy lives only for the
+    time of the put (the store's spills to disk past its memory)."""
+    return ray.put(cut.column(name))

@@ -19,7 +19,7 @@ from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.table import EntryTable
 from . import partitions
-from .partitions import Part, PartMatch, PartRunner
+from .partitions import Cut, Part, PartMatch, PartRunner
 from .records import COLLECTIVE_UNITS, P2P_UNITS, CollectiveUnits, MatchResult, P2PPairs, stateless
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "NO_STATE_BACKENDS",
     "P2P_UNITS",
     "CollectiveUnits",
+    "Cut",
     "MatchResult",
     "P2PPairs",
     "Part",

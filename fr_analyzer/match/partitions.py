@@ -28,7 +28,7 @@ from ..model.arrays import distinct
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.records import Finding, UnitKind
-from ..model.table import EntryTable
+from ..model.table import TABLE_COLUMNS, EntryTable
 from . import completion
 from .collectives import match_collectives
 from .context import MatchContext
@@ -107,8 +107,9 @@ class PartMatch:
     wild_pairs: int  # of the part's pairs, how many (the last) took a recv from any source
 
 
-PartRunner = Callable[[Iterable[Part]], Iterator[PartMatch]]
-"""Matches each part (`match_part`), anywhere, and yields the results (in any order)."""
+PartRunner = Callable[[Iterable["Cut"]], Iterator[PartMatch]]
+"""Matches each part (`match_part` of `Cut.part`, or `match_columns`), anywhere, and yields
+the results (in any order)."""
 
 
 def match_part(part: Part) -> PartMatch:
@@ -133,10 +134,10 @@ def match_part(part: Part) -> PartMatch:
     return PartMatch(part.rows, result, ctx.wild_pairs)
 
 
-def in_turn(parts: Iterable[Part]) -> Iterator[PartMatch]:
+def in_turn(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
     """The runner that matches each part here, one after the other."""
-    for part in parts:
-        yield match_part(part)
+    for cut in cuts:
+        yield match_part(cut.part())
 
 
 def whole(job: Shared, t: EntryTable, groups: GroupTable) -> Part:
@@ -186,10 +187,69 @@ def families(t: EntryTable, groups: GroupTable) -> list[list[int]]:
     return sorted(out.values(), key=lambda uids: uids[0])
 
 
+COLUMNS = (*(name for name, _ in TABLE_COLUMNS), "rank", "row_in_rank")
+"""The table's columns a part copies (every row-wise one)."""
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A part before its rows are copied: its rows of the whole table, taken one column at a
+    time (`column`), so that one who ships the part elsewhere holds one column's copy at a
+    time, never the part's whole copy beside the table."""
+
+    rows: I64  # ascending
+    job: Shared
+    table: EntryTable
+    groups: GroupTable
+
+    def column(self, name: str) -> npt.NDArray[Any]:
+        """The part's copy of one column; block markers renumbered to the part's rows."""
+        values: npt.NDArray[Any] = getattr(self.table, name)[self.rows]
+        if name == "marker":
+            inside = values >= 0
+            values[inside] = np.searchsorted(self.rows, values[inside]).astype(values.dtype)
+        return values
+
+    def frame(self) -> Part:
+        """The part with every column of its table empty (`filled` puts them in): what
+        matching needs of the job beside the columns, small."""
+        empty: dict[str, Any] = {name: getattr(self.table, name)[:0] for name in COLUMNS}
+        return Part(
+            self.rows,
+            replace(self.table, **empty),
+            replace(self.groups, entry_group=self.groups.entry_group[self.rows]),
+            self.job.done[self.rows],
+            self.job.size_bad[self.rows],
+            _inside(self.rows, self.job.rank_ends),
+            self.job.last_enqueued,
+            self.job.wrapped,
+            self.job.unavailable,
+            self.job.busy,
+            self.job.stages,
+        )
+
+    def part(self) -> Part:
+        """The whole part, every column copied."""
+        return filled(self.frame(), *(self.column(name) for name in COLUMNS))
+
+
+def filled(frame: Part, *columns: npt.NDArray[Any]) -> Part:
+    """The part `frame` with its table's columns (`COLUMNS`, in that order)."""
+    named: dict[str, Any] = dict(zip(COLUMNS, columns, strict=True))
+    table = replace(frame.table, **named)
+    return replace(frame, table=table)
+
+
+def match_columns(frame: Part, *columns: npt.NDArray[Any]) -> PartMatch:
+    """`match_part` of the part `frame` with its columns (a task's arguments, each one of
+    them its own object in a cluster's store)."""
+    return match_part(filled(frame, *columns))
+
+
 def parts(
     job: Shared, t: EntryTable, groups: GroupTable, uid_sets: list[list[int]]
-) -> Iterator[Part]:
-    """Each set of groups as a part, made when asked for (a part copies its rows)."""
+) -> Iterator[Cut]:
+    """Each set of groups as a part, its rows found when asked for."""
     lookup = np.full(len(groups.groups) + 1, -1, dtype=np.int32)
     for i, uids in enumerate(uid_sets):
         lookup[uids] = i
@@ -197,32 +257,7 @@ def parts(
     for i in range(len(uid_sets)):
         rows = np.flatnonzero(which == i).astype(np.int64)
         if len(rows):
-            yield _part(job, t, groups, rows)
-
-
-def _part(job: Shared, t: EntryTable, groups: GroupTable, rows: I64) -> Part:
-    """The part of `rows` (ascending): their columns, the block markers renumbered."""
-    columns: dict[str, Any] = {name: column[rows] for name, column in t.arrays().items()}
-    columns["rank"] = t.rank[rows]
-    columns["row_in_rank"] = t.row_in_rank[rows]
-    marker = columns["marker"]
-    inside = marker >= 0
-    at = np.searchsorted(rows, marker[inside])
-    marker[inside] = at.astype(marker.dtype)
-    table = replace(t, **columns)
-    return Part(
-        rows,
-        table,
-        replace(groups, entry_group=groups.entry_group[rows]),
-        job.done[rows],
-        job.size_bad[rows],
-        _inside(rows, job.rank_ends),
-        job.last_enqueued,
-        job.wrapped,
-        job.unavailable,
-        job.busy,
-        job.stages,
-    )
+            yield Cut(rows, job, t, groups)
 
 
 def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatch]) -> MatchResult:

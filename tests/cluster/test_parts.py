@@ -53,11 +53,11 @@ class FakeRay:
         def wrap(fn: Any) -> Any:
             class Task:
                 @staticmethod
-                def remote(ref: int) -> tuple[str, int, int]:
+                def remote(*refs: int) -> tuple[str, int, tuple[int, ...]]:
                     ray.tasks += 1
                     if ray.interrupt_after is not None and ray.tasks > ray.interrupt_after:
                         raise KeyboardInterrupt
-                    return ("task", ray.tasks - 1, ref)
+                    return ("task", ray.tasks - 1, refs)
 
             del fn
             return Task
@@ -68,11 +68,13 @@ class FakeRay:
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref: Any) -> Any:
+        if isinstance(ref, list):
+            return [self.get(one) for one in ref]
         if isinstance(ref, tuple):
             _, number, stored = ref
             if number in self.lose:
                 raise _Lost("the worker died")
-            return partitions.match_part(self.store[stored])
+            return partitions.match_columns(*(self.store[r] for r in stored))
         return self.store[ref]
 
     def cancel(self, ref: object, force: bool) -> None:
