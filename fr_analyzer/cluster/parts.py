@@ -14,10 +14,11 @@ never the answer. Ctrl-C cancels every task still in flight.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from ..match import PartMatch
-from ..match.partitions import COLUMNS, Cut, match_columns
+from ..match.partitions import COLUMNS, Cut, match_columns, match_part
 from .connect import ClusterError, import_ray
 
 
@@ -48,8 +49,8 @@ def match_parts(cuts: Iterable[Cut], *, window: int, retries: int) -> Iterator[P
             stored = pending.pop(ref)
             try:
                 got = ray.get(ref)
-            except (ray.exceptions.RayTaskError, ray.exceptions.RayError):
-                got = match_columns(*ray.get(stored))
+            except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
+                got = _noted(match_columns(*ray.get(stored)), exc)
             del ref, stored
             assert isinstance(got, PartMatch)
             yield got
@@ -63,3 +64,23 @@ def _put(ray: Any, cut: Cut, name: str) -> Any:
     """One column of the part, copied into the store: the driver's copy lives only for the
     time of the put (the store's spills to disk past its memory)."""
     return ray.put(cut.column(name))
+
+
+def matched_here(cut: Cut, exc: BaseException) -> PartMatch:
+    """A part whose task failed past its retries, matched in the driver, with a note."""
+    return _noted(match_part(cut.part()), exc)
+
+
+def _noted(got: PartMatch, exc: BaseException) -> PartMatch:
+    """The part's result with a note that its task failed (the report's warnings say it)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    groups = ", ".join(str(u) for u in _uids(got)) or "none"
+    note = (
+        f"the Ray task matching groups {groups} failed ({type(exc).__name__}: {first[:200]});"
+        " they were matched in this process instead"
+    )
+    return replace(got, result=replace(got.result, notes=(*got.result.notes, note)))
+
+
+def _uids(got: PartMatch) -> list[int]:
+    return sorted(set(got.result.collectives.group.tolist()))

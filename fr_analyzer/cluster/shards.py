@@ -15,10 +15,9 @@ cancels every task still in flight.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +33,11 @@ from ..load import (
     Source,
     load_all,
 )
-from ..match import PartRunner
+from ..match import Cut, PartMatch, PartRunner
 from ..model.records import UnreadableDump
 from .connect import Cluster, ClusterError, import_ray
 from .parts import match_parts
+from .shuffle import Kept, match_shuffled, seen
 
 if TYPE_CHECKING:
     from ..pipeline import Options
@@ -106,6 +106,11 @@ class RayEngine:
         self.shard = shard  # ranks per task (None: `shard_size`)
         self.window = window or max(2, 2 * cluster.cpus)  # shards in flight or waiting
         self.retries = retries
+        # the shards of the last read, left in the store for the match stage's shuffle, and
+        # each rank's group names by code (as the table builder took them)
+        self._kept: list[Kept] = []
+        self._names: dict[int, list[tuple[str, str]]] = {}
+        self.matched = ""  # how the last match stage had its parts (for tests and benchmarks)
 
     @property
     def label(self) -> str:
@@ -113,10 +118,22 @@ class RayEngine:
         return self.cluster.label
 
     def match_runner(self) -> PartRunner:
-        """Matching on the cluster: one task per part of the job (`cluster.parts`)."""
-        return functools.partial(
-            match_parts, window=max(1, self.cluster.cpus), retries=self.retries
-        )
+        """Matching on the cluster: one task per part of the job, its rows gathered from the
+        shards of the last read (`cluster.shuffle`), else copied from the driver's table
+        (`cluster.parts`). The shards leave the store once matched."""
+
+        def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
+            kept, self._kept = self._kept, []
+            names, self._names = self._names, {}
+            cuts = list(cuts)
+            got = match_shuffled(cuts, kept, names, retries=self.retries) if kept else None
+            self.matched = "from the shards"
+            if got is None:
+                got = match_parts(cuts, window=max(1, self.cluster.cpus), retries=self.retries)
+                self.matched = "copied from the table"
+            yield from got
+
+        return run
 
     def refuses(self, source: Source) -> str | None:
         """A folder (which every node must reach at the same path) or a URL: each worker
@@ -145,6 +162,7 @@ class RayEngine:
         pieces = [list(files[i : i + size]) for i in range(0, len(files), size)]
         loaded: list[RankDump] = []
         unreadable: list[UnreadableDump] = []
+        self._kept, self._names = [], {}
         pending: deque[tuple[list[DumpFile], Any]] = deque()
         members = _Members()
         following = 0
@@ -157,10 +175,13 @@ class RayEngine:
                     following += 1
                 piece, ref = pending.popleft()
                 shard = _taken(ray, piece, ref)
+                if shard.loaded:  # left in the store for the shuffle (`cluster.shuffle`)
+                    self._kept.append(Kept(ref, seen(shard)))
                 del ref
                 for dump, tables, arrays in zip(
                     shard.loaded, shard.tables, shard.columns, strict=True
                 ):
+                    self._names[dump.rank] = dump.groups
                     sink(_with_tables(dump, tables), arrays)
                 loaded += members.share(shard.loaded)
                 unreadable += shard.unreadable

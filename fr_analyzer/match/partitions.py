@@ -201,6 +201,7 @@ class Cut:
     job: Shared
     table: EntryTable
     groups: GroupTable
+    uids: tuple[int, ...]  # the groups whose rows these are
 
     def column(self, name: str) -> npt.NDArray[Any]:
         """The part's copy of one column; block markers renumbered to the part's rows."""
@@ -257,7 +258,7 @@ def parts(
     for i in range(len(uid_sets)):
         rows = np.flatnonzero(which == i).astype(np.int64)
         if len(rows):
-            yield Cut(rows, job, t, groups)
+            yield Cut(rows, job, t, groups, tuple(uid_sets[i]))
 
 
 def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatch]) -> MatchResult:
@@ -348,7 +349,7 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
         done,
         tuple(sorted(findings, key=_group_key)),
         dict(sorted(proven.items())),
-        job.notes,
+        job.notes + tuple(note for _, p in blocks for note in p.result.notes),
         tuple(sorted(skipped, key=_unit_key)),
     )
 

@@ -95,6 +95,19 @@ def test_the_groups_of_each_description_are_matched_in_a_task_and_merged_as_one_
     assert_same_match(on_ray, whole)
 
 
+def test_the_parts_are_gathered_from_the_shards_in_the_store_not_from_the_driver(
+    cluster: Cluster,
+) -> None:
+    engine = RayEngine(cluster, shard=2)
+    sets = [SAMPLES / n for n in ("nccl3d_skip_world", "gloo3d_pp_recv_missing", "moe_healthy")]
+    for where in sets:
+        on_ray = report_dict(analyze(Directory(where), Options(engine=engine)))
+        assert engine.matched == "from the shards", where.name
+        on_ray["dumps"].pop("engine")
+        assert on_ray == _report(where, Options()), where.name
+        assert not any("Ray task" in w for w in on_ray["dumps"]["warnings"])
+
+
 def test_the_table_kept_out_of_core_on_ray_gives_the_report_one_process_gives(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -209,14 +222,15 @@ def _parent(pid: int | str) -> int:
 
 
 class _Killer(threading.Thread):
-    """Kills, by its pid, the first Ray worker seen reading a shard (`ray::read_shard`; not
-    its sandboxed reader, a fork that carries the same title)."""
+    """Kills, by its pid, the first Ray worker seen running `task` (by default one reading a
+    shard, `ray::read_shard`; not its sandboxed reader, a fork that carries the same title)."""
 
-    def __init__(self, limit_s: float = 60.0) -> None:
+    def __init__(self, limit_s: float = 60.0, task: bytes = b"ray::read_shard") -> None:
         super().__init__(daemon=True)
         self.killed: int | None = None
         self.stop = threading.Event()
         self.limit_s = limit_s
+        self.task = task
 
     def run(self) -> None:
         deadline = time.monotonic() + self.limit_s
@@ -224,9 +238,9 @@ class _Killer(threading.Thread):
             for entry in Path("/proc").iterdir():
                 if not entry.name.isdigit():
                     continue
-                if not _title(entry.name).startswith(b"ray::read_shard"):
+                if not _title(entry.name).startswith(self.task):
                     continue
-                if not _title(_parent(entry.name)).startswith(b"ray::read_shard"):
+                if not _title(_parent(entry.name)).startswith(self.task):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(int(entry.name), signal.SIGKILL)
                         self.killed = int(entry.name)
@@ -252,6 +266,39 @@ def test_a_worker_killed_mid_run_is_retried_and_the_answer_still_comes(
     assert len(on_ray["dumps"]["ranks_loaded"]) == 96
     time.sleep(1)  # Ray's driver gets the cluster's error events a moment later
     assert "worker died" not in capsys.readouterr().out  # stdout is the report's
+
+
+def _two_families(tmp_path: Path, ranks: int, entries: int) -> Path:
+    """A healthy job of `ranks` ranks, each with `entries` all_reduces on the world and as
+    many on its pair of ranks (groups of two descriptions: two parts to match)."""
+    world = list(range(ranks))
+    dumps = {}
+    for rank in range(ranks):
+        pair = [rank - rank % 2, rank - rank % 2 + 1]
+        ops = []
+        for i in range(entries):
+            ops.append(make_entry("all_reduce", i + 1, group=("0", "default_pg")))
+            ops.append(make_entry("all_reduce", i + 1, group=("1", "tp")))
+        dumps[rank] = make_dump(ops, groups={"0": ("default_pg", world), "1": ("tp", pair)})
+    return write_dumps(tmp_path / "job", dumps)
+
+
+def test_a_worker_killed_while_matching_is_retried_and_the_answer_still_comes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    job = _two_families(tmp_path, 128, 1000)
+    alone = _report(job, Options())
+    engine = RayEngine(cluster)
+    killer = _Killer(task=b"ray::match_blocks")
+    killer.start()
+    try:
+        on_ray = _report(job, Options(engine=engine))
+    finally:
+        killer.stop.set()
+        killer.join()
+    assert killer.killed is not None
+    assert engine.matched == "from the shards"
+    assert on_ray == alone  # no part matched in the driver instead: Ray's retry answered
 
 
 def test_a_shard_lost_past_its_retries_leaves_its_ranks_unreadable_and_the_rest_analyzed(

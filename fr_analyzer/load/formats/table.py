@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from ...errors import OutputError
 from ...memory import small_pages
-from ...model.dump import RankDump
+from ...model.dump import RankDump, RankTables
 from ...model.table import TABLE_COLUMNS, EntryTable
 from ..common import INT64_MAX
 from .values import Interner
@@ -84,14 +84,25 @@ class TableBuilder:
         if columns is None:
             assert dump.columns is not None
             columns = dump.columns.arrays()
+        self.add_rows(dump.rank, dump.groups, dump.tables, columns)
+
+    def add_rows(
+        self,
+        rank: int,
+        groups: Sequence[tuple[str, str]],
+        tables: RankTables,
+        columns: Mapping[str, np.ndarray],
+    ) -> None:
+        """Take rows of one rank: `columns` (codes into `groups` and `tables`, block markers
+        counted from the first of these rows), as `add` takes a whole rank's."""
         maps: dict[str, npt.NDArray[np.int32]] = {}
         for table, intern in self._interners.items():
-            values = dump.groups if table == "groups" else getattr(dump.tables, table)
+            values = groups if table == "groups" else getattr(tables, table)
             maps[table] = np.fromiter(map(intern, values), np.int32, len(values))
         start, n = self._n, len(columns["record_id"])
         self._reserve(start + n)
         pairs = len(self._pair_rank)
-        self._pair_rank += [dump.rank] * len(dump.groups)
+        self._pair_rank += [rank] * len(groups)
         self._pair_group += maps["groups"].tolist()
         for col, _ in TABLE_COLUMNS:
             target = self._columns[col][start : start + n]  # widens what it is given
@@ -110,7 +121,7 @@ class TableBuilder:
             target[:] = values
             if col == "marker":
                 target[target >= 0] += start
-        self._spans.append((dump.rank, start, n))
+        self._spans.append((rank, start, n))
         self._n = start + n
 
     def _reserve(self, rows: int) -> None:
