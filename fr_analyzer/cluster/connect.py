@@ -38,6 +38,9 @@ class Cluster:
     started: bool  # a local cluster started for this run (stopped after it)
     nodes: int
     cpus: int
+    # the memory one task may count on: the least, over the nodes, of a node's memory for
+    # tasks over its CPUs (None: not known)
+    task_memory: int | None = None
 
     @property
     def label(self) -> str:
@@ -100,10 +103,22 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[Clu
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         cpus = int(ray.cluster_resources().get("CPU", 0))
         where = address or ("local" if started else _gcs_address(ray))
-        yield Cluster(where, started, len(nodes), cpus)
+        yield Cluster(where, started, len(nodes), cpus, _task_memory(nodes))
     finally:
         if ray.is_initialized():
             ray.shutdown()
+
+
+def _task_memory(nodes: list[dict[str, Any]]) -> int | None:
+    """The least memory a task may count on: over the nodes with CPUs, the node's memory
+    for tasks (Ray's `memory` resource) over its CPUs (as many tasks run at once)."""
+    shares = []
+    for node in nodes:
+        resources = node.get("Resources") or {}
+        cpus, memory = resources.get("CPU", 0), resources.get("memory", 0)
+        if cpus >= 1 and memory > 0:
+            shares.append(int(memory // cpus))
+    return min(shares) if shares else None
 
 
 def _init(ray: Any, **kwargs: Any) -> None:

@@ -47,6 +47,9 @@ RETRIES = 3
 SHARD_MIN, SHARD_MAX = 8, 512
 """Ranks per task: enough that a task's start is a small part of it, few enough that a lost
 worker costs little and every core has work (`shard_size`)."""
+PART_ROW_BYTES = 400
+"""What a row of a part costs the task matching it, at its peak: the part's blocks as they
+arrive, its table, and the matcher's working arrays (measured about 300 at 4,096 ranks)."""
 TASKS_PER_CPU = 4
 """Shards per CPU of the cluster: the last tasks are short, so no core waits long."""
 
@@ -120,7 +123,9 @@ class RayEngine:
     def match_runner(self) -> PartRunner:
         """Matching on the cluster: one task per part of the job, its rows gathered from the
         shards of the last read (`cluster.shuffle`), else copied from the driver's table
-        (`cluster.parts`). The shards leave the store once matched."""
+        (`cluster.parts`). The shards leave the store once matched. A part is at most what
+        a task's share of a node's memory holds (`PART_ROW_BYTES` a row); a job with a
+        larger one is matched whole in the driver, its table out of core."""
 
         def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
             kept, self._kept = self._kept, []
@@ -133,7 +138,8 @@ class RayEngine:
                 self.matched = "copied from the table"
             yield from got
 
-        return run
+        memory = self.cluster.task_memory
+        return PartRunner(run, None if memory is None else memory // PART_ROW_BYTES)
 
     def refuses(self, source: Source) -> str | None:
         """A folder (which every node must reach at the same path) or a URL: each worker

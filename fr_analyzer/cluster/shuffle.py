@@ -1,34 +1,35 @@
 """The shuffle: each part of the job (`match.partitions`) gathered from the shards themselves,
 in the cluster's store, never through the driver.
 
-The map stage leaves each shard it read in the store (`Shard`, kept by its reference). Once
-the driver has the groups and the parts, one split task per shard cuts that shard's rows into
-one block per part (a row's part is its group's: `SplitPlan`, a few numbers per rank); the
-task of a part takes its block of every shard (Ray hands a task the objects its arguments
-name, from any node), builds the part's table from them with the table builder one process
-uses (`load.TableBuilder`: its own codes of names and shapes, which no rule compares across
-parts) and matches it (`match.partitions.match_part`). What comes from the driver is the
-part's frame: its rows' completion and the job-wide facts (`match.partitions.Cut.frame`),
-about 14 bytes a row against the hundred of its columns.
+The map stage leaves each shard it read in the store (`Kept`, by its reference). Once the
+driver has the table, the groups and the parts, one split task per shard re-codes the
+shard's rows as the table has them (the table's lists of names and shapes, `Codes`; the
+rank's first row and its (rank, group) pairs, `SplitPlan`: a few numbers per rank) and cuts
+them into one block per part, by the part of each row's group. The task of a part takes its
+block of every shard (Ray hands a task the objects its arguments name, from any node), puts
+the rows in the table's order and matches them (`match.partitions.match_part`): the very part
+`match.partitions.Cut.part` copies from the table. What comes from the driver is the part's
+frame: its rows' completion and the job-wide facts (`Cut.frame`), about 14 bytes a row
+against the hundred of its columns.
 
-A part whose rows do not come out as the driver's table has them (a rank read twice, the
-cache's ranks) is never matched from the shards: the runner checks each rank's rows first
-and otherwise copies the parts from the driver's table (`cluster.parts`).
+Where the table's rows are not the shards' (a rank read twice, ranks from the cache) the
+runner finds it before any task starts (`plans`) and the parts are copied from the driver's
+table instead (`cluster.parts`); a part whose rows still come out otherwise is a bug
+(`PartMismatch`), and its part is matched in the driver, said in the warnings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..load import RankTables, TableBuilder
+from ..load.formats.table import RECODED, rank_maps, recode
 from ..match import Cut, PartMatch
-from ..match.partitions import Part, match_part
-from ..model.groups import GroupTable
+from ..match.partitions import COLUMNS, Part, filled, match_part
 from ..model.table import EntryTable, rank_starts
 from .connect import ClusterError, import_ray
 from .parts import matched_here
@@ -62,56 +63,92 @@ def seen(shard: Shard) -> tuple[tuple[int, int, int, int], ...]:
 @dataclass(frozen=True)
 class SplitPlan:
     """What a split task needs of one shard's ranks: where each rank's rows begin in the
-    table (-1: not in it), and the group uid of each of its group codes."""
+    table (a rank not in it is left out), and the table's (rank, group) pair of each of the
+    rank's group codes."""
 
     start: dict[int, int]
-    uid: dict[int, I32]  # rank -> group uid by the rank's own group code
+    pair: dict[int, I32]  # rank -> the table's pair by the rank's own group code
 
 
 @dataclass(frozen=True)
-class RankRows:
-    """One rank's rows of one part: its columns (the rank's codes, markers counted from the
-    first of these rows), where they sit in the rank and in the table, and their groups."""
+class Codes:
+    """The table's lists of distinct values (`load.formats.table.RECODED`'s), by which a
+    split task re-codes a rank's columns as the table has them."""
 
-    rank: int
-    groups: list[tuple[str, str]]
-    tables: RankTables
+    values: dict[str, list[Any]]
+
+    def lookups(self) -> dict[str, Callable[[Any], int]]:
+        """Each list's value -> code, as a callable (`load.formats.table.rank_maps`)."""
+        return {
+            table: {v: code for code, v in enumerate(values)}.__getitem__
+            for table, values in self.values.items()
+        }
+
+
+def codes_of(t: EntryTable) -> Codes:
+    """The table's lists, by the names the builder gives them."""
+    return Codes(
+        {
+            "groups": t.group_names,
+            "ops": t.ops,
+            "backends": t.backends,
+            "profiling_names": t.profiling_names,
+            "shapes": t.shapes,
+            "dtypes": t.dtypes,
+            "stacks": t.stacks,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Block:
+    """One shard's rows of one part: the table's columns as the table has them (block
+    markers as rows of the table), and those rows."""
+
+    rows: I64
     columns: dict[str, np.ndarray]
-    local: I32  # each row's place among the rank's rows
-    start: int  # the rank's first row in the table
-    uid: I32  # each row's group uid
 
 
-def split(shard: Shard, plan: SplitPlan, part_of_uid: I32, parts: int) -> Any:
-    """The task: the shard's rows cut into one block per part (a list of `RankRows`), a
-    tuple of them (one block alone where there is one part, as Ray returns one object)."""
-    blocks: list[list[RankRows]] = [[] for _ in range(parts)]
+def split(shard: Shard, plan: SplitPlan, codes: Codes, part_of_pair: I32, parts: int) -> Any:
+    """The task: the shard's rows, re-coded as the table has them, cut into one `Block` per
+    part (a tuple; the block alone where there is one part, as Ray returns one object)."""
+    lookups = codes.lookups()
+    widths = {name: len(values) for name, values in codes.values.items()}
+    pieces: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
+    rows: list[I64] = []
     for dump, tables, columns in zip(shard.loaded, shard.tables, shard.columns, strict=True):
-        start = plan.start.get(dump.rank, -1)
-        if start < 0 or not len(columns["record_id"]):
+        start = plan.start.get(dump.rank)
+        n = len(columns["record_id"])
+        if start is None or not n:
             continue
-        uid = plan.uid[dump.rank][columns["group"].astype(np.int64)]
-        part = part_of_uid[uid]
-        for p in range(parts):
-            rows = np.flatnonzero(part == p)
-            if not len(rows):
-                continue
-            taken = {name: values[rows] for name, values in columns.items()}
-            marker = taken["marker"].astype(np.int64)
-            inside = marker >= 0
-            marker[inside] = np.searchsorted(rows, marker[inside])
-            taken["marker"] = marker
-            blocks[p].append(
-                RankRows(
-                    dump.rank,
-                    dump.groups,
-                    tables,
-                    taken,
-                    rows.astype(np.int32),
-                    start,
-                    uid[rows].astype(np.int32),
-                )
-            )
+        maps = rank_maps(lookups, dump.groups, tables)
+        for name in COLUMNS:
+            if name == "rank":
+                pieces[name].append(np.full(n, dump.rank, dtype=np.int32))
+            elif name == "row_in_rank":
+                pieces[name].append(np.arange(n, dtype=np.int32))
+            elif name == "pair":
+                pieces[name].append(plan.pair[dump.rank][columns["group"]])
+            elif name == "marker":
+                marker = columns["marker"].astype(np.int64)
+                pieces[name].append(np.where(marker >= 0, marker + start, -1))
+            else:
+                values = recode(name, columns[name], maps)
+                if name in RECODED:
+                    values = _narrow(values, widths[RECODED[name]])
+                pieces[name].append(values)
+        rows.append(np.arange(start, start + n, dtype=np.int64))
+    if not rows:
+        empty = Block(np.zeros(0, np.int64), {})
+        return tuple(empty for _ in range(parts)) if parts > 1 else empty
+    every = np.concatenate(rows)
+    columns_all = {name: np.concatenate(p) for name, p in pieces.items()}
+    del pieces
+    part = part_of_pair[columns_all["pair"]]
+    blocks = []
+    for p in range(parts):
+        sel = np.flatnonzero(part == p)
+        blocks.append(Block(every[sel], {name: c[sel] for name, c in columns_all.items()}))
     return tuple(blocks) if parts > 1 else blocks[0]
 
 
@@ -119,29 +156,34 @@ class PartMismatch(RuntimeError):
     """A part built from the shards is not the driver's: a bug, never bad input."""
 
 
-def match_blocks(frame: Part, *blocks: list[RankRows]) -> PartMatch:
-    """The task: a part's table built from its block of every shard, then matched."""
-    got = sorted((rows for block in blocks for rows in block), key=lambda r: r.rank)
-    builder = TableBuilder(ranks_hint=max(1, len(got)))
-    for rows in got:
-        builder.add_rows(rows.rank, rows.groups, rows.tables, rows.columns)
-    t = builder.build()
-    empty = np.zeros(0, np.int32)
-    at = np.concatenate(
-        [r.start + r.local.astype(np.int64) for r in got] or [empty.astype(np.int64)]
-    )
-    if frame.rows is None or not np.array_equal(at, frame.rows):
+def match_blocks(frame: Part, *blocks: Block) -> PartMatch:
+    """The task: a part's table from its block of every shard, in the table's order, then
+    matched (`match.partitions.match_part`): the part `Cut.part` copies from the table."""
+    got = [b for b in blocks if len(b.rows)]
+    rows = np.concatenate([b.rows for b in got] or [np.zeros(0, np.int64)])
+    order: npt.NDArray[np.intp] | None = None
+    if len(rows) > 1 and not bool((rows[1:] > rows[:-1]).all()):  # shards out of rank order
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+    if frame.rows is None or not np.array_equal(rows, frame.rows):
         raise PartMismatch("the part's rows from the shards are not the table's")
-    uid = np.concatenate([r.uid for r in got] or [empty]).astype(np.int32)
-    t = replace(t, row_in_rank=np.concatenate([r.local for r in got] or [empty]))
-    pair_uid = np.full(len(t.pair_rank), -1, dtype=np.int32)
-    pair_uid[t.pair] = uid
-    groups = replace(frame.groups, entry_group=uid, pair_uid=pair_uid)
-    return match_part(replace(frame, table=t, groups=groups))
+    columns: dict[str, np.ndarray] = {}
+    for name in COLUMNS:
+        values = np.concatenate([b.columns[name] for b in got])
+        if order is not None:
+            values = values[order]
+        columns[name] = values.astype(getattr(frame.table, name).dtype, copy=False)
+    del got
+    marker = columns["marker"]
+    inside = marker >= 0
+    marker[inside] = np.searchsorted(rows, marker[inside]).astype(marker.dtype)
+    entry_group = frame.groups.pair_uid[columns["pair"]]
+    frame = replace(frame, groups=replace(frame.groups, entry_group=entry_group))
+    return match_part(filled(frame, *(columns[name] for name in COLUMNS)))
 
 
 def plans(
-    kept: Sequence[Kept], t: EntryTable, groups: GroupTable, names: dict[int, list[Any]]
+    kept: Sequence[Kept], t: EntryTable, names: dict[int, list[Any]]
 ) -> list[SplitPlan] | None:
     """Each kept shard's plan, or None where the table's rows are not the shards' (a rank
     the table holds that no shard does, or holds otherwise)."""
@@ -152,17 +194,15 @@ def plans(
     ends = np.append(starts[1:], t.n).tolist()
     where = dict(zip(ranks, zip(starts.tolist(), ends, strict=True), strict=True))
     code = {name: c for c, name in enumerate(t.group_names)}
-    pair_uid = {
-        (r, g): u
-        for r, g, u in zip(
-            t.pair_rank.tolist(), t.pair_group.tolist(), groups.pair_uid.tolist(), strict=True
-        )
+    pair_of = {
+        (r, g): p
+        for p, (r, g) in enumerate(zip(t.pair_rank.tolist(), t.pair_group.tolist(), strict=True))
     }
     covered: set[int] = set()
     out = []
     for shard in kept:
         start: dict[int, int] = {}
-        uid: dict[int, I32] = {}
+        pair: dict[int, I32] = {}
         for rank, n, first, last in shard.ranks:
             span = where.get(rank)
             if span is None:
@@ -174,11 +214,11 @@ def plans(
                 return None
             covered.add(rank)
             start[rank] = s
-            uid[rank] = np.array(
-                [pair_uid.get((rank, code.get(name, -1)), -1) for name in names[rank]],
+            pair[rank] = np.array(
+                [pair_of.get((rank, code.get(name, -1)), -1) for name in names[rank]],
                 dtype=np.int32,
             )
-        out.append(SplitPlan(start, uid))
+        out.append(SplitPlan(start, pair))
     return out if covered == set(ranks) else None
 
 
@@ -193,13 +233,14 @@ def match_shuffled(
     if not cut_list:
         return iter(())
     t, groups = cut_list[0].table, cut_list[0].groups
-    made = plans(kept, t, groups, names)
+    made = plans(kept, t, names)
     if made is None:
         return None
     part_of_uid = np.full(len(groups.groups) + 1, -1, dtype=np.int32)
     for p, cut in enumerate(cut_list):
         part_of_uid[list(cut.uids)] = p
-    return _run(ray, cut_list, kept, made, part_of_uid, retries)
+    part_of_pair = part_of_uid[groups.pair_uid]
+    return _run(ray, cut_list, kept, made, codes_of(t), part_of_pair, retries)
 
 
 def _run(
@@ -207,19 +248,20 @@ def _run(
     cuts: list[Cut],
     kept: Sequence[Kept],
     made: list[SplitPlan],
-    part_of_uid: I32,
+    codes: Codes,
+    part_of_pair: I32,
     retries: int,
 ) -> Iterator[PartMatch]:
     n = len(cuts)
     options = {"max_retries": retries, "retry_exceptions": False, "num_cpus": 1}
     splitter = ray.remote(num_returns=n, **options)(split)
     matcher = ray.remote(**options)(match_blocks)
-    shared_map = ray.put(part_of_uid)
+    shared_codes, shared_map = ray.put(codes), ray.put(part_of_pair)
     blocks = []
     pending: dict[Any, Cut] = {}
     try:
         for shard, plan in zip(kept, made, strict=True):
-            got = splitter.remote(shard.ref, plan, shared_map, n)
+            got = splitter.remote(shard.ref, plan, shared_codes, shared_map, n)
             blocks.append(list(got) if n > 1 else [got])
         for p, cut in enumerate(cuts):
             frame = cut.frame()
@@ -241,3 +283,12 @@ def _run(
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
+
+
+def _narrow(codes: np.ndarray, width: int) -> np.ndarray:
+    """Codes into a list of `width` values (or -1) in the narrowest type that holds them:
+    they travel through the store, and the part's task widens them again."""
+    for kind in (np.int8, np.int16):
+        if width < np.iinfo(kind).max:
+            return codes.astype(kind)
+    return codes

@@ -47,11 +47,12 @@ def match(
     """Match every collective and send/recv across ranks: the units, the pairs and the findings.
     With `runner`, the groups of each description are matched as a part of their own, where
     the runner puts them (the Ray engine: one task each), and the parts' results merged: the
-    same result as matching the whole table in this process (`match.partitions`)."""
+    same result as matching the whole table in this process (`match.partitions`). A job of
+    one description, or with a part larger than the runner takes, is matched whole here."""
     job = partitions.shared(dumps, t, groups)
     families = partitions.families(t, groups) if runner is not None else []
-    if len(families) < 2 or runner is None:
+    if runner is None or len(families) < 2 or not runner.takes(partitions.sizes(groups, families)):
         done = partitions.match_part(partitions.whole(job, t, groups))
         r = done.result
         return MatchResult(r.collectives, r.p2p, r.done, r.findings, r.proven, job.notes, r.skipped)
-    return partitions.merge(job, t, groups, runner(partitions.parts(job, t, groups, families)))
+    return partitions.merge(job, t, groups, runner.run(partitions.parts(job, t, groups, families)))

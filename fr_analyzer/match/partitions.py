@@ -107,9 +107,19 @@ class PartMatch:
     wild_pairs: int  # of the part's pairs, how many (the last) took a recv from any source
 
 
-PartRunner = Callable[[Iterable["Cut"]], Iterator[PartMatch]]
-"""Matches each part (`match_part` of `Cut.part`, or `match_columns`), anywhere, and yields
-the results (in any order)."""
+@dataclass(frozen=True)
+class PartRunner:
+    """Where parts are matched: `run` matches each part (`match_part` of `Cut.part`, or
+    `match_columns`), anywhere, and yields the results in any order; it takes parts of at
+    most `most_rows` rows (None: any), and a job with a larger part is matched whole by the
+    caller (where one process has matched it: out of core if its table is)."""
+
+    run: Callable[[Iterable[Cut]], Iterator[PartMatch]]
+    most_rows: int | None = None
+
+    def takes(self, sizes: Sequence[int]) -> bool:
+        """Whether it takes parts of these sizes (rows)."""
+        return self.most_rows is None or max(sizes, default=0) <= self.most_rows
 
 
 def match_part(part: Part) -> PartMatch:
@@ -187,8 +197,13 @@ def families(t: EntryTable, groups: GroupTable) -> list[list[int]]:
     return sorted(out.values(), key=lambda uids: uids[0])
 
 
-COLUMNS = (*(name for name, _ in TABLE_COLUMNS), "rank", "row_in_rank")
-"""The table's columns a part copies (every row-wise one)."""
+UNREAD = ("index", "record_id", "group", "op_id", "t_started", "duration_ms", "stack", "timeout_ms")
+"""The table's columns no rule of matching reads: a part holds them as a constant (-1), no
+copy (`tests/match/test_partitions.py` fills them with noise and gets the same answer)."""
+COLUMNS = tuple(
+    name for name in (*(n for n, _ in TABLE_COLUMNS), "rank", "row_in_rank") if name not in UNREAD
+)
+"""The table's columns a part copies."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +229,9 @@ class Cut:
     def frame(self) -> Part:
         """The part with every column of its table empty (`filled` puts them in): what
         matching needs of the job beside the columns, small."""
-        empty: dict[str, Any] = {name: getattr(self.table, name)[:0] for name in COLUMNS}
+        empty: dict[str, Any] = {
+            name: getattr(self.table, name)[:0] for name in (*COLUMNS, *UNREAD)
+        }
         return Part(
             self.rows,
             replace(self.table, **empty),
@@ -235,8 +252,12 @@ class Cut:
 
 
 def filled(frame: Part, *columns: npt.NDArray[Any]) -> Part:
-    """The part `frame` with its table's columns (`COLUMNS`, in that order)."""
+    """The part `frame` with its table's columns (`COLUMNS`, in that order; `UNREAD` ones
+    a constant -1)."""
     named: dict[str, Any] = dict(zip(COLUMNS, columns, strict=True))
+    n = len(named["rank"])
+    for name in UNREAD:
+        named[name] = np.broadcast_to(np.array(-1, dtype=getattr(frame.table, name).dtype), (n,))
     table = replace(frame.table, **named)
     return replace(frame, table=table)
 
@@ -245,6 +266,12 @@ def match_columns(frame: Part, *columns: npt.NDArray[Any]) -> PartMatch:
     """`match_part` of the part `frame` with its columns (a task's arguments, each one of
     them its own object in a cluster's store)."""
     return match_part(filled(frame, *columns))
+
+
+def sizes(groups: GroupTable, uid_sets: list[list[int]]) -> list[int]:
+    """The rows of each set of groups."""
+    per_group = np.bincount(groups.entry_group, minlength=len(groups.groups))
+    return [int(per_group[uids].sum()) for uids in uid_sets]
 
 
 def parts(

@@ -13,7 +13,7 @@ import pytest
 
 from fr_analyzer.cluster import parts as parts_mod
 from fr_analyzer.load import Directory
-from fr_analyzer.match import match, partitions
+from fr_analyzer.match import PartRunner, match, partitions
 from fr_analyzer.model.groups import build_groups
 from fr_analyzer.pipeline import Options, load
 from tests.match.test_partitions import assert_same_match
@@ -101,7 +101,7 @@ def test_a_part_lost_past_its_retries_is_matched_in_the_driver_and_the_answer_is
         def runner(cut: Any) -> Any:
             return parts_mod.match_parts(cut, window=2, retries=0)
 
-        on_ray = match(got.dumps, got.table, groups, runner)
+        on_ray = match(got.dumps, got.table, groups, PartRunner(runner))
         lost = [n for n in on_ray.notes if "failed" in n]
         assert_same_match(replace(on_ray, notes=on_ray.notes[: len(whole.notes)]), whole)
     assert fake.tasks == 4
@@ -120,5 +120,5 @@ def test_ctrl_c_while_matching_cancels_every_task_in_flight(
             return parts_mod.match_parts(cut, window=4, retries=0)
 
         with pytest.raises(KeyboardInterrupt):
-            match(got.dumps, got.table, groups, runner)
+            match(got.dumps, got.table, groups, PartRunner(runner))
     assert len(fake.cancelled) == 2

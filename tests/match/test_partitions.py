@@ -4,6 +4,7 @@ cluster matches them, give what matching the whole table gives, to the last row.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ class PartsInTurn(InProcess):
     """One process that matches the job in parts, as the Ray engine does, one after another."""
 
     def match_runner(self) -> PartRunner | None:
-        return partitions.in_turn
+        return PartRunner(partitions.in_turn)
 
 
 def assert_same_match(parts: MatchResult, whole: MatchResult) -> None:
@@ -53,7 +54,7 @@ def _both(where: Path) -> tuple[MatchResult, MatchResult, int]:
     retired = got.table.retired.copy()  # matching clears it where a recorder is silent
     whole = match(got.dumps, got.table, groups)
     got.table.retired[:] = retired
-    parts = match(got.dumps, got.table, groups, partitions.in_turn)
+    parts = match(got.dumps, got.table, groups, PartRunner(partitions.in_turn))
     return parts, whole, len(partitions.families(got.table, groups))
 
 
@@ -91,8 +92,25 @@ def test_a_job_of_one_description_is_matched_whole_even_given_a_runner() -> None
     got = load(Directory(SAMPLES / "fsdp_healthy"), Options(workers=1))
     groups = build_groups(got.dumps, got.table, got.unreadable)
     assert len(partitions.families(got.table, groups)) == 1
-    match(got.dumps, got.table, groups, runner)
+    match(got.dumps, got.table, groups, PartRunner(runner))
     assert called == []
+
+
+def test_a_job_with_a_part_larger_than_the_runner_takes_is_matched_whole() -> None:
+    called: list[int] = []
+
+    def runner(parts: Any) -> Any:
+        called.append(1)
+        return partitions.in_turn(parts)
+
+    got = load(Directory(SAMPLES / "nccl3d_skip_world"), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    rows = partitions.sizes(groups, partitions.families(got.table, groups))
+    assert sum(rows) == got.table.n
+    match(got.dumps, got.table, groups, PartRunner(runner, most_rows=max(rows) - 1))
+    assert called == []
+    match(got.dumps, got.table, groups, PartRunner(runner, most_rows=max(rows)))
+    assert called == [1]
 
 
 @pytest.mark.parametrize("seed", [3, 26, 150, 297, 459, 682, 803, 1009, 1201, 1931, *range(40)])
@@ -101,3 +119,21 @@ def test_drawn_jobs_matched_in_parts_match_as_a_whole(seed: int) -> None:
         draw_case(seed, parse_shapes("all"), None).write(Path(d), None)
         parts, whole, _ = _both(Path(d))
     assert_same_match(parts, whole)
+
+
+@pytest.mark.parametrize(
+    "name", ["nccl3d_p2p_mismatch", "gloo3d_skip_collective", "nccl_coalesced"]
+)
+def test_no_rule_of_matching_reads_the_columns_a_part_leaves_out(name: str) -> None:
+    got = load(Directory(SAMPLES / name), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    retired = got.table.retired.copy()
+    whole = match(got.dumps, got.table, groups)
+    got.table.retired[:] = retired
+    noise = np.random.default_rng(7)
+    columns: dict[str, Any] = {
+        column: noise.integers(-5, 1 << 20, got.table.n).astype(getattr(got.table, column).dtype)
+        for column in partitions.UNREAD
+    }
+    noisy = replace(got.table, **columns)
+    assert_same_match(match(got.dumps, noisy, groups), whole)

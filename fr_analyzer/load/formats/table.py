@@ -6,7 +6,7 @@ import math
 import mmap
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,35 @@ RECODED = {
 }
 """The columns that hold codes, and the table each indexes (`groups` is the rank's
 (name, desc) list, the others `RankTables`' lists)."""
+
+
+def recode(
+    col: str, values: npt.NDArray[Any], maps: Mapping[str, npt.NDArray[np.int32]]
+) -> npt.NDArray[Any]:
+    """A rank's column with its codes (`RECODED`) in the table's: `maps` gives each of the
+    rank's tables' codes in the table's (other columns come back as they are)."""
+    if col not in RECODED or not len(values):
+        return values
+    table_map = maps[RECODED[col]]
+    if col == "stack":
+        safe = table_map[np.maximum(values, 0)] if len(table_map) else -1
+        out: npt.NDArray[Any] = np.where(values >= 0, safe, -1)
+        return out
+    recoded: npt.NDArray[Any] = table_map[values]
+    return recoded
+
+
+def rank_maps(
+    codes: Mapping[str, Callable[[Any], int]],
+    groups: Sequence[tuple[str, str]],
+    tables: RankTables,
+) -> dict[str, npt.NDArray[np.int32]]:
+    """Each of a rank's tables (`RECODED`'s) as the table's codes: `codes[table](value)`."""
+    maps: dict[str, npt.NDArray[np.int32]] = {}
+    for table, code in codes.items():
+        values = groups if table == "groups" else getattr(tables, table)
+        maps[table] = np.fromiter(map(code, values), np.int32, len(values))
+    return maps
 
 
 class TableBuilder:
@@ -95,10 +124,7 @@ class TableBuilder:
     ) -> None:
         """Take rows of one rank: `columns` (codes into `groups` and `tables`, block markers
         counted from the first of these rows), as `add` takes a whole rank's."""
-        maps: dict[str, npt.NDArray[np.int32]] = {}
-        for table, intern in self._interners.items():
-            values = groups if table == "groups" else getattr(tables, table)
-            maps[table] = np.fromiter(map(intern, values), np.int32, len(values))
+        maps = rank_maps(self._interners, groups, tables)
         start, n = self._n, len(columns["record_id"])
         self._reserve(start + n)
         pairs = len(self._pair_rank)
@@ -110,15 +136,7 @@ class TableBuilder:
                 target[:] = columns["group"]
                 target += pairs
                 continue
-            values = columns[col]
-            if col in RECODED and len(values):
-                table_map = maps[RECODED[col]]
-                if col == "stack":
-                    safe = table_map[np.maximum(values, 0)] if len(table_map) else -1
-                    values = np.where(values >= 0, safe, -1)
-                else:
-                    values = table_map[values]
-            target[:] = values
+            target[:] = recode(col, columns[col], maps)
             if col == "marker":
                 target[target >= 0] += start
         self._spans.append((rank, start, n))
