@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..load.formats.table import RECODED, rank_maps, recode
+from ..load import RECODED, rank_maps, recode
 from ..match import Cut, PartMatch
 from ..match.partitions import COLUMNS, Part, filled, match_part
 from ..model.table import EntryTable, rank_starts

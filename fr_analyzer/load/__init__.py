@@ -62,7 +62,7 @@ from ..model.table import EntryTable, rank_starts
 from .cache import RankCache, RankSink
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
 from .formats.normalize import build_rank
-from .formats.table import ROW_BYTES, TableBuilder
+from .formats.table import RECODED, ROW_BYTES, TableBuilder, rank_maps, recode
 from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
 from .kept import Kinds, Unkeepable, kinds_of
 from .kept import decode as decode_kept
@@ -109,6 +109,7 @@ __all__ = [
     "MANIFEST",
     "MARKER_OPS",
     "NO_TIME",
+    "RECODED",
     "ROW_BYTES",
     "TRACE_CUT_NOTE",
     "Directory",
@@ -148,10 +149,12 @@ __all__ = [
     "parse_json",
     "parse_size",
     "printable",
+    "rank_maps",
     "rank_starts",
     "read_job_logs",
     "read_manifest",
     "read_raw",
+    "recode",
     "unpickle",
     "with_settled_groups",
     "with_shown",
