@@ -50,6 +50,9 @@ worker costs little and every core has work (`shard_size`)."""
 PART_ROW_BYTES = 400
 """What a row of a part costs the task matching it, at its peak: the part's blocks as they
 arrive, its table, and the matcher's working arrays (measured about 300 at 4,096 ranks)."""
+KEEP_FACTOR = 2
+"""The map stage keeps its shards in the store (for the shuffle) while the rows read are at
+most this many times the largest part a task takes."""
 TASKS_PER_CPU = 4
 """Shards per CPU of the cluster: the last tasks are short, so no core waits long."""
 
@@ -138,8 +141,17 @@ class RayEngine:
                 self.matched = "copied from the table"
             yield from got
 
+        return PartRunner(run, self._most_rows())
+
+    @property
+    def shards_kept(self) -> int:
+        """How many shards of the last read wait in the store for the match stage."""
+        return len(self._kept)
+
+    def _most_rows(self) -> int | None:
+        """The rows of the largest part a task takes (None: any)."""
         memory = self.cluster.task_memory
-        return PartRunner(run, None if memory is None else memory // PART_ROW_BYTES)
+        return None if memory is None else memory // PART_ROW_BYTES
 
     def refuses(self, source: Source) -> str | None:
         """A folder (which every node must reach at the same path) or a URL: each worker
@@ -169,6 +181,11 @@ class RayEngine:
         loaded: list[RankDump] = []
         unreadable: list[UnreadableDump] = []
         self._kept, self._names = [], {}
+        # past this many rows the job's largest part will not fit a task (in a job of groups
+        # of a few descriptions, one holds half the rows or more): the shards go as read
+        most = self._most_rows()
+        keep_up_to = None if most is None else KEEP_FACTOR * most
+        kept_rows = 0
         pending: deque[tuple[list[DumpFile], Any]] = deque()
         members = _Members()
         following = 0
@@ -181,8 +198,12 @@ class RayEngine:
                     following += 1
                 piece, ref = pending.popleft()
                 shard = _taken(ray, piece, ref)
-                if shard.loaded:  # left in the store for the shuffle (`cluster.shuffle`)
+                if shard.loaded and (keep_up_to is None or kept_rows <= keep_up_to):
+                    # left in the store for the shuffle (`cluster.shuffle`)
                     self._kept.append(Kept(ref, seen(shard)))
+                    kept_rows += sum(n for _, n, _, _ in self._kept[-1].ranks)
+                    if keep_up_to is not None and kept_rows > keep_up_to:
+                        self._kept = []  # too large a job to match in parts: let them go
                 del ref
                 for dump, tables, arrays in zip(
                     shard.loaded, shard.tables, shard.columns, strict=True

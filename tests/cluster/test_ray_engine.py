@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import pytest
 
 from fr_analyzer.cli.app import run
 from fr_analyzer.cluster import Cluster, RayEngine, connect, shard_size
+from fr_analyzer.cluster.shards import KEEP_FACTOR, PART_ROW_BYTES
 from fr_analyzer.load import Directory
 from fr_analyzer.match import match, partitions
 from fr_analyzer.model.groups import build_groups
@@ -106,6 +108,20 @@ def test_the_parts_are_gathered_from_the_shards_in_the_store_not_from_the_driver
         on_ray["dumps"].pop("engine")
         assert on_ray == _report(where, Options()), where.name
         assert not any("Ray task" in w for w in on_ray["dumps"]["warnings"])
+
+
+def test_a_job_too_large_to_match_in_parts_lets_its_shards_go_and_is_matched_whole(
+    cluster: Cluster,
+) -> None:
+    where = SAMPLES / "nccl3d_skip_world"
+    small = replace(cluster, task_memory=PART_ROW_BYTES * 50)  # parts of 50 rows at most
+    engine = RayEngine(small, shard=2)
+    got = load(Directory(where), Options(engine=engine))
+    assert got.table.n > KEEP_FACTOR * 50
+    assert engine.shards_kept == 0
+    on_ray = _report(where, Options(engine=engine))
+    assert engine.matched == ""  # matched whole in the driver: no part was cut
+    assert on_ray == _report(where, Options())
 
 
 def test_the_table_kept_out_of_core_on_ray_gives_the_report_one_process_gives(
