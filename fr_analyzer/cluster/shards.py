@@ -51,8 +51,9 @@ PART_ROW_BYTES = 400
 """What a row of a part costs the task matching it, at its peak: the part's blocks as they
 arrive, its table, and the matcher's working arrays (measured about 300 at 4,096 ranks)."""
 KEEP_FACTOR = 2
-"""The map stage keeps its shards in the store (for the shuffle) while the rows read are at
-most this many times the largest part a task takes."""
+"""The map stage keeps its shards in the store (for the shuffle) while the job's rows (the
+ranks still to come as large as those read) are at most this many times the largest part a
+task takes."""
 TASKS_PER_CPU = 4
 """Shards per CPU of the cluster: the last tasks are short, so no core waits long."""
 
@@ -185,7 +186,8 @@ class RayEngine:
         # of a few descriptions, one holds half the rows or more): the shards go as read
         most = self._most_rows()
         keep_up_to = None if most is None else KEEP_FACTOR * most
-        kept_rows = 0
+        kept_rows = kept_ranks = 0
+        keeping = True
         pending: deque[tuple[list[DumpFile], Any]] = deque()
         members = _Members()
         following = 0
@@ -198,12 +200,16 @@ class RayEngine:
                     following += 1
                 piece, ref = pending.popleft()
                 shard = _taken(ray, piece, ref)
-                if shard.loaded and (keep_up_to is None or kept_rows <= keep_up_to):
+                if shard.loaded and keeping:
                     # left in the store for the shuffle (`cluster.shuffle`)
                     self._kept.append(Kept(ref, seen(shard)))
                     kept_rows += sum(n for _, n, _, _ in self._kept[-1].ranks)
-                    if keep_up_to is not None and kept_rows > keep_up_to:
-                        self._kept = []  # too large a job to match in parts: let them go
+                    kept_ranks += len(shard.loaded)
+                    expected = kept_rows * len(files) // max(1, kept_ranks)
+                    if keep_up_to is not None and expected > keep_up_to:
+                        # too large a job to match in parts (the ranks still to come as
+                        # large as those read): let them go
+                        self._kept, keeping = [], False
                 del ref
                 for dump, tables, arrays in zip(
                     shard.loaded, shard.tables, shard.columns, strict=True

@@ -34,7 +34,7 @@ from .collectives import match_collectives
 from .context import MatchContext
 from .conventions import intrinsic_size_errors, recorder_conventions
 from .p2p import match_p2p
-from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, stateless
+from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, of_kinds, stateless
 
 B = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
@@ -185,8 +185,11 @@ def families(t: EntryTable, groups: GroupTable) -> list[list[int]]:
         return p
 
     if t.n:
+        # a block's members and its end marker: the only rows whose marker is another row
+        # (a plain op is its own), few beside the millions of a large job
         uid = groups.entry_group
-        linked = np.flatnonzero(t.marker >= 0)
+        linked = np.flatnonzero(of_kinds(t.unit, (UnitKind.BLOCK_MEMBER, UnitKind.BATCH_MEMBER)))
+        linked = linked[t.marker[linked] >= 0]
         a = part_of[uid[linked]]
         b = part_of[uid[t.marker[linked]]]
         for x, y in set(zip(a[a != b].tolist(), b[a != b].tolist(), strict=True)):
