@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -34,17 +33,8 @@ def _seeds(text: str) -> range:
 def _cluster() -> Iterator[Any]:
     from fr_analyzer.cluster import connect
 
-    saved = {key: os.environ.get(key) for key in ray_head.QUIET}
-    os.environ.update(ray_head.QUIET)
-    try:
-        with ray_head.head() as running, connect(running.address) as cluster:
-            yield cluster
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with ray_head.quiet(), ray_head.head() as running, connect(running.address) as cluster:
+        yield cluster
 
 
 def _report(where: Path, options: Options) -> dict[str, Any]:

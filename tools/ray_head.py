@@ -53,6 +53,22 @@ class Head:
         return total
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """This process's environment with `QUIET` for the time of the `with` block (a driver
+    joining a head reads them), as it was after."""
+    saved = {key: os.environ.get(key) for key in QUIET}
+    os.environ.update(QUIET)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as probe:

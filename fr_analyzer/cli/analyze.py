@@ -376,10 +376,12 @@ def analyze(
         typer.Option(
             "--engine",
             case_sensitive=False,
-            help="Where the dumps are read: this process and its workers, or a Ray cluster "
-            "(needs: pip install 'fr-analyze[ray]'): the one at --ray-address or "
+            help="Where the dumps are read and matched: this process and its workers, or a Ray "
+            "cluster (needs: pip install 'fr-analyze[ray]'): the one at --ray-address or "
             f"${RAY_ADDRESS_ENV}, else one running on this machine, else a local one started "
-            "for the run. Every worker reads its own ranks' files; the report is the same.",
+            "for the run. Every worker reads its own ranks' files, and each family of process "
+            "groups is matched in a task of its own, its rows gathered from the workers; the "
+            "report is the same.",
         ),
     ] = EngineKind.PROCESS,
     no_cache: Annotated[

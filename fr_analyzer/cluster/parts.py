@@ -13,13 +13,15 @@ never the answer. Ctrl-C cancels every task still in flight.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..match import PartMatch
 from ..match.partitions import COLUMNS, Cut, match_columns, match_part
 from .connect import ClusterError, import_ray
+
+_Held = TypeVar("_Held")
 
 
 def match_parts(cuts: Iterable[Cut], *, window: int, retries: int) -> Iterator[PartMatch]:
@@ -44,16 +46,9 @@ def match_parts(cuts: Iterable[Cut], *, window: int, retries: int) -> Iterator[P
                 pending[task.remote(*stored)] = stored
             if not pending:
                 break
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            ref = ready[0]
-            stored = pending.pop(ref)
-            try:
-                got = ray.get(ref)
-            except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
-                got = _noted(match_columns(*ray.get(stored)), exc)
-            del ref, stored
-            assert isinstance(got, PartMatch)
-            yield got
+            yield next_done(
+                ray, pending, lambda stored, exc: _noted(match_columns(*ray.get(stored)), exc)
+            )
     except BaseException:  # Ctrl-C, or the driver failing: nothing left running
         for ref in pending:
             ray.cancel(ref, force=True)
@@ -64,6 +59,21 @@ def _put(ray: Any, cut: Cut, name: str) -> Any:
     """One column of the part, copied into the store: the driver's copy lives only for the
     time of the put (the store's spills to disk past its memory)."""
     return ray.put(cut.column(name))
+
+
+def next_done(
+    ray: Any, pending: dict[Any, _Held], instead: Callable[[_Held, BaseException], PartMatch]
+) -> PartMatch:
+    """The result of the first task of `pending` to finish (taken out of it); for a task that
+    failed past its retries, `instead(what it was given, the error)`."""
+    ready, _ = ray.wait(list(pending), num_returns=1)
+    held = pending.pop(ready[0])
+    try:
+        got = ray.get(ready[0])
+    except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
+        got = instead(held, exc)
+    assert isinstance(got, PartMatch)
+    return got
 
 
 def matched_here(cut: Cut, exc: BaseException) -> PartMatch:

@@ -32,7 +32,7 @@ from ..match import Cut, PartMatch
 from ..match.partitions import COLUMNS, Part, filled, match_part
 from ..model.table import EntryTable, rank_starts
 from .connect import ClusterError, import_ray
-from .parts import matched_here
+from .parts import matched_here, next_done
 
 if TYPE_CHECKING:
     from .shards import Shard
@@ -269,16 +269,7 @@ def _run(
             pending[matcher.remote(frame, *(b[p] for b in blocks))] = cut
         del blocks
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            ref = ready[0]
-            cut = pending.pop(ref)
-            try:
-                result = ray.get(ref)
-            except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
-                result = matched_here(cut, exc)
-            del ref
-            assert isinstance(result, PartMatch)
-            yield result
+            yield next_done(ray, pending, matched_here)
     except BaseException:
         for ref in pending:
             ray.cancel(ref, force=True)

@@ -54,17 +54,8 @@ def head() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def cluster(head: str) -> Iterator[Cluster]:
     """This process joined to the head (as the driver of the runs below)."""
-    saved = {k: os.environ.get(k) for k in QUIET}
-    os.environ.update(QUIET)
-    try:
-        with connect(head) as joined:
-            yield joined
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with ray_head.quiet(), connect(head) as joined:
+        yield joined
 
 
 def _report(where: Path, options: Options) -> dict[str, Any]:

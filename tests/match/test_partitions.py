@@ -82,35 +82,39 @@ def test_a_3d_job_is_cut_by_description_and_each_part_holds_one() -> None:
         assert len({groups.groups[u].desc for u in uids}) == 1
 
 
+class Counting:
+    """A runner's `run` that matches the parts in turn and counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, cuts: Any) -> Any:
+        self.calls += 1
+        return partitions.in_turn(cuts)
+
+
+def _loaded(name: str) -> tuple[Any, Any]:
+    got = load(Directory(SAMPLES / name), Options(workers=1))
+    return got, build_groups(got.dumps, got.table, got.unreadable)
+
+
 def test_a_job_of_one_description_is_matched_whole_even_given_a_runner() -> None:
-    called: list[int] = []
-
-    def runner(parts: Any) -> Any:
-        called.append(1)
-        return partitions.in_turn(parts)
-
-    got = load(Directory(SAMPLES / "fsdp_healthy"), Options(workers=1))
-    groups = build_groups(got.dumps, got.table, got.unreadable)
+    got, groups = _loaded("fsdp_healthy")
     assert len(partitions.families(got.table, groups)) == 1
-    match(got.dumps, got.table, groups, PartRunner(runner))
-    assert called == []
+    run = Counting()
+    match(got.dumps, got.table, groups, PartRunner(run))
+    assert run.calls == 0
 
 
 def test_a_job_with_a_part_larger_than_the_runner_takes_is_matched_whole() -> None:
-    called: list[int] = []
-
-    def runner(parts: Any) -> Any:
-        called.append(1)
-        return partitions.in_turn(parts)
-
-    got = load(Directory(SAMPLES / "nccl3d_skip_world"), Options(workers=1))
-    groups = build_groups(got.dumps, got.table, got.unreadable)
+    got, groups = _loaded("nccl3d_skip_world")
     rows = partitions.sizes(groups, partitions.families(got.table, groups))
     assert sum(rows) == got.table.n
-    match(got.dumps, got.table, groups, PartRunner(runner, most_rows=max(rows) - 1))
-    assert called == []
-    match(got.dumps, got.table, groups, PartRunner(runner, most_rows=max(rows)))
-    assert called == [1]
+    run = Counting()
+    match(got.dumps, got.table, groups, PartRunner(run, most_rows=max(rows) - 1))
+    assert run.calls == 0
+    match(got.dumps, got.table, groups, PartRunner(run, most_rows=max(rows)))
+    assert run.calls == 1
 
 
 @pytest.mark.parametrize("seed", [3, 26, 150, 297, 459, 682, 803, 1009, 1201, 1931, *range(40)])
