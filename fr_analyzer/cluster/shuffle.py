@@ -20,7 +20,7 @@ table instead (`cluster.parts`); a part whose rows still come out otherwise is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -182,9 +182,7 @@ def match_blocks(frame: Part, *blocks: Block) -> PartMatch:
     return match_part(filled(frame, *(columns[name] for name in COLUMNS)))
 
 
-def plans(
-    kept: Sequence[Kept], t: EntryTable, names: dict[int, list[Any]]
-) -> list[SplitPlan] | None:
+def plans(kept: list[Kept], t: EntryTable, names: dict[int, list[Any]]) -> list[SplitPlan] | None:
     """Each kept shard's plan, or None where the table's rows are not the shards' (a rank
     the table holds that no shard does, or holds otherwise)."""
     if not t.n:
@@ -223,9 +221,11 @@ def plans(
 
 
 def match_shuffled(
-    cuts: Iterable[Cut], kept: Sequence[Kept], names: dict[int, list[Any]], *, retries: int
+    cuts: Iterable[Cut], kept: list[Kept], names: dict[int, list[Any]], *, retries: int
 ) -> Iterator[PartMatch] | None:
-    """The parts matched from the shards (None: the table's rows are not the shards')."""
+    """The parts matched from the shards (None: the table's rows are not the shards'). Takes
+    `kept` over: emptied once every shard's split task holds it, so that each shard leaves
+    the store as soon as it is split."""
     ray = import_ray()
     if not ray.is_initialized():
         raise ClusterError("the connection to the Ray cluster was closed before matching")
@@ -246,7 +246,7 @@ def match_shuffled(
 def _run(
     ray: Any,
     cuts: list[Cut],
-    kept: Sequence[Kept],
+    kept: list[Kept],
     made: list[SplitPlan],
     codes: Codes,
     part_of_pair: I32,
@@ -263,6 +263,7 @@ def _run(
         for shard, plan in zip(kept, made, strict=True):
             got = splitter.remote(shard.ref, plan, shared_codes, shared_map, n)
             blocks.append(list(got) if n > 1 else [got])
+        kept.clear()  # each split task holds its shard now: it goes once split
         for p, cut in enumerate(cuts):
             frame = cut.frame()
             frame = replace(frame, groups=replace(frame.groups, entry_group=np.zeros(0, np.int32)))
