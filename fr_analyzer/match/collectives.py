@@ -220,7 +220,7 @@ def proof(
     unit_group: npt.NDArray[np.int32],
     unit_seq: I64,
     done: npt.NDArray[np.bool_],
-    rank_ends: I64 | None = None,
+    rank_ends: I64,
 ) -> dict[int, int]:
     """Per group uid, the highest collective seq id that every member must have issued.
 
@@ -228,8 +228,8 @@ def proof(
     also marks a collective that failed (timed out), so completion proves nothing there; but
     gloo collectives are synchronous: a member that issued anything after seq k (seq k + 1, or
     an op of another group) got through k, which every member therefore issued; the proven
-    seq id is then k itself, and it completed. `rank_ends`: each rank's last row, where the
-    table holds a part of every rank's rows (`match.partitions`)."""
+    seq id is then k itself, and it completed. `rank_ends`: each rank's last row (of the whole
+    job, where the table holds a part of it: `match.partitions`)."""
     if not len(starts):
         return {}
     any_done = np.logical_or.reduceat(done, starts)
@@ -238,11 +238,7 @@ def proof(
     if bool(unit_stateless.any()):  # asked of gloo's units only: none in an NCCL job
         # A row followed by another row of its rank: on gloo, that op returned.
         last_of_rank = np.zeros(t.n, dtype=bool)
-        if rank_ends is None:
-            rank_change = np.flatnonzero(np.diff(t.rank) != 0)
-            last_of_rank[np.append(rank_change, t.n - 1)] = True
-        else:
-            last_of_rank[rank_ends] = True
+        last_of_rank[rank_ends] = True
         # gloo's async ops return at once: a rank that went on past an op it has not retired
         # proves nothing about it (it is in flight, or never completes).
         went_on = np.logical_or.reduceat(~last_of_rank[rows] & t.retired[rows], starts)

@@ -26,6 +26,11 @@ class MatchContext:
     last_enqueued: dict[tuple[int, int], int]  # (rank, uid) → from pg_status
     wrapped: dict[int, bool]
     unavailable: frozenset[int]  # member ranks with no usable dump
+    # of the whole job, whatever part of it the table holds (`match.partitions.Shared`):
+    busy: frozenset[int]  # ranks with an op they have not retired
+    # rank → its (desc, size, local rank) in each group carrying send/recv
+    stages: dict[int, set[tuple[str, int, int]]]
+    rank_ends: I64  # each rank's last row of the table, ascending (the gloo proof)
     # collective rows, by (group uid, seq)
     coll_rows: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     # (rank, uid) → newest collective seq in the rank's buffer, for all pairs on first demand
@@ -40,14 +45,8 @@ class MatchContext:
     skipped: set[int] = field(default_factory=set)  # ids of the findings that tell a skip
     # distinct ranks holding each unit (aligned with `unit_bounds`)
     unit_ranks: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
-    busy: frozenset[int] | None = None  # ranks with an unretired op, on first demand
     in_flight: dict[int, bool] = field(default_factory=dict)  # group uid → a member is busy
-    # rank → its (desc, size, local rank) in each group carrying send/recv, on first demand
-    stages: dict[int, set[tuple[str, int, int]]] | None = None
     # (desc, size) → the groups of that description and size, built on first demand
     alike: dict[tuple[str, int], list[Group]] | None = None
-    # each rank's last row, ascending (the gloo proof: an op its rank went on from returned);
-    # None: found from the table
-    rank_ends: I64 | None = None
     # of the pairs `match_p2p` made, how many (the last ones) took a recv from any source
     wild_pairs: int = 0

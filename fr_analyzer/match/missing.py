@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ..model.arrays import distinct
 from ..model.records import Group
 from .context import MatchContext
 from .records import stateless
@@ -108,9 +107,6 @@ def _group_in_flight(ctx: MatchContext, uid: int) -> bool:
     its dump), asked once per group."""
     found = ctx.in_flight.get(uid)
     if found is None:
-        if ctx.busy is None:
-            t = ctx.table
-            ctx.busy = frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset()
         found = ctx.in_flight[uid] = not ctx.busy.isdisjoint(ctx.groups.groups[uid].ranks)
     return found
 

@@ -35,6 +35,7 @@ from .context import MatchContext
 from .conventions import intrinsic_size_errors, recorder_conventions
 from .p2p import match_p2p
 from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, of_kinds, stateless
+from .reference import pipeline_stages
 
 B = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
@@ -74,7 +75,7 @@ def shared(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Shar
             set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
         ),
         busy=frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset(),
-        stages=_stages(t, groups),
+        stages=pipeline_stages(t, groups),
         rank_ends=_rank_ends(t),
     )
 
@@ -415,19 +416,6 @@ def _group_key(f: Finding) -> int:
 
 def _unit_key(f: Finding) -> tuple[int, int]:
     return (_group_key(f), f.collective_seq_id if f.collective_seq_id is not None else -1)
-
-
-def _stages(t: EntryTable, groups: GroupTable) -> Stages:
-    """Each rank's (desc, size, local rank) in every group that carries send/recv."""
-    stages: Stages = {}
-    if not t.n:
-        return stages
-    p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
-    for uid in distinct(groups.entry_group[p2p_rows]).tolist():
-        pipe = groups.groups[int(uid)]
-        for local, rank in enumerate(pipe.ranks):
-            stages.setdefault(rank, set()).add((pipe.desc, pipe.size, local))
-    return stages
 
 
 def _last_enqueued(

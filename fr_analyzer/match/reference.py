@@ -193,16 +193,21 @@ def group_stage(ctx: MatchContext, group: Group) -> frozenset[tuple[str, int, in
     """The pipeline position of a group's members: (desc, size, local rank) in each group
     that carries send/recv. Groups of different stages share a description and often a short
     history (the first step's), but not a program."""
-    if ctx.stages is None:
-        t = ctx.table
-        p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
-        p2p_uids = distinct(ctx.groups.entry_group[p2p_rows]).tolist()
-        ctx.stages = {}
-        for uid in p2p_uids:
-            pipe = ctx.groups.groups[int(uid)]
-            for local, rank in enumerate(pipe.ranks):
-                ctx.stages.setdefault(rank, set()).add((pipe.desc, pipe.size, local))
     return frozenset(p for r in group.ranks for p in ctx.stages.get(r, ()))
+
+
+def pipeline_stages(t: EntryTable, groups: GroupTable) -> dict[int, set[tuple[str, int, int]]]:
+    """Each rank's (desc, size, local rank) in every group that carries send/recv: what
+    `group_stage` reads (`MatchContext.stages`), over the whole job."""
+    stages: dict[int, set[tuple[str, int, int]]] = {}
+    if not t.n:
+        return stages
+    p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
+    for uid in distinct(groups.entry_group[p2p_rows]).tolist():
+        pipe = groups.groups[int(uid)]
+        for local, rank in enumerate(pipe.ranks):
+            stages.setdefault(rank, set()).add((pipe.desc, pipe.size, local))
+    return stages
 
 
 def sibling_reference(
