@@ -1,10 +1,13 @@
 """Drawn jobs (the fault campaign's, `tools.frsim.campaign`) analyzed on a Ray cluster and in
 one process: the same JSON report but for `dumps.engine`, and how each was matched on Ray
 (its parts gathered from the shards, copied from the table, or the job matched whole).
+With `--smallest-parts`, each job's tasks are told to take parts no larger than its largest
+group, so that every family of more than one group is cut into parts that ask each other
+(`match.elsewhere`).
 
-Usage: `python -m benchmarks.ray_same --seeds 0:150 [--traces]` (a local Ray cluster of 2
-CPUs, started and stopped here by its pids, `tools.ray_head`). Prints one line per job that
-differs and a count per way of matching; exits 1 if any job differs.
+Usage: `python -m benchmarks.ray_same --seeds 0:150 [--traces] [--smallest-parts]` (a local
+Ray cluster of 2 CPUs, started and stopped here by its pids, `tools.ray_head`). Prints one
+line per job that differs and a count per way of matching; exits 1 if any job differs.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ import contextlib
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fr_analyzer.load import Directory
-from fr_analyzer.pipeline import Options, analyze
+from fr_analyzer.match import partitions
+from fr_analyzer.model.groups import build_groups
+from fr_analyzer.pipeline import Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
 from tools import ray_head
 from tools.frsim.campaign import ET_OUTPUT, draw_case, parse_shapes
@@ -43,16 +49,28 @@ def _report(where: Path, options: Options) -> dict[str, Any]:
     return doc
 
 
+def _largest_group(where: Path) -> int:
+    """The rows of the job's largest group (or groups a block joins)."""
+    got = load(Directory(where), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    return max(partitions.sizes(groups, partitions.components(got.table, groups)), default=1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Compare the two engines on each drawn job; 1 if any report differs."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ray_same")
     parser.add_argument("--seeds", type=_seeds, default=range(0, 50), help="LOW:HIGH")
     parser.add_argument("--traces", action="store_true", help="with execution traces (gloo)")
+    parser.add_argument(
+        "--smallest-parts", action="store_true", help="parts no larger than the largest group"
+    )
     args = parser.parse_args(argv)
     from fr_analyzer.cluster import RayEngine
+    from fr_analyzer.cluster.shards import PART_ROW_BYTES
 
     ways: Counter[str] = Counter()
     differ = []
+    asked = 0
     with _cluster() as cluster:
         engine = RayEngine(cluster, shard=2)
         for seed in args.seeds:
@@ -60,9 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 where = Path(folder)
                 case = draw_case(seed, parse_shapes("all"), None)
                 case.write(where, ET_OUTPUT if args.traces else None)
+                if args.smallest_parts:
+                    memory = _largest_group(where) * PART_ROW_BYTES
+                    engine.cluster = replace(cluster, task_memory=memory)
                 engine.matched = ""
                 on_ray = _report(where, Options(engine=engine))
                 ways[engine.matched or "whole, in the driver"] += 1
+                asked += engine.rounds > 0
                 if on_ray != _report(where, Options()):
                     differ.append(seed)
                     print(f"seed {seed}: the reports differ")
@@ -70,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{total - len(differ)} of {total} drawn jobs gave the same report on Ray")
     for way, count in ways.most_common():
         print(f"  matched {way}: {count}")
+    print(f"  parts asked each other (rounds after the first): {asked}")
     return 1 if differ else 0
 
 

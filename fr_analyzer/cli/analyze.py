@@ -380,8 +380,8 @@ def analyze(
             "cluster (needs: pip install 'fr-analyze[ray]'): the one at --ray-address or "
             f"${RAY_ADDRESS_ENV}, else one running on this machine, else a local one started "
             "for the run. Every worker reads its own ranks' files, and each family of process "
-            "groups is matched in a task of its own, its rows gathered from the workers; the "
-            "report is the same.",
+            "groups (or some groups of a family too large for a task) is matched in a task of "
+            "its own, its rows gathered from the workers; the report is the same.",
         ),
     ] = EngineKind.PROCESS,
     no_cache: Annotated[

@@ -1,6 +1,7 @@
 """Match on a Ray cluster: one task per part of the job (`match.partitions`), each part the
 rows of one family of process groups (the tensor-parallel groups, the pipeline groups, the
-world), matched by the rules one process runs (`match.partitions.match_part`).
+world) or of some groups of a family too large for a task, matched by the rules one process
+runs (`match.partitions.match_part`).
 
 The driver copies a part into the store one column at a time (it never holds a part's whole
 copy) and keeps at most `window` parts in flight, so the object store holds a bounded share

@@ -50,10 +50,12 @@ worker costs little and every core has work (`shard_size`)."""
 PART_ROW_BYTES = 400
 """What a row of a part costs the task matching it, at its peak: the part's blocks as they
 arrive, its table, and the matcher's working arrays (measured about 300 at 4,096 ranks)."""
-KEEP_FACTOR = 2
+KEEP_FACTOR = 16
 """The map stage keeps its shards in the store (for the shuffle) while the job's rows (the
 ranks still to come as large as those read) are at most this many times the largest part a
-task takes."""
+task takes: a job is matched in parts while its largest group fits a task, and the largest
+group of the jobs measured (the world, in a 3D job) holds 2.5% of the rows; past that, the
+parts are copied from the driver's table."""
 TASKS_PER_CPU = 4
 """Shards per CPU of the cluster: the last tasks are short, so no core waits long."""
 
@@ -118,6 +120,7 @@ class RayEngine:
         self._kept: list[Kept] = []
         self._names: dict[int, list[tuple[str, str]]] = {}
         self.matched = ""  # how the last match stage had its parts (for tests and benchmarks)
+        self.rounds = 0  # runs of parts after the first: questions answered, parts matched again
 
     @property
     def label(self) -> str:
@@ -127,22 +130,32 @@ class RayEngine:
     def match_runner(self) -> PartRunner:
         """Matching on the cluster: one task per part of the job, its rows gathered from the
         shards of the last read (`cluster.shuffle`), else copied from the driver's table
-        (`cluster.parts`). The shards leave the store once matched. A part is at most what
-        a task's share of a node's memory holds (`PART_ROW_BYTES` a row); a job with a
-        larger one is matched whole in the driver, its table out of core."""
+        (`cluster.parts`), as are the parts of later rounds (`match.partitions.rounds`). The
+        shards leave the store once matched. A part is at most what a task's share of a
+        node's memory holds (`PART_ROW_BYTES` a row); a family of groups larger than that is
+        cut into parts of some of its groups, and a job with one group larger is matched
+        whole in the driver, its table out of core."""
+        self.matched, self.rounds = "", 0
 
         def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
             kept, self._kept = self._kept, []
             names, self._names = self._names, {}
             cuts = list(cuts)
             got = match_shuffled(cuts, kept, names, retries=self.retries) if kept else None
-            self.matched = "from the shards"
-            if got is None:
+            first = not self.matched
+            if got is not None:
+                self.matched = "from the shards"
+            else:
                 got = match_parts(cuts, window=max(1, self.cluster.cpus), retries=self.retries)
-                self.matched = "copied from the table"
+                self.matched = self.matched or "copied from the table"
+            if not first:
+                self.rounds += 1
             yield from got
 
-        return PartRunner(run, self._most_rows())
+        def whole() -> None:  # the job is matched in the driver: the shards are not needed
+            self._kept, self._names = [], {}
+
+        return PartRunner(run, self._most_rows(), whole)
 
     @property
     def shards_kept(self) -> int:
@@ -207,7 +220,7 @@ class RayEngine:
                     kept_ranks += len(shard.loaded)
                     expected = kept_rows * len(files) // max(1, kept_ranks)
                     if keep_up_to is not None and expected > keep_up_to:
-                        # too large a job to match in parts (the ranks still to come as
+                        # too large a job to keep in the store (the ranks still to come as
                         # large as those read): let them go
                         self._kept, keeping = [], False
                 del ref

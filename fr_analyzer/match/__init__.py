@@ -45,14 +45,23 @@ def match(
     runner: PartRunner | None = None,
 ) -> MatchResult:
     """Match every collective and send/recv across ranks: the units, the pairs and the findings.
-    With `runner`, the groups of each description are matched as a part of their own, where
-    the runner puts them (the Ray engine: one task each), and the parts' results merged: the
-    same result as matching the whole table in this process (`match.partitions`). A job of
-    one description, or with a part larger than the runner takes, is matched whole here."""
+    With `runner`, the groups of each description are matched as a part of their own (a
+    family larger than the runner takes, in parts of some of its groups, which ask each
+    other what their rules read across groups: `match.elsewhere`), where the runner puts
+    them (the Ray engine: one task each), and the parts' results merged: the same result as
+    matching the whole table in this process (`match.partitions`). A job of one part, or
+    with a group larger than the runner takes, is matched whole here."""
     job = partitions.shared(dumps, t, groups)
-    families = partitions.families(t, groups) if runner is not None else []
-    if runner is None or len(families) < 2 or not runner.takes(partitions.sizes(groups, families)):
+    sets = partitions.cut_sets(t, groups, runner.most_rows) if runner is not None else None
+    got = (
+        partitions.rounds(runner, job, t, groups, sets)
+        if runner is not None and sets is not None and len(sets) > 1
+        else None
+    )
+    if got is None:
+        if runner is not None and runner.whole is not None:
+            runner.whole()
         done = partitions.match_part(partitions.whole(job, t, groups))
         r = done.result
         return MatchResult(r.collectives, r.p2p, r.done, r.findings, r.proven, job.notes, r.skipped)
-    return partitions.merge(job, t, groups, runner.run(partitions.parts(job, t, groups, families)))
+    return partitions.merge(job, t, groups, got)

@@ -4,6 +4,7 @@ first demand."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -11,6 +12,9 @@ import numpy.typing as npt
 from ..model.groups import GroupTable
 from ..model.records import Group
 from ..model.table import EntryTable
+
+if TYPE_CHECKING:
+    from .elsewhere import Elsewhere
 
 I64 = npt.NDArray[np.int64]
 
@@ -50,3 +54,5 @@ class MatchContext:
     alike: dict[tuple[str, int], list[Group]] | None = None
     # of the pairs `match_p2p` made, how many (the last ones) took a recv from any source
     wild_pairs: int = 0
+    # the groups this table does not hold, asked about (None: it holds every group's rows)
+    elsewhere: Elsewhere | None = None

@@ -11,7 +11,8 @@ import numpy.typing as npt
 from ..model.records import Group
 from .context import MatchContext
 from .records import stateless
-from .reference import newest_seqs, signature_value, uniform_value
+from .reference import newest_seqs, uniform_value
+from .values import signature_value
 
 I64 = npt.NDArray[np.int64]
 

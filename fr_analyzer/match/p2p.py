@@ -3,6 +3,8 @@ recv on b from a; `recv x<-?` takes any sender. Mismatches and unmatched ops fou
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import numpy.typing as npt
 
@@ -22,6 +24,7 @@ from ..model.table import EntryTable
 from .collectives import segments
 from .context import MatchContext
 from .records import P2P_UNITS, P2PPairs, id_type, of_kinds
+from .values import TRANSFERS
 
 I64 = npt.NDArray[np.int64]
 
@@ -206,24 +209,13 @@ def _p2p_mismatches(
     t, groups = ctx.table, ctx.groups
     if not len(send_row):
         return
-    recv_shape = np.where(
-        t.shape_numel[t.in_shape[recv_row]] > 0, t.in_shape[recv_row], t.out_shape[recv_row]
-    )
-    bad_size = t.in_shape[send_row] != recv_shape
-    recv_dtype = np.where(
-        np.array([bool(d) for d in t.dtypes])[t.in_dtype[recv_row]],
-        t.in_dtype[recv_row],
-        t.out_dtype[recv_row],
-    )
-    bad_dtype = t.in_dtype[send_row] != recv_dtype
-    bad = np.flatnonzero(bad_size | bad_dtype)
+    send_value, recv_value, agree = transfer_values(t, send_row, recv_row)
+    bad_size = send_value[:, 0] != recv_value[:, 0]
+    bad = np.flatnonzero(~agree)
     if not len(bad):
         return
     uid = groups.entry_group[send_row].astype(np.int64)
     src, dst = t.rank[send_row].astype(np.int64), t.rank[recv_row].astype(np.int64)
-    send_value = np.stack([t.in_shape[send_row], t.in_dtype[send_row]], axis=1).astype(np.int64)
-    recv_value = np.stack([recv_shape, recv_dtype], axis=1).astype(np.int64)
-    agree = ~(bad_size | bad_dtype)
     for i in bad.tolist():
         s, r = int(send_row[i]), int(recv_row[i])
         g = groups.groups[int(uid[i])]
@@ -260,6 +252,24 @@ def _p2p_mismatches(
         )
 
 
+def transfer_values(
+    t: EntryTable, send_row: I64, recv_row: I64
+) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """What each pair's send passes and its recv takes, (shape code, dtype code) per pair
+    (a recv's output where its input is empty), and whether the two agree."""
+    recv_shape = np.where(
+        t.shape_numel[t.in_shape[recv_row]] > 0, t.in_shape[recv_row], t.out_shape[recv_row]
+    )
+    recv_dtype = np.where(
+        np.array([bool(d) for d in t.dtypes], dtype=bool)[t.in_dtype[recv_row]],
+        t.in_dtype[recv_row],
+        t.out_dtype[recv_row],
+    )
+    send_value = np.stack([t.in_shape[send_row], t.in_dtype[send_row]], axis=1).astype(np.int64)
+    recv_value = np.stack([recv_shape, recv_dtype], axis=1).astype(np.int64)
+    return send_value, recv_value, (send_value == recv_value).all(axis=1)
+
+
 def _p2p_text(t: EntryTable, value: tuple[int, int]) -> str:
     shape, dtype = value
     return f"{[list(d) for d in t.shapes[shape]]} {','.join(t.dtypes[dtype]) or '-'}"
@@ -287,15 +297,27 @@ def _p2p_reference(
         return found, f"the channel carried {carried} in its {counted(n, 'earlier transfer')}"
     desc = ctx.groups.groups[int(uid[i])].desc
     alike = np.array([g.desc == desc for g in ctx.groups.groups], dtype=bool)[uid] & agree
-    if not alike.any():
+    counts: Counter[tuple[int, int]] = Counter(
+        zip(value[alike, 0].tolist(), value[alike, 1].tolist(), strict=True)
+    )
+    elsewhere = ctx.elsewhere
+    if elsewhere is not None:  # the groups of that description this part does not hold
+        asked = [
+            (g.uid, -1, TRANSFERS)
+            for g in ctx.groups.groups
+            if g.desc == desc and not elsewhere.holds(g.uid)
+        ]
+        if not elsewhere.knows(asked):
+            return None, ""
+        for q in asked:
+            for held, n in elsewhere.answers[q]:
+                counts[held] += n
+    ranked = counts.most_common(2)
+    if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
         return None, ""
-    keys, counts = np.unique(value[alike], axis=0, return_counts=True)
-    if len(counts) > 1 and np.sort(counts)[-1] == np.sort(counts)[-2]:
-        return None, ""
-    top = keys[int(np.argmax(counts))]
-    found = (int(top[0]), int(top[1]))
+    found, most = ranked[0]
     return found, (
-        f"{counted(int(counts.max()), 'other transfer')} on {desc!r} groups carried "
+        f"{counted(most, 'other transfer')} on {desc!r} groups carried "
         f"{_p2p_text(ctx.table, found)}"
     )
 

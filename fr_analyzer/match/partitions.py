@@ -5,20 +5,23 @@ A part is every row of a set of groups: the groups of one description (`group.de
 tensor-parallel groups, the pipeline groups, the world), since the rules that vote across
 groups (`match.reference.sibling_votes`, `match.p2p`'s reference transfer) ask groups of the
 same description, and parts are joined where a coalesced block's end marker lies in another
-group. What a part's rules read of other groups is computed once over the whole job first
-(`Shared`) and handed to every part: completion (`match.completion`, and the recorder
-conventions learned over every group), the ranks with an op in flight (`match.missing`), each
-rank's pipeline positions (`match.reference.group_stage`) and each rank's last row (the gloo
-proof in `match.collectives.proof`). A part carries its own rows of the table (numbered from
-0) and the job's lists of distinct values, so it can be matched in another process: an engine
-runs the parts where it likes (`PartRunner`; the Ray engine, one task each) and the results
-are merged here, in the order one process would have made them.
+group. A family larger than a task takes is cut into parts of some of its groups
+(`cut_sets`); those ask each other what those rules read of the groups they do not hold, and
+are matched again once answered (`rounds`, `match.elsewhere`). What a part's rules read of
+other groups beside that is computed once over the whole job first (`Shared`) and handed to
+every part: completion (`match.completion`, and the recorder conventions learned over every
+group), the ranks with an op in flight (`match.missing`), each rank's pipeline positions
+(`match.reference.group_stage`) and each rank's last row (the gloo proof in
+`match.collectives.proof`). A part carries its own rows of the table (numbered from 0) and
+the job's lists of distinct values, so it can be matched in another process: an engine runs
+the parts where it likes (`PartRunner`; the Ray engine, one task each) and the results are
+merged here, in the order one process would have made them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,7 @@ from . import completion
 from .collectives import match_collectives
 from .context import MatchContext
 from .conventions import intrinsic_size_errors, recorder_conventions
+from .elsewhere import Elsewhere, Question, answer, unheld
 from .p2p import match_p2p
 from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, of_kinds, stateless
 from .reference import pipeline_stages
@@ -84,7 +88,9 @@ def shared(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Shar
 class Part:
     """One part to match: its rows of the table (renumbered from 0) and what it needs of the
     rest of the job. `rows` are the part's rows in the whole table, ascending (None: every
-    row, the table itself)."""
+    row, the table itself). `local`: the groups whose rows it holds (None: every group);
+    `answers`: what the groups it does not hold answered to what it asked before;
+    `questions`: what it is asked about its own groups (`match.elsewhere`)."""
 
     rows: I64 | None
     table: EntryTable
@@ -97,34 +103,43 @@ class Part:
     unavailable: frozenset[int]
     busy: frozenset[int]
     stages: Stages
+    index: int = 0  # the part's place among the job's parts
+    local: frozenset[int] | None = None
+    answers: Mapping[Question, Any] = field(default_factory=dict)
+    questions: frozenset[Question] = frozenset()
 
 
 @dataclass(frozen=True)
 class PartMatch:
-    """A part's result, in the part's own row numbers; `rows` maps them to the table's."""
+    """A part's result, in the part's own row numbers; `rows` maps them to the table's. A
+    result that `asked` about groups it does not hold is not final: the part is matched
+    again with their answers (`rounds`)."""
 
     rows: I64 | None
     result: MatchResult
     wild_pairs: int  # of the part's pairs, how many (the last) took a recv from any source
+    index: int = 0
+    asked: frozenset[Question] = frozenset()
+    answered: Mapping[Question, Any] = field(default_factory=dict)  # to its `questions`
 
 
 @dataclass(frozen=True)
 class PartRunner:
     """Where parts are matched: `run` matches each part (`match_part` of `Cut.part`, or
-    `match_columns`), anywhere, and yields the results in any order; it takes parts of at
-    most `most_rows` rows (None: any), and a job with a larger part is matched whole by the
-    caller (where one process has matched it: out of core if its table is)."""
+    `match_columns`), anywhere, and yields the results in any order; it is called again for
+    the parts of a later round (`rounds`). It takes parts of at most `most_rows` rows (None:
+    any): a family of groups larger than that is cut into parts of some of its groups
+    (`cut_sets`), and a job with a group larger than that is matched whole by the caller
+    (where one process has matched it: out of core if its table is)."""
 
     run: Callable[[Iterable[Cut]], Iterator[PartMatch]]
     most_rows: int | None = None
-
-    def takes(self, sizes: Sequence[int]) -> bool:
-        """Whether it takes parts of these sizes (rows)."""
-        return self.most_rows is None or max(sizes, default=0) <= self.most_rows
+    whole: Callable[[], None] | None = None  # told the job is matched whole instead
 
 
 def match_part(part: Part) -> PartMatch:
     """Match one part: its collectives and its send/recv pairs, with their findings."""
+    away = None if part.local is None else Elsewhere(part.local, part.answers)
     ctx = MatchContext(
         table=part.table,
         groups=part.groups,
@@ -136,13 +151,16 @@ def match_part(part: Part) -> PartMatch:
         busy=part.busy,
         stages=part.stages,
         rank_ends=part.rank_ends,
+        elsewhere=away,
     )
     findings: list[Finding] = []
     units = match_collectives(ctx, findings)
     pairs = match_p2p(ctx, findings)
     skipped = tuple(f for f in findings if id(f) in ctx.skipped)
     result = MatchResult(units, pairs, ctx.done, tuple(findings), dict(ctx.proof), (), skipped)
-    return PartMatch(part.rows, result, ctx.wild_pairs)
+    answered = answer(ctx, pairs, part.questions) if part.questions else {}
+    asked = frozenset(away.asked) if away is not None else frozenset()
+    return PartMatch(part.rows, result, ctx.wild_pairs, part.index, asked, answered)
 
 
 def in_turn(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
@@ -169,15 +187,77 @@ def whole(job: Shared, t: EntryTable, groups: GroupTable) -> Part:
 
 
 def families(t: EntryTable, groups: GroupTable) -> list[list[int]]:
-    """The group uids of each part: the groups of one description, parts joined where a
-    block's end marker lies in another part's group; in order of their smallest uid."""
-    n_groups = len(groups.groups)
+    """The group uids of each family: the groups of one description, families joined where a
+    block's end marker lies in another family's group; in order of their smallest uid."""
     by_desc: dict[str, int] = {}
-    part_of = np.array(
-        [by_desc.setdefault(g.desc, len(by_desc)) for g in groups.groups] + [len(by_desc)],
-        dtype=np.int64,
-    )
-    parent = list(range(len(by_desc) + 1))
+    family = [by_desc.setdefault(g.desc, len(by_desc)) for g in groups.groups]
+    return _joined(family, len(by_desc), _links(t, groups))
+
+
+def components(t: EntryTable, groups: GroupTable) -> list[list[int]]:
+    """The group uids that must be matched together: each group alone, groups joined where a
+    block's end marker lies in another group; in order of their smallest uid."""
+    n = len(groups.groups)
+    return _joined(list(range(n)), n, _links(t, groups))
+
+
+CUT_SHARE = 0.5
+"""The parts cut from a family too large for a task are filled to this share of what a task
+takes: the parts of one family come together (the tasks of one node side by side, beside the
+driver), and smaller parts cost only a few more questions."""
+
+
+def cut_sets(t: EntryTable, groups: GroupTable, most_rows: int | None) -> list[list[int]] | None:
+    """The group uids of each part: a family whole where it has at most `most_rows` rows
+    (None: any), else its groups (`components`) packed in order into parts of at most half
+    that (`CUT_SHARE`; a group alone up to `most_rows`); None where one group (or groups a
+    block joins) alone has more."""
+    fams = families(t, groups)
+    if most_rows is None:
+        return fams
+    per_group = np.bincount(groups.entry_group, minlength=len(groups.groups) + 1)
+    pieces: dict[int, list[list[int]]] = {}
+    for comp in components(t, groups):
+        pieces.setdefault(comp[0], []).append(comp)
+    out: list[list[int]] = []
+    for fam in fams:
+        if int(per_group[fam].sum()) <= most_rows:
+            out.append(fam)
+            continue
+        held: list[int] = []
+        rows, fill = 0, max(1, int(most_rows * CUT_SHARE))
+        for comp in (c for u in fam for c in pieces.get(u, [])):
+            more = int(per_group[comp].sum())
+            if more > most_rows:
+                return None
+            if held and rows + more > fill:
+                out.append(sorted(held))
+                held, rows = [], 0
+            held += comp
+            rows += more
+        if held:
+            out.append(sorted(held))
+    return sorted(out, key=lambda uids: uids[0])
+
+
+def _links(t: EntryTable, groups: GroupTable) -> set[tuple[int, int]]:
+    """(group uid, group uid) of each block whose members and end marker lie in two groups."""
+    if not t.n:
+        return set()
+    # a block's members and its end marker: the only rows whose marker is another row (a
+    # plain op is its own), few beside the millions of a large job
+    uid = groups.entry_group
+    linked = np.flatnonzero(of_kinds(t.unit, (UnitKind.BLOCK_MEMBER, UnitKind.BATCH_MEMBER)))
+    linked = linked[t.marker[linked] >= 0]
+    a = uid[linked].astype(np.int64)
+    b = uid[t.marker[linked]].astype(np.int64)
+    return set(zip(a[a != b].tolist(), b[a != b].tolist(), strict=True))
+
+
+def _joined(set_of: list[int], n_sets: int, links: set[tuple[int, int]]) -> list[list[int]]:
+    """The group uids by their set (`set_of`, by uid), sets joined by linked groups."""
+    part_of = [*set_of, n_sets]  # a row of no group (uid n) in a set of its own
+    parent = list(range(n_sets + 1))
 
     def root(p: int) -> int:
         while parent[p] != p:
@@ -185,19 +265,11 @@ def families(t: EntryTable, groups: GroupTable) -> list[list[int]]:
             p = parent[p]
         return p
 
-    if t.n:
-        # a block's members and its end marker: the only rows whose marker is another row
-        # (a plain op is its own), few beside the millions of a large job
-        uid = groups.entry_group
-        linked = np.flatnonzero(of_kinds(t.unit, (UnitKind.BLOCK_MEMBER, UnitKind.BATCH_MEMBER)))
-        linked = linked[t.marker[linked] >= 0]
-        a = part_of[uid[linked]]
-        b = part_of[uid[t.marker[linked]]]
-        for x, y in set(zip(a[a != b].tolist(), b[a != b].tolist(), strict=True)):
-            parent[root(x)] = root(y)
+    for x, y in links:
+        parent[root(part_of[x])] = root(part_of[y])
     out: dict[int, list[int]] = {}
-    for u in range(n_groups):
-        out.setdefault(root(int(part_of[u])), []).append(u)
+    for u in range(len(set_of)):
+        out.setdefault(root(part_of[u]), []).append(u)
     return sorted(out.values(), key=lambda uids: uids[0])
 
 
@@ -221,6 +293,9 @@ class Cut:
     table: EntryTable
     groups: GroupTable
     uids: tuple[int, ...]  # the groups whose rows these are
+    index: int = 0  # the part's place among the job's parts
+    answers: Mapping[Question, Any] = field(default_factory=dict)
+    questions: frozenset[Question] = frozenset()
 
     def column(self, name: str) -> npt.NDArray[Any]:
         """The part's copy of one column; block markers renumbered to the part's rows."""
@@ -248,6 +323,10 @@ class Cut:
             self.job.unavailable,
             self.job.busy,
             self.job.stages,
+            self.index,
+            frozenset(self.uids),
+            self.answers,
+            self.questions,
         )
 
     def part(self) -> Part:
@@ -279,17 +358,74 @@ def sizes(groups: GroupTable, uid_sets: list[list[int]]) -> list[int]:
 
 
 def parts(
-    job: Shared, t: EntryTable, groups: GroupTable, uid_sets: list[list[int]]
+    job: Shared,
+    t: EntryTable,
+    groups: GroupTable,
+    uid_sets: list[list[int]],
+    only: Mapping[int, frozenset[Question]] | None = None,
+    answers: Mapping[Question, Any] | None = None,
 ) -> Iterator[Cut]:
-    """Each set of groups as a part, its rows found when asked for."""
+    """Each set of groups as a part, its rows found when asked for; with `only`, those
+    parts, each with the questions it is asked; every part with `answers`."""
     lookup = np.full(len(groups.groups) + 1, -1, dtype=np.int32)
     for i, uids in enumerate(uid_sets):
         lookup[uids] = i
     which = lookup[groups.entry_group] if t.n else np.zeros(0, np.int32)
-    for i in range(len(uid_sets)):
+    for i in sorted(only) if only is not None else range(len(uid_sets)):
         rows = np.flatnonzero(which == i).astype(np.int64)
         if len(rows):
-            yield Cut(rows, job, t, groups, tuple(uid_sets[i]))
+            asked = only[i] if only is not None else frozenset()
+            yield Cut(rows, job, t, groups, tuple(uid_sets[i]), i, answers or {}, asked)
+
+
+MOST_ROUNDS = 64
+"""Rounds of questions (`match.elsewhere`) a job's parts may take before it is matched whole:
+each round answers every question asked in the one before, so it takes one round per group
+alike whose vote was asked for after another's (`reference.ASK_AT_ONCE` groups at a time)."""
+
+
+def rounds(
+    runner: PartRunner, job: Shared, t: EntryTable, groups: GroupTable, uid_sets: list[list[int]]
+) -> list[PartMatch] | None:
+    """Every part matched by `runner`, to its final result: a part that asked about groups
+    it does not hold is matched again once the parts that hold them have answered (they are
+    matched again to answer). None after `MOST_ROUNDS` rounds still asking."""
+    part_of = np.full(len(groups.groups) + 1, -1, dtype=np.int64)
+    for i, uids in enumerate(uid_sets):
+        part_of[uids] = i
+    final: list[PartMatch] = []
+    answers: dict[Question, Any] = {}
+    waiting: dict[int, frozenset[Question]] = {}
+
+    def settle(got: Iterator[PartMatch]) -> None:
+        for one in got:
+            if one.asked:
+                waiting[one.index] = one.asked
+            else:
+                final.append(one)
+
+    settle(runner.run(parts(job, t, groups, uid_sets)))
+    for _ in range(MOST_ROUNDS):
+        if not waiting:
+            return final
+        unanswered = {q for asked in waiting.values() for q in asked} - answers.keys()
+        ask: dict[int, set[Question]] = {}
+        for q in unanswered:
+            holder = int(part_of[q[0]])
+            if holder < 0:
+                answers.update(unheld([q]))
+            else:
+                ask.setdefault(holder, set()).add(q)
+        if ask:
+            only = {i: frozenset(qs) for i, qs in ask.items()}
+            for one in runner.run(parts(job, t, groups, uid_sets, only)):
+                answers.update(one.answered)
+        if not unanswered <= answers.keys():
+            raise AssertionError("a part holding a group asked about gave no answer")
+        again = {i: frozenset[Question]() for i in waiting}
+        waiting.clear()
+        settle(runner.run(parts(job, t, groups, uid_sets, again, answers)))
+    return None if waiting else final
 
 
 def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatch]) -> MatchResult:

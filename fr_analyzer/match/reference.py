@@ -26,29 +26,30 @@ send/recv; neither the fault campaign nor the golden reports has such a job (tak
 matching's notion for both leaves their answers as they are), so merging them would be a
 change of behaviour nothing checks, left for a change that adds those jobs.
 
-It is over 600 lines because the two votes share their limits, their notion of groups alike
-and their readers of a unit's rows, which have one place: splitting the votes apart would
-give each a copy of them.
+The values compared at a unit are read by `match.values` (by kind, so that a part of the job
+can ask another for them: `match.elsewhere`).
+
+It is over 600 lines because the two votes share their limits and their notion of groups
+alike, which have one place: splitting the votes apart would give each a copy of them.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..model.arrays import distinct
 from ..model.groups import GroupTable
-from ..model.ops import ALL_TO_ALL_OPS
 from ..model.ranks import by_count, counted
 from ..model.records import Group, P2PKind, UnitKind
 from ..model.table import EntryTable, rank_starts
 from .context import MatchContext
 from .records import CollectiveUnits, P2PPairs
+from .values import OPS, Value, ValueKind, ValueOf, reader
 
 I64 = npt.NDArray[np.int64]
 _V = TypeVar("_V")
@@ -58,6 +59,7 @@ _V = TypeVar("_V")
 HISTORY_UNITS = 32  # earlier units of a group searched for a rank's own history
 NEWEST_UNITS = 8  # a group's newest units compared with groups alike when a member is lost
 MOST_VOTES = 16  # groups alike asked at most (at 16,384 ranks a group has thousands)
+ASK_AT_ONCE = 64  # groups alike held elsewhere asked about in one round (`match.elsewhere`)
 ALIKE_UNITS = 6  # earlier units another group must agree on to count as alike
 # the order of ops (diagnosis)
 REFERENCE_UNITS = 64  # groups alike consulted when ordering two ops
@@ -81,14 +83,9 @@ def groups_alike(groups: GroupTable) -> dict[tuple[str, int], list[Group]]:
 
 # -- the value at one unit (matching) ---------------------------------------------------------
 
-Value = tuple[Any, ...]
-"""What ranks are compared on at one unit: op names, or (op, sizes), or (op, dtypes)."""
-ValueOf = Callable[[I64], dict[int, Value]]
-"""Reads one value per rank from a unit's rows."""
-
 
 def deviants(
-    ctx: MatchContext, group: Group, seq: int, values: dict[int, Value], value_of: ValueOf
+    ctx: MatchContext, group: Group, seq: int, values: dict[int, Value], kind: ValueKind
 ) -> tuple[set[int], str]:
     """Ranks whose value deviates, and, when that is not a plain majority, what the judgement
     rests on. With no majority (a pair that disagrees), the groups of the same description and
@@ -99,9 +96,9 @@ def deviants(
     leaders = [v for v, c in ranked if c == ranked[0][1]]
     if len(leaders) == 1:
         return {r for r, v in values.items() if v != leaders[0]}, ""
-    reference, basis = sibling_reference(ctx, group, seq, value_of, leaders)
+    reference, basis = sibling_reference(ctx, group, seq, kind, leaders)
     if reference is None:
-        reference, basis = history_reference(ctx, group, seq, values, value_of)
+        reference, basis = history_reference(ctx, group, seq, values, reader(ctx.table, kind))
     if reference is None:
         return set(values), (
             " (no majority, and neither groups alike nor the ranks' own history tell which "
@@ -155,14 +152,15 @@ def uniform_value(ctx: MatchContext, uid: int, seq: int, value_of: ValueOf) -> V
 
 
 def sibling_votes(
-    ctx: MatchContext, group: Group, seq: int, value_of: ValueOf, same_stage: bool = False
+    ctx: MatchContext, group: Group, seq: int, kind: ValueKind, same_stage: bool = False
 ) -> Counter[Value]:
     """What the groups like this one (same description and size, the same ops before this
     seq id) each hold at this seq id, when all their members agree: one vote per group.
     Groups of other pipeline stages vote only when none of this one does, and never with
-    `same_stage`."""
+    `same_stage`. Of the groups whose rows are elsewhere (`ctx.elsewhere`), the values are
+    the answers given, else asked (`ASK_AT_ONCE` groups at a time)."""
     votes: Counter[Value] = Counter()
-    ops = ops_value(ctx.table)
+    ops, value_of = reader(ctx.table, OPS), reader(ctx.table, kind)
     mine = [
         (k, v)
         for k in range(seq - 1, max(seq - 1 - HISTORY_UNITS, -1), -1)
@@ -174,14 +172,28 @@ def sibling_votes(
     # does (they share the first step's short history, not the program).
     stage = group_stage(ctx, group)
     elsewhere: Counter[Value] = Counter()
+    away, asked = ctx.elsewhere, 0
     for other in ctx.alike.get((group.desc, group.size), []):
         if other.uid == group.uid:
             continue
-        # Alike only if it issued the same ops before this seq id: groups of different pipeline
-        # stages share a description but not a program.
-        if any(uniform_value(ctx, other.uid, k, ops) != v for k, v in mine):
+        if away is not None and not away.holds(other.uid):
+            history = [(other.uid, k, OPS) for k, _ in mine]
+            if not away.knows([*history, (other.uid, seq, kind)]):
+                asked += 1
+                if asked >= ASK_AT_ONCE:
+                    break
+                continue
+            alike_before = all(
+                away.answers[q] == v for q, (_, v) in zip(history, mine, strict=True)
+            )
+            value = away.answers[(other.uid, seq, kind)]
+        else:
+            # Alike only if it issued the same ops before this seq id: groups of different
+            # pipeline stages share a description but not a program.
+            alike_before = all(uniform_value(ctx, other.uid, k, ops) == v for k, v in mine)
+            value = uniform_value(ctx, other.uid, seq, value_of) if alike_before else None
+        if not alike_before:
             continue
-        value = uniform_value(ctx, other.uid, seq, value_of)
         if value is not None:
             (votes if group_stage(ctx, other) == stage else elsewhere)[value] += 1
             if votes.total() >= MOST_VOTES:
@@ -211,11 +223,11 @@ def pipeline_stages(t: EntryTable, groups: GroupTable) -> dict[int, set[tuple[st
 
 
 def sibling_reference(
-    ctx: MatchContext, group: Group, seq: int, value_of: ValueOf, leaders: list[Value]
+    ctx: MatchContext, group: Group, seq: int, kind: ValueKind, leaders: list[Value]
 ) -> tuple[Value | None, str]:
     """The value that groups like this one (same description and size) agree on at this seq
     id, if it is one of the tied values."""
-    votes = sibling_votes(ctx, group, seq, value_of)
+    votes = sibling_votes(ctx, group, seq, kind)
     ranked = [(v, c) for v, c in votes.most_common() if v in leaders]
     if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
         return None, ""
@@ -243,67 +255,6 @@ def history_reference(
         if value in values.values():
             return value, f"this group used it at #{earlier}, the same op"
     return None, ""
-
-
-def rank_rows(t: EntryTable, rows: I64) -> dict[int, list[int]]:
-    """A unit's rows per rank (rows come by rank, then record order)."""
-    return _per_rank(t, rows, rows.tolist())
-
-
-def _per_rank(t: EntryTable, rows: I64, values: Sequence[_V]) -> dict[int, list[_V]]:
-    """`values` (one per row of `rows`) gathered per rank, ranks in the order they come."""
-    out: dict[int, list[_V]] = {}
-    for rank, value in zip(t.rank[rows].tolist(), values, strict=True):
-        out.setdefault(rank, []).append(value)
-    return out
-
-
-def ops_value(t: EntryTable) -> ValueOf:
-    """Each rank's op names at a unit."""
-
-    def value_of(rows: I64) -> dict[int, Value]:
-        names = [t.ops[c] for c in t.op[rows].tolist()]
-        return {rank: tuple(ops) for rank, ops in _per_rank(t, rows, names).items()}
-
-    return value_of
-
-
-def at_position(t: EntryTable, pos: int, read: Callable[[int], Value]) -> ValueOf:
-    """Each rank's value of its row at block position `pos`, with the op's name."""
-
-    def value_of(rows: I64) -> dict[int, Value]:
-        return {
-            rank: (t.ops[int(t.op[rs[pos]])], read(rs[pos]))
-            for rank, rs in rank_rows(t, rows).items()
-            if pos < len(rs)
-        }
-
-    return value_of
-
-
-def signature_value(t: EntryTable, free_outputs: bool = False) -> ValueOf:
-    """Every rank's ops with their sizes and dtypes (codes into the table's lists); with
-    `free_outputs`, an all_to_all's output (its rank's own total) left out as -1."""
-    free = np.array([free_outputs and op in ALL_TO_ALL_OPS for op in t.ops], dtype=bool)
-
-    def value_of(rows: I64) -> dict[int, Value]:
-        # Columns gathered once for all the unit's rows (a unit of a world group has a row per
-        # rank: thousands), then cut per rank.
-        op = t.op[rows]
-        out_shape = np.where(free[op], -1, t.out_shape[rows])
-        signatures = list(
-            zip(
-                op.tolist(),
-                t.in_shape[rows].tolist(),
-                out_shape.tolist(),
-                t.in_dtype[rows].tolist(),
-                t.out_dtype[rows].tolist(),
-                strict=True,
-            )
-        )
-        return {rank: tuple(sig) for rank, sig in _per_rank(t, rows, signatures).items()}
-
-    return value_of
 
 
 # -- the order of ops (diagnosis) -------------------------------------------------------------

@@ -12,29 +12,23 @@ import numpy as np
 import numpy.typing as npt
 
 from ..model.backends import ABORTS_ON_OVERSIZED_RECEIVE_BACKENDS
-from ..model.ops import (
-    ALL_TO_ALL_OPS,
-    GATHER_OPS,
-    SCATTER_OPS,
-    UNCHECKED_SIZE_OPS,
-    UNEVEN_INPUT_OPS,
-    UNEVEN_OUTPUT_OPS,
-)
+from ..model.ops import ALL_TO_ALL_OPS, UNCHECKED_SIZE_OPS
 from ..model.records import Finding, FindingKind
 from ..model.table import EntryTable
 from . import words
 from .context import MatchContext
 from .missing import newest_unit_seq
 from .records import UnitRef
-from .reference import (
-    HISTORY_UNITS,
-    NEWEST_UNITS,
+from .reference import HISTORY_UNITS, NEWEST_UNITS, deviants, sibling_votes, unit_span
+from .values import (
+    FREE_SIGNATURE,
+    Read,
     Value,
+    ValueKind,
     at_position,
-    deviants,
-    sibling_votes,
-    signature_value,
-    unit_span,
+    dtypes_of,
+    reader,
+    sizes_of,
 )
 
 I64 = npt.NDArray[np.int64]
@@ -83,15 +77,7 @@ def check_sizes(
                     unit.finding(FindingKind.SIZE_MISMATCH, odd or set(present), detail, what)
                 )
     else:
-        # non-root scatter inputs and gather outputs are not used; `*_v` sizes are per rank
-        check_in = op not in SCATTER_OPS and op not in UNEVEN_INPUT_OPS
-        check_out = op not in GATHER_OPS and op not in UNEVEN_OUTPUT_OPS
-
-        def sizes_of(row: int) -> Value:
-            return (
-                int(t.in_shape[row]) if check_in else -1,
-                int(t.out_shape[row]) if check_out else -1,
-            )
+        sizes_at = sizes_of(t, op)
 
         def sizes_text(value: Value) -> str:
             in_code, out_code = value
@@ -100,24 +86,22 @@ def check_sizes(
                 None if out_code < 0 else t.shapes[out_code],
             )
 
-        sizes = {rank: (op, sizes_of(r)) for rank, r in rows_at.items()}
+        sizes = {rank: (op, sizes_at(r)) for rank, r in rows_at.items()}
         if len(set(sizes.values())) > 1:
-            culprits, note = deviants(ctx, group, seq, sizes, at_position(t, pos, sizes_of))
+            kind = ValueKind(Read.SIZES, pos, op)
+            culprits, note = deviants(ctx, group, seq, sizes, kind)
             detail = f"{what}: " + words.contrast(sizes, culprits, sizes_text) + note
             found.append(unit.finding(FindingKind.SIZE_MISMATCH, culprits, detail, what))
 
-    def dtypes_of(row: int) -> Value:
-        in_d = () if op in SCATTER_OPS else t.dtypes[int(t.in_dtype[row])]
-        out_d = () if op in GATHER_OPS else t.dtypes[int(t.out_dtype[row])]
-        return (tuple(d for d in in_d if d), tuple(d for d in out_d if d))
-
+    dtypes_at = dtypes_of(t, op)
     comparable: dict[int, Value] = {}
     for rank, r in rows_at.items():
-        d = dtypes_of(r)
+        d = dtypes_at(r)
         if d[0] or d[1]:
             comparable[rank] = (op, d)
     if len(set(comparable.values())) > 1:
-        culprits, note = deviants(ctx, group, seq, comparable, at_position(t, pos, dtypes_of))
+        kind = ValueKind(Read.DTYPES, pos, op)
+        culprits, note = deviants(ctx, group, seq, comparable, kind)
         detail = f"{what}: " + words.contrast(comparable, culprits, words.dtypes) + note
         found.append(unit.finding(FindingKind.DTYPE_MISMATCH, culprits, detail, what))
     return found
@@ -151,9 +135,10 @@ def _all_to_all_inputs(
     counts = Counter(values.values()).most_common()
     if len(counts) < 2:
         return []
-    in_value = at_position(t, pos, lambda r: (int(t.in_shape[r]),))
+    inputs = ValueKind(Read.INPUTS, pos)
+    in_value = reader(t, inputs)
     out_value = at_position(t, pos, lambda r: (int(t.out_shape[r]),))
-    votes = sibling_votes(ctx, group, seq, in_value)
+    votes = sibling_votes(ctx, group, seq, inputs)
     majority = counts[0][1] * 2 > len(values) and counts[0][1] >= 2
     if majority:
         reference = counts[0][0]
@@ -210,13 +195,12 @@ def unlike_alike(ctx: MatchContext, unit: UnitRef, grid: I64) -> Finding | None:
     lost = sorted(set(group.ranks) & ctx.unavailable)
     if not lost or newest_unit_seq(ctx, group.uid) - seq >= NEWEST_UNITS:
         return None
-    value_of = signature_value(t, free_outputs=True)
-    mine = set(value_of(grid.reshape(-1)).values())
+    mine = set(reader(t, FREE_SIGNATURE)(grid.reshape(-1)).values())
     if len(mine) != 1:
         return None
     value = mine.pop()
     # Only groups of the same pipeline stage: another stage runs another program.
-    votes = sibling_votes(ctx, group, seq, value_of, same_stage=True)
+    votes = sibling_votes(ctx, group, seq, FREE_SIGNATURE, same_stage=True)
     if not votes or value in votes:
         return None
     reference, count = votes.most_common(1)[0]

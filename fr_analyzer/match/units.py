@@ -20,15 +20,9 @@ from . import words
 from .context import MatchContext
 from .missing import last_seq, not_joined, unrecorded_gap
 from .records import UnitRef
-from .reference import (
-    HISTORY_UNITS,
-    deviants,
-    ops_value,
-    signature_value,
-    uniform_value,
-    unit_span,
-)
+from .reference import HISTORY_UNITS, deviants, uniform_value, unit_span
 from .sizes import alike, check_sizes
+from .values import OPS, signature_value
 
 I64 = npt.NDArray[np.int64]
 
@@ -106,7 +100,7 @@ def check_unit(ctx: MatchContext, group: Group, seq: int, unit_rows: I64) -> Uni
 
     # Op types, member by member for blocks.
     if kinds > 1:
-        culprits, note = deviants(ctx, group, seq, dict(ops_of.items()), ops_value(t))
+        culprits, note = deviants(ctx, group, seq, dict(ops_of.items()), OPS)
         agreed = [v for r, v in ops_of.items() if r not in culprits]
         if agreed:
             main_ops = agreed[0]

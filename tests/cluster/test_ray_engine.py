@@ -101,18 +101,37 @@ def test_the_parts_are_gathered_from_the_shards_in_the_store_not_from_the_driver
         assert not any("Ray task" in w for w in on_ray["dumps"]["warnings"])
 
 
-def test_a_job_too_large_to_match_in_parts_lets_its_shards_go_and_is_matched_whole(
+def test_a_job_too_large_to_keep_lets_its_shards_go_and_one_with_too_large_a_group_is_matched_whole(
     cluster: Cluster,
 ) -> None:
-    where = SAMPLES / "nccl3d_skip_world"
-    small = replace(cluster, task_memory=PART_ROW_BYTES * 50)  # parts of 50 rows at most
+    where = SAMPLES / "nccl3d_skip_world"  # 495 rows; its largest group holds 64
+    small = replace(cluster, task_memory=PART_ROW_BYTES * 20)  # parts of 20 rows at most
     engine = RayEngine(small, shard=2)
     got = load(Directory(where), Options(engine=engine))
-    assert got.table.n > KEEP_FACTOR * 50
-    assert engine.shards_kept == 0
-    on_ray = _report(where, Options(engine=engine))
+    assert got.table.n > KEEP_FACTOR * 20
+    assert engine.shards_kept == 0  # let go as read
+    assert _report(where, Options(engine=engine)) == _report(where, Options())
     assert engine.matched == ""  # matched whole in the driver: no part was cut
+
+    engine = RayEngine(replace(cluster, task_memory=PART_ROW_BYTES * 50), shard=2)
+    load(Directory(where), Options(engine=engine))
+    assert engine.shards_kept > 0  # kept for the shuffle while reading
+    assert _report(where, Options(engine=engine)) == _report(where, Options())
+    assert engine.matched == "" and engine.shards_kept == 0  # a group of 64: let go, whole
+
+
+def test_a_family_too_large_for_a_task_is_matched_in_parts_of_its_groups_that_ask_each_other(
+    cluster: Cluster,
+) -> None:
+    # the tensor-parallel family holds 392 rows, its largest group 100; the data-parallel
+    # pair of ranks 2 and 6 ties on sizes, and the other pairs, in other parts, settle it
+    where = SAMPLES / "nccl3d_dp_pair_mismatch"
+    engine = RayEngine(replace(cluster, task_memory=PART_ROW_BYTES * 100), shard=2)
+    on_ray = _report(where, Options(engine=engine))
+    assert engine.matched == "from the shards"
+    assert engine.rounds == 2  # the parts asked about answer; the parts that asked, again
     assert on_ray == _report(where, Options())
+    assert not any("Ray task" in w for w in on_ray["dumps"]["warnings"])
 
 
 def test_the_table_kept_out_of_core_on_ray_gives_the_report_one_process_gives(

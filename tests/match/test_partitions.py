@@ -1,5 +1,6 @@
 """Matching in parts (`match.partitions`): the groups of each description matched alone, as a
-cluster matches them, give what matching the whole table gives, to the last row."""
+cluster matches them, or a family cut into parts of its groups that ask each other what they
+do not hold (`match.elsewhere`), give what matching the whole table gives, to the last row."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from fr_analyzer import analyze
 from fr_analyzer.load import Directory
 from fr_analyzer.match import MatchResult, PartRunner, match, partitions
+from fr_analyzer.match.elsewhere import Elsewhere, unheld
+from fr_analyzer.match.values import OPS, TRANSFERS
 from fr_analyzer.model.groups import build_groups
 from fr_analyzer.pipeline import InProcess, Options, load
 from fr_analyzer.render.report_json import report_dict
@@ -106,15 +109,76 @@ def test_a_job_of_one_description_is_matched_whole_even_given_a_runner() -> None
     assert run.calls == 0
 
 
-def test_a_job_with_a_part_larger_than_the_runner_takes_is_matched_whole() -> None:
+def test_a_job_with_a_group_larger_than_the_runner_takes_is_matched_whole() -> None:
     got, groups = _loaded("nccl3d_skip_world")
-    rows = partitions.sizes(groups, partitions.families(got.table, groups))
+    rows = partitions.sizes(groups, partitions.components(got.table, groups))
     assert sum(rows) == got.table.n
     run = Counting()
     match(got.dumps, got.table, groups, PartRunner(run, most_rows=max(rows) - 1))
     assert run.calls == 0
     match(got.dumps, got.table, groups, PartRunner(run, most_rows=max(rows)))
     assert run.calls == 1
+
+
+def test_a_family_larger_than_the_runner_takes_is_cut_into_parts_of_its_groups() -> None:
+    got, groups = _loaded("nccl3d_skip_world")
+    families = partitions.families(got.table, groups)
+    rows = partitions.sizes(groups, families)
+    largest = families[rows.index(max(rows))]
+    sets = partitions.cut_sets(got.table, groups, max(rows) - 1)
+    assert sets is not None and len(sets) > len(families)
+    assert sorted(u for uids in sets for u in uids) == list(range(len(groups.groups)))
+    assert all(set(uids) <= set(largest) for uids in sets if uids[0] in largest)
+    assert max(partitions.sizes(groups, sets)) <= max(rows) - 1
+
+
+def _smallest_parts(where: Path) -> tuple[MatchResult, MatchResult, Counting]:
+    """The job at `where` matched whole and in the smallest parts a runner can take: each
+    family cut into parts as small as its largest group (or groups a block joins)."""
+    got = load(Directory(where), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    retired = got.table.retired.copy()
+    whole = match(got.dumps, got.table, groups)
+    got.table.retired[:] = retired
+    most = max(partitions.sizes(groups, partitions.components(got.table, groups)), default=1)
+    run = Counting()
+    return match(got.dumps, got.table, groups, PartRunner(run, most_rows=most)), whole, run
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_sample_set_matched_in_parts_of_single_groups_matches_as_a_whole(name: str) -> None:
+    parts, whole, _ = _smallest_parts(SAMPLES / name)
+    assert_same_match(parts, whole)
+
+
+def test_a_tie_the_groups_alike_settle_is_asked_of_the_parts_that_hold_them() -> None:
+    # the data-parallel pair of ranks 2 and 6 disagrees on sizes: no majority, and the
+    # other pairs (in other parts) vote; their answers come in a second round
+    parts, whole, run = _smallest_parts(SAMPLES / "nccl3d_dp_pair_mismatch")
+    assert run.calls == 3  # the parts; those asked about, to answer; those that asked, again
+    assert_same_match(parts, whole)
+    settled = [f for f in parts.findings if "agree" in f.detail]
+    assert settled and all(len(f.culprit_ranks) == 1 for f in settled)
+
+
+@pytest.mark.parametrize("seed", [5, 33, 48, 70, 291])
+def test_drawn_jobs_whose_parts_ask_each_other_match_as_a_whole(seed: int) -> None:
+    # between them these ask every kind of value: ops, sizes at a position, dtypes, inputs,
+    # whole signatures, and (291) a pipeline's agreed transfers
+    with tempfile.TemporaryDirectory() as d:
+        draw_case(seed, parse_shapes("all"), None).write(Path(d), None)
+        parts, whole, run = _smallest_parts(Path(d))
+    assert run.calls >= 3
+    assert_same_match(parts, whole)
+
+
+def test_a_part_asks_what_it_has_no_answer_to_and_only_that() -> None:
+    away = Elsewhere(frozenset({1}), {(2, 5, OPS): ("all_reduce",)})
+    assert away.holds(1) and not away.holds(2)
+    assert away.knows([(2, 5, OPS)])
+    assert not away.knows([(2, 5, OPS), (3, 5, OPS), (3, -1, TRANSFERS)])
+    assert away.asked == {(3, 5, OPS), (3, -1, TRANSFERS)}
+    assert unheld(away.asked) == {(3, 5, OPS): None, (3, -1, TRANSFERS): ()}
 
 
 @pytest.mark.parametrize("seed", [3, 26, 150, 297, 459, 682, 803, 1009, 1201, 1931, *range(40)])
