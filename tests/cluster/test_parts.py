@@ -122,3 +122,29 @@ def test_ctrl_c_while_matching_cancels_every_task_in_flight(
         with pytest.raises(KeyboardInterrupt):
             match(got.dumps, got.table, groups, PartRunner(runner))
     assert len(fake.cancelled) == 2
+
+
+def test_a_task_lost_in_a_later_round_of_questions_is_matched_in_the_driver_with_its_questions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # parts of one group each: the data-parallel pair that ties asks the other pairs (in other
+    # parts), which answer in a second run of tasks; the asking part runs again in a third
+    for got, groups, whole in _job("nccl3d_dp_pair_mismatch"):
+        most = max(partitions.sizes(groups, partitions.components(got.table, groups)))
+        first = len(partitions.cut_sets(got.table, groups, most) or [])
+
+        def runner(cut: Any) -> Any:
+            return parts_mod.match_parts(cut, window=2, retries=0)
+
+        counted = FakeRay()
+        monkeypatch.setattr(parts_mod, "import_ray", lambda: counted)
+        match(got.dumps, got.table, groups, PartRunner(runner, most_rows=most))
+        assert counted.tasks > first + 1  # a round of answers, and the asking part again
+
+        # the first task answering, and the last (the asking part matched again), lost
+        fake = FakeRay(lose=frozenset({first, counted.tasks - 1}))
+        monkeypatch.setattr(parts_mod, "import_ray", lambda: fake)
+        on_ray = match(got.dumps, got.table, groups, PartRunner(runner, most_rows=most))
+        lost = [n for n in on_ray.notes if "failed" in n]
+        assert len(lost) == 1  # the answering part's result is only its answers
+        assert_same_match(replace(on_ray, notes=on_ray.notes[: len(whole.notes)]), whole)

@@ -132,15 +132,20 @@ def test_a_family_larger_than_the_runner_takes_is_cut_into_parts_of_its_groups()
     assert max(partitions.sizes(groups, sets)) <= max(rows) - 1
 
 
-def _smallest_parts(where: Path) -> tuple[MatchResult, MatchResult, Counting]:
+def _smallest_parts(
+    where: Path, draw: np.random.Generator | None = None
+) -> tuple[MatchResult, MatchResult, Counting]:
     """The job at `where` matched whole and in the smallest parts a runner can take: each
-    family cut into parts as small as its largest group (or groups a block joins)."""
+    family cut into parts as small as its largest group (or groups a block joins); with
+    `draw`, parts of a size drawn between that and the whole job."""
     got = load(Directory(where), Options(workers=1))
     groups = build_groups(got.dumps, got.table, got.unreadable)
     retired = got.table.retired.copy()
     whole = match(got.dumps, got.table, groups)
     got.table.retired[:] = retired
     most = max(partitions.sizes(groups, partitions.components(got.table, groups)), default=1)
+    if draw is not None:
+        most = int(draw.integers(most, max(most, got.table.n) + 1))
     run = Counting()
     return match(got.dumps, got.table, groups, PartRunner(run, most_rows=most)), whole, run
 
@@ -169,6 +174,15 @@ def test_drawn_jobs_whose_parts_ask_each_other_match_as_a_whole(seed: int) -> No
         draw_case(seed, parse_shapes("all"), None).write(Path(d), None)
         parts, whole, run = _smallest_parts(Path(d))
     assert run.calls >= 3
+    assert_same_match(parts, whole)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_drawn_jobs_cut_into_parts_of_a_drawn_size_match_as_a_whole(seed: int) -> None:
+    draw = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory() as d:
+        draw_case(int(draw.integers(0, 2000)), parse_shapes("all"), None).write(Path(d), None)
+        parts, whole, _ = _smallest_parts(Path(d), draw)
     assert_same_match(parts, whole)
 
 
