@@ -137,13 +137,13 @@ def test_a_task_lost_in_a_later_round_of_questions_is_matched_in_the_driver_with
             return parts_mod.match_parts(cut, window=2, retries=0)
 
         counted = FakeRay()
-        monkeypatch.setattr(parts_mod, "import_ray", lambda: counted)
+        monkeypatch.setattr(parts_mod, "import_ray", lambda counted=counted: counted)
         match(got.dumps, got.table, groups, PartRunner(runner, most_rows=most))
         assert counted.tasks > first + 1  # a round of answers, and the asking part again
 
         # the first task answering, and the last (the asking part matched again), lost
         fake = FakeRay(lose=frozenset({first, counted.tasks - 1}))
-        monkeypatch.setattr(parts_mod, "import_ray", lambda: fake)
+        monkeypatch.setattr(parts_mod, "import_ray", lambda fake=fake: fake)
         on_ray = match(got.dumps, got.table, groups, PartRunner(runner, most_rows=most))
         lost = [n for n in on_ray.notes if "failed" in n]
         assert len(lost) == 1  # the answering part's result is only its answers
