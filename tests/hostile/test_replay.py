@@ -448,6 +448,24 @@ def ranks_of(pid: int) -> set[int]:
     return found
 
 
+def group_of(pgid: int) -> list[str]:
+    """The command lines of the processes still in process group `pgid` (a failure's why)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            words = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {words[:120]}")
+    return found
+
+
 def alive(pids: set[int]) -> set[int]:
     """Those of `pids` still running (a zombie waiting for its reaper is not)."""
     left = set()
@@ -499,7 +517,10 @@ def test_a_signal_to_the_replay_stops_every_rank(
     assert alive(ranks) == ranks
 
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=20)
+    try:  # bounded, with room for a machine loaded by the rest of the suite
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the replay did not stop; its group holds {group_of(proc.pid)}")
 
     limit = time.monotonic() + 5
     while alive(ranks) and time.monotonic() < limit:
