@@ -479,6 +479,10 @@ def alive(pids: set[int]) -> set[int]:
     return left
 
 
+def _hangup_default() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.fixture
 def blocking_replay(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], set[int]]]:
     """A 2-rank replay whose rank 0 waits (up to 120 s) in an all_reduce rank 1 never calls,
@@ -489,7 +493,13 @@ def blocking_replay(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], set
     argv += ["--out", str(tmp_path / "o"), "--timeout", "120", "--deadline", "300"]
     argv += ["--iterations", "1", "--warmup", "0"]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        # a suite run under nohup would hand it SIGHUP ignored, which the replay keeps so
+        preexec_fn=_hangup_default,
     )
     ranks: set[int] = set()
     try:
@@ -517,8 +527,8 @@ def test_a_signal_to_the_replay_stops_every_rank(
     assert alive(ranks) == ranks
 
     proc.send_signal(sig)
-    try:  # bounded, with room for a machine loaded by the rest of the suite
-        _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the replay did not stop; its group holds {group_of(proc.pid)}")
 
