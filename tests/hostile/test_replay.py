@@ -431,9 +431,9 @@ def test_a_plan_changed_in_out_after_it_was_written_is_not_run(tmp_path: Path) -
 # --- a stopped replay leaves no rank --------------------------------------------------------
 
 
-def ranks_of(pid: int) -> set[int]:
-    """The pids of the replay ranks whose parent is `pid` (from /proc)."""
-    found = set()
+def processes() -> Iterator[tuple[int, list[str], bytes]]:
+    """Every live process (from /proc): its pid, the fields of its stat after the name
+    (state, parent, process group, ...), and its command line."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -443,27 +443,24 @@ def ranks_of(pid: int) -> set[int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == pid and fields[0] != "Z" and b"replay.worker" in cmdline:
-            found.add(int(entry.name))
-    return found
+        if fields[0] != "Z":
+            yield int(entry.name), fields, cmdline
+
+
+def ranks_of(pid: int) -> set[int]:
+    """The pids of the replay ranks whose parent is `pid`."""
+    return {
+        p for p, fields, cmd in processes() if int(fields[1]) == pid and b"replay.worker" in cmd
+    }
 
 
 def group_of(pgid: int) -> list[str]:
     """The command lines of the processes still in process group `pgid` (a failure's why)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            words = cmdline.replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{entry.name}: {words[:120]}")
-    return found
+    return [
+        f"{p}: {b' '.join(cmd.split(bytes(1))).decode(errors='replace')[:120]}"
+        for p, fields, cmd in processes()
+        if int(fields[2]) == pgid
+    ]
 
 
 def alive(pids: set[int]) -> set[int]:
