@@ -315,16 +315,19 @@ def test_a_worker_killed_while_matching_is_retried_and_the_answer_still_comes(
     job = _two_families(tmp_path, 128, 1000)
     alone = _report(job, Options())
     engine = RayEngine(cluster)
-    killer = _Killer(task=b"ray::match_blocks")
-    killer.start()
-    try:
-        on_ray = _report(job, Options(engine=engine))
-    finally:
-        killer.stop.set()
-        killer.join()
+    for _ in range(3):  # a part's task lasts a fraction of a second: the killer may miss it
+        killer = _Killer(task=b"ray::match_blocks")
+        killer.start()
+        try:
+            on_ray = _report(job, Options(engine=engine))
+        finally:
+            killer.stop.set()
+            killer.join()
+        assert engine.matched == "from the shards"
+        assert on_ray == alone  # no part matched in the driver instead: Ray's retry answered
+        if killer.killed is not None:
+            break
     assert killer.killed is not None
-    assert engine.matched == "from the shards"
-    assert on_ray == alone  # no part matched in the driver instead: Ray's retry answered
 
 
 def test_a_shard_lost_past_its_retries_leaves_its_ranks_unreadable_and_the_rest_analyzed(
