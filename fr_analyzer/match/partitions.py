@@ -230,7 +230,7 @@ def cut_sets(t: EntryTable, groups: GroupTable, most_rows: int | None) -> list[l
             more = int(per_group[comp].sum())
             if more > most_rows:
                 return None
-            if held and rows + more > fill:
+            if held and more and rows + more > fill:  # a group with no rows joins the last
                 out.append(sorted(held))
                 held, rows = [], 0
             held += comp
@@ -399,6 +399,11 @@ def rounds(
     part_of = np.full(len(groups.groups) + 1, -1, dtype=np.int64)
     for i, uids in enumerate(uid_sets):
         part_of[uids] = i
+    # a part with no rows is never matched (`parts`): its groups answer as no part's do
+    held = np.bincount(part_of[groups.entry_group] + 1, minlength=len(uid_sets) + 1)[1:] > 0
+    matched = part_of >= 0
+    matched[matched] = held[part_of[matched]]
+    part_of[~matched] = -1
     final: list[PartMatch] = []
     answers: dict[Question, Any] = {}
     waiting: dict[int, frozenset[Question]] = {}

@@ -20,6 +20,7 @@ from fr_analyzer.match.values import OPS, TRANSFERS
 from fr_analyzer.model.groups import build_groups
 from fr_analyzer.pipeline import InProcess, Options, load
 from fr_analyzer.render.report_json import report_dict
+from tests.builders import make_dump, make_entry, write_dumps
 from tools.frsim.campaign import draw_case, parse_shapes
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
@@ -219,3 +220,27 @@ def test_no_rule_of_matching_reads_the_columns_a_part_leaves_out(name: str) -> N
     }
     noisy = replace(got.table, **columns)
     assert_same_match(match(got.dumps, noisy, groups), whole)
+
+
+def test_a_group_alike_with_no_rows_answers_as_no_unit_when_asked(tmp_path: Path) -> None:
+    # four pairs of ranks in "tp" groups; the last pair recorded nothing on them, and the
+    # first pair ties on sizes at its third all_reduce: the other pairs, each a part of its
+    # own (the world holds one barrier), are asked, the empty one too
+    dumps = {}
+    for rank in range(8):
+        pair = [rank - rank % 2, rank - rank % 2 + 1]
+        tp = ("1", "tp")
+        ops = [make_entry("barrier", 1, group=("0", "default_pg"))]
+        if rank < 6:
+            for i in range(3):
+                size = 32 if (rank == 1 and i == 2) else 64
+                sizes = [[size]]
+                ops.append(
+                    make_entry("all_reduce", i + 1, group=tp, in_sizes=sizes, out_sizes=sizes)
+                )
+        groups = {"0": ("default_pg", list(range(8))), "1": ("tp", pair)}
+        dumps[rank] = make_dump(ops, groups=groups)
+    parts, whole, run = _smallest_parts(write_dumps(tmp_path / "job", dumps))
+    assert run.calls >= 3
+    assert_same_match(parts, whole)
+    assert any("2 other groups 'tp' of 2 agree" in f.detail for f in parts.findings)
