@@ -13,7 +13,6 @@ second match of the few parts involved (`match.partitions.rounds`)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,8 +69,9 @@ def answer(
                 by_group = agreed_transfers(ctx, pairs)
             out[q] = by_group.get(uid, ())
         else:
-            value_of = readers.setdefault(kind, reader(ctx.table, kind))
-            out[q] = uniform_value(ctx, uid, seq, value_of)
+            if kind not in readers:
+                readers[kind] = reader(ctx.table, kind)
+            out[q] = uniform_value(ctx, uid, seq, readers[kind])
     return out
 
 
@@ -81,15 +81,13 @@ def unheld(questions: Iterable[Question]) -> dict[Question, Any]:
 
 
 def agreed_transfers(ctx: MatchContext, pairs: P2PPairs) -> dict[int, Transfers]:
-    """Each group's agreed transfers, of the pairs matched."""
+    """Each group's agreed transfers, of the pairs matched: one count per (group, shape,
+    dtype), by columns."""
     send_value, _, agree = transfer_values(ctx.table, pairs.send_row, pairs.recv_row)
     uid = ctx.groups.entry_group[pairs.send_row].astype(np.int64)
-    counts: dict[int, Counter[tuple[int, int]]] = {}
-    for u, shape, dtype in zip(
-        uid[agree].tolist(),
-        send_value[agree, 0].tolist(),
-        send_value[agree, 1].tolist(),
-        strict=True,
-    ):
-        counts.setdefault(u, Counter())[(shape, dtype)] += 1
-    return {u: tuple(sorted(c.items())) for u, c in counts.items()}
+    keys = np.column_stack([uid[agree], send_value[agree]]).reshape(-1, 3)
+    found, counts = np.unique(keys, axis=0, return_counts=True)
+    out: dict[int, list[tuple[tuple[int, int], int]]] = {}
+    for (u, shape, dtype), n in zip(found.tolist(), counts.tolist(), strict=True):
+        out.setdefault(u, []).append(((shape, dtype), n))
+    return {u: tuple(held) for u, held in out.items()}
