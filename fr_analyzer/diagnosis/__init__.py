@@ -34,8 +34,8 @@ all read, and the order the other ranks follow comes from `match.reference`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from ..load import TRACE_CUT_NOTE as TRACE_CUT
 from ..load import WatchdogTimeout
@@ -45,7 +45,8 @@ from ..model.groups import GroupTable
 from ..model.recorders import Dialect
 from ..model.records import Finding
 from ..model.table import EntryTable
-from . import aftermath, stragglers, waits
+from . import aftermath, frontier, stragglers, waits
+from .ages import DumpTime, dump_time
 from .context import Context
 from .hang import Candidate, hang_root
 from .mismatch import first_mismatch, mismatch_root, skipped_root
@@ -96,6 +97,29 @@ def killed_ranks(dumps: Sequence[RankDump]) -> frozenset[int]:
     )
 
 
+@dataclass(frozen=True)
+class Whole:
+    """What the diagnosis decides over every row of the job, not over the rows it holds
+    (`frontier`): each rank's newest timestamp, the dump's time, and the straggler rule
+    (it weighs every completed collective), computed only when asked."""
+
+    newest_ns: dict[int, int]
+    when: DumpTime
+    slowness: Callable[[], stragglers.Slowness | None]
+
+
+FRONTIER_FROM = 48_000_000
+"""Rows from which the diagnosis reads each rank's frontier rather than the whole table: past
+what one process analyzes comfortably (16,384 ranks x 2,000 entries is 33 M rows). Below it,
+reading the frontier costs more than it saves (finding it is one pass over the rows, and the
+rules run twice where they ask for whole programs): 10 s against 4 s at 33 M rows here."""
+MOST_PASSES = 4
+"""Diagnoses made on part of the table, each with the whole programs the last one asked for;
+past them (or once the rows asked for are most of the table) the whole table is read."""
+MOST_SHARE = 0.5
+"""Held rows past this share of the table: the whole table is read (a copy saves nothing)."""
+
+
 def diagnose(
     dumps: Sequence[RankDump],
     table: EntryTable,
@@ -105,11 +129,70 @@ def diagnose(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     series: Series | None = None,
     timed_out: Sequence[WatchdogTimeout] = (),
+    *,
+    window: int = frontier.WINDOW,
+    most_share: float = MOST_SHARE,
+    frontier_from: int = FRONTIER_FROM,
 ) -> Diagnosis:
     """Where every rank stands, the root cause (if any), and whether the job is hung
-    (`timed_out`: the ops the job's log says the watchdog timed out)."""
+    (`timed_out`: the ops the job's log says the watchdog timed out).
+
+    On a table of `frontier_from` rows or more, made on each rank's frontier (`frontier`:
+    `window` ops per group before its first op not completed), and again with the whole
+    programs of the ranks the rules read, until they read no rank they lack; on the whole
+    table where that is most of it (`most_share`). Either way the same diagnosis (tests)."""
     t = table
-    newest_ns = newest_per_rank(t)
+    slow: list[stragglers.Slowness | None] = []
+
+    def slowness() -> stragglers.Slowness | None:
+        if not slow:
+            slow.append(
+                stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
+            )
+        return slow[0]
+
+    whole = Whole(newest_per_rank(t), dump_time(t, dumps), slowness)
+    args = (dumps, findings, thresholds, series, timed_out, whole)
+    if t.n < frontier_from:
+        return _diagnose(t, groups, matches, *args)[0]
+    reads = frontier.Frontier(t, groups, matches)
+    rows = reads.with_units(reads.rows(window), findings)
+    for _ in range(MOST_PASSES):
+        if len(rows) > most_share * t.n:
+            break
+        part = reads.held(rows)
+        found, read = _diagnose(part.table, part.groups, part.matches, *args)
+        more = reads.with_units(rows, (), read.units)
+        wanted = read.ranks - part.whole_ranks
+        if wanted:
+            more = reads.with_ranks(more, wanted)
+        if len(more) == len(rows):
+            return frontier.to_table(found, part.rows)
+        rows = more
+    return _diagnose(t, groups, matches, *args)[0]
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What a diagnosis read beyond each rank's frontier: whole programs, and the root's op."""
+
+    ranks: frozenset[int]
+    units: tuple[tuple[int, int], ...]  # (group uid, collective seq id)
+
+
+def _diagnose(
+    t: EntryTable,
+    groups: GroupTable,
+    matches: MatchResult,
+    dumps: Sequence[RankDump],
+    findings: Sequence[Finding],
+    thresholds: Thresholds,
+    series: Series | None,
+    timed_out: Sequence[WatchdogTimeout],
+    whole: Whole,
+) -> tuple[Diagnosis, _Read]:
+    """The diagnosis made on the rows `t` holds (every row, or part, `frontier.held`)."""
+    newest_ns = whole.newest_ns
     graph = waits.build(t, groups, matches, killed_ranks(dumps))
     # A rank's frontier did not complete, whatever the row's flags say (`waits`: gloo retires
     # a collective that failed with a dead rank as one that completed).
@@ -123,7 +206,7 @@ def diagnose(
         rank: RankState(rank, blocked.get(rank), newest.get(rank), graph.waits_for(rank))
         for rank in groups.loaded_ranks
     }
-    timing = judge_timing(t, graph, dumps, series, timed_out)
+    timing = judge_timing(t, graph, dumps, series, timed_out, whole.when)
     ctx = Context(
         table=t,
         groups=groups,
@@ -146,14 +229,17 @@ def diagnose(
         hang = hang_root(ctx)
         root, read_on = hang.root, hang.view.graph
     if root is None and not (graph.frontier and timing.hung):
-        slow = stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
+        slow = whole.slowness()
         if slow is not None:
             root = stragglers.straggler_root(slow)
     behind = frozenset(aftermath.behind(ctx, root, read_on)) if root is not None else frozenset()
     if root is not None:
         root = replace(root, time=aftermath.root_time(ctx, root))
     shown = {r: s.blocked or s.newest for r, s in states.items() if s.blocked or s.newest}
-    return Diagnosis(
+    units: tuple[tuple[int, int], ...] = ()
+    if root is not None and root.group is not None and root.collective_seq_id is not None:
+        units = ((root.group.uid, root.collective_seq_id),)
+    found = Diagnosis(
         positions(refs, incomplete),
         tuple(states[r] for r in sorted(states)),
         stacks(
@@ -167,3 +253,4 @@ def diagnose(
         behind,
         {d.rank: d.host for d in dumps if d.host},
     )
+    return found, _Read(frozenset(ctx.peers.programs_read), units)

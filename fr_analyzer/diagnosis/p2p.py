@@ -6,6 +6,8 @@ the root of the ranks that wait for it.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import numpy.typing as npt
 
@@ -41,7 +43,7 @@ def divergence(ctx: Context, rank: int, row: int, only: int | None = None) -> in
     uid = int(ctx.groups.entry_group[row])
     group = ctx.groups.groups[uid]
     sequences = []
-    for mirror in ctx.peers.mirrors(rank, {group.desc})[: MIRRORS * 4]:
+    for mirror in itertools.islice(ctx.peers.mirrors(rank, {group.desc}), MIRRORS * 4):
         alike = ctx.peers.mirror_group(group, mirror)
         if alike is not None:
             sequences.append(sequence(ctx, mirror, alike.uid))

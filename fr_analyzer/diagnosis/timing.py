@@ -39,10 +39,13 @@ def judge_timing(
     dumps: Sequence[RankDump] = (),
     series: Series | None = None,
     timed_out: Sequence[WatchdogTimeout] = (),
+    when: DumpTime | None = None,
 ) -> Timing:
     """Whether the unfinished ops are stuck or in flight: by one dump's ages, or by snapshots
-    (`timed_out`: what the job's log says the watchdog timed out)."""
-    when = dump_time(t, dumps)
+    (`timed_out`: what the job's log says the watchdog timed out; `when`: the dump's time,
+    judged over every row of the job, where `t` holds only some, `diagnosis.frontier`)."""
+    if when is None:
+        when = dump_time(t, dumps)
     rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
     if not len(rows):
         return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")

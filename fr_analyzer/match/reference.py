@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from typing import TypeVar
+from collections.abc import Collection, Iterable, Iterator
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -260,6 +261,28 @@ def history_reference(
 # -- the order of ops (diagnosis) -------------------------------------------------------------
 
 
+class Replay(Generic[_V]):
+    """An iterator's items, each made once when first asked for, read as often as asked."""
+
+    def __init__(self, items: Iterator[_V]) -> None:
+        self._items = items
+        self._made: list[_V] = []
+
+    def __iter__(self) -> Iterator[_V]:
+        at = 0
+        while True:
+            if at == len(self._made):
+                made = next(self._items, _DONE)
+                if made is _DONE:
+                    return
+                self._made.append(made)  # type: ignore[arg-type]
+            yield self._made[at]
+            at += 1
+
+
+_DONE = object()
+
+
 Role = tuple[tuple[str, int, int], ...]
 """A rank's role: (desc, size, local rank) of groups it is in (see `PeerOrder.roles`)."""
 
@@ -276,6 +299,9 @@ class PeerOrder:
         self._orders: dict[tuple[object, ...], int] = {}
         self._role: dict[int, Role] | None = None
         self._starts: dict[int, tuple[int, int]] | None = None
+        # ranks whose whole program was read (`rows_of`): a diagnosis made on part of the
+        # table asks for them whole (`diagnosis.frontier`)
+        self.programs_read: set[int] = set()
         self._paths: dict[int, I64] = {}
         self._unit_steps: I64 | None = None  # each unit's step (`path`), by unit
         self._alike: dict[tuple[str, int], list[Group]] | None = None
@@ -289,6 +315,7 @@ class PeerOrder:
 
     def rows_of(self, rank: int) -> range:
         """A rank's rows of the entry table (empty for a rank with no dump)."""
+        self.programs_read.add(rank)
         starts = self._starts
         if starts is None:
             at = rank_starts(self.t.rank)
@@ -429,8 +456,11 @@ class PeerOrder:
             found = self._role = {r: tuple(sorted(p)) for r, p in parts.items()}
         return found
 
-    def mirrors(self, rank: int, descs: set[str]) -> list[int]:
-        """Loaded ranks in the same role as `rank` in the groups of these descriptions."""
+    def mirrors(self, rank: int, descs: set[str], first: Collection[int] = ()) -> Iterator[int]:
+        """Loaded ranks in the same role as `rank` in the groups of these descriptions, in
+        rank order (those in `first` before the others), each found when it is asked for:
+        telling a mirror reads its whole program (`same_path`), and a caller that has heard
+        enough of them stops (a job of 65,536 ranks has thousands in each role)."""
         roles = self.roles()
 
         def role(r: int) -> Role:
@@ -438,9 +468,10 @@ class PeerOrder:
 
         mine = role(rank)
         loaded = set(self.groups.loaded_ranks) - {rank}
-        return [
-            r for r in sorted(roles) if r in loaded and role(r) == mine and self.same_path(rank, r)
-        ]
+        alike = [r for r in sorted(roles) if r in loaded and role(r) == mine]
+        if first:
+            alike.sort(key=lambda r: r not in first)  # stable: rank order within each
+        return (r for r in alike if self.same_path(rank, r))
 
     def mirror_group(self, group: Group, mirror: int) -> Group | None:
         """The group alike `group` that `mirror` is in (the same one if it is a member)."""
@@ -516,7 +547,7 @@ class PeerOrder:
         peers = {
             r for row in rows for r in self.groups.groups[int(self.groups.entry_group[row])].ranks
         }
-        mirrors = sorted(self.mirrors(rank, descs), key=lambda r: (r not in peers, r))
+        mirrors = Replay(self.mirrors(rank, descs, peers))
         together = self._co_members_first(rows, mirrors)
         if together is not None:
             return together
@@ -545,7 +576,7 @@ class PeerOrder:
             return None
         return ranked[0][0]
 
-    def _co_members_first(self, rows: list[int], mirrors: list[int]) -> int | None:
+    def _co_members_first(self, rows: list[int], mirrors: Iterable[int]) -> int | None:
         """Index, in `rows` (collectives), of the op that the mirrors in every one of their
         groups issue first: their own sequence ids, not those of groups alike (which drift
         apart where subgroups run programs of their own). A co-member that issued some of the

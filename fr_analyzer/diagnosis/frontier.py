@@ -1,0 +1,280 @@
+"""The rows the diagnosis reads: each rank's frontier in each of its groups, not the job.
+
+A hang is read where every rank stands: its first op not completed in each group and the few
+before it, its last op, and the ops of other ranks those are matched with. The rules that
+weigh who deviated read more: the whole programs of a few ranks (the culprit's mirrors and
+co-members, `match.reference.PeerOrder`); they ask for those ranks by name
+(`PeerOrder.programs_read`), and the diagnosis is made again with those ranks whole until it
+asks for no rank it lacks (`diagnosis.diagnose`). What is decided over every rank at once
+(each rank's newest timestamp, and the straggler rule that weighs every completed
+collective) is computed beside it (`Whole`), not over these rows.
+
+`Frontier.held(rows)` is that part of the table: its rows renumbered from 0, its matches
+renumbered with them, so the rules run on it unchanged; `Held.rows` maps its rows back to the
+table's, and `to_table` maps the ops a diagnosis names back. Every step costs what the held
+rows cost, not what the table does, but for finding the frontier itself (one pass over the
+rows). On a job larger than one process holds, this is what the driver needs of the entries
+(docs/scale.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..match import MatchResult
+from ..model.groups import GroupTable
+from ..model.records import Finding, UnitKind
+from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
+from .positions import OpRef
+from .records import Diagnosis
+from .waits import incomplete_rows
+
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+WINDOW = 16
+"""Ops of each (rank, group) kept before its first op not completed (or before its end): what
+the rules read of the history near the frontier. On every sample set and drawn case, 16 gives
+the diagnosis of the whole table; 4 already does on most."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """Part of the table, renumbered: `rows` are its rows in the whole table (ascending)."""
+
+    rows: I64
+    table: EntryTable
+    groups: GroupTable
+    matches: MatchResult
+    whole_ranks: frozenset[int]  # ranks whose every row is held
+
+
+class Frontier:
+    """The rows of one table the diagnosis reads, and that part of the table (`held`).
+    A row held pulls in what it is matched with: its collective's rows on the other ranks,
+    its send/recv's other half, its block's marker and members (`closed`)."""
+
+    def __init__(self, t: EntryTable, groups: GroupTable, m: MatchResult) -> None:
+        self.t, self.groups, self.m = t, groups, m
+        starts = rank_starts(t.rank) if t.n else np.zeros(0, np.intp)
+        self._spans = dict(
+            zip(
+                t.rank[starts].tolist(),
+                zip(starts.tolist(), np.append(starts[1:], t.n).tolist(), strict=True),
+                strict=True,
+            )
+        )
+        units = m.collectives
+        self._unit_ends = np.append(units.starts[1:], len(units.rows)).astype(np.int64)
+        self._members: tuple[I64, I64] | None = None  # block members by marker (`_blocks`)
+
+    def rows(self, window: int = WINDOW) -> I64:
+        """Each rank's frontier: in each of its groups, its first op not completed, what
+        follows it and `window` ops before it (a group it finished: its last `window` ops),
+        closed."""
+        t = self.t
+        if not t.n:
+            return np.zeros(0, np.int64)
+        keep = _pair_windows(t, incomplete_rows(t, self.m), window)
+        return self.closed(np.flatnonzero(keep).astype(np.int64))
+
+    def with_ranks(self, rows: I64, ranks: Iterable[int]) -> I64:
+        """`rows` and every row of `ranks` (their whole programs), closed."""
+        spans = [self._spans[r] for r in sorted(set(ranks)) if r in self._spans]
+        more = [np.arange(a, b, dtype=np.int64) for a, b in spans]
+        return self.closed(rows, np.concatenate([np.zeros(0, np.int64), *more]))
+
+    def with_units(
+        self, rows: I64, findings: Iterable[Finding], units: Iterable[tuple[int, int]] = ()
+    ) -> I64:
+        """`rows` and the rows of the collectives the findings (and the matcher's skipped
+        ones) are about, and of `units` ((group uid, collective seq id)), closed: a
+        disagreement may lie far behind every frontier."""
+        keys = [
+            (f.group.uid, f.collective_seq_id)
+            for f in (*findings, *self.m.skipped)
+            if f.group is not None and f.collective_seq_id is not None
+        ]
+        found = [self.m.collectives.find(uid, seq) for uid, seq in sorted({*keys, *units})]
+        wanted = np.array([u for u in found if u is not None], dtype=np.int64)
+        if not len(wanted):
+            return rows
+        return self.closed(rows, self._unit_rows(wanted))
+
+    def closed(self, rows: I64, more: I64 | None = None) -> I64:
+        """`rows` (and `more`) and every row they are matched with, transitively, ascending.
+        Each step reads only the rows the last one added."""
+        t, m = self.t, self.m
+        held = np.zeros(t.n, dtype=bool)
+        held[rows] = True
+        fresh = np.zeros(t.n, dtype=bool)  # the rows one step adds, for their order
+        new = rows if more is None else self._added(held, fresh, more)
+        in_units = np.zeros(len(m.collectives.starts), dtype=bool)
+        while len(new):
+            unit = m.collectives.entry_unit[new]
+            in_units[unit[unit >= 0]] = True
+            units = np.flatnonzero(in_units)
+            in_units[units] = False
+            pair = m.p2p.entry_pair[new]
+            pair = pair[pair >= 0]
+            marker = t.marker[new]
+            found = np.concatenate(
+                [
+                    self._unit_rows(units.astype(np.int64)),
+                    m.p2p.send_row[pair],
+                    m.p2p.recv_row[pair],
+                    marker[marker >= 0].astype(np.int64),
+                    self._block_members(new),
+                ]
+            )
+            new = self._added(held, fresh, found)
+        return np.flatnonzero(held).astype(np.int64)
+
+    @staticmethod
+    def _added(held: B, fresh: B, found: I64) -> I64:
+        """The rows of `found` not yet `held` (distinct, ascending), now held."""
+        found = found[~held[found]]
+        fresh[found] = True
+        new = np.flatnonzero(fresh).astype(np.int64) if len(found) else found
+        fresh[new] = False
+        held[new] = True
+        return new
+
+    def held(self, rows: I64) -> Held:
+        """The table's `rows` (ascending, closed) as a table of their own, with their groups
+        and matches renumbered to it."""
+        t, m = self.t, self.m
+        columns: dict[str, Any] = {name: getattr(t, name)[rows] for name, _ in TABLE_COLUMNS}
+        for name in ("rank", "row_in_rank"):
+            columns[name] = getattr(t, name)[rows]
+        marker = columns["marker"]
+        inside = marker >= 0
+        marker[inside] = np.searchsorted(rows, marker[inside])
+        table = replace(t, **columns)
+        # a unit's rows stay in table order (by rank, then as recorded), now held ones only
+        units = m.collectives
+        unit = units.entry_unit[rows].astype(np.int64)
+        in_unit = np.flatnonzero(unit >= 0)
+        by_unit = in_unit[np.argsort(unit[in_unit], kind="stable")]
+        per_unit = np.bincount(unit[in_unit], minlength=len(units.starts))
+        starts = np.concatenate([[0], np.cumsum(per_unit)[:-1]]).astype(np.int64)
+        collectives = replace(
+            units,
+            entry_unit=units.entry_unit[rows],
+            rows=by_unit.astype(np.int64),
+            starts=starts[: len(units.starts)],
+        )
+        # every pair of a held row is held whole (`closed`), renumbered in order
+        pairs = m.p2p
+        entry_pair = pairs.entry_pair[rows].astype(np.int64)
+        kept = np.unique(entry_pair[entry_pair >= 0])
+        entry_pair[entry_pair >= 0] = np.searchsorted(kept, entry_pair[entry_pair >= 0])
+        p2p = replace(
+            pairs,
+            send_row=np.searchsorted(rows, pairs.send_row[kept]).astype(np.int64),
+            recv_row=np.searchsorted(rows, pairs.recv_row[kept]).astype(np.int64),
+            entry_pair=entry_pair.astype(pairs.entry_pair.dtype),
+        )
+        matches = replace(m, collectives=collectives, p2p=p2p, done=m.done[rows])
+        groups = replace(self.groups, entry_group=self.groups.entry_group[rows])
+        return Held(rows, table, groups, matches, self._whole_ranks(rows))
+
+    def _unit_rows(self, units: I64) -> I64:
+        """Every row of these collective units."""
+        starts = self.m.collectives.starts[units]
+        lengths = self._unit_ends[units] - starts
+        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+        at = offsets + np.arange(int(lengths.sum()), dtype=np.int64)
+        return self.m.collectives.rows[at].astype(np.int64)
+
+    def _block_members(self, rows: I64) -> I64:
+        """The members of the blocks whose end markers are among `rows`."""
+        kind = self.t.unit[rows]
+        rows = rows[(kind == UnitKind.BLOCK_MARKER) | (kind == UnitKind.BATCH_MARKER)]
+        if self._members is None:
+            member = np.flatnonzero(self.t.marker >= 0).astype(np.int64)
+            of = self.t.marker[member].astype(np.int64)
+            order = np.argsort(of, kind="stable")
+            self._members = (of[order], member[order])
+        of, member = self._members
+        low = np.searchsorted(of, rows, side="left")
+        high = np.searchsorted(of, rows, side="right")
+        lengths = high - low
+        if not int(lengths.sum()):
+            return np.zeros(0, np.int64)
+        offsets = np.repeat(low - np.cumsum(lengths) + lengths, lengths)
+        return member[offsets + np.arange(int(lengths.sum()), dtype=np.int64)]
+
+    def _whole_ranks(self, rows: I64) -> frozenset[int]:
+        """Ranks all of whose rows are among `rows`."""
+        if not len(rows):
+            return frozenset()
+        ranks, held = np.unique(self.t.rank[rows], return_counts=True)
+        return frozenset(
+            r
+            for r, n in zip(ranks.tolist(), held.tolist(), strict=True)
+            if self._spans[r][1] - self._spans[r][0] == n
+        )
+
+
+def to_table(found: Diagnosis, rows: I64) -> Diagnosis:
+    """`found` (a diagnosis made on held rows) with every op it names at its row of the table."""
+
+    def mapped(ref: OpRef | None) -> OpRef | None:
+        return None if ref is None else replace(ref, row=int(rows[ref.row]))
+
+    return replace(
+        found,
+        positions=tuple(
+            replace(
+                p,
+                last_completed=mapped(p.last_completed),
+                first_incomplete=mapped(p.first_incomplete),
+            )
+            for p in found.positions
+        ),
+        ranks=tuple(
+            replace(s, blocked=mapped(s.blocked), newest=mapped(s.newest)) for s in found.ranks
+        ),
+    )
+
+
+def _pair_windows(t: EntryTable, incomplete: B, window: int) -> B:
+    """Per (rank, group) pair: its rows from `window` before its first incomplete one (or
+    before its end) on."""
+    pair = t.pair.astype(np.int64)
+    n_pairs = len(t.pair_rank)
+    order = _pair_runs(t)
+    sorted_pair = pair[order]
+    firsts = np.flatnonzero(np.concatenate([[True], sorted_pair[1:] != sorted_pair[:-1]]))
+    begin = np.zeros(n_pairs, dtype=np.int64)  # where each pair's run starts in `order`
+    count = np.zeros(n_pairs, dtype=np.int64)
+    begin[sorted_pair[firsts]] = firsts
+    count[sorted_pair[firsts]] = np.diff(np.append(firsts, t.n))
+    position = np.empty(t.n, dtype=np.int64)  # each row's place among its pair's rows
+    position[order] = np.arange(t.n) - begin[sorted_pair]
+    first = count.copy()  # a pair with no incomplete row: its end
+    late = np.flatnonzero(incomplete)[::-1]
+    first[pair[late]] = position[late]  # descending rows: the last write is the first
+    keep: B = position >= first[pair] - window
+    return keep
+
+
+def _pair_runs(t: EntryTable) -> I64:
+    """The rows ordered so that each pair's are one run, in row order. Where a rank's pairs
+    are numbered together (as the table numbers them), a radix sort on each row's place among
+    its rank's pairs (few) does it: the rows of one place are in row order, so by rank, and
+    each rank's pair at that place is a run among them. Else a sort on the pair."""
+    pair_rank = t.pair_rank
+    if len(pair_rank) and bool(np.all(pair_rank[1:] >= pair_rank[:-1])):
+        first_of_rank = np.zeros(int(pair_rank.max()) + 1, dtype=np.int64)
+        first_of_rank[pair_rank[::-1]] = np.arange(len(pair_rank))[::-1]
+        local = t.pair - first_of_rank[t.rank]
+        if int(local.max()) < 1 << 15:
+            return np.argsort(local.astype(np.int16), kind="stable").astype(np.int64)
+    return np.argsort(t.pair, kind="stable").astype(np.int64)
