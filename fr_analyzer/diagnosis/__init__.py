@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from ..load import TRACE_CUT_NOTE as TRACE_CUT
 from ..load import WatchdogTimeout
 from ..match import MatchResult
+from ..match.frontier import WINDOW
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.recorders import Dialect
@@ -130,9 +131,9 @@ def diagnose(
     series: Series | None = None,
     timed_out: Sequence[WatchdogTimeout] = (),
     *,
-    window: int = frontier.WINDOW,
-    most_share: float = MOST_SHARE,
-    frontier_from: int = FRONTIER_FROM,
+    window: int = WINDOW,
+    most_share: float | None = None,
+    frontier_from: int | None = None,
 ) -> Diagnosis:
     """Where every rank stands, the root cause (if any), and whether the job is hung
     (`timed_out`: the ops the job's log says the watchdog timed out).
@@ -142,6 +143,8 @@ def diagnose(
     programs of the ranks the rules read, until they read no rank they lack; on the whole
     table where that is most of it (`most_share`). Either way the same diagnosis (tests)."""
     t = table
+    most_share = MOST_SHARE if most_share is None else most_share
+    frontier_from = FRONTIER_FROM if frontier_from is None else frontier_from
     slow: list[stragglers.Slowness | None] = []
 
     def slowness() -> stragglers.Slowness | None:

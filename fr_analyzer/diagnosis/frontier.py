@@ -27,20 +27,15 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
+from ..match.frontier import WINDOW, window_rows
 from ..model.groups import GroupTable
 from ..model.records import Finding, UnitKind
 from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
 from .positions import OpRef
 from .records import Diagnosis
-from .waits import incomplete_rows
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
-
-WINDOW = 16
-"""Ops of each (rank, group) kept before its first op not completed (or before its end): what
-the rules read of the history near the frontier. On every sample set and drawn case, 16 gives
-the diagnosis of the whole table; 4 already does on most."""
 
 
 @dataclass(frozen=True)
@@ -77,11 +72,10 @@ class Frontier:
         """Each rank's frontier: in each of its groups, its first op not completed, what
         follows it and `window` ops before it (a group it finished: its last `window` ops),
         closed."""
-        t = self.t
-        if not t.n:
-            return np.zeros(0, np.int64)
-        keep = _pair_windows(t, incomplete_rows(t, self.m), window)
-        return self.closed(np.flatnonzero(keep).astype(np.int64))
+        found = self.m.frontier  # the parts that matched the job found it
+        if found is None or window != WINDOW:
+            found = window_rows(self.t, self.m, window)
+        return self.closed(found)
 
     def with_ranks(self, rows: I64, ranks: Iterable[int]) -> I64:
         """`rows` and every row of `ranks` (their whole programs), closed."""
@@ -242,39 +236,3 @@ def to_table(found: Diagnosis, rows: I64) -> Diagnosis:
             replace(s, blocked=mapped(s.blocked), newest=mapped(s.newest)) for s in found.ranks
         ),
     )
-
-
-def _pair_windows(t: EntryTable, incomplete: B, window: int) -> B:
-    """Per (rank, group) pair: its rows from `window` before its first incomplete one (or
-    before its end) on."""
-    pair = t.pair.astype(np.int64)
-    n_pairs = len(t.pair_rank)
-    order = _pair_runs(t)
-    sorted_pair = pair[order]
-    firsts = np.flatnonzero(np.concatenate([[True], sorted_pair[1:] != sorted_pair[:-1]]))
-    begin = np.zeros(n_pairs, dtype=np.int64)  # where each pair's run starts in `order`
-    count = np.zeros(n_pairs, dtype=np.int64)
-    begin[sorted_pair[firsts]] = firsts
-    count[sorted_pair[firsts]] = np.diff(np.append(firsts, t.n))
-    position = np.empty(t.n, dtype=np.int64)  # each row's place among its pair's rows
-    position[order] = np.arange(t.n) - begin[sorted_pair]
-    first = count.copy()  # a pair with no incomplete row: its end
-    late = np.flatnonzero(incomplete)[::-1]
-    first[pair[late]] = position[late]  # descending rows: the last write is the first
-    keep: B = position >= first[pair] - window
-    return keep
-
-
-def _pair_runs(t: EntryTable) -> I64:
-    """The rows ordered so that each pair's are one run, in row order. Where a rank's pairs
-    are numbered together (as the table numbers them), a radix sort on each row's place among
-    its rank's pairs (few) does it: the rows of one place are in row order, so by rank, and
-    each rank's pair at that place is a run among them. Else a sort on the pair."""
-    pair_rank = t.pair_rank
-    if len(pair_rank) and bool(np.all(pair_rank[1:] >= pair_rank[:-1])):
-        first_of_rank = np.zeros(int(pair_rank.max()) + 1, dtype=np.int64)
-        first_of_rank[pair_rank[::-1]] = np.arange(len(pair_rank))[::-1]
-        local = t.pair - first_of_rank[t.rank]
-        if int(local.max()) < 1 << 15:
-            return np.argsort(local.astype(np.int16), kind="stable").astype(np.int64)
-    return np.argsort(t.pair, kind="stable").astype(np.int64)

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import CollectiveUnits, MatchResult, stateless
+from ..match.frontier import incomplete_rows
 from ..model.groups import GroupTable
 from ..model.records import ANY_SOURCE, UNKNOWN_PEER, P2PKind, State, UnitKind
 from ..model.table import EntryTable, rank_starts
@@ -222,18 +223,6 @@ class WaitGraph:
             node_of[rank] = len(waits)
             waits.append(Wait(-1, -1, (rank,), targets))
         return WaitGraph(self.frontier, self.incomplete, node_of, tuple(waits), self.unavailable)
-
-
-def incomplete_rows(t: EntryTable, m: MatchResult) -> npt.NDArray[np.bool_]:
-    """Rows that did not complete: not done, or in a collective some member never issued."""
-    out = ~m.done.copy()
-    if m.collectives.not_joined:
-        unjoined = np.zeros(len(m.collectives.seq) + 1, dtype=bool)  # the last: no unit (-1)
-        unjoined[list(m.collectives.not_joined)] = True
-        out |= unjoined[m.collectives.entry_unit]
-    if t.n:
-        out &= t.unit != UnitKind.ORPHAN_MARKER
-    return out
 
 
 def first_per_rank(rank: npt.NDArray[np.int32], mask: npt.NDArray[np.bool_]) -> dict[int, int]:

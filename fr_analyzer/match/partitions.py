@@ -37,6 +37,7 @@ from .collectives import match_collectives
 from .context import MatchContext
 from .conventions import intrinsic_size_errors, recorder_conventions
 from .elsewhere import Elsewhere, Question, answer, unheld
+from .frontier import window_rows
 from .p2p import match_p2p
 from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, of_kinds, stateless
 from .reference import pipeline_stages
@@ -158,6 +159,8 @@ def match_part(part: Part) -> PartMatch:
     pairs = match_p2p(ctx, findings)
     skipped = tuple(f for f in findings if id(f) in ctx.skipped)
     result = MatchResult(units, pairs, ctx.done, tuple(findings), dict(ctx.proof), (), skipped)
+    if part.rows is not None:  # a part of the job: its groups' frontier, found where it is
+        result = replace(result, frontier=window_rows(part.table, result))
     answered = answer(ctx, pairs, part.questions) if part.questions else {}
     asked = frozenset(away.asked) if away is not None else frozenset()
     return PartMatch(part.rows, result, ctx.wild_pairs, part.index, asked, answered)
@@ -521,6 +524,10 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
     proven: dict[int, int] = {}
     for _, p in blocks:
         proven.update(p.result.proven)
+    frontier = None
+    if all(p.result.frontier is not None for _, p in blocks):
+        found = [rows[p.result.frontier] for rows, p in blocks if p.result.frontier is not None]
+        frontier = np.sort(np.concatenate([np.zeros(0, np.int64), *found]))
     return MatchResult(
         collectives,
         P2PPairs(send_row, recv_row, entry_pair),
@@ -529,6 +536,7 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
         dict(sorted(proven.items())),
         job.notes + tuple(note for _, p in blocks for note in p.result.notes),
         tuple(sorted(skipped, key=_unit_key)),
+        frontier,
     )
 
 
