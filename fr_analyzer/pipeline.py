@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from . import diagnosis as diagnosis_mod
 from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
 from .diagnosis import Diagnosis, Thresholds, diagnose
@@ -408,7 +409,7 @@ def _analyze(
         groups = build_groups(loaded, table, unreadable)
         step()
         runner = options.engine.match_runner() if options.engine is not None else None
-        matches = match(loaded, table, groups, runner)
+        matches = match(loaded, table, groups, runner, diagnosis_mod.reads_frontier(table.n))
         step()
         findings = collect(loaded, unreadable, table, groups, matches)
         summary = _summary(got, groups, matches.notes)

@@ -109,11 +109,20 @@ class Whole:
     slowness: Callable[[], stragglers.Slowness | None]
 
 
-FRONTIER_FROM = 48_000_000
-"""Rows from which the diagnosis reads each rank's frontier rather than the whole table: past
-what one process analyzes comfortably (16,384 ranks x 2,000 entries is 33 M rows). Below it,
-reading the frontier costs more than it saves (finding it is one pass over the rows, and the
-rules run twice where they ask for whole programs): 10 s against 4 s at 33 M rows here."""
+FRONTIER_FROM: int | None = None
+"""Rows from which the diagnosis reads each rank's frontier rather than the whole table; None:
+never. Off while the driver builds the whole table anyway: there reading the frontier costs
+more than it saves (the rules run twice where they ask for whole programs, and the rows held
+are a copy): at 16,384 ranks 6.8 s against 3.4 s, and at 65,536 ranks on Ray 704 s, 133 s of
+the driver's CPU and 7.9 GiB held against 636 s, 103 s and 6.4 GiB (docs/scale.md). It is the
+diagnosis for a driver that holds no table."""
+
+
+def reads_frontier(rows: int) -> bool:
+    """Whether the diagnosis of a table of `rows` rows reads only the frontier."""
+    return FRONTIER_FROM is not None and rows >= FRONTIER_FROM
+
+
 MOST_PASSES = 4
 """Diagnoses made on part of the table, each with the whole programs the last one asked for;
 past them (or once the rows asked for are most of the table) the whole table is read."""
@@ -138,13 +147,13 @@ def diagnose(
     """Where every rank stands, the root cause (if any), and whether the job is hung
     (`timed_out`: the ops the job's log says the watchdog timed out).
 
-    On a table of `frontier_from` rows or more, made on each rank's frontier (`frontier`:
-    `window` ops per group before its first op not completed), and again with the whole
-    programs of the ranks the rules read, until they read no rank they lack; on the whole
-    table where that is most of it (`most_share`). Either way the same diagnosis (tests)."""
+    On a table of `frontier_from` rows or more (None: as `FRONTIER_FROM` says), made on each
+    rank's frontier (`frontier`: `window` ops per group before its first op not completed),
+    and again with the whole programs of the ranks the rules read, until they read no rank
+    they lack; on the whole table where that is most of it (`most_share`). Either way the
+    same diagnosis (tests/diagnosis/test_frontier.py)."""
     t = table
     most_share = MOST_SHARE if most_share is None else most_share
-    frontier_from = FRONTIER_FROM if frontier_from is None else frontier_from
     slow: list[stragglers.Slowness | None] = []
 
     def slowness() -> stragglers.Slowness | None:
@@ -156,7 +165,7 @@ def diagnose(
 
     whole = Whole(newest_per_rank(t), dump_time(t, dumps), slowness)
     args = (dumps, findings, thresholds, series, timed_out, whole)
-    if t.n < frontier_from:
+    if not (reads_frontier(t.n) if frontier_from is None else t.n >= frontier_from):
         return _diagnose(t, groups, matches, *args)[0]
     reads = frontier.Frontier(t, groups, matches)
     rows = reads.with_units(reads.rows(window), findings)

@@ -190,8 +190,11 @@ class Frontier:
         """The members of the blocks whose end markers are among `rows`."""
         kind = self.t.unit[rows]
         rows = rows[(kind == UnitKind.BLOCK_MARKER) | (kind == UnitKind.BATCH_MARKER)]
-        if self._members is None:
-            member = np.flatnonzero(self.t.marker >= 0).astype(np.int64)
+        if self._members is None:  # plain ops are their own markers: members only
+            unit = self.t.unit
+            member = np.flatnonzero(
+                (unit == UnitKind.BLOCK_MEMBER) | (unit == UnitKind.BATCH_MEMBER)
+            ).astype(np.int64)
             of = self.t.marker[member].astype(np.int64)
             order = np.argsort(of, kind="stable")
             self._members = (of[order], member[order])

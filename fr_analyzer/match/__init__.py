@@ -43,6 +43,7 @@ def match(
     t: EntryTable,
     groups: GroupTable,
     runner: PartRunner | None = None,
+    frontier: bool = False,
 ) -> MatchResult:
     """Match every collective and send/recv across ranks: the units, the pairs and the findings.
     With `runner`, the groups of each description are matched as a part of their own (a
@@ -50,8 +51,9 @@ def match(
     other what their rules read across groups: `match.elsewhere`), where the runner puts
     them (the Ray engine: one task each), and the parts' results merged: the same result as
     matching the whole table in this process (`match.partitions`). A job of one part, or
-    with a group larger than the runner takes, is matched whole here."""
-    job = partitions.shared(dumps, t, groups)
+    with a group larger than the runner takes, is matched whole here. `frontier`: the parts
+    find their groups' frontier too, for a diagnosis that reads it (`MatchResult.frontier`)."""
+    job = partitions.shared(dumps, t, groups, frontier)
     sets = partitions.cut_sets(t, groups, runner.most_rows) if runner is not None else None
     got = (
         partitions.rounds(runner, job, t, groups, sets)

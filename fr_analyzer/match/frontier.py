@@ -7,6 +7,8 @@ the job's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
@@ -53,6 +55,14 @@ def window_rows(t: EntryTable, m: MatchResult, window: int = WINDOW) -> I64:
         keep = _pair_windows(t.pair[begin:end], incomplete[begin:end], window)
         out.append(np.flatnonzero(keep).astype(np.int64) + begin)
     return np.concatenate(out)
+
+
+def joined(parts: Sequence[tuple[I64, I64 | None]]) -> I64 | None:
+    """The job's frontier rows from its parts' ((the part's rows, its frontier in them)):
+    None unless every part found its own."""
+    if any(found is None for _, found in parts):
+        return None
+    return np.sort(np.concatenate([np.zeros(0, np.int64), *(rows[f] for rows, f in parts)]))
 
 
 def _pair_windows(pair: npt.NDArray[np.int32], incomplete: B, window: int) -> B:

@@ -37,7 +37,7 @@ from .collectives import match_collectives
 from .context import MatchContext
 from .conventions import intrinsic_size_errors, recorder_conventions
 from .elsewhere import Elsewhere, Question, answer, unheld
-from .frontier import window_rows
+from .frontier import joined, window_rows
 from .p2p import match_p2p
 from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, of_kinds, stateless
 from .reference import pipeline_stages
@@ -60,9 +60,12 @@ class Shared:
     busy: frozenset[int]  # ranks holding an op they have not retired
     stages: Stages  # rank -> its (desc, size, local rank) in each group carrying send/recv
     rank_ends: I64  # each rank's last row, ascending
+    frontier: bool = False  # each part finds its groups' frontier (`match.frontier`)
 
 
-def shared(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Shared:
+def shared(
+    dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable, frontier: bool = False
+) -> Shared:
     """Completion, the recorder's conventions and the cross-group facts, over the whole job."""
     done = completion.recorded(t)
     quiet = completion.silent(t, dumps, stateless(t))
@@ -82,6 +85,7 @@ def shared(dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable) -> Shar
         busy=frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset(),
         stages=pipeline_stages(t, groups),
         rank_ends=_rank_ends(t),
+        frontier=frontier,
     )
 
 
@@ -108,6 +112,7 @@ class Part:
     local: frozenset[int] | None = None
     answers: Mapping[Question, Any] = field(default_factory=dict)
     questions: frozenset[Question] = frozenset()
+    frontier: bool = False  # find its groups' frontier too (`match.frontier.window_rows`)
 
 
 @dataclass(frozen=True)
@@ -159,8 +164,7 @@ def match_part(part: Part) -> PartMatch:
     pairs = match_p2p(ctx, findings)
     skipped = tuple(f for f in findings if id(f) in ctx.skipped)
     result = MatchResult(units, pairs, ctx.done, tuple(findings), dict(ctx.proof), (), skipped)
-    if part.rows is not None:  # a part of the job: its groups' frontier, found where it is
-        result = replace(result, frontier=window_rows(part.table, result))
+    result = replace(result, frontier=window_rows(part.table, result)) if part.frontier else result
     answered = answer(ctx, pairs, part.questions) if part.questions else {}
     asked = frozenset(away.asked) if away is not None else frozenset()
     return PartMatch(part.rows, result, ctx.wild_pairs, part.index, asked, answered)
@@ -330,6 +334,7 @@ class Cut:
             frozenset(self.uids),
             self.answers,
             self.questions,
+            self.job.frontier,
         )
 
     def part(self) -> Part:
@@ -524,10 +529,6 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
     proven: dict[int, int] = {}
     for _, p in blocks:
         proven.update(p.result.proven)
-    frontier = None
-    if all(p.result.frontier is not None for _, p in blocks):
-        found = [rows[p.result.frontier] for rows, p in blocks if p.result.frontier is not None]
-        frontier = np.sort(np.concatenate([np.zeros(0, np.int64), *found]))
     return MatchResult(
         collectives,
         P2PPairs(send_row, recv_row, entry_pair),
@@ -536,7 +537,7 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
         dict(sorted(proven.items())),
         job.notes + tuple(note for _, p in blocks for note in p.result.notes),
         tuple(sorted(skipped, key=_unit_key)),
-        frontier,
+        joined([(rows, p.result.frontier) for rows, p in blocks]),
     )
 
 

@@ -19,7 +19,7 @@ from fr_analyzer.match import PartRunner, match, partitions
 from fr_analyzer.match.frontier import window_rows
 from fr_analyzer.match.reference import PeerOrder, Replay
 from fr_analyzer.model.groups import build_groups
-from fr_analyzer.pipeline import Analysis, Options, load
+from fr_analyzer.pipeline import Analysis, InProcess, Options, load
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
 from tools.frsim.campaign import draw_case, parse_shapes
@@ -32,7 +32,7 @@ def _both(a: Analysis, window: int) -> tuple[Diagnosis, Diagnosis]:
     """The diagnosis of the whole table, and the one made on the frontier of `window` ops."""
     args: tuple[Any, ...] = (a.dumps, a.table, a.groups, a.matches, a.findings)
     args += (Options().thresholds, a.series)
-    whole = diagnose(*args, frontier_from=1 << 62)
+    whole = diagnose(*args)  # the whole table: the frontier is off (`FRONTIER_FROM`)
     part = diagnose(*args, window=window, most_share=1.0, frontier_from=0)
     return whole, part
 
@@ -62,6 +62,16 @@ def test_the_report_of_a_job_diagnosed_on_its_frontier_is_the_whole_tables(
     monkeypatch.setattr("fr_analyzer.diagnosis.MOST_SHARE", 1.0)
     part = report_dict(analyze(SAMPLES / "nccl3d_cascade_started", Options(workers=1)))
     assert part == whole
+    # and matched in parts, as a cluster does, each part finding its own groups' frontier
+    engine = PartsInTurn()
+    assert report_dict(analyze(SAMPLES / "nccl3d_cascade_started", Options(engine=engine))) == whole
+
+
+class PartsInTurn(InProcess):
+    """One process that matches the job in parts, as the Ray engine does, one after another."""
+
+    def match_runner(self) -> PartRunner | None:
+        return PartRunner(partitions.in_turn)
 
 
 @pytest.mark.parametrize("name", ["nccl3d_skip_world", "gloo3d_pp_recv_missing", "nccl_coalesced"])
@@ -71,7 +81,7 @@ def test_the_parts_of_a_job_find_its_frontier_as_the_whole_table_gives_it(name: 
     retired = got.table.retired.copy()  # matching clears it where a recorder is silent
     whole = match(got.dumps, got.table, groups)
     got.table.retired[:] = retired
-    parts = match(got.dumps, got.table, groups, PartRunner(partitions.in_turn))
+    parts = match(got.dumps, got.table, groups, PartRunner(partitions.in_turn), frontier=True)
     assert whole.frontier is None  # matched whole: the diagnosis finds it
     assert parts.frontier is not None
     assert np.array_equal(parts.frontier, window_rows(got.table, whole))
