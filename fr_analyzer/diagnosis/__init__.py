@@ -29,7 +29,9 @@ One module per rule family: `mismatch` (1), `cycles` (3), `stuck` (4's roots), `
 the op an idle rank was due to issue), `barriers` (5's skipped monitored_barrier), `p2p`
 (send/recv that left the schedule), `hang` (3 to 5 weighed against each other), `stragglers`
 (6); `sentences` words them, `aftermath` says what the root explains, `context` is what they
-all read, and the order the other ranks follow comes from `match.reference`.
+all read, and the order the other ranks follow comes from `match.reference`. `frontier` holds
+the rows the rules read when they are made on each rank's frontier rather than on the whole
+table (off by default: `FRONTIER_FROM`), with the same answer.
 """
 
 from __future__ import annotations
