@@ -115,9 +115,9 @@ FRONTIER_FROM: int | None = None
 """Rows from which the diagnosis reads each rank's frontier rather than the whole table; None:
 never. Off while the driver builds the whole table anyway: there reading the frontier costs
 more than it saves (the rules run twice where they ask for whole programs, and the rows held
-are a copy): at 16,384 ranks 4.0 s against 3.0 s, and at 65,536 ranks on Ray 719 s and 138 s
-of the driver's CPU against 629 s and 109 s (docs/scale.md). It is the diagnosis for a
-driver that holds no table."""
+are a copy): at 16,384 ranks 4.0 s against 3.0 s; at 65,536 ranks on Ray the driver's CPU
+rose from 109 s to 133 s (docs/scale.md). It is the diagnosis for a driver that holds no
+table."""
 
 
 def reads_frontier(rows: int) -> bool:
