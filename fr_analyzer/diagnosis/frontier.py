@@ -66,7 +66,7 @@ class Frontier:
         )
         units = m.collectives
         self._unit_ends = np.append(units.starts[1:], len(units.rows)).astype(np.int64)
-        self._members: tuple[I64, I64] | None = None  # block members by marker (`_blocks`)
+        self._members: tuple[I64, I64] | None = None  # block members by marker (`_block_members`)
 
     def rows(self, window: int = WINDOW) -> I64:
         """Each rank's frontier: in each of its groups, its first op not completed, what
