@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from fr_analyzer.load import Directory
-from fr_analyzer.match import partitions
-from fr_analyzer.model.groups import build_groups
+from fr_analyzer.match import cutting
+from fr_analyzer.model.groups import build_groups, grouped
+from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
 from tools import ray_head
@@ -53,7 +54,14 @@ def _largest_group(where: Path) -> int:
     """The rows of the job's largest group (or groups a block joins)."""
     got = load(Directory(where), Options(workers=1))
     groups = build_groups(got.dumps, got.table, got.unreadable)
-    return max(partitions.sizes(groups, partitions.components(got.table, groups)), default=1)
+    return max(
+        cutting.sizes(
+            grouped(got.table, groups, profiles_of(got.table)),
+            groups,
+            cutting.components(grouped(got.table, groups, profiles_of(got.table)), groups),
+        ),
+        default=1,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -53,11 +53,12 @@ from .match import MatchResult, PartRunner, match
 from .match.findings import collect
 from .memory import collector_paused, small_pages
 from .model.dump import RankDump, Reader, Writer
-from .model.groups import GroupTable, build_groups
+from .model.groups import GroupTable, build_groups, grouped
+from .model.profile import Profiles, profiles_of
 from .model.ranks import agree, compact
 from .model.recorders import description
 from .model.records import DumpSummary, Finding, UnreadableDump
-from .model.table import EntryTable
+from .model.table import EntryTable, rank_starts
 
 Progress = Callable[[str, int, int], None]
 """`progress(phase, done, total)`: how far a phase has got. The caller draws it (the CLI, as
@@ -108,6 +109,11 @@ class Engine(Protocol):
         table at once, in this process."""
         ...
 
+    def profiles(self) -> Profiles | None:
+        """The profiles (`model.profile`) of the ranks of the last read, made where their
+        rows were read; None: made from the table."""
+        ...
+
 
 class InProcess:
     """The default engine: this process reads, its forked workers decode (`load.load_all`)."""
@@ -123,6 +129,10 @@ class InProcess:
 
     def match_runner(self) -> PartRunner | None:
         """The whole table matched at once, here."""
+        return None
+
+    def profiles(self) -> Profiles | None:
+        """Made from the table, here."""
         return None
 
     def read(
@@ -196,6 +206,7 @@ class Loaded:
     # as well (`load.Settled.other`); None: there is none
     other_files: Sequence[DumpFile] | None = None
     engine: str = ""  # where the files were read (`Engine.label`; "" for this process)
+    profiles: Profiles | None = None  # the ranks' profiles, where the engine made them
 
 
 def load(where: Path | Source, options: Options, progress: Progress | None = None) -> Loaded:
@@ -281,7 +292,15 @@ def _load_files(
     unreadable.sort(key=lambda u: -1 if u.rank is None else u.rank)
     python = find_python_stacks(source.path) if isinstance(source, Directory) else None
     return Loaded(
-        loaded, unreadable, table, found, answered, python, tuple(notes), engine=engine.label
+        loaded,
+        unreadable,
+        table,
+        found,
+        answered,
+        python,
+        tuple(notes),
+        engine=engine.label,
+        profiles=engine.profiles(),
     )
 
 
@@ -406,17 +425,28 @@ def _analyze(
     loaded, unreadable, table = got.dumps, got.unreadable, got.table
     step = _stages(progress)
     with collector_paused(), small_pages():
-        groups = build_groups(loaded, table, unreadable)
+        profiles = _profiles(got)
+        groups = build_groups(loaded, table, unreadable, profiles)
+        shape = grouped(table, groups, profiles)
         step()
         runner = options.engine.match_runner() if options.engine is not None else None
-        matches = match(loaded, table, groups, runner, diagnosis_mod.reads_frontier(table.n))
+        frontier = diagnosis_mod.reads_frontier(table.n)
+        matches = match(loaded, table, groups, runner, frontier, shape)
         step()
         findings = collect(loaded, unreadable, table, groups, matches)
         summary = _summary(got, groups, matches.notes)
         step()
         timed_out = read_job_logs(options.job_logs)
         diagnosis = diagnose(
-            loaded, table, groups, matches, findings, options.thresholds, compared, timed_out
+            loaded,
+            table,
+            groups,
+            matches,
+            findings,
+            options.thresholds,
+            compared,
+            timed_out,
+            profiles=profiles,
         )
         step()
         conclusion = conclude(summary, findings, diagnosis, matches, groups)
@@ -433,6 +463,26 @@ def _analyze(
         compared,
         got.python_stacks,
     )
+
+
+def _profiles(got: Loaded) -> Profiles:
+    """The ranks' profiles (`model.profile`): those the engine made where the rows were read,
+    where they are the table's ranks with as many rows each; else made from the table."""
+    made = got.profiles
+    if made is not None:
+        made = made.only([d.rank for d in got.dumps])
+        if made.ranks == _rows_by_rank(got.table):
+            return made
+    return profiles_of(got.table)
+
+
+def _rows_by_rank(t: EntryTable) -> dict[int, int]:
+    """Each rank's rows in the table."""
+    if not t.n:
+        return {}
+    starts = rank_starts(t.rank)
+    rows = np.diff(np.append(starts, t.n))
+    return dict(zip(t.rank[starts].tolist(), rows.tolist(), strict=True))
 
 
 KEPT_FORMAT = 1

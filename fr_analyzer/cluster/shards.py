@@ -31,9 +31,11 @@ from ..load import (
     RankTables,
     Remote,
     Source,
+    TableBuilder,
     load_all,
 )
 from ..match import Cut, PartMatch, PartRunner
+from ..model.profile import Profiles, joined, profiles_of
 from ..model.records import UnreadableDump
 from .connect import Cluster, ClusterError, import_ray
 from .parts import match_parts
@@ -69,12 +71,14 @@ def shard_size(ranks: int, cpus: int) -> int:
 @dataclass(frozen=True)
 class Shard:
     """What one task read: its ranks' headers (with their files' times), each rank's tables
-    and columns (in the same order), and the files that could not be read."""
+    and columns (in the same order), the files that could not be read, and its ranks'
+    profiles (`model.profile`, made here: the driver decides groups and parts from them)."""
 
     loaded: list[RankDump]
     tables: list[RankTables]
     columns: list[dict[str, np.ndarray]]
     unreadable: list[UnreadableDump]
+    profiles: Profiles | None = None
 
 
 def read_shard(files: Sequence[DumpFile], max_bytes: int, ft_group_world_size: int | None) -> Shard:
@@ -82,11 +86,13 @@ def read_shard(files: Sequence[DumpFile], max_bytes: int, ft_group_world_size: i
     `load.load_all` reads them in one process, leaving the job-wide checks to the driver."""
     tables: list[RankTables] = []
     columns: list[dict[str, np.ndarray]] = []
+    builder = TableBuilder(ranks_hint=len(files))  # the shard's own table, for its profiles
 
     def keep(dump: RankDump, arrays: Mapping[str, np.ndarray]) -> None:
         assert dump.tables is not None
         tables.append(dump.tables)
         columns.append(dict(arrays))
+        builder.add(dump, arrays)
 
     loaded, unreadable = load_all(
         files,
@@ -97,7 +103,8 @@ def read_shard(files: Sequence[DumpFile], max_bytes: int, ft_group_world_size: i
         ft_group_world_size=ft_group_world_size,
         job_wide=False,
     )
-    return Shard(loaded, tables, columns, unreadable)
+    profiles = profiles_of(builder.build())
+    return Shard(loaded, tables, columns, unreadable, profiles)
 
 
 class RayEngine:
@@ -119,6 +126,7 @@ class RayEngine:
         # each rank's group names by code (as the table builder took them)
         self._kept: list[Kept] = []
         self._names: dict[int, list[tuple[str, str]]] = {}
+        self._profiles: list[Profiles] = []  # each shard's of the last read
         self.matched = ""  # how the last match stage had its parts (for tests and benchmarks)
         self.rounds = 0  # runs of parts after the first: questions answered, parts matched again
 
@@ -157,6 +165,11 @@ class RayEngine:
 
         return PartRunner(run, self._most_rows(), whole)
 
+    def profiles(self) -> Profiles | None:
+        """The profiles of the ranks of the last read, made by the tasks that read them."""
+        made, self._profiles = self._profiles, []
+        return joined(made) if made else None
+
     @property
     def shards_kept(self) -> int:
         """How many shards of the last read wait in the store for the match stage."""
@@ -194,7 +207,7 @@ class RayEngine:
         pieces = [list(files[i : i + size]) for i in range(0, len(files), size)]
         loaded: list[RankDump] = []
         unreadable: list[UnreadableDump] = []
-        self._kept, self._names = [], {}
+        self._kept, self._names, self._profiles = [], {}, []
         # past this many rows the job's largest part will not fit a task (in a job of groups
         # of a few descriptions, one holds half the rows or more): the shards go as read
         most = self._most_rows()
@@ -231,6 +244,8 @@ class RayEngine:
                     sink(_with_tables(dump, tables), arrays)
                 loaded += members.share(shard.loaded)
                 unreadable += shard.unreadable
+                if shard.profiles is not None:
+                    self._profiles.append(shard.profiles)
                 del shard
                 if progress is not None:
                     progress(len(loaded) + len(unreadable), len(files))

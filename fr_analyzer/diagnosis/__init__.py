@@ -45,6 +45,7 @@ from ..match import MatchResult
 from ..match.frontier import WINDOW
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
+from ..model.profile import Profiles, profiles_of
 from ..model.recorders import Dialect
 from ..model.records import Finding
 from ..model.table import EntryTable
@@ -53,7 +54,7 @@ from .ages import DumpTime, dump_time
 from .context import Context
 from .hang import Candidate, hang_root
 from .mismatch import first_mismatch, mismatch_root, skipped_root
-from .positions import Refs, last_per_rank, newest_per_rank, positions, stacks
+from .positions import Refs, last_per_rank, positions, stacks
 from .records import (
     Alternative,
     Confidence,
@@ -145,6 +146,7 @@ def diagnose(
     window: int = WINDOW,
     most_share: float | None = None,
     frontier_from: int | None = None,
+    profiles: Profiles | None = None,
 ) -> Diagnosis:
     """Where every rank stands, the root cause (if any), and whether the job is hung
     (`timed_out`: the ops the job's log says the watchdog timed out).
@@ -153,8 +155,12 @@ def diagnose(
     rank's frontier (`frontier`: `window` ops per group before its first op not completed),
     and again with the whole programs of the ranks the rules read, until they read no rank
     they lack; on the whole table where that is most of it (`most_share`). Either way the
-    same diagnosis (tests/diagnosis/test_frontier.py)."""
+    same diagnosis (tests/diagnosis/test_frontier.py). Each rank's newest timestamp and the
+    dump's time come from the ranks' profiles (`model.profile`: made from the table when not
+    given)."""
     t = table
+    if profiles is None:
+        profiles = profiles_of(t)
     most_share = MOST_SHARE if most_share is None else most_share
     slow: list[stragglers.Slowness | None] = []
 
@@ -165,7 +171,7 @@ def diagnose(
             )
         return slow[0]
 
-    whole = Whole(newest_per_rank(t), dump_time(t, dumps), slowness)
+    whole = Whole(profiles.newest(), dump_time(profiles, dumps), slowness)
     args = (dumps, findings, thresholds, series, timed_out, whole)
     if not (reads_frontier(t.n) if frontier_from is None else t.n >= frontier_from):
         return _diagnose(t, groups, matches, *args)[0]

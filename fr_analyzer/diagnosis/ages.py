@@ -43,9 +43,10 @@ import numpy.typing as npt
 from ..load import WatchdogTimeout
 from ..match import stateless
 from ..model.dump import RankDump
+from ..model.profile import Profiles, profiles_of
 from ..model.recorders import Dialect, dumps_look_at_ops
 from ..model.records import State
-from ..model.table import EntryTable, rank_starts
+from ..model.table import EntryTable
 
 DUMP_SPREAD_S = 2.0
 """How far apart ranks' dumps (and their host clocks) may be: slack on every age comparison."""
@@ -107,15 +108,15 @@ class DumpTime:
     copied: Mapping[int, int] = field(default_factory=dict)
 
 
-def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
-    """When the dumps were taken, from the entries and (`dumps`) the files' times."""
+def dump_time(t: EntryTable | Profiles, dumps: Sequence[RankDump] = ()) -> DumpTime:
+    """When the dumps were taken, from the entries (each rank's profile, `model.profile`, or
+    the table's) and (`dumps`) the files' times."""
+    p = profiles_of(t) if isinstance(t, EntryTable) else t
     pytorch = frozenset(d.rank for d in dumps if d.dialect == Dialect.PYTORCH)
-    if not t.n:
+    if not len(p.rank):
         return DumpTime(None, False, "no entries", retire_on_timeout=pytorch)
-    stamps = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
-    newest = int(stamps.max())
-    stateful = ~stateless(t)
-    timing_on = bool(((t.t_started >= 0) | ~np.isnan(t.duration_ms)).any())
+    newest = int(p.newest_ns.max())
+    timing_on = bool(p.timing_on.any())
     if newest < 0:
         traces = bool(dumps) and all(d.dialect == Dialect.EXECUTION_TRACE for d in dumps)
         return DumpTime(
@@ -126,12 +127,9 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
             traces_only=traces,
         )
     # torchcomms stamps discovery times when the call returns, not at the dump
-    blind = [d.rank for d in dumps if not dumps_look_at_ops(d.dialect)]
-    seen_at_dump = stateful & ~t.retired & ((t.t_started >= 0) | (t.t_completed >= 0))
-    if blind:
-        seen_at_dump &= ~np.isin(t.rank, np.array(blind, dtype=t.rank.dtype))
-    looked_at = frozenset(int(r) for r in np.unique(t.rank[seen_at_dump]))
-    files, named, copied = _believed_file_times(t, stamps, dumps)
+    blind = {d.rank for d in dumps if not dumps_look_at_ops(d.dialect)}
+    looked_at = frozenset(r for r in p.rank[p.looked_at].tolist() if r not in blind)
+    files, named, copied = _believed_file_times(p, dumps)
     evidence = {
         d.rank: Evidence.LOOKED_AT
         if d.rank in looked_at
@@ -181,20 +179,19 @@ def dump_time(t: EntryTable, dumps: Sequence[RankDump] = ()) -> DumpTime:
 
 
 def _believed_file_times(
-    t: EntryTable, stamps: npt.NDArray[np.int64], dumps: Sequence[RankDump]
+    p: Profiles, dumps: Sequence[RankDump]
 ) -> tuple[dict[int, int], set[int], dict[int, int]]:
     """Each rank's file time, where it falls between the rank's newest entry and that plus its
     longest timeout and `DUMP_LATENCY_S`; else the time in its file's or folder's name, within
-    the same window (those ranks: the set); and the file times past the window (copies'). One
-    pass over the rows (they are in rank order), whatever the number of ranks."""
+    the same window (those ranks: the set); and the file times past the window (copies'). From
+    each rank's profile, whatever the number of rows."""
     times = {d.rank: d.file_time_ns for d in dumps if d.file_time_ns is not None}
     names = {d.rank: d.name_time_ns for d in dumps if d.name_time_ns is not None}
-    if not (times or names) or not t.n:
+    if not (times or names) or not len(p.rank):
         return {}, set(), {}
-    starts = rank_starts(t.rank)
-    ranks = t.rank[starts].tolist()
-    newest = np.maximum.reduceat(stamps, starts).tolist()
-    longest_s = (np.maximum.reduceat(t.timeout_ms, starts) / 1e3).tolist()
+    ranks = p.rank.tolist()
+    newest = p.newest_ns.tolist()
+    longest_s = (p.longest_timeout_ms / 1e3).tolist()
     found: dict[int, int] = {}
     named: set[int] = set()
     copied: dict[int, int] = {}

@@ -196,16 +196,6 @@ def timed_out_rows(
     return np.asarray(ended, dtype=np.bool_)
 
 
-def newest_per_rank(t: EntryTable) -> dict[int, int]:
-    """Each rank's newest timestamp (enqueue, start or completion)."""
-    if not t.n:
-        return {}
-    stamp = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
-    starts = rank_starts(t.rank)
-    newest = np.maximum.reduceat(stamp, starts)
-    return dict(zip(t.rank[starts].tolist(), newest.tolist(), strict=True))
-
-
 def last_per_rank(t: EntryTable) -> dict[int, int]:
     """Each rank's last row."""
     if not t.n:

@@ -16,9 +16,11 @@ from collections.abc import Sequence
 
 from ..model.backends import NO_STATE_BACKENDS
 from ..model.dump import RankDump
-from ..model.groups import GroupTable
+from ..model.groups import GroupTable, grouped
+from ..model.profile import Grouped, profiles_of
 from ..model.table import EntryTable
 from . import partitions
+from .cutting import cut_sets
 from .partitions import Cut, Part, PartMatch, PartRunner
 from .records import COLLECTIVE_UNITS, P2P_UNITS, CollectiveUnits, MatchResult, P2PPairs, stateless
 
@@ -44,6 +46,7 @@ def match(
     groups: GroupTable,
     runner: PartRunner | None = None,
     frontier: bool = False,
+    shape: Grouped | None = None,
 ) -> MatchResult:
     """Match every collective and send/recv across ranks: the units, the pairs and the findings.
     With `runner`, the groups of each description are matched as a part of their own (a
@@ -52,11 +55,15 @@ def match(
     them (the Ray engine: one task each), and the parts' results merged: the same result as
     matching the whole table in this process (`match.partitions`). A job of one part, or
     with a group larger than the runner takes, is matched whole here. `frontier`: the parts
-    find their groups' frontier too, for a diagnosis that reads it (`MatchResult.frontier`)."""
-    job = partitions.shared(dumps, t, groups, frontier)
-    sets = partitions.cut_sets(t, groups, runner.most_rows) if runner is not None else None
+    find their groups' frontier too, for a diagnosis that reads it (`MatchResult.frontier`).
+    `shape`: the ranks' profiles by group (`model.profile`), made from the table when not
+    given."""
+    if shape is None:
+        shape = grouped(t, groups, profiles_of(t))
+    job = partitions.shared(dumps, t, groups, shape, frontier)
+    sets = cut_sets(shape, groups, runner.most_rows) if runner is not None else None
     got = (
-        partitions.rounds(runner, job, t, groups, sets)
+        partitions.rounds(runner, job, t, groups, sets, shape)
         if runner is not None and sets is not None and len(sets) > 1
         else None
     )

@@ -5,8 +5,8 @@ A part is every row of a set of groups: the groups of one description (`group.de
 tensor-parallel groups, the pipeline groups, the world), since the rules that vote across
 groups (`match.reference.sibling_votes`, `match.p2p`'s reference transfer) ask groups of the
 same description, and parts are joined where a coalesced block's end marker lies in another
-group. A family larger than a task takes is cut into parts of some of its groups
-(`cut_sets`); those ask each other what those rules read of the groups they do not hold, and
+group (`match.cutting` decides). A family larger than a task takes is cut into parts of some
+of its groups; those ask each other what those rules read of the groups they do not hold, and
 are matched again once answered (`rounds`, `match.elsewhere`). What a part's rules read of
 other groups beside that is computed once over the whole job first (`Shared`) and handed to
 every part: completion (`match.completion`, and the recorder conventions learned over every
@@ -27,19 +27,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..model.arrays import distinct
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
-from ..model.records import Finding, UnitKind
+from ..model.profile import Grouped, Profiles
+from ..model.records import Finding
 from ..model.table import TABLE_COLUMNS, EntryTable
 from . import completion
 from .collectives import match_collectives
 from .context import MatchContext
 from .conventions import intrinsic_size_errors, recorder_conventions
+from .cutting import sizes
 from .elsewhere import Elsewhere, Question, answer, unheld
 from .frontier import joined, window_rows
 from .p2p import match_p2p
-from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, of_kinds, stateless
+from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, stateless
 from .reference import pipeline_stages
 
 B = npt.NDArray[np.bool_]
@@ -49,7 +50,9 @@ Stages = dict[int, set[tuple[str, int, int]]]
 
 @dataclass(frozen=True)
 class Shared:
-    """What every part needs to know of the whole job, computed once over every row."""
+    """What every part needs to know of the whole job, computed once: completion and the
+    recorder's conventions over every row, the rest from the ranks' profiles
+    (`model.profile`)."""
 
     done: B  # completion of every row, as the recorder says or judged by issue
     size_bad: B  # rows whose own sizes contradict their op (the recorder's conventions aside)
@@ -64,9 +67,14 @@ class Shared:
 
 
 def shared(
-    dumps: Sequence[RankDump], t: EntryTable, groups: GroupTable, frontier: bool = False
+    dumps: Sequence[RankDump],
+    t: EntryTable,
+    groups: GroupTable,
+    shape: Grouped,
+    frontier: bool = False,
 ) -> Shared:
-    """Completion, the recorder's conventions and the cross-group facts, over the whole job."""
+    """Completion, the recorder's conventions and the cross-group facts, over the whole job;
+    those of each rank from its profile (`shape`)."""
     done = completion.recorded(t)
     quiet = completion.silent(t, dumps, stateless(t))
     if quiet.rows.any():
@@ -82,9 +90,9 @@ def shared(
         unavailable=frozenset(
             set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
         ),
-        busy=frozenset(distinct(t.rank[~t.retired]).tolist()) if t.n else frozenset(),
-        stages=pipeline_stages(t, groups),
-        rank_ends=_rank_ends(t),
+        busy=frozenset(shape.profiles.rank[shape.profiles.busy].tolist()),
+        stages=pipeline_stages(shape, groups),
+        rank_ends=_rank_ends(shape.profiles),
         frontier=frontier,
     )
 
@@ -135,7 +143,7 @@ class PartRunner:
     `match_columns`), anywhere, and yields the results in any order; it is called again for
     the parts of a later round (`rounds`). It takes parts of at most `most_rows` rows (None:
     any): a family of groups larger than that is cut into parts of some of its groups
-    (`cut_sets`), and a job with a group larger than that is matched whole by the caller
+    (`match.cutting.cut_sets`), and a job with a group larger than that is matched whole by the caller
     (where one process has matched it: out of core if its table is)."""
 
     run: Callable[[Iterable[Cut]], Iterator[PartMatch]]
@@ -191,93 +199,6 @@ def whole(job: Shared, t: EntryTable, groups: GroupTable) -> Part:
         job.busy,
         job.stages,
     )
-
-
-def families(t: EntryTable, groups: GroupTable) -> list[list[int]]:
-    """The group uids of each family: the groups of one description, families joined where a
-    block's end marker lies in another family's group; in order of their smallest uid."""
-    by_desc: dict[str, int] = {}
-    family = [by_desc.setdefault(g.desc, len(by_desc)) for g in groups.groups]
-    return _joined(family, len(by_desc), _links(t, groups))
-
-
-def components(t: EntryTable, groups: GroupTable) -> list[list[int]]:
-    """The group uids that must be matched together: each group alone, groups joined where a
-    block's end marker lies in another group; in order of their smallest uid."""
-    n = len(groups.groups)
-    return _joined(list(range(n)), n, _links(t, groups))
-
-
-CUT_SHARE = 0.5
-"""The parts cut from a family too large for a task are filled to this share of what a task
-takes: the parts of one family come together (the tasks of one node side by side, beside the
-driver), and smaller parts cost only a few more questions."""
-
-
-def cut_sets(t: EntryTable, groups: GroupTable, most_rows: int | None) -> list[list[int]] | None:
-    """The group uids of each part: a family whole where it has at most `most_rows` rows
-    (None: any), else its groups (`components`) packed in order into parts of at most half
-    that (`CUT_SHARE`; a group alone up to `most_rows`); None where one group (or groups a
-    block joins) alone has more."""
-    fams = families(t, groups)
-    if most_rows is None:
-        return fams
-    per_group = np.bincount(groups.entry_group, minlength=len(groups.groups) + 1)
-    pieces: dict[int, list[list[int]]] = {}
-    for comp in components(t, groups):
-        pieces.setdefault(comp[0], []).append(comp)
-    out: list[list[int]] = []
-    for fam in fams:
-        if int(per_group[fam].sum()) <= most_rows:
-            out.append(fam)
-            continue
-        held: list[int] = []
-        rows, fill = 0, max(1, int(most_rows * CUT_SHARE))
-        for comp in (c for u in fam for c in pieces.get(u, [])):
-            more = int(per_group[comp].sum())
-            if more > most_rows:
-                return None
-            if held and more and rows + more > fill:  # a group with no rows joins the last
-                out.append(sorted(held))
-                held, rows = [], 0
-            held += comp
-            rows += more
-        if held:
-            out.append(sorted(held))
-    return sorted(out, key=lambda uids: uids[0])
-
-
-def _links(t: EntryTable, groups: GroupTable) -> set[tuple[int, int]]:
-    """(group uid, group uid) of each block whose members and end marker lie in two groups."""
-    if not t.n:
-        return set()
-    # a block's members and its end marker: the only rows whose marker is another row (a
-    # plain op is its own), few beside the millions of a large job
-    uid = groups.entry_group
-    linked = np.flatnonzero(of_kinds(t.unit, (UnitKind.BLOCK_MEMBER, UnitKind.BATCH_MEMBER)))
-    linked = linked[t.marker[linked] >= 0]
-    a = uid[linked].astype(np.int64)
-    b = uid[t.marker[linked]].astype(np.int64)
-    return set(zip(a[a != b].tolist(), b[a != b].tolist(), strict=True))
-
-
-def _joined(set_of: list[int], n_sets: int, links: set[tuple[int, int]]) -> list[list[int]]:
-    """The group uids by their set (`set_of`, by uid), sets joined by linked groups."""
-    part_of = [*set_of, n_sets]  # a row of no group (uid n) in a set of its own
-    parent = list(range(n_sets + 1))
-
-    def root(p: int) -> int:
-        while parent[p] != p:
-            parent[p] = parent[parent[p]]
-            p = parent[p]
-        return p
-
-    for x, y in links:
-        parent[root(part_of[x])] = root(part_of[y])
-    out: dict[int, list[int]] = {}
-    for u in range(len(set_of)):
-        out.setdefault(root(part_of[u]), []).append(u)
-    return sorted(out.values(), key=lambda uids: uids[0])
 
 
 UNREAD = ("index", "record_id", "group", "op_id", "t_started", "duration_ms", "stack", "timeout_ms")
@@ -359,12 +280,6 @@ def match_columns(frame: Part, *columns: npt.NDArray[Any]) -> PartMatch:
     return match_part(filled(frame, *columns))
 
 
-def sizes(groups: GroupTable, uid_sets: list[list[int]]) -> list[int]:
-    """The rows of each set of groups."""
-    per_group = np.bincount(groups.entry_group, minlength=len(groups.groups))
-    return [int(per_group[uids].sum()) for uids in uid_sets]
-
-
 def parts(
     job: Shared,
     t: EntryTable,
@@ -399,7 +314,12 @@ alike whose vote was asked for after another's (`reference.ASK_AT_ONCE` groups a
 
 
 def rounds(
-    runner: PartRunner, job: Shared, t: EntryTable, groups: GroupTable, uid_sets: list[list[int]]
+    runner: PartRunner,
+    job: Shared,
+    t: EntryTable,
+    groups: GroupTable,
+    uid_sets: list[list[int]],
+    shape: Grouped,
 ) -> list[PartMatch] | None:
     """Every part matched by `runner`, to its final result: a part that asked about groups
     it does not hold is matched again once the parts that hold them have answered (they are
@@ -408,7 +328,7 @@ def rounds(
     for i, uids in enumerate(uid_sets):
         part_of[uids] = i
     # a part with no rows is never matched (`parts`): its groups answer as no part's do
-    held = np.bincount(part_of[groups.entry_group] + 1, minlength=len(uid_sets) + 1)[1:] > 0
+    held = np.array(sizes(shape, groups, uid_sets), dtype=np.int64) > 0
     matched = part_of >= 0
     matched[matched] = held[part_of[matched]]
     part_of[~matched] = -1
@@ -549,12 +469,10 @@ def _inside(rows: I64, wanted: I64) -> I64:
     return at[hit].astype(np.int64)
 
 
-def _rank_ends(t: EntryTable) -> I64:
-    """Each rank's last row (the table's rows come by rank)."""
-    if not t.n:
-        return np.zeros(0, np.int64)
-    ranks = distinct(t.pair_rank)
-    return (np.searchsorted(t.rank, ranks, side="right") - 1).astype(np.int64)
+def _rank_ends(profiles: Profiles) -> I64:
+    """Each rank's last row (the table's rows come by rank, a rank's as many as its profile
+    says)."""
+    return (np.cumsum(profiles.rows) - 1).astype(np.int64)
 
 
 def _rows(p: PartMatch, n: int) -> I64:

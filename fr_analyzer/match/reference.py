@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from ..model.arrays import distinct
 from ..model.groups import GroupTable
+from ..model.profile import Grouped
 from ..model.ranks import by_count, counted
 from ..model.records import Group, P2PKind, UnitKind
 from ..model.table import EntryTable, rank_starts
@@ -209,14 +210,12 @@ def group_stage(ctx: MatchContext, group: Group) -> frozenset[tuple[str, int, in
     return frozenset(p for r in group.ranks for p in ctx.stages.get(r, ()))
 
 
-def pipeline_stages(t: EntryTable, groups: GroupTable) -> dict[int, set[tuple[str, int, int]]]:
+def pipeline_stages(shape: Grouped, groups: GroupTable) -> dict[int, set[tuple[str, int, int]]]:
     """Each rank's (desc, size, local rank) in every group that carries send/recv: what
-    `group_stage` reads (`MatchContext.stages`), over the whole job."""
+    `group_stage` reads (`MatchContext.stages`), over the whole job (from the ranks' profiles:
+    the groups some rank sends or receives in)."""
     stages: dict[int, set[tuple[str, int, int]]] = {}
-    if not t.n:
-        return stages
-    p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
-    for uid in distinct(groups.entry_group[p2p_rows]).tolist():
+    for uid in shape.p2p_uids().tolist():
         pipe = groups.groups[int(uid)]
         for local, rank in enumerate(pipe.ranks):
             stages.setdefault(rank, set()).add((pipe.desc, pipe.size, local))

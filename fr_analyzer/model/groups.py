@@ -22,10 +22,12 @@ import numpy.typing as npt
 from .arrays import distinct
 from .dump import RankDump
 from .numbers import name_order
-from .ops import ALL_GATHER_OPS, REDUCE_SCATTER_OPS
-from .ranks import MAX_RANK, compact, label
+from .profile import Grouped, Profiles, profiles_of
+from .ranks import compact, label
 from .records import Finding, FindingKind, Group, MembershipSource, UnreadableDump
 from .table import EntryTable
+
+I32 = npt.NDArray[np.int32]
 
 WORLD_DESCS = frozenset({"default_pg"})
 
@@ -76,9 +78,13 @@ def _holds(members: tuple[int, ...], rank: int) -> bool:
 
 
 def build_groups(
-    dumps: Sequence[RankDump], table: EntryTable, unreadable: Sequence[UnreadableDump]
+    dumps: Sequence[RankDump],
+    table: EntryTable,
+    unreadable: Sequence[UnreadableDump],
+    profiles: Profiles | None = None,
 ) -> GroupTable:
-    """Rebuild the process groups and their members from every rank's view of them."""
+    """Rebuild the process groups and their members from every rank's view of them; the size
+    rules read the ranks' profiles (`model.profile`: made from the table when not given)."""
     loaded = tuple(sorted(d.rank for d in dumps))
     sets = _MemberSets()
     claimed: dict[tuple[int, str], int] = {}  # (rank, group name) → member set id
@@ -187,8 +193,11 @@ def build_groups(
     entry_group = pair_uid[table.pair] if table.n else np.empty(0, dtype=np.int32)
 
     within = {u.rank for u in unreadable if u.rank is not None and u.rank < world_size}
+    if profiles is None:
+        profiles = profiles_of(table)
+    told = _sizes_by_rules(profiles, profile_uids(table, pair_uid, profiles))
     groups, world_size = _complete_by_size_rules(
-        groups, table, entry_group, set(loaded) | within, world_size, len(loaded)
+        groups, told, set(loaded) | within, world_size, len(loaded)
     )
     unreadable_ranks = {u.rank for u in unreadable if u.rank is not None and u.rank < world_size}
     all_members: set[int] = set()
@@ -208,46 +217,54 @@ def build_groups(
     )
 
 
-def _sizes_by_rules(
-    t: EntryTable, entry_group: npt.NDArray[np.int32]
-) -> dict[int, tuple[int, int]]:
-    """Group size per group uid, where its all_gather or reduce_scatter entries tell it, and
-    how many ranks' entries tell that size: the output of an all_gather is its input times the
-    group size, the input of a reduce_scatter its output times the group size. The most common
-    ratio of a group's entries wins; a ratio beyond the most ranks a job has is no size."""
-    if not t.n:
+def profile_uids(table: EntryTable, pair_uid: I32, profiles: Profiles) -> I32:
+    """The group uid of each (rank, group) pair of `profiles`, as the table's pair of the same
+    rank and group has it (`pair_uid`, by the table's pairs); -1 for a pair the table lacks."""
+    code = {name: c for c, name in enumerate(table.group_names)}
+    by_name = np.array([code.get(name, -1) for name in profiles.names] or [-1], dtype=np.int64)
+    width = len(table.group_names) + 1
+    mine = profiles.pair_rank.astype(np.int64) * width + by_name[profiles.pair_group] + 1
+    theirs = table.pair_rank.astype(np.int64) * width + table.pair_group + 1
+    order = np.argsort(theirs, kind="stable")
+    at = np.searchsorted(theirs, mine, sorter=order)
+    at = np.minimum(at, max(len(theirs) - 1, 0))
+    out = np.full(len(mine), -1, dtype=np.int32)
+    if len(theirs):
+        hit = theirs[order[at]] == mine
+        out[hit] = pair_uid[order[at[hit]]]
+    return out
+
+
+def grouped(table: EntryTable, groups: GroupTable, profiles: Profiles) -> Grouped:
+    """`profiles` with each pair's group uid."""
+    return Grouped(profiles, profile_uids(table, groups.pair_uid, profiles))
+
+
+def _sizes_by_rules(profiles: Profiles, uid: I32) -> dict[int, tuple[int, int]]:
+    """Group size per group uid, where its all_gather or reduce_scatter entries tell it
+    (`model.profile`: the output of an all_gather is its input times the group size, the input
+    of a reduce_scatter its output times the group size), and how many ranks' entries tell
+    that size. The size most rows tell wins. `uid`: each profile pair's group."""
+    pair = profiles.told_pair
+    if not len(pair):
         return {}
-    kind = np.zeros(len(t.ops), dtype=np.int8)
-    for code, op in enumerate(t.ops):
-        kind[code] = 1 if op in ALL_GATHER_OPS else 2 if op in REDUCE_SCATTER_OPS else 0
-    rows = np.flatnonzero(kind[t.op] > 0)
-    if not len(rows):
-        return {}
-    in_n = t.shape_numel[t.in_shape[rows]]
-    out_n = t.shape_numel[t.out_shape[rows]]
-    gather = kind[t.op[rows]] == 1
-    big = np.where(gather, out_n, in_n)
-    small = np.where(gather, in_n, out_n)
-    ok = (small > 0) & (big % np.maximum(small, 1) == 0)
-    ratio = np.where(ok, big // np.maximum(small, 1), 0)
-    ok &= ratio <= MAX_RANK + 1
-    keys = entry_group[rows][ok].astype(np.int64) * (1 << 32) + ratio[ok]
-    values, counts = np.unique(keys, return_counts=True)
-    # Ranks behind each (group, size): the distinct (key, rank) pairs, counted by key; each
-    # pair as one integer (the key's index, then the rank), a sort of one column rather than
-    # `np.unique` of two stacked columns (axis=1 sorts them as records, several times slower).
-    ranks = t.rank[rows][ok].astype(np.int64)
-    if len(ranks):
-        ranks -= int(ranks.min())
+    pair_uid = uid[pair].astype(np.int64)
+    known = pair_uid >= 0
+    keys = pair_uid[known] * (1 << 32) + profiles.told_size[known]
+    rows = profiles.told_rows[known]
+    values, at = np.unique(keys, return_inverse=True)
+    counts = np.bincount(at.reshape(-1), weights=rows, minlength=len(values)).astype(np.int64)
+    # Ranks behind each (group, size): the distinct (key, rank) pairs (a rank's two pairs of
+    # one group, its name under two descriptions, tell it once), counted by key.
+    ranks = profiles.pair_rank[pair[known]].astype(np.int64)
     span = int(ranks.max()) + 1 if len(ranks) else 1
-    pairs = distinct(np.searchsorted(values, keys) * span + ranks)
-    voters = np.bincount(pairs // span, minlength=len(values))
+    voters = np.bincount(distinct(at.reshape(-1) * span + ranks) // span, minlength=len(values))
     best: dict[int, tuple[int, int, int]] = {}
     for key, count, by in zip(values.tolist(), counts.tolist(), voters.tolist(), strict=True):
-        uid, size = divmod(key, 1 << 32)
-        if size >= 2 and count > best.get(uid, (0, 0, 0))[1]:
-            best[uid] = (size, count, by)
-    return {uid: (size, by) for uid, (size, _, by) in best.items()}
+        uid_, size = divmod(key, 1 << 32)
+        if size >= 2 and count > best.get(uid_, (0, 0, 0))[1]:
+            best[uid_] = (size, count, by)
+    return {u: (size, by) for u, (size, _, by) in best.items()}
 
 
 def _believed(told: dict[int, tuple[int, int]], world_size: int, loaded: int) -> dict[int, int]:
@@ -261,8 +278,7 @@ def _believed(told: dict[int, tuple[int, int]], world_size: int, loaded: int) ->
 
 def _complete_by_size_rules(
     groups: list[Group],
-    t: EntryTable,
-    entry_group: npt.NDArray[np.int32],
+    told: dict[int, tuple[int, int]],
     known: set[int],
     world_size: int,
     loaded: int,
@@ -274,7 +290,7 @@ def _complete_by_size_rules(
     ranks' stride (the stride of groups alike when it has one rank); groups alike that each
     lack the ranks no group of theirs holds are grown to take them (`_tile`). `loaded`: how
     many ranks dumped (`_believed`)."""
-    sizes = _believed(_sizes_by_rules(t, entry_group), world_size, loaded)
+    sizes = _believed(told, world_size, loaded)
     alike = _Alike(groups)
     out: list[Group] = []
     for g in groups:

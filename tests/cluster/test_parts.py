@@ -13,8 +13,9 @@ import pytest
 
 from fr_analyzer.cluster import parts as parts_mod
 from fr_analyzer.load import Directory
-from fr_analyzer.match import PartRunner, match, partitions
-from fr_analyzer.model.groups import build_groups
+from fr_analyzer.match import PartRunner, cutting, match, partitions
+from fr_analyzer.model.groups import build_groups, grouped
+from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, load
 from tests.match.test_partitions import assert_same_match
 
@@ -130,8 +131,16 @@ def test_a_task_lost_in_a_later_round_of_questions_is_matched_in_the_driver_with
     # parts of one group each: the data-parallel pair that ties asks the other pairs (in other
     # parts), which answer in a second run of tasks; the asking part runs again in a third
     for got, groups, whole in _job("nccl3d_dp_pair_mismatch"):
-        most = max(partitions.sizes(groups, partitions.components(got.table, groups)))
-        first = len(partitions.cut_sets(got.table, groups, most) or [])
+        most = max(
+            cutting.sizes(
+                grouped(got.table, groups, profiles_of(got.table)),
+                groups,
+                cutting.components(grouped(got.table, groups, profiles_of(got.table)), groups),
+            )
+        )
+        first = len(
+            cutting.cut_sets(grouped(got.table, groups, profiles_of(got.table)), groups, most) or []
+        )
 
         def runner(cut: Any) -> Any:
             return parts_mod.match_parts(cut, window=2, retries=0)

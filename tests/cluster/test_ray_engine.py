@@ -27,12 +27,14 @@ from fr_analyzer.cli.app import run
 from fr_analyzer.cluster import Cluster, RayEngine, connect, shard_size
 from fr_analyzer.cluster.shards import KEEP_FACTOR, PART_ROW_BYTES
 from fr_analyzer.load import Directory
-from fr_analyzer.match import match, partitions
-from fr_analyzer.model.groups import build_groups
+from fr_analyzer.match import cutting, match
+from fr_analyzer.model.groups import build_groups, grouped
+from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
 from tests.match.test_partitions import assert_same_match
+from tests.model.test_profile import assert_same_profiles
 from tools import ray_head
 from tools.ray_head import QUIET, free_port
 
@@ -80,7 +82,7 @@ def test_the_groups_of_each_description_are_matched_in_a_task_and_merged_as_one_
 ) -> None:
     got = load(Directory(SAMPLES / name), Options(workers=1))
     groups = build_groups(got.dumps, got.table, got.unreadable)
-    assert len(partitions.families(got.table, groups)) >= 3
+    assert len(cutting.families(grouped(got.table, groups, profiles_of(got.table)), groups)) >= 3
     retired = got.table.retired.copy()
     whole = match(got.dumps, got.table, groups)
     got.table.retired[:] = retired
@@ -99,6 +101,21 @@ def test_the_parts_are_gathered_from_the_shards_in_the_store_not_from_the_driver
         on_ray["dumps"].pop("engine")
         assert on_ray == _report(where, Options()), where.name
         assert not any("Ray task" in w for w in on_ray["dumps"]["warnings"])
+
+
+def test_the_tasks_that_read_the_ranks_profile_them_as_the_table_would(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # shards of two ranks, so that the driver joins the profiles of many tasks
+    engine = RayEngine(cluster, shard=2)
+    made: list[object] = []
+    monkeypatch.setattr("fr_analyzer.pipeline.profiles_of", lambda t: made.append(t))
+    for name in ("nccl3d_skip_world", "gloo3d_pp_recv_missing", "nccl_coalesced", "moe_healthy"):
+        got = load(Directory(SAMPLES / name), Options(engine=engine))
+        assert got.profiles is not None
+        assert_same_profiles(got.profiles, profiles_of(got.table))
+        _report(SAMPLES / name, Options(engine=engine))
+    assert made == []  # the analysis took the tasks' profiles, never made its own
 
 
 def test_a_job_too_large_to_keep_lets_its_shards_go_and_one_with_too_large_a_group_is_matched_whole(

@@ -24,11 +24,12 @@ from fr_analyzer.diagnosis import (
 from fr_analyzer.diagnosis.context import Context, Resolved
 from fr_analyzer.diagnosis.hang import hang_root
 from fr_analyzer.diagnosis.mismatch import first_mismatch, mismatch_root
-from fr_analyzer.diagnosis.positions import Refs, last_per_rank, newest_per_rank
+from fr_analyzer.diagnosis.positions import Refs, last_per_rank
 from fr_analyzer.diagnosis.records import Thresholds
 from fr_analyzer.diagnosis.waits import Wait, WaitGraph
 from fr_analyzer.match import match
 from fr_analyzer.model.groups import build_groups
+from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, load
 from tests.builders import make_dump, make_entry, renumber, write_dumps
 
@@ -43,7 +44,7 @@ def situation(tmp_path: Path, dumps: dict[int, dict[str, Any]]) -> Context:
     groups = build_groups(got.dumps, t, got.unreadable)
     matches = match(got.dumps, t, groups)
     graph = waits.build(t, groups, matches)
-    newest_ns = newest_per_rank(t)
+    newest_ns = profiles_of(t).newest()
     incomplete = graph.incomplete.copy()
     incomplete[list(graph.frontier.values())] = True
     return Context(

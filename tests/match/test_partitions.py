@@ -14,10 +14,11 @@ import pytest
 
 from fr_analyzer import analyze
 from fr_analyzer.load import Directory
-from fr_analyzer.match import MatchResult, PartRunner, match, partitions
+from fr_analyzer.match import MatchResult, PartRunner, cutting, match, partitions
 from fr_analyzer.match.elsewhere import Elsewhere, unheld
 from fr_analyzer.match.values import OPS, TRANSFERS
-from fr_analyzer.model.groups import build_groups
+from fr_analyzer.model.groups import build_groups, grouped
+from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import InProcess, Options, load
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
@@ -59,7 +60,11 @@ def _both(where: Path) -> tuple[MatchResult, MatchResult, int]:
     whole = match(got.dumps, got.table, groups)
     got.table.retired[:] = retired
     parts = match(got.dumps, got.table, groups, PartRunner(partitions.in_turn))
-    return parts, whole, len(partitions.families(got.table, groups))
+    return (
+        parts,
+        whole,
+        len(cutting.families(grouped(got.table, groups, profiles_of(got.table)), groups)),
+    )
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -79,7 +84,7 @@ def test_every_sample_set_gives_the_same_report_matched_in_parts(name: str) -> N
 def test_a_3d_job_is_cut_by_description_and_each_part_holds_one() -> None:
     got = load(Directory(SAMPLES / "nccl3d_skip_world"), Options(workers=1))
     groups = build_groups(got.dumps, got.table, got.unreadable)
-    cut = partitions.families(got.table, groups)
+    cut = cutting.families(grouped(got.table, groups, profiles_of(got.table)), groups)
     assert len(cut) == 4
     assert sorted(u for uids in cut for u in uids) == list(range(len(groups.groups)))
     for uids in cut:
@@ -104,7 +109,7 @@ def _loaded(name: str) -> tuple[Any, Any]:
 
 def test_a_job_of_one_description_is_matched_whole_even_given_a_runner() -> None:
     got, groups = _loaded("fsdp_healthy")
-    assert len(partitions.families(got.table, groups)) == 1
+    assert len(cutting.families(grouped(got.table, groups, profiles_of(got.table)), groups)) == 1
     run = Counting()
     match(got.dumps, got.table, groups, PartRunner(run))
     assert run.calls == 0
@@ -112,7 +117,11 @@ def test_a_job_of_one_description_is_matched_whole_even_given_a_runner() -> None
 
 def test_a_job_with_a_group_larger_than_the_runner_takes_is_matched_whole() -> None:
     got, groups = _loaded("nccl3d_skip_world")
-    rows = partitions.sizes(groups, partitions.components(got.table, groups))
+    rows = cutting.sizes(
+        grouped(got.table, groups, profiles_of(got.table)),
+        groups,
+        cutting.components(grouped(got.table, groups, profiles_of(got.table)), groups),
+    )
     assert sum(rows) == got.table.n
     run = Counting()
     match(got.dumps, got.table, groups, PartRunner(run, most_rows=max(rows) - 1))
@@ -123,14 +132,19 @@ def test_a_job_with_a_group_larger_than_the_runner_takes_is_matched_whole() -> N
 
 def test_a_family_larger_than_the_runner_takes_is_cut_into_parts_of_its_groups() -> None:
     got, groups = _loaded("nccl3d_skip_world")
-    families = partitions.families(got.table, groups)
-    rows = partitions.sizes(groups, families)
+    families = cutting.families(grouped(got.table, groups, profiles_of(got.table)), groups)
+    rows = cutting.sizes(grouped(got.table, groups, profiles_of(got.table)), groups, families)
     largest = families[rows.index(max(rows))]
-    sets = partitions.cut_sets(got.table, groups, max(rows) - 1)
+    sets = cutting.cut_sets(
+        grouped(got.table, groups, profiles_of(got.table)), groups, max(rows) - 1
+    )
     assert sets is not None and len(sets) > len(families)
     assert sorted(u for uids in sets for u in uids) == list(range(len(groups.groups)))
     assert all(set(uids) <= set(largest) for uids in sets if uids[0] in largest)
-    assert max(partitions.sizes(groups, sets)) <= max(rows) - 1
+    assert (
+        max(cutting.sizes(grouped(got.table, groups, profiles_of(got.table)), groups, sets))
+        <= max(rows) - 1
+    )
 
 
 def _smallest_parts(
@@ -144,7 +158,14 @@ def _smallest_parts(
     retired = got.table.retired.copy()
     whole = match(got.dumps, got.table, groups)
     got.table.retired[:] = retired
-    most = max(partitions.sizes(groups, partitions.components(got.table, groups)), default=1)
+    most = max(
+        cutting.sizes(
+            grouped(got.table, groups, profiles_of(got.table)),
+            groups,
+            cutting.components(grouped(got.table, groups, profiles_of(got.table)), groups),
+        ),
+        default=1,
+    )
     if draw is not None:
         most = int(draw.integers(most, max(most, got.table.n) + 1))
     run = Counting()
