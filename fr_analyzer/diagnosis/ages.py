@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from ..load import WatchdogTimeout
 from ..match import stateless
+from ..match.completion import quiet
 from ..model.dump import RankDump
 from ..model.profile import Profiles, profiles_of
 from ..model.recorders import Dialect, dumps_look_at_ops
@@ -128,7 +129,7 @@ def dump_time(t: EntryTable | Profiles, dumps: Sequence[RankDump] = ()) -> DumpT
         )
     # torchcomms stamps discovery times when the call returns, not at the dump
     blind = {d.rank for d in dumps if not dumps_look_at_ops(d.dialect)}
-    looked_at = frozenset(r for r in p.rank[p.looked_at].tolist() if r not in blind)
+    looked_at = quiet(p, dumps).looked_at(p) - blind
     files, named, copied = _believed_file_times(p, dumps)
     evidence = {
         d.rank: Evidence.LOOKED_AT

@@ -19,7 +19,8 @@ from ..model.dump import RankDump
 from ..model.groups import GroupTable, grouped
 from ..model.profile import Grouped, profiles_of
 from ..model.table import EntryTable
-from . import partitions
+from . import completion, partitions
+from .conventions import convention_notes
 from .cutting import cut_sets
 from .partitions import Cut, Part, PartMatch, PartRunner
 from .records import COLLECTIVE_UNITS, P2P_UNITS, CollectiveUnits, MatchResult, P2PPairs, stateless
@@ -72,5 +73,10 @@ def match(
             runner.whole()
         done = partitions.match_part(partitions.whole(job, t, groups))
         r = done.result
-        return MatchResult(r.collectives, r.p2p, r.done, r.findings, r.proven, job.notes, r.skipped)
-    return partitions.merge(job, t, groups, got)
+        notes = job.notes + convention_notes(t, done.learned)
+        return MatchResult(r.collectives, r.p2p, r.done, r.findings, r.proven, notes, r.skipped)
+    merged = partitions.merge(job, t, groups, got)
+    # the parts judged completion on their own copies of the rows: clear `retired` here too
+    # where the recorder does not say whether an op finished (`match.completion.judged`)
+    t.retired[completion.silent_rows(t, job.quiet)] = False
+    return merged

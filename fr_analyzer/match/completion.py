@@ -24,18 +24,19 @@ report says why it cannot see one there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from ..model.arrays import distinct
-from ..model.backends import NO_COMPLETION_BACKENDS
+from ..model.backends import NO_COMPLETION_BACKENDS, NO_STATE_BACKENDS
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
+from ..model.profile import Profiles
 from ..model.ranks import agree, compact
-from ..model.recorders import reports_completion
+from ..model.recorders import Dialect, reports_completion
 from ..model.records import P2PKind, State
 from ..model.table import EntryTable
 from .records import COLLECTIVE_UNITS, of_kinds, stateless
@@ -59,29 +60,84 @@ def recorded(t: EntryTable) -> npt.NDArray[np.bool_]:
 
 
 @dataclass(frozen=True)
-class Silent:
-    """Rows whose recorder does not say whether they finished, and what the report says."""
+class Quiet:
+    """Where the recorders do not say whether an op finished, decided over every rank (`quiet`):
+    the recorders of the ranks that are not PyTorch's (by rank), the backends that never said it
+    on any rank, and what the report says. A part of the job judges its own rows by it
+    (`silent_rows`)."""
 
-    rows: B
-    notes: tuple[str, ...]
+    dialects: Mapping[int, str]  # rank -> its recorder, where it is not PyTorch's
+    backends: frozenset[str]
+    notes: tuple[str, ...] = ()
+
+    def silent(self, rank: int, backend: str) -> bool:
+        """Whether the recorder of `rank` does not say when its ops on `backend` finish."""
+        dialect = self.dialects.get(rank, Dialect.PYTORCH)
+        if not reports_completion(dialect, backend):
+            return True
+        return backend in self.backends and backend not in NO_STATE_BACKENDS
+
+    def busy(self, p: Profiles) -> frozenset[int]:
+        """The ranks holding an op not retired, once the silent ops' `retired` is cleared."""
+        return frozenset(r for r, _, unretired, _ in self._by_backend(p) if unretired)
+
+    def looked_at(self, p: Profiles) -> frozenset[int]:
+        """The ranks with an op of a backend that records states, not retired (once the
+        silent ops' `retired` is cleared), seen started or completed: the recorder looked at
+        it during the dump."""
+        return frozenset(r for r, _, _, looked in self._by_backend(p) if looked)
+
+    def _by_backend(self, p: Profiles) -> Iterator[tuple[int, str, bool, bool]]:
+        """Each (rank, backend) with rows: (rank, backend, an op not retired, one looked at)."""
+        no_state = NO_STATE_BACKENDS
+        for rank, code, unretired, seen, unretired_seen in zip(
+            p.backend_rank.tolist(),
+            p.backend.tolist(),
+            p.backend_unretired.tolist(),
+            p.backend_seen.tolist(),
+            p.backend_unretired_seen.tolist(),
+            strict=True,
+        ):
+            name = p.backends[code]
+            cleared = self.silent(rank, name)
+            stateful = name not in no_state
+            yield (
+                rank,
+                name,
+                cleared or unretired,
+                stateful and (seen if cleared else unretired_seen),
+            )
 
 
-def silent(t: EntryTable, dumps: Sequence[RankDump], no_state: B) -> Silent:
-    """The rows whose recorder reports no completion for their backend (torchcomms on a GPU
-    backend), and of backends that never reported one on any rank (`no_state`: rows of
-    backends that record no state, gloo)."""
-    rows = _unreported(t, dumps)
+def quiet(p: Profiles, dumps: Sequence[RankDump]) -> Quiet:
+    """Where the recorders do not say whether an op finished, from the ranks' profiles: the
+    backends a rank's recorder does not say it of (torchcomms on a GPU backend), and the
+    backends that never reported an op completed on any rank, XCCL or with every op retired
+    (backends that record no state, gloo, aside)."""
+    dialects = {d.rank: d.dialect for d in dumps if d.dialect != Dialect.PYTORCH}
+    told = Quiet(dialects, frozenset())
     notes: list[str] = []
-    completed = (t.state == State.COMPLETED) | (t.t_completed >= 0)
-    for code, name in enumerate(t.backends):
-        mine = (t.backend == code) & ~no_state & ~rows
-        if not mine.any() or bool(completed[mine].any()):
+    silent: set[str] = set()
+    said: dict[str, list[tuple[int, bool, bool]]] = {}  # backend -> (rank, completed, unretired)
+    for rank, code, completed, unretired in zip(
+        p.backend_rank.tolist(),
+        p.backend.tolist(),
+        p.backend_completed.tolist(),
+        p.backend_unretired.tolist(),
+        strict=True,
+    ):
+        name = p.backends[code]
+        if name not in NO_STATE_BACKENDS and not told.silent(rank, name):
+            said.setdefault(name, []).append((rank, completed, unretired))
+    for name in p.backends:  # in the order the job first names them
+        mine = said.get(name)
+        if not mine or any(completed for _, completed, _ in mine):
             continue
-        every_retired = bool(t.retired[mine].all())
+        every_retired = not any(unretired for _, _, unretired in mine)
         if name not in NO_COMPLETION_BACKENDS and not every_retired:
             continue
-        rows |= mine
-        ranks = distinct(t.rank[mine]).tolist()
+        silent.add(name)
+        ranks = sorted(r for r, _, _ in mine)
         why = (
             "every op is retired and none completed: it retires ops when they are enqueued"
             if every_retired
@@ -91,29 +147,54 @@ def silent(t: EntryTable, dumps: Sequence[RankDump], no_state: B) -> Silent:
             f"backend {name} never reported an op completed on {agree(ranks, 'rank', 'ranks')} "
             f"{compact(ranks)} ({why})"
         )
-    if rows.any():
+    told = Quiet(dialects, frozenset(silent))
+    any_silent = any(
+        told.silent(rank, p.backends[code])
+        for rank, code in zip(p.backend_rank.tolist(), p.backend.tolist(), strict=True)
+    )
+    if any_silent:
         notes.append(
             "where the recorder does not say whether an op finished, progress is judged by what "
             "every rank issued: a collective every member issued counts as passed, so a hang "
             "inside the newest collective all members issued cannot be seen"
         )
-    return Silent(rows, tuple(notes))
+    return Quiet(dialects, frozenset(silent), tuple(notes))
 
 
-def _unreported(t: EntryTable, dumps: Sequence[RankDump]) -> B:
-    """Rows whose recorder does not say, for their backend, when an op finished: one pass per
-    (recorder, backend), not per rank."""
+def silent_rows(t: EntryTable, q: Quiet) -> B:
+    """The rows (of the job's table, or a part's) whose recorder does not say whether they
+    finished (`Quiet.silent`): one pass per (recorder, backend), not per rank."""
     rows = np.zeros(t.n, dtype=bool)
+    if not t.n:
+        return rows
     by_dialect: dict[str, list[int]] = {}
-    for dump in dumps:
-        by_dialect.setdefault(dump.dialect, []).append(dump.rank)
+    for rank, dialect in q.dialects.items():
+        by_dialect.setdefault(dialect, []).append(rank)
     for dialect, ranks in by_dialect.items():
-        quiet = [
+        unsaid = [
             code for code, name in enumerate(t.backends) if not reports_completion(dialect, name)
         ]
-        if quiet and t.n:
-            rows |= np.isin(t.rank, np.array(ranks, dtype=np.int32)) & np.isin(t.backend, quiet)
+        if unsaid:
+            rows |= np.isin(t.rank, np.array(ranks, dtype=np.int32)) & np.isin(t.backend, unsaid)
+    every = [
+        code
+        for code, name in enumerate(t.backends)
+        if name in q.backends and name not in NO_STATE_BACKENDS
+    ]
+    if every:
+        rows |= np.isin(t.backend, every)
     return rows
+
+
+def judged(t: EntryTable, groups: GroupTable, q: Quiet) -> B:
+    """Whether each row finished: as its recorder says (`recorded`), and the silent rows
+    (`silent_rows`) judged by what was issued (`judged_by_issue`, which clears their
+    `retired`)."""
+    done = recorded(t)
+    rows = silent_rows(t, q)
+    if rows.any():
+        done = judged_by_issue(t, groups, done, rows, collective_rows(t))
+    return done
 
 
 def judged_by_issue(t: EntryTable, groups: GroupTable, done: B, silent_rows: B, collective: B) -> B:

@@ -3,6 +3,8 @@ a mismatch, and which sizes contradict their op."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -49,22 +51,42 @@ def intrinsic_size_errors(t: EntryTable, groups: GroupTable) -> npt.NDArray[np.b
     return bad
 
 
+Signature = tuple[int, int, int, int, int]
+"""A layout: (backend, op, input shapes, output shapes) by the table's codes, and the group's
+size."""
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """The size rules a recorder itself breaks, as the rows of a table (the job's, or a part's)
+    show them: the rows still wrong, the layouts learned here, and the layouts of rows still
+    wrong that a layout learned elsewhere in the job may yet accept (`left`)."""
+
+    size_bad: npt.NDArray[np.bool_]
+    learned: frozenset[Signature]
+    left: frozenset[Signature]
+
+
 def recorder_conventions(
-    t: EntryTable, groups: GroupTable, bad: npt.NDArray[np.bool_]
-) -> tuple[npt.NDArray[np.bool_], tuple[str, ...]]:
-    """Size rules that the recorder itself breaks: `bad` without them, and a note for each.
+    t: EntryTable,
+    groups: GroupTable,
+    bad: npt.NDArray[np.bool_],
+    accepted: frozenset[Signature] = frozenset(),
+) -> Conventions:
+    """Size rules that the recorder itself breaks: `bad` without them.
 
     A layout that every member of a collective records alike is how the recorder writes that
     op, not a disagreement (gloo writes two `all_gather_into_tensor` of a coalescing block as
     one all_gather whose output is `[[2] + shard]`); never on NCCL and its kin, whose layouts
     are exact (`EXACT_LAYOUT_BACKENDS`). Learned from the evidence: an (op, input,
     output, group size) signature that breaks the rule on every member that holds one
-    collective, at least two of them, is accepted wherever it appears. A member whose sizes
-    differ from its peers' is still caught by comparing the members."""
+    collective, at least two of them, is accepted wherever it appears: here, and (`accepted`)
+    where other parts of the job learned it. A member whose sizes differ from its peers' is
+    still caught by comparing the members."""
     exact = np.array([b in EXACT_LAYOUT_BACKENDS for b in t.backends], dtype=bool)
     rows = np.flatnonzero(bad & ~exact[t.backend]) if t.n else np.zeros(0, np.int64)
     if not len(rows):
-        return bad, ()
+        return Conventions(bad, frozenset(), frozenset())
     uid = groups.entry_group[rows].astype(np.int64)
     sizes = np.array([g.size for g in groups.groups], dtype=np.int64)
     keys = np.stack(
@@ -92,19 +114,29 @@ def recorder_conventions(
     unit_keys, holding = np.unique(pairs[:, 0], return_counts=True)
     present = dict(zip(unit_keys.tolist(), holding.tolist(), strict=True))
     members = np.array([present.get(k, 0) for k in wanted.tolist()])[sig_count.reshape(-1)]
-    learned = (n_sigs[sig_count.reshape(-1)] == 1) & (holders == members) & (holders >= 2)
-    if not learned.any():
-        return bad, ()
-    accepted = {tuple(k) for k in per_sig[learned, 2:].tolist()}
-    keep = np.array([tuple(k) not in accepted for k in keys.tolist()], dtype=bool)
+    learned_here = (n_sigs[sig_count.reshape(-1)] == 1) & (holders == members) & (holders >= 2)
+    learned = frozenset(_signature(k) for k in per_sig[learned_here, 2:].tolist())
+    signatures = [_signature(k) for k in keys.tolist()]
+    wrong = learned | accepted
+    keep = np.array([k not in wrong for k in signatures], dtype=bool)
     out = bad.copy()
     out[rows[~keep]] = False
-    notes = []
-    for backend, op, in_code, out_code, size in sorted(accepted):
-        notes.append(
-            f"{t.backends[backend]} records {t.ops[op]} on {size} ranks as input "
-            f"{[list(x) for x in t.shapes[in_code]]}, output "
-            f"{[list(x) for x in t.shapes[out_code]]} on every member alike: taken as the "
-            "recorder's layout, not a size mismatch"
-        )
-    return out, tuple(notes)
+    left = frozenset(k for k, still in zip(signatures, keep.tolist(), strict=True) if still)
+    return Conventions(out, learned, left)
+
+
+def convention_notes(t: EntryTable, learned: frozenset[Signature]) -> tuple[str, ...]:
+    """A note for each layout taken as the recorder's (`recorder_conventions`), by the lists
+    of `t` (the job's: every part codes by them)."""
+    return tuple(
+        f"{t.backends[backend]} records {t.ops[op]} on {size} ranks as input "
+        f"{[list(x) for x in t.shapes[in_code]]}, output "
+        f"{[list(x) for x in t.shapes[out_code]]} on every member alike: taken as the "
+        "recorder's layout, not a size mismatch"
+        for backend, op, in_code, out_code, size in sorted(learned)
+    )
+
+
+def _signature(key: list[int]) -> Signature:
+    backend, op, in_code, out_code, size = key
+    return (backend, op, in_code, out_code, size)

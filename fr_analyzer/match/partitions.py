@@ -35,12 +35,17 @@ from ..model.table import TABLE_COLUMNS, EntryTable
 from . import completion
 from .collectives import match_collectives
 from .context import MatchContext
-from .conventions import intrinsic_size_errors, recorder_conventions
+from .conventions import (
+    Signature,
+    convention_notes,
+    intrinsic_size_errors,
+    recorder_conventions,
+)
 from .cutting import sizes
 from .elsewhere import Elsewhere, Question, answer, unheld
 from .frontier import joined, window_rows
 from .p2p import match_p2p
-from .records import CollectiveUnits, MatchResult, P2PPairs, id_type, stateless
+from .records import CollectiveUnits, MatchResult, P2PPairs, id_type
 from .reference import pipeline_stages
 
 B = npt.NDArray[np.bool_]
@@ -50,12 +55,13 @@ Stages = dict[int, set[tuple[str, int, int]]]
 
 @dataclass(frozen=True)
 class Shared:
-    """What every part needs to know of the whole job, computed once: completion and the
-    recorder's conventions over every row, the rest from the ranks' profiles
-    (`model.profile`)."""
+    """What every part needs to know of the whole job, computed once from the ranks' headers
+    and profiles (`model.profile`), never from the rows: where the recorders do not say
+    whether an op finished, the ranks with an op in flight, the pipeline stages, each rank's
+    last row; and the layouts learned as the recorder's anywhere in the job (`accepted`, once
+    every part has been matched: `rounds`)."""
 
-    done: B  # completion of every row, as the recorder says or judged by issue
-    size_bad: B  # rows whose own sizes contradict their op (the recorder's conventions aside)
+    quiet: completion.Quiet
     notes: tuple[str, ...]
     last_enqueued: dict[tuple[int, int], int]
     wrapped: dict[int, bool]
@@ -64,6 +70,7 @@ class Shared:
     stages: Stages  # rank -> its (desc, size, local rank) in each group carrying send/recv
     rank_ends: I64  # each rank's last row, ascending
     frontier: bool = False  # each part finds its groups' frontier (`match.frontier`)
+    accepted: frozenset[Signature] = frozenset()
 
 
 def shared(
@@ -73,24 +80,17 @@ def shared(
     shape: Grouped,
     frontier: bool = False,
 ) -> Shared:
-    """Completion, the recorder's conventions and the cross-group facts, over the whole job;
-    those of each rank from its profile (`shape`)."""
-    done = completion.recorded(t)
-    quiet = completion.silent(t, dumps, stateless(t))
-    if quiet.rows.any():
-        rows = completion.collective_rows(t)
-        done = completion.judged_by_issue(t, groups, done, quiet.rows, rows)
-    size_bad, conventions = recorder_conventions(t, groups, intrinsic_size_errors(t, groups))
+    """What the parts share, from the ranks' headers and profiles (`shape`)."""
+    quiet = completion.quiet(shape.profiles, dumps)
     return Shared(
-        done=done,
-        size_bad=size_bad,
-        notes=quiet.notes + conventions,
+        quiet=quiet,
+        notes=quiet.notes,
         last_enqueued=_last_enqueued(dumps, t, groups),
         wrapped={d.rank: d.wrapped for d in dumps},
         unavailable=frozenset(
             set(groups.missing_ranks) | (set(range(groups.world_size)) - set(groups.loaded_ranks))
         ),
-        busy=frozenset(shape.profiles.rank[shape.profiles.busy].tolist()),
+        busy=quiet.busy(shape.profiles),
         stages=pipeline_stages(shape, groups),
         rank_ends=_rank_ends(shape.profiles),
         frontier=frontier,
@@ -108,8 +108,7 @@ class Part:
     rows: I64 | None
     table: EntryTable
     groups: GroupTable
-    done: B
-    size_bad: B
+    quiet: completion.Quiet
     rank_ends: I64  # the part's rows that are their rank's last, ascending
     last_enqueued: dict[tuple[int, int], int]
     wrapped: dict[int, bool]
@@ -121,6 +120,7 @@ class Part:
     answers: Mapping[Question, Any] = field(default_factory=dict)
     questions: frozenset[Question] = frozenset()
     frontier: bool = False  # find its groups' frontier too (`match.frontier.window_rows`)
+    accepted: frozenset[Signature] = frozenset()  # layouts other parts learned
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,8 @@ class PartMatch:
     index: int = 0
     asked: frozenset[Question] = frozenset()
     answered: Mapping[Question, Any] = field(default_factory=dict)  # to its `questions`
+    learned: frozenset[Signature] = frozenset()  # the recorder's layouts its rows show
+    left: frozenset[Signature] = frozenset()  # layouts of rows still wrong, maybe learned elsewhere
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,8 @@ class PartRunner:
     `match_columns`), anywhere, and yields the results in any order; it is called again for
     the parts of a later round (`rounds`). It takes parts of at most `most_rows` rows (None:
     any): a family of groups larger than that is cut into parts of some of its groups
-    (`match.cutting.cut_sets`), and a job with a group larger than that is matched whole by the caller
-    (where one process has matched it: out of core if its table is)."""
+    (`match.cutting.cut_sets`), and a job with a group larger than that is matched whole by
+    the caller (where one process has matched it: out of core if its table is)."""
 
     run: Callable[[Iterable[Cut]], Iterator[PartMatch]]
     most_rows: int | None = None
@@ -154,11 +156,14 @@ class PartRunner:
 def match_part(part: Part) -> PartMatch:
     """Match one part: its collectives and its send/recv pairs, with their findings."""
     away = None if part.local is None else Elsewhere(part.local, part.answers)
+    t, groups = part.table, part.groups
+    done = completion.judged(t, groups, part.quiet)
+    sizes = recorder_conventions(t, groups, intrinsic_size_errors(t, groups), part.accepted)
     ctx = MatchContext(
-        table=part.table,
-        groups=part.groups,
-        done=part.done.copy(),
-        size_bad=part.size_bad,
+        table=t,
+        groups=groups,
+        done=done,
+        size_bad=sizes.size_bad,
         last_enqueued=part.last_enqueued,
         wrapped=part.wrapped,
         unavailable=part.unavailable,
@@ -175,7 +180,16 @@ def match_part(part: Part) -> PartMatch:
     result = replace(result, frontier=window_rows(part.table, result)) if part.frontier else result
     answered = answer(ctx, pairs, part.questions) if part.questions else {}
     asked = frozenset(away.asked) if away is not None else frozenset()
-    return PartMatch(part.rows, result, ctx.wild_pairs, part.index, asked, answered)
+    return PartMatch(
+        part.rows,
+        result,
+        ctx.wild_pairs,
+        part.index,
+        asked,
+        answered,
+        sizes.learned,
+        sizes.left,
+    )
 
 
 def in_turn(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
@@ -190,8 +204,7 @@ def whole(job: Shared, t: EntryTable, groups: GroupTable) -> Part:
         None,
         t,
         groups,
-        job.done,
-        job.size_bad,
+        job.quiet,
         job.rank_ends,
         job.last_enqueued,
         job.wrapped,
@@ -243,8 +256,7 @@ class Cut:
             self.rows,
             replace(self.table, **empty),
             replace(self.groups, entry_group=self.groups.entry_group[self.rows]),
-            self.job.done[self.rows],
-            self.job.size_bad[self.rows],
+            self.job.quiet,
             _inside(self.rows, self.job.rank_ends),
             self.job.last_enqueued,
             self.job.wrapped,
@@ -256,6 +268,7 @@ class Cut:
             self.answers,
             self.questions,
             self.job.frontier,
+            self.job.accepted,
         )
 
     def part(self) -> Part:
@@ -323,7 +336,9 @@ def rounds(
 ) -> list[PartMatch] | None:
     """Every part matched by `runner`, to its final result: a part that asked about groups
     it does not hold is matched again once the parts that hold them have answered (they are
-    matched again to answer). None after `MOST_ROUNDS` rounds still asking."""
+    matched again to answer); a part with rows whose layout another part learned as the
+    recorder's (`match.conventions`) is matched again with it, as is every part matched after
+    the first run. None after `MOST_ROUNDS` rounds still asking."""
     part_of = np.full(len(groups.groups) + 1, -1, dtype=np.int64)
     for i, uids in enumerate(uid_sets):
         part_of[uids] = i
@@ -343,7 +358,19 @@ def rounds(
             else:
                 final.append(one)
 
-    settle(runner.run(parts(job, t, groups, uid_sets)))
+    first = list(runner.run(parts(job, t, groups, uid_sets)))
+    # the layouts learned anywhere: each part learns from its own rows, so all of them are
+    # known once every part has been matched
+    learned = frozenset[Signature]().union(*(one.learned for one in first))
+    job = replace(job, accepted=learned)
+    for one in first:
+        if one.left & learned:
+            waiting[one.index] = frozenset()
+        elif one.asked:
+            waiting[one.index] = one.asked
+        else:
+            final.append(one)
+    del first
     for _ in range(MOST_ROUNDS):
         if not waiting:
             return final
@@ -371,8 +398,8 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
     """The parts' results as one, in the order matching the whole table makes them: units
     by (group, sequence id), pairs by channel with the any-source ones last, findings by
     group (the pipeline orders them further, `match.findings.collect`)."""
-    done = job.done.copy()
     results = sorted(got, key=_first_group)
+    done = np.zeros(t.n, dtype=bool)  # every row lies in one part
     n = t.n
     ids = id_type(n)
     entry_unit = np.full(n, -1, dtype=ids)
@@ -455,7 +482,9 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
         done,
         tuple(sorted(findings, key=_group_key)),
         dict(sorted(proven.items())),
-        job.notes + tuple(note for _, p in blocks for note in p.result.notes),
+        job.notes
+        + convention_notes(t, frozenset[Signature]().union(*(p.learned for _, p in blocks)))
+        + tuple(note for _, p in blocks for note in p.result.notes),
         tuple(sorted(skipped, key=_unit_key)),
         joined([(rows, p.result.frontier) for rows, p in blocks]),
     )

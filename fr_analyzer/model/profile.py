@@ -1,11 +1,14 @@
 """Each rank's profile: what the stages that decide over the whole job read of a rank's rows,
 summed up per rank and per (rank, group) pair, so that they need the rows no more.
 
-A profile holds, per rank, its rows, its newest timestamp, its longest timeout, whether it
-holds an op it has not retired and whether the recorder looked at one during the dump; per
-(rank, group) pair, its rows, whether it carries sends and receives, and the group sizes its
-all_gather and reduce_scatter rows tell (the size rules); and the pairs a coalesced block joins
-(its members in one group, its end marker in another). It is computed where the rows are: a
+A profile holds, per rank, its rows, its newest timestamp and its longest timeout; per (rank,
+backend), its rows and whether any completed, any is not retired, any was seen started or
+completed (and any such not retired): what tells whether the backend says when its ops finish,
+which ranks hold an op in flight and whether the recorder looked at one during the dump
+(`match.completion`, `diagnosis.ages`); per (rank, group) pair, its rows, whether it carries
+sends and receives, and the group sizes its all_gather and reduce_scatter rows tell (the size
+rules); and the pairs a coalesced block joins (its members in one group, its end marker in
+another). It is computed where the rows are: a
 worker's shard on a cluster, or the table in one process (`profiles_of`, one code path), and
 joined by rank (`joined`). Groups, parts and what the parts share are decided from it
 (`model.groups`, `match.partitions`), and the dump's time (`diagnosis.ages`).
@@ -19,10 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .backends import NO_STATE_BACKENDS
 from .ops import ALL_GATHER_OPS, REDUCE_SCATTER_OPS
 from .ranks import MAX_RANK
-from .records import UnitKind
+from .records import State, UnitKind
 from .table import EntryTable, rank_starts
 
 B = npt.NDArray[np.bool_]
@@ -40,9 +42,15 @@ class Profiles:
     rows: I64
     newest_ns: I64  # the newest timestamp (enqueued, started or completed); -1: none
     longest_timeout_ms: I64  # -1: none recorded
-    busy: B  # holds an op it has not retired
-    looked_at: B  # an op with a state, unretired, started or completed: seen at the dump
     timing_on: B  # an op started, or with a duration
+    # per (rank, backend) with rows, by rank then backend code
+    backend_rank: I32
+    backend: I32  # into `backends`
+    backend_rows: I64
+    backend_completed: B  # an op completed (its state, or a completion time)
+    backend_unretired: B  # an op not retired
+    backend_seen: B  # an op with a start or completion time
+    backend_unretired_seen: B  # such an op, not retired
     pair_rank: I32
     pair_group: I32  # into `names`
     pair_rows: I64
@@ -53,6 +61,7 @@ class Profiles:
     link_a: I64  # a block member's pair
     link_b: I64  # its end marker's pair, another
     names: list[tuple[str, str]]
+    backends: list[str]
 
     @property
     def ranks(self) -> dict[int, int]:
@@ -69,6 +78,7 @@ class Profiles:
         if keep.all():
             return self
         pair_keep = np.isin(self.pair_rank, self.rank[keep])
+        backend_keep = np.isin(self.backend_rank, self.rank[keep])
         renumber = np.cumsum(pair_keep) - 1
         told = pair_keep[self.told_pair]
         link = pair_keep[self.link_a] & pair_keep[self.link_b]
@@ -77,9 +87,14 @@ class Profiles:
             self.rows[keep],
             self.newest_ns[keep],
             self.longest_timeout_ms[keep],
-            self.busy[keep],
-            self.looked_at[keep],
             self.timing_on[keep],
+            self.backend_rank[backend_keep],
+            self.backend[backend_keep],
+            self.backend_rows[backend_keep],
+            self.backend_completed[backend_keep],
+            self.backend_unretired[backend_keep],
+            self.backend_seen[backend_keep],
+            self.backend_unretired_seen[backend_keep],
             self.pair_rank[pair_keep],
             self.pair_group[pair_keep],
             self.pair_rows[pair_keep],
@@ -90,6 +105,7 @@ class Profiles:
             renumber[self.link_a[link]],
             renumber[self.link_b[link]],
             self.names,
+            self.backends,
         )
 
     def pair_keys(self) -> list[tuple[int, tuple[str, str]]]:
@@ -104,12 +120,9 @@ class Profiles:
 def profiles_of(t: EntryTable) -> Profiles:
     """The profile of every rank of a table (the job's, or a worker's shard's)."""
     if not t.n:
-        return _empty(list(t.group_names))
+        return _empty(list(t.group_names), list(t.backends))
     starts = rank_starts(t.rank)
     stamps = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
-    stateful = ~np.array([b in NO_STATE_BACKENDS for b in t.backends], dtype=bool)[t.backend]
-    unretired = ~t.retired
-    looked = stateful & unretired & ((t.t_started >= 0) | (t.t_completed >= 0))
     timing = (t.t_started >= 0) | ~np.isnan(t.duration_ms)
 
     # Pairs with rows, by rank then by the order the rank names its groups (the table's).
@@ -129,9 +142,8 @@ def profiles_of(t: EntryTable) -> Profiles:
         np.diff(np.append(starts, t.n)).astype(np.int64),
         np.maximum.reduceat(stamps, starts).astype(np.int64),
         np.maximum.reduceat(t.timeout_ms, starts).astype(np.int64),
-        np.logical_or.reduceat(unretired, starts),
-        np.logical_or.reduceat(looked, starts),
         np.logical_or.reduceat(timing, starts),
+        *_by_backend(t, starts),
         t.pair_rank[kept].astype(np.int32),
         t.pair_group[kept].astype(np.int32),
         pair_rows[kept].astype(np.int64),
@@ -142,6 +154,32 @@ def profiles_of(t: EntryTable) -> Profiles:
         link_a,
         link_b,
         list(t.group_names),
+        list(t.backends),
+    )
+
+
+def _by_backend(t: EntryTable, starts: npt.NDArray[np.intp]) -> tuple[I32, I32, I64, B, B, B, B]:
+    """The columns of `Profiles` per (rank, backend), in their order: each (rank, backend)
+    with rows, by rank then backend code."""
+    width = max(len(t.backends), 1)
+    rank_index = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, t.n)))
+    key = rank_index * width + t.backend
+    rows = np.bincount(key, minlength=len(starts) * width)
+    kept = np.flatnonzero(rows)
+    seen = (t.t_started >= 0) | (t.t_completed >= 0)
+    completed = (t.state == State.COMPLETED) | (t.t_completed >= 0)
+
+    def any_of(flag: B) -> B:
+        return np.bincount(key[flag], minlength=len(rows))[kept] > 0
+
+    return (
+        t.rank[starts][kept // width].astype(np.int32),
+        (kept % width).astype(np.int32),
+        rows[kept].astype(np.int64),
+        any_of(completed),
+        any_of(~t.retired),
+        any_of(seen),
+        any_of(seen & ~t.retired),
     )
 
 
@@ -187,12 +225,15 @@ def joined(parts: Sequence[Profiles]) -> Profiles:
     """The profiles of several sets of ranks (each rank in one) as one, by rank, their groups
     coded into one list (in the order the sets first name them)."""
     codes: dict[tuple[str, str], int] = {}
+    backend_codes: dict[str, int] = {}
     for p in parts:
         for name in p.names:
             codes.setdefault(name, len(codes))
+        for backend in p.backends:
+            backend_codes.setdefault(backend, len(backend_codes))
     names = list(codes)
     if not parts:
-        return _empty(names)
+        return _empty(names, list(backend_codes))
     order = np.argsort(np.concatenate([p.rank for p in parts]), kind="stable")
     # each set's pairs, by rank: the pairs of one rank are together, so a pair's new place is
     # its rank's new first pair plus its place among its rank's
@@ -218,6 +259,10 @@ def joined(parts: Sequence[Profiles]) -> Profiles:
             [getattr(p, field) + off for p, off in zip(parts, pair_offsets.tolist(), strict=False)]
         )
 
+    # each rank's (rank, backend) rows, by rank then the joined backend code
+    backend_of = np.concatenate([_recoded(p.backend, p.backends, backend_codes) for p in parts])
+    backend_rank = cat("backend_rank")
+    backend_order = np.lexsort((backend_of, backend_rank))
     told_pair = new_place[moved("told_pair")]
     told_order = np.lexsort((cat("told_size"), told_pair))
     link_a, link_b = new_place[moved("link_a")], new_place[moved("link_b")]
@@ -227,9 +272,14 @@ def joined(parts: Sequence[Profiles]) -> Profiles:
         cat("rows")[order],
         cat("newest_ns")[order],
         cat("longest_timeout_ms")[order],
-        cat("busy")[order],
-        cat("looked_at")[order],
         cat("timing_on")[order],
+        backend_rank[backend_order],
+        backend_of[backend_order],
+        cat("backend_rows")[backend_order],
+        cat("backend_completed")[backend_order],
+        cat("backend_unretired")[backend_order],
+        cat("backend_seen")[backend_order],
+        cat("backend_unretired_seen")[backend_order],
         cat("pair_rank")[take],
         recode[take],
         cat("pair_rows")[take],
@@ -240,18 +290,33 @@ def joined(parts: Sequence[Profiles]) -> Profiles:
         link_a[link_order],
         link_b[link_order],
         names,
+        list(backend_codes),
     )
+
+
+def _recoded(codes: I32, values: list[str], into: dict[str, int]) -> I32:
+    """`codes` into `values`, as codes into the list `into` numbers."""
+    return np.array([into[v] for v in values] or [0], dtype=np.int32)[codes]
 
 
 def _none() -> I64:
     return np.zeros(0, np.int64)
 
 
-def _empty(names: list[tuple[str, str]]) -> Profiles:
+def _empty(names: list[tuple[str, str]], backends: list[str]) -> Profiles:
     b = np.zeros(0, bool)
     i32 = np.zeros(0, np.int32)
     return Profiles(
-        i32, _none(), _none(), _none(), b, b, b, i32, i32, _none(), b, *(_none(),) * 5, names
+        i32,
+        _none(),
+        _none(),
+        _none(),
+        b,
+        *(i32, i32, _none(), b, b, b, b),
+        *(i32, i32, _none(), b),
+        *(_none(),) * 5,
+        names,
+        backends,
     )
 
 

@@ -265,3 +265,44 @@ def test_a_group_alike_with_no_rows_answers_as_no_unit_when_asked(tmp_path: Path
     assert run.calls >= 3
     assert_same_match(parts, whole)
     assert any("2 other groups 'tp' of 2 agree" in f.detail for f in parts.findings)
+
+
+def test_a_layout_one_family_learns_as_the_recorders_is_accepted_in_another_matched_again(
+    tmp_path: Path,
+) -> None:
+    # gloo records two coalesced all_gathers as one whose output is [[2] + shard]: both
+    # members of each tensor-parallel group show it, so it is learned there; in the data-
+    # parallel group {0, 2} rank 0 alone shows it, which teaches nothing, and accepts it only
+    # because the other family learned it
+    groups = {
+        "0": ("default_pg", [0, 1, 2, 3]),
+        "1": ("tp", [0, 1]),
+        "2": ("tp", [2, 3]),
+        "3": ("dp", [0, 2]),
+        "4": ("dp", [1, 3]),
+    }
+    coalesced: dict[str, Any] = {"in_sizes": [[4], [4]], "out_sizes": [[2, 4]]}
+    plain: dict[str, Any] = {"in_sizes": [[4]], "out_sizes": [[8]]}
+
+    def rank(tp: str, dp: str, dp_sizes: dict[str, Any]) -> dict[str, Any]:
+        common: dict[str, Any] = {"backend": "gloo", "state": "scheduled"}
+        entries = [
+            make_entry("all_gather", 1, group=(tp, "tp"), record_id=0, **common, **coalesced),
+            make_entry("all_gather", 1, group=(dp, "dp"), record_id=1, **common, **dp_sizes),
+        ]
+        return make_dump(entries, groups)
+
+    dumps = {
+        0: rank("1", "3", coalesced),
+        1: rank("1", "4", plain),
+        2: rank("2", "3", plain),
+        3: rank("2", "4", plain),
+    }
+    got = load(Directory(write_dumps(tmp_path, dumps)), Options(workers=1))
+    groups_ = build_groups(got.dumps, got.table, got.unreadable)
+    whole = match(got.dumps, got.table, groups_)
+    runs = Counting()
+    parts = match(got.dumps, got.table, groups_, PartRunner(runs))
+    assert_same_match(parts, whole)
+    assert runs.calls == 2  # the data-parallel part, matched again with the layout
+    assert any("records all_gather on 2 ranks as input [[4], [4]]" in n for n in whole.notes)

@@ -21,9 +21,13 @@ FIELDS = (
     "rows",
     "newest_ns",
     "longest_timeout_ms",
-    "busy",
-    "looked_at",
     "timing_on",
+    "backend_rank",
+    "backend_rows",
+    "backend_completed",
+    "backend_unretired",
+    "backend_seen",
+    "backend_unretired_seen",
     "pair_rank",
     "pair_rows",
     "pair_p2p",
@@ -40,6 +44,7 @@ def assert_same_profiles(a: Profiles, b: Profiles) -> None:
     for name in FIELDS:
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
     assert a.pair_keys() == b.pair_keys()
+    assert [a.backends[c] for c in a.backend] == [b.backends[c] for c in b.backend]
 
 
 def _profiles(tmp_path: Path, dumps: dict[int, dict[str, Any]]) -> Profiles:
@@ -47,7 +52,7 @@ def _profiles(tmp_path: Path, dumps: dict[int, dict[str, Any]]) -> Profiles:
     return profiles_of(got.table)
 
 
-def test_a_rank_profile_counts_its_rows_its_newest_time_its_longest_timeout_and_ops_in_flight(
+def test_a_rank_profile_counts_its_rows_its_newest_time_its_longest_timeout_and_ops_not_retired(
     tmp_path: Path,
 ) -> None:
     world = {"0": ("default_pg", [0, 1])}
@@ -61,7 +66,13 @@ def test_a_rank_profile_counts_its_rows_its_newest_time_its_longest_timeout_and_
     assert p.rows.tolist() == [3, 3]
     assert p.newest_ns.tolist() == [2_000_002, 2_000_001]  # rank 1's last op never completed
     assert p.longest_timeout_ms.tolist() == [600_000, 900_000]
-    assert p.busy.tolist() == [False, True]
+    assert p.backend_rank.tolist() == [0, 1]
+    assert [p.backends[c] for c in p.backend] == ["nccl", "nccl"]
+    assert p.backend_rows.tolist() == [3, 3]
+    assert p.backend_completed.tolist() == [True, True]
+    assert p.backend_unretired.tolist() == [False, True]
+    assert p.backend_seen.tolist() == [True, True]  # completion times
+    assert p.backend_unretired_seen.tolist() == [False, False]  # rank 1's never started
     assert p.pair_keys() == [(0, ("0", "default")), (1, ("0", "default"))]
     assert p.pair_rows.tolist() == [3, 3]
     assert not p.pair_p2p.any()
