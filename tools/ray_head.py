@@ -105,12 +105,22 @@ def stop(leader: int) -> None:
             return
 
 
+DISK_SHARE = 0.99
+"""How full the head's disk may get before Ray refuses to spill to it (Ray's own default: 0.95)."""
+
+
 @contextlib.contextmanager
 def head(cpus: int = 2, object_store_bytes: int = 200_000_000) -> Iterator[Head]:
     """A head for the time of the `with` block; `RuntimeError` if it does not start."""
     temp = Path(tempfile.mkdtemp(prefix="frray"))  # short: Ray's socket paths fit 107 bytes
     port = free_port()
     spill = {"type": "filesystem", "params": {"directory_path": str(temp / "spill")}}
+    config = {
+        "object_spilling_config": json.dumps(spill),
+        # Ray refuses to spill once its disk is 95% full: on a disk of 250 GB, with 12 GB
+        # still free; the driver's table out of core shares that disk (docs/scale.md)
+        "local_fs_capacity_threshold": DISK_SHARE,
+    }
     command = [
         str(Path(sys.executable).with_name("ray")),
         "start",
@@ -123,7 +133,7 @@ def head(cpus: int = 2, object_store_bytes: int = 200_000_000) -> Iterator[Head]
         "--include-dashboard=false",
         f"--temp-dir={temp}",
         "--disable-usage-stats",
-        f"--system-config={json.dumps({'object_spilling_config': json.dumps(spill)})}",
+        f"--system-config={json.dumps(config)}",
     ]
     proc = subprocess.Popen(
         command,

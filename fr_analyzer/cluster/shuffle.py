@@ -9,8 +9,8 @@ them into one block per part, by the part of each row's group. The task of a par
 block of every shard (Ray hands a task the objects its arguments name, from any node), puts
 the rows in the table's order and matches them (`match.partitions.match_part`): the very part
 `match.partitions.Cut.part` copies from the table. What comes from the driver is the part's
-frame: its rows' completion and the job-wide facts (`Cut.frame`), about 14 bytes a row
-against the hundred of its columns.
+shell (`Cut.shell`): the job-wide facts its rules read, decided from the ranks' profiles, and
+how many rows it has; no row of it (the task numbers them and judges their completion).
 
 Where the table's rows are not the shards' (a rank read twice, ranks from the cache) the
 runner finds it before any task starts (`plans`) and the parts are copied from the driver's
@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from ..load import RECODED, rank_maps, recode
 from ..match import Cut, PartMatch
-from ..match.partitions import COLUMNS, Part, filled, match_part
+from ..match.partitions import COLUMNS, Part, filled, found_among, match_part
 from ..model.table import EntryTable, rank_starts
 from .connect import ClusterError, import_ray
 from .parts import matched_here, next_done
@@ -156,16 +156,18 @@ class PartMismatch(RuntimeError):
     """A part built from the shards is not the driver's: a bug, never bad input."""
 
 
-def match_blocks(frame: Part, *blocks: Block) -> PartMatch:
+def match_blocks(frame: Part, size: int, *blocks: Block) -> PartMatch:
     """The task: a part's table from its block of every shard, in the table's order, then
-    matched (`match.partitions.match_part`): the part `Cut.part` copies from the table."""
+    matched (`match.partitions.match_part`): the part `Cut.part` copies from the table.
+    `frame` is the part's shell (`Cut.shell`): the rows are numbered here, from the shards,
+    `size` of them, as the ranks' profiles count them."""
     got = [b for b in blocks if len(b.rows)]
     rows = np.concatenate([b.rows for b in got] or [np.zeros(0, np.int64)])
     order: npt.NDArray[np.intp] | None = None
     if len(rows) > 1 and not bool((rows[1:] > rows[:-1]).all()):  # shards out of rank order
         order = np.argsort(rows, kind="stable")
         rows = rows[order]
-    if frame.rows is None or not np.array_equal(rows, frame.rows):
+    if len(rows) != size or (len(rows) > 1 and not bool((rows[1:] > rows[:-1]).all())):
         raise PartMismatch("the part's rows from the shards are not the table's")
     columns: dict[str, np.ndarray] = {}
     for name in COLUMNS:
@@ -178,7 +180,12 @@ def match_blocks(frame: Part, *blocks: Block) -> PartMatch:
     inside = marker >= 0
     marker[inside] = np.searchsorted(rows, marker[inside]).astype(marker.dtype)
     entry_group = frame.groups.pair_uid[columns["pair"]]
-    frame = replace(frame, groups=replace(frame.groups, entry_group=entry_group))
+    frame = replace(
+        frame,
+        rows=rows,
+        groups=replace(frame.groups, entry_group=entry_group),
+        rank_ends=found_among(rows, frame.rank_ends),
+    )
     return match_part(filled(frame, *(columns[name] for name in COLUMNS)))
 
 
@@ -265,9 +272,7 @@ def _run(
             blocks.append(list(got) if n > 1 else [got])
         kept.clear()  # each split task holds its shard now: it goes once split
         for p, cut in enumerate(cuts):
-            frame = cut.frame()
-            frame = replace(frame, groups=replace(frame.groups, entry_group=np.zeros(0, np.int32)))
-            pending[matcher.remote(frame, *(b[p] for b in blocks))] = cut
+            pending[matcher.remote(cut.shell(), cut.size, *(b[p] for b in blocks))] = cut
         del blocks
         while pending:
             yield next_done(ray, pending, matched_here)

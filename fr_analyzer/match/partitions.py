@@ -20,6 +20,7 @@ merged here, in the order one process would have made them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -223,13 +224,41 @@ COLUMNS = tuple(
 """The table's columns a part copies."""
 
 
+class PartRows:
+    """The rows of each part of a job (each part's ascending), found on first asking: one
+    stable sort of every row by its part (a radix sort where the part fits 16 bits), not a
+    scan of the table per part. A cluster that gathers the parts from its shards never asks
+    (`Cut.shell`)."""
+
+    def __init__(self, groups: GroupTable, uid_sets: list[list[int]]) -> None:
+        self._groups, self._uid_sets = groups, uid_sets
+        self._by_part: I64 | None = None
+        self._ends: I64 | None = None
+
+    def of(self, index: int) -> I64:
+        """The rows of part `index`."""
+        if self._by_part is None or self._ends is None:
+            lookup = np.full(len(self._groups.groups) + 1, -1, dtype=np.int32)
+            for i, uids in enumerate(self._uid_sets):
+                lookup[uids] = i
+            which = lookup[self._groups.entry_group]
+            parts = len(self._uid_sets)
+            narrow = which.astype(np.int16) if parts < np.iinfo(np.int16).max else which
+            self._by_part = np.argsort(narrow, kind="stable").astype(id_type(len(which)))
+            del narrow
+            self._ends = np.cumsum(np.bincount(which + 1, minlength=parts + 1))  # -1: none
+        return self._by_part[self._ends[index] : self._ends[index + 1]].astype(np.int64)
+
+
 @dataclass(frozen=True)
 class Cut:
-    """A part before its rows are copied: its rows of the whole table, taken one column at a
-    time (`column`), so that one who ships the part elsewhere holds one column's copy at a
-    time, never the part's whole copy beside the table."""
+    """A part before its rows are copied: its rows of the whole table (`rows`, found when
+    asked for), taken one column at a time (`column`), so that one who ships the part
+    elsewhere holds one column's copy at a time, never the part's whole copy beside the
+    table."""
 
-    rows: I64  # ascending
+    found: PartRows
+    size: int  # its rows
     job: Shared
     table: EntryTable
     groups: GroupTable
@@ -237,6 +266,11 @@ class Cut:
     index: int = 0  # the part's place among the job's parts
     answers: Mapping[Question, Any] = field(default_factory=dict)
     questions: frozenset[Question] = frozenset()
+
+    @functools.cached_property
+    def rows(self) -> I64:
+        """The part's rows of the table, ascending."""
+        return self.found.of(self.index)
 
     def column(self, name: str) -> npt.NDArray[Any]:
         """The part's copy of one column; block markers renumbered to the part's rows."""
@@ -257,7 +291,34 @@ class Cut:
             replace(self.table, **empty),
             replace(self.groups, entry_group=self.groups.entry_group[self.rows]),
             self.job.quiet,
-            _inside(self.rows, self.job.rank_ends),
+            found_among(self.rows, self.job.rank_ends),
+            self.job.last_enqueued,
+            self.job.wrapped,
+            self.job.unavailable,
+            self.job.busy,
+            self.job.stages,
+            self.index,
+            frozenset(self.uids),
+            self.answers,
+            self.questions,
+            self.job.frontier,
+            self.job.accepted,
+        )
+
+    def shell(self) -> Part:
+        """The frame without its rows (`rows` None, no group of any row, and `rank_ends` every
+        rank's last row of the table): for a task that gathers the part's rows from the
+        shards and numbers them itself (`cluster.shuffle`), the driver never sorting the
+        table's rows by part."""
+        empty: dict[str, Any] = {
+            name: getattr(self.table, name)[:0] for name in (*COLUMNS, *UNREAD)
+        }
+        return Part(
+            None,
+            replace(self.table, **empty),
+            replace(self.groups, entry_group=np.zeros(0, np.int32)),
+            self.job.quiet,
+            self.job.rank_ends,
             self.job.last_enqueued,
             self.job.wrapped,
             self.job.unavailable,
@@ -298,26 +359,18 @@ def parts(
     t: EntryTable,
     groups: GroupTable,
     uid_sets: list[list[int]],
+    rows: list[int],
     only: Mapping[int, frozenset[Question]] | None = None,
     answers: Mapping[Question, Any] | None = None,
 ) -> Iterator[Cut]:
-    """Each set of groups as a part, its rows found when asked for; with `only`, those
-    parts, each with the questions it is asked; every part with `answers`."""
-    lookup = np.full(len(groups.groups) + 1, -1, dtype=np.int32)
-    for i, uids in enumerate(uid_sets):
-        lookup[uids] = i
-    which = lookup[groups.entry_group] if t.n else np.zeros(0, np.int32)
-    # the rows of every part at once (by part, ascending within each): one stable sort (a
-    # radix sort where the part fits 16 bits), not a scan of the table per part
-    narrow = which.astype(np.int16) if len(uid_sets) < np.iinfo(np.int16).max else which
-    by_part = np.argsort(narrow, kind="stable").astype(id_type(len(which)), copy=False)
-    del narrow
-    ends = np.cumsum(np.bincount(which + 1, minlength=len(uid_sets) + 1))  # -1: no part
+    """Each set of groups with rows (`rows`: each set's) as a part, its rows found when asked
+    for; with `only`, those parts, each with the questions it is asked; every part with
+    `answers`."""
+    found = PartRows(groups, uid_sets)
     for i in sorted(only) if only is not None else range(len(uid_sets)):
-        rows = by_part[ends[i] : ends[i + 1]].astype(np.int64)
-        if len(rows):
+        if rows[i]:
             asked = only[i] if only is not None else frozenset()
-            yield Cut(rows, job, t, groups, tuple(uid_sets[i]), i, answers or {}, asked)
+            yield Cut(found, rows[i], job, t, groups, tuple(uid_sets[i]), i, answers or {}, asked)
 
 
 MOST_ROUNDS = 64
@@ -343,7 +396,8 @@ def rounds(
     for i, uids in enumerate(uid_sets):
         part_of[uids] = i
     # a part with no rows is never matched (`parts`): its groups answer as no part's do
-    held = np.array(sizes(shape, groups, uid_sets), dtype=np.int64) > 0
+    counts = sizes(shape, groups, uid_sets)
+    held = np.array(counts, dtype=np.int64) > 0
     matched = part_of >= 0
     matched[matched] = held[part_of[matched]]
     part_of[~matched] = -1
@@ -358,7 +412,7 @@ def rounds(
             else:
                 final.append(one)
 
-    first = list(runner.run(parts(job, t, groups, uid_sets)))
+    first = list(runner.run(parts(job, t, groups, uid_sets, counts)))
     # the layouts learned anywhere: each part learns from its own rows, so all of them are
     # known once every part has been matched
     learned = frozenset[Signature]().union(*(one.learned for one in first))
@@ -384,13 +438,13 @@ def rounds(
                 ask.setdefault(holder, set()).add(q)
         if ask:
             only = {i: frozenset(qs) for i, qs in ask.items()}
-            for one in runner.run(parts(job, t, groups, uid_sets, only)):
+            for one in runner.run(parts(job, t, groups, uid_sets, counts, only)):
                 answers.update(one.answered)
         if not unanswered <= answers.keys():
             raise AssertionError("a part holding a group asked about gave no answer")
         again = {i: frozenset[Question]() for i in waiting}
         waiting.clear()
-        settle(runner.run(parts(job, t, groups, uid_sets, again, answers)))
+        settle(runner.run(parts(job, t, groups, uid_sets, counts, again, answers)))
     return None if waiting else final
 
 
@@ -490,7 +544,7 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
     )
 
 
-def _inside(rows: I64, wanted: I64) -> I64:
+def found_among(rows: I64, wanted: I64) -> I64:
     """Where the rows of `wanted` (ascending) are among `rows` (ascending), those present."""
     at = np.searchsorted(rows, wanted)
     hit = at < len(rows)

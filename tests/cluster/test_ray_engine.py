@@ -91,8 +91,13 @@ def test_the_groups_of_each_description_are_matched_in_a_task_and_merged_as_one_
 
 
 def test_the_parts_are_gathered_from_the_shards_in_the_store_not_from_the_driver(
-    cluster: Cluster,
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    def sorted_by_part(*args: object) -> None:
+        raise AssertionError("the driver sorted the table's rows by part")
+
+    # the tasks number their parts' rows from the shards: the driver never finds them
+    monkeypatch.setattr("fr_analyzer.match.partitions.PartRows.of", sorted_by_part)
     engine = RayEngine(cluster, shard=2)
     sets = [SAMPLES / n for n in ("nccl3d_skip_world", "gloo3d_pp_recv_missing", "moe_healthy")]
     for where in sets:
