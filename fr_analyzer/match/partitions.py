@@ -225,10 +225,9 @@ COLUMNS = tuple(
 
 
 class PartRows:
-    """The rows of each part of a job (each part's ascending), found on first asking: one
-    stable sort of every row by its part (a radix sort where the part fits 16 bits), not a
-    scan of the table per part. A cluster that gathers the parts from its shards never asks
-    (`Cut.shell`)."""
+    """The rows of each part (ascending), found on first asking: one stable sort of every row
+    by its part (a radix sort where the part fits 16 bits), not a scan of the table per part.
+    A cluster that gathers the parts from its shards never asks (`Cut.shell`)."""
 
     def __init__(self, groups: GroupTable, uid_sets: list[list[int]]) -> None:
         self._groups, self._uid_sets = groups, uid_sets
