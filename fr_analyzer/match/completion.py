@@ -24,7 +24,7 @@ report says why it cannot see one there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +34,7 @@ from ..model.arrays import distinct
 from ..model.backends import NO_COMPLETION_BACKENDS, NO_STATE_BACKENDS
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
-from ..model.profile import Profiles
+from ..model.profile import BackendFacts, Profiles
 from ..model.ranks import agree, compact
 from ..model.recorders import Dialect, reports_completion
 from ..model.records import P2PKind, State
@@ -79,34 +79,21 @@ class Quiet:
 
     def busy(self, p: Profiles) -> frozenset[int]:
         """The ranks holding an op not retired, once the silent ops' `retired` is cleared."""
-        return frozenset(r for r, _, unretired, _ in self._by_backend(p) if unretired)
+        return frozenset(f.rank for f in p.by_backend() if self._unretired(f))
 
     def looked_at(self, p: Profiles) -> frozenset[int]:
         """The ranks with an op of a backend that records states, not retired (once the
         silent ops' `retired` is cleared), seen started or completed: the recorder looked at
         it during the dump."""
-        return frozenset(r for r, _, _, looked in self._by_backend(p) if looked)
+        return frozenset(
+            f.rank
+            for f in p.by_backend()
+            if f.backend not in NO_STATE_BACKENDS
+            and (f.seen if self.silent(f.rank, f.backend) else f.unretired_seen)
+        )
 
-    def _by_backend(self, p: Profiles) -> Iterator[tuple[int, str, bool, bool]]:
-        """Each (rank, backend) with rows: (rank, backend, an op not retired, one looked at)."""
-        no_state = NO_STATE_BACKENDS
-        for rank, code, unretired, seen, unretired_seen in zip(
-            p.backend_rank.tolist(),
-            p.backend.tolist(),
-            p.backend_unretired.tolist(),
-            p.backend_seen.tolist(),
-            p.backend_unretired_seen.tolist(),
-            strict=True,
-        ):
-            name = p.backends[code]
-            cleared = self.silent(rank, name)
-            stateful = name not in no_state
-            yield (
-                rank,
-                name,
-                cleared or unretired,
-                stateful and (seen if cleared else unretired_seen),
-            )
+    def _unretired(self, f: BackendFacts) -> bool:
+        return f.unretired or self.silent(f.rank, f.backend)
 
 
 def quiet(p: Profiles, dumps: Sequence[RankDump]) -> Quiet:
@@ -118,26 +105,19 @@ def quiet(p: Profiles, dumps: Sequence[RankDump]) -> Quiet:
     told = Quiet(dialects, frozenset())
     notes: list[str] = []
     silent: set[str] = set()
-    said: dict[str, list[tuple[int, bool, bool]]] = {}  # backend -> (rank, completed, unretired)
-    for rank, code, completed, unretired in zip(
-        p.backend_rank.tolist(),
-        p.backend.tolist(),
-        p.backend_completed.tolist(),
-        p.backend_unretired.tolist(),
-        strict=True,
-    ):
-        name = p.backends[code]
-        if name not in NO_STATE_BACKENDS and not told.silent(rank, name):
-            said.setdefault(name, []).append((rank, completed, unretired))
+    said: dict[str, list[BackendFacts]] = {}  # by backend: where the recorder says it
+    for f in p.by_backend():
+        if f.backend not in NO_STATE_BACKENDS and not told.silent(f.rank, f.backend):
+            said.setdefault(f.backend, []).append(f)
     for name in p.backends:  # in the order the job first names them
         mine = said.get(name)
-        if not mine or any(completed for _, completed, _ in mine):
+        if not mine or any(f.completed for f in mine):
             continue
-        every_retired = not any(unretired for _, _, unretired in mine)
+        every_retired = not any(f.unretired for f in mine)
         if name not in NO_COMPLETION_BACKENDS and not every_retired:
             continue
         silent.add(name)
-        ranks = sorted(r for r, _, _ in mine)
+        ranks = sorted(f.rank for f in mine)
         why = (
             "every op is retired and none completed: it retires ops when they are enqueued"
             if every_retired
@@ -148,10 +128,7 @@ def quiet(p: Profiles, dumps: Sequence[RankDump]) -> Quiet:
             f"{compact(ranks)} ({why})"
         )
     told = Quiet(dialects, frozenset(silent))
-    any_silent = any(
-        told.silent(rank, p.backends[code])
-        for rank, code in zip(p.backend_rank.tolist(), p.backend.tolist(), strict=True)
-    )
+    any_silent = any(told.silent(f.rank, f.backend) for f in p.by_backend())
     if any_silent:
         notes.append(
             "where the recorder does not say whether an op finished, progress is judged by what "

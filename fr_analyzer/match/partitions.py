@@ -282,26 +282,11 @@ class Cut:
     def frame(self) -> Part:
         """The part with every column of its table empty (`filled` puts them in): what
         matching needs of the job beside the columns, small."""
-        empty: dict[str, Any] = {
-            name: getattr(self.table, name)[:0] for name in (*COLUMNS, *UNREAD)
-        }
-        return Part(
-            self.rows,
-            replace(self.table, **empty),
-            replace(self.groups, entry_group=self.groups.entry_group[self.rows]),
-            self.job.quiet,
-            found_among(self.rows, self.job.rank_ends),
-            self.job.last_enqueued,
-            self.job.wrapped,
-            self.job.unavailable,
-            self.job.busy,
-            self.job.stages,
-            self.index,
-            frozenset(self.uids),
-            self.answers,
-            self.questions,
-            self.job.frontier,
-            self.job.accepted,
+        return replace(
+            self.shell(),
+            rows=self.rows,
+            groups=replace(self.groups, entry_group=self.groups.entry_group[self.rows]),
+            rank_ends=found_among(self.rows, self.job.rank_ends),
         )
 
     def shell(self) -> Part:

@@ -16,7 +16,7 @@ joined by rank (`joined`). Groups, parts and what the parts share are decided fr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +30,18 @@ from .table import EntryTable, rank_starts
 B = npt.NDArray[np.bool_]
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """What one rank's ops on one backend say (`Profiles.by_backend`)."""
+
+    rank: int
+    backend: str
+    completed: bool  # an op completed
+    unretired: bool  # an op not retired
+    seen: bool  # an op with a start or completion time
+    unretired_seen: bool  # such an op, not retired
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,21 @@ class Profiles:
     def ranks(self) -> dict[int, int]:
         """Each rank's rows."""
         return dict(zip(self.rank.tolist(), self.rows.tolist(), strict=True))
+
+    def by_backend(self) -> Iterator[BackendFacts]:
+        """Each (rank, backend) with rows, by rank then backend code."""
+        for rank, code, completed, unretired, seen, unretired_seen in zip(
+            self.backend_rank.tolist(),
+            self.backend.tolist(),
+            self.backend_completed.tolist(),
+            self.backend_unretired.tolist(),
+            self.backend_seen.tolist(),
+            self.backend_unretired_seen.tolist(),
+            strict=True,
+        ):
+            yield BackendFacts(
+                rank, self.backends[code], completed, unretired, seen, unretired_seen
+            )
 
     def newest(self) -> dict[int, int]:
         """Each rank's newest timestamp (enqueued, started or completed; -1: none)."""
