@@ -10,6 +10,7 @@ retry for a minute), and so is a Ray that is not installed.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +18,12 @@ from typing import Any
 
 from ..errors import FrAnalyzerError
 
+POLL_S = 5.0
+"""How often the driver, waiting on tasks, looks whether the cluster still runs any."""
+STALLED_S = 300.0
+"""How long the driver waits on tasks while the cluster runs none (every CPU free) before it
+gives the run up (`wait_one`): Ray that cannot store a task's result, its spill disk past
+`local_fs_capacity_threshold`, holds the result back without failing the task."""
 PROBE_TIMEOUT_S = 5.0
 """How long an address may take to accept a connection before the cluster is called silent."""
 
@@ -154,3 +161,27 @@ def _gcs_address(ray: Any) -> str:
         return str(ray.get_runtime_context().gcs_address)
     except Exception:  # an older Ray: the address is not kept
         return "auto"
+
+
+def wait_one(ray: Any, refs: list[Any], stalled_s: float = STALLED_S) -> Any:
+    """The first of `refs` (tasks' results) to be ready. `ClusterError` once the cluster has
+    run no task at all for `stalled_s` while none of them is ready: a stalled cluster is one
+    line and exit 2, not a run that waits for ever."""
+    idle_since: float | None = None
+    while True:
+        ready, _ = ray.wait(refs, num_returns=1, timeout=POLL_S)
+        if ready:
+            return ready[0]
+        cpus = ray.cluster_resources().get("CPU", 0.0)
+        if ray.available_resources().get("CPU", 0.0) < cpus:  # some task runs: not stalled
+            idle_since = None
+            continue
+        now = time.monotonic()
+        if idle_since is None:
+            idle_since = now
+        elif now - idle_since >= stalled_s:
+            raise ClusterError(
+                f"the Ray cluster ran no task for {stalled_s:.0f} s while {len(refs)} of this"
+                " run's waited with every CPU free: it cannot store their results (is its spill"
+                " disk past Ray's local_fs_capacity_threshold, 95% by default?)"
+            )

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ..match import PartMatch
 from ..match.partitions import COLUMNS, Cut, match_columns, match_part
-from .connect import ClusterError, import_ray
+from .connect import ClusterError, import_ray, wait_one
 
 _Held = TypeVar("_Held")
 
@@ -67,10 +67,10 @@ def next_done(
 ) -> PartMatch:
     """The result of the first task of `pending` to finish (taken out of it); for a task that
     failed past its retries, `instead(what it was given, the error)`."""
-    ready, _ = ray.wait(list(pending), num_returns=1)
-    held = pending.pop(ready[0])
+    ready = wait_one(ray, list(pending))
+    held = pending.pop(ready)
     try:
-        got = ray.get(ready[0])
+        got = ray.get(ready)
     except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
         got = instead(held, exc)
     assert isinstance(got, PartMatch)

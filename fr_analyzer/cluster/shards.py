@@ -37,7 +37,7 @@ from ..load import (
 from ..match import Cut, PartMatch, PartRunner
 from ..model.profile import Profiles, joined, profiles_of
 from ..model.records import UnreadableDump
-from .connect import Cluster, ClusterError, import_ray
+from .connect import Cluster, ClusterError, import_ray, wait_one
 from .parts import match_parts
 from .shuffle import Kept, match_shuffled, seen
 
@@ -260,7 +260,7 @@ def _taken(ray: Any, piece: list[DumpFile], ref: Any) -> Shard:
     """The shard a task returned, or, where its task failed past its retries, every rank of
     it unreadable with the reason."""
     try:
-        got = ray.get(ref)
+        got = ray.get(wait_one(ray, [ref]))
     except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
         why = _reason(exc)
         return Shard(

@@ -4,6 +4,7 @@ same; Ctrl-C cancels the tasks in flight. (On a real head: `test_ray_engine.py`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fr_analyzer.cluster import ClusterError
 from fr_analyzer.cluster import parts as parts_mod
 from fr_analyzer.load import Directory
 from fr_analyzer.match import PartRunner, cutting, match, partitions
@@ -20,6 +22,8 @@ from fr_analyzer.pipeline import Options, load
 from tests.match.test_partitions import assert_same_match
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+# the module: the package's own `connect` is the function
+connect_mod = importlib.import_module("fr_analyzer.cluster.connect")
 
 
 class _Lost(Exception):
@@ -66,7 +70,9 @@ class FakeRay:
 
         return wrap
 
-    def wait(self, refs: list[Any], num_returns: int) -> tuple[list[Any], list[Any]]:
+    def wait(
+        self, refs: list[Any], num_returns: int, timeout: float | None = None
+    ) -> tuple[list[Any], list[Any]]:
         return refs[:num_returns], refs[num_returns:]
 
     def get(self, ref: Any) -> Any:
@@ -157,3 +163,38 @@ def test_a_task_lost_in_a_later_round_of_questions_is_matched_in_the_driver_with
         lost = [n for n in on_ray.notes if "failed" in n]
         assert len(lost) == 1  # the answering part's result is only its answers
         assert_same_match(replace(on_ray, notes=on_ray.notes[: len(whole.notes)]), whole)
+
+
+class StalledRay:
+    """A cluster whose tasks never come back: `running` of its 2 CPUs busy, as polled."""
+
+    def __init__(self, running: list[float]) -> None:
+        self.running, self.polls = running, 0
+
+    def wait(
+        self, refs: list[Any], num_returns: int, timeout: float | None = None
+    ) -> tuple[list[Any], list[Any]]:
+        if self.polls >= len(self.running):
+            return refs[:num_returns], refs[num_returns:]  # it answers at last
+        return [], refs
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"CPU": 2.0}
+
+    def available_resources(self) -> dict[str, float]:
+        busy = self.running[self.polls]
+        self.polls += 1
+        return {"CPU": 2.0 - busy}
+
+
+def test_a_cluster_that_runs_no_task_while_the_driver_waits_is_one_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connect_mod, "POLL_S", 0.0)
+    stalled = StalledRay([0.0] * 1000)
+    with pytest.raises(ClusterError, match="ran no task for 0 s while 1 of this run's waited"):
+        connect_mod.wait_one(stalled, ["result"], stalled_s=0.0)
+    # a cluster busy with tasks is waited on, however long
+    busy = StalledRay([1.0] * 50)
+    assert connect_mod.wait_one(busy, ["result"], stalled_s=0.0) == "result"
+    assert busy.polls == 50
