@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fr_analyzer.cluster.connect import DISK_SHARE
+
 QUIET = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 """A head on 127.0.0.1 for one test or benchmark takes no token (none is written to the
 user's home) and reports no usage."""
@@ -103,10 +105,6 @@ def stop(leader: int) -> None:
             time.sleep(0.2)
         if not session(leader):
             return
-
-
-DISK_SHARE = 0.99
-"""How full the head's disk may get before Ray refuses to spill to it (Ray's own default: 0.95)."""
 
 
 @contextlib.contextmanager

@@ -24,6 +24,11 @@ STALLED_S = 300.0
 """How long the driver waits on tasks while the cluster runs none (every CPU free) before it
 gives the run up (`wait_one`): Ray that cannot store a task's result, its spill disk past
 `local_fs_capacity_threshold`, holds the result back without failing the task."""
+DISK_SHARE = 0.99
+"""How full its spill disk may get before a local cluster started for a run refuses to spill
+(Ray's `local_fs_capacity_threshold`, 0.95 by default): on this machine's disk of 250 GB,
+Ray's default stops with 12 GB still free, and the driver's table out of core (`--table-dir`,
+else the system's temp folder) shares that disk."""
 PROBE_TIMEOUT_S = 5.0
 """How long an address may take to accept a connection before the cluster is called silent."""
 
@@ -105,7 +110,12 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[Clu
             try:
                 _init(ray, address="auto")
             except ConnectionError:  # none running here: start one for this run
-                _init(ray, num_cpus=num_cpus, include_dashboard=False)
+                _init(
+                    ray,
+                    num_cpus=num_cpus,
+                    include_dashboard=False,
+                    _system_config={"local_fs_capacity_threshold": DISK_SHARE},
+                )
                 started = True
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         cpus = int(ray.cluster_resources().get("CPU", 0))
@@ -183,5 +193,6 @@ def wait_one(ray: Any, refs: list[Any], stalled_s: float = STALLED_S) -> Any:
             raise ClusterError(
                 f"the Ray cluster ran no task for {stalled_s:.0f} s while {len(refs)} of this"
                 " run's waited with every CPU free: it cannot store their results (is its spill"
-                " disk past Ray's local_fs_capacity_threshold, 95% by default?)"
+                " disk past Ray's local_fs_capacity_threshold, 95% by default? --table-dir on"
+                " another disk leaves the spill disk to Ray)"
             )

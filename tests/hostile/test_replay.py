@@ -476,8 +476,13 @@ def alive(pids: set[int]) -> set[int]:
     return left
 
 
-def _hangup_default() -> None:
+def _stops_default() -> None:
+    """SIGHUP and SIGINT as a terminal's foreground job has them: a suite run under nohup
+    hands them on ignored, and one run in the background of a shell without job control
+    (`cmd &` in a script) hands SIGINT on ignored; the replay keeps a signal ignored so, and
+    Python turns SIGINT into KeyboardInterrupt only where it was not ignored."""
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture
@@ -495,8 +500,7 @@ def blocking_replay(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], set
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        # a suite run under nohup would hand it SIGHUP ignored, which the replay keeps so
-        preexec_fn=_hangup_default,
+        preexec_fn=_stops_default,  # as a terminal's foreground job, however the suite runs
     )
     ranks: set[int] = set()
     try:
