@@ -243,13 +243,15 @@ def history_reference(
 ) -> tuple[Value | None, str]:
     """The tied value that equals what this group agreed on the last time it issued the same
     op before this seq id (values carry the op name, so sizes of an all_reduce are compared
-    with an earlier all_reduce's): a rank that changed what it sends deviates."""
+    with an earlier all_reduce's): a rank that changed what it sends deviates. Every tied rank
+    must have taken part then, and every rank then agreed; ranks that took part then but hold
+    no value now (they died in this op, or it left their ring buffers) do not stop it."""
     for earlier in range(seq - 1, max(seq - 1 - HISTORY_UNITS, -1), -1):
         span = unit_span(ctx, group.uid, earlier)
         if span is None:
             continue
         before = value_of(ctx.coll_rows[span[0] : span[1]])
-        if set(before) != set(values) or len(set(before.values())) != 1:
+        if not set(values) <= set(before) or len(set(before.values())) != 1:
             continue
         value = next(iter(before.values()))
         if value in values.values():

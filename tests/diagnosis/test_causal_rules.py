@@ -360,6 +360,31 @@ def test_a_pair_with_no_groups_alike_is_judged_on_its_own_history(run: Run) -> N
     assert finding.culprit_ranks == (1,) and "this group used it at #0" in finding.detail
 
 
+def test_two_ranks_left_at_odds_after_the_others_died_are_judged_on_the_groups_history(
+    run: Run,
+) -> None:
+    # four ranks agreed on 8 elements at #0; at #1 ranks 0 and 1 died inside the op (gloo
+    # aborted them, their traces never closed it), and ranks 2 and 3 hold 4 and 8
+    four = {"0": ("default_pg", [0, 1, 2, 3])}
+    dumps = {}
+    for rank, size in enumerate([None, None, [4], [8]]):
+        entries = [make_entry("all_reduce", 0, in_sizes=[[8]], out_sizes=[[8]])]
+        if size is not None:
+            entries.append(
+                make_entry(
+                    "all_reduce",
+                    1,
+                    in_sizes=[size],
+                    out_sizes=[size],
+                    state="scheduled",
+                    retired=False,
+                )
+            )
+        dumps[rank] = make_dump(renumber(entries), four)
+    (finding,) = [f for f in run(dumps).findings if f.kind == FindingKind.SIZE_MISMATCH]
+    assert finding.culprit_ranks == (2,) and "this group used it at #0" in finding.detail
+
+
 def test_a_pair_with_nothing_to_tell_names_both_and_says_so(run: Run) -> None:
     (finding,) = [
         f
