@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ways: Counter[str] = Counter()
     differ = []
-    asked = 0
+    asked = copied = 0
     with _cluster() as cluster:
         engine = RayEngine(cluster, shard=2)
         for seed in args.seeds:
@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 on_ray = _report(where, Options(engine=engine))
                 ways[engine.matched or "whole, in the driver"] += 1
                 asked += engine.rounds > 0
+                copied += engine.copied_rounds
                 if on_ray != _report(where, Options()):
                     differ.append(seed)
                     print(f"seed {seed}: the reports differ")
@@ -101,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for way, count in ways.most_common():
         print(f"  matched {way}: {count}")
     print(f"  parts asked each other (rounds after the first): {asked}")
+    print(f"  rounds whose parts were copied from the driver's table: {copied}")
     return 1 if differ else 0
 
 

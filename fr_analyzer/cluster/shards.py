@@ -40,7 +40,7 @@ from ..model.profile import Profiles, joined, profiles_of
 from ..model.records import UnreadableDump
 from .connect import Cluster, ClusterError, import_ray, wait_one
 from .parts import match_parts
-from .shuffle import Kept, match_shuffled, seen
+from .shuffle import Kept, Split, match_split, seen, split_shards
 
 if TYPE_CHECKING:
     from ..pipeline import Options
@@ -162,6 +162,8 @@ class RayEngine:
         self._profiles: list[Profiles] = []  # each shard's of the last read
         self.matched = ""  # how the last match stage had its parts (for tests and benchmarks)
         self.rounds = 0  # runs of parts after the first: questions answered, parts matched again
+        self.copied_rounds = 0  # of those, the runs whose parts were copied from the table
+        self._split: Split | None = None  # the parts' blocks, for the later rounds
 
     @property
     def label(self) -> str:
@@ -171,32 +173,43 @@ class RayEngine:
     def match_runner(self) -> PartRunner:
         """Matching on the cluster: one task per part of the job, its rows gathered from the
         shards of the last read (`cluster.shuffle`), else copied from the driver's table
-        (`cluster.parts`), as are the parts of later rounds (`match.partitions.rounds`). The
-        shards leave the store once matched. A part is at most what a task's share of a
-        node's memory holds (`PART_ROW_BYTES` a row); a family of groups larger than that is
-        cut into parts of some of its groups, and a job with one group larger is matched
-        whole in the driver, its table out of core."""
-        self.matched, self.rounds = "", 0
+        (`cluster.parts`). The parts of later rounds (`match.partitions.rounds`) take the
+        blocks the shards were split into again, kept in the store until the rounds are
+        over; they are copied from the table only where the first round was. A part is at
+        most what a task's share of a node's memory holds (`PART_ROW_BYTES` a row); a family
+        of groups larger than that is cut into parts of some of its groups, and a job with
+        one group larger is matched whole in the driver, its table out of core."""
+        self.matched, self.rounds, self.copied_rounds = "", 0, 0
+        self._split = None
 
         def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
             kept, self._kept = self._kept, []
             names, self._names = self._names, {}
             cuts = list(cuts)
-            got = match_shuffled(cuts, kept, names, retries=self.retries) if kept else None
             first = not self.matched
-            if got is not None:
-                self.matched = "from the shards"
-            else:
+            got = None
+            if kept:
+                self._split = split_shards(cuts, kept, names, retries=self.retries)
+            if self._split is not None:
+                got = match_split(cuts, self._split, retries=self.retries)
+            copied = got is None
+            if got is None:
                 got = match_parts(cuts, window=max(1, self.cluster.cpus), retries=self.retries)
                 self.matched = self.matched or "copied from the table"
+            else:
+                self.matched = "from the shards"
             if not first:
                 self.rounds += 1
+                self.copied_rounds += copied
             yield from got
 
         def whole() -> None:  # the job is matched in the driver: the shards are not needed
-            self._kept, self._names = [], {}
+            self._kept, self._names, self._split = [], {}, None
 
-        return PartRunner(run, self._most_rows(), whole)
+        def end() -> None:  # the rounds are over: the parts' blocks may leave the store
+            self._split = None
+
+        return PartRunner(run, self._most_rows(), whole, end)
 
     def profiles(self) -> Profiles | None:
         """The profiles of the ranks of the last read, made by the tasks that read them."""
@@ -207,6 +220,11 @@ class RayEngine:
     def shards_kept(self) -> int:
         """How many shards of the last read wait in the store for the match stage."""
         return len(self._kept)
+
+    @property
+    def parts_kept(self) -> int:
+        """How many parts' blocks wait in the store for a later round of the match stage."""
+        return 0 if self._split is None else len(self._split.blocks)
 
     def _most_rows(self) -> int | None:
         """The rows of the largest part a task takes (None: any)."""

@@ -5,7 +5,8 @@ The map stage leaves each shard it read in the store (`Kept`, by its reference).
 driver has the table, the groups and the parts, one split task per shard re-codes the
 shard's rows as the table has them (the table's lists of names and shapes, `Codes`; the
 rank's first row and its (rank, group) pairs, `SplitPlan`: a few numbers per rank) and cuts
-them into one block per part, by the part of each row's group. The task of a part takes its
+them into one block per part, by the part of each row's group (`Split`, kept for the later
+rounds of questions, which match the same parts again). The task of a part takes its
 block of every shard (Ray hands a task the objects its arguments name, from any node), puts
 the rows in the table's order and matches them (`match.partitions.match_part`): the very part
 `match.partitions.Cut.part` copies from the table. What comes from the driver is the part's
@@ -20,7 +21,7 @@ table instead (`cluster.parts`); a part whose rows still come out otherwise is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -227,52 +228,76 @@ def plans(kept: list[Kept], t: EntryTable, names: dict[int, list[Any]]) -> list[
     return out if covered == set(ranks) else None
 
 
-def match_shuffled(
-    cuts: Iterable[Cut], kept: list[Kept], names: dict[int, list[Any]], *, retries: int
-) -> Iterator[PartMatch] | None:
-    """The parts matched from the shards (None: the table's rows are not the shards'). Takes
-    `kept` over: emptied once every shard's split task holds it, so that each shard leaves
-    the store as soon as it is split."""
+@dataclass(frozen=True)
+class Split:
+    """Each part's block of every shard (`split`'s results, in the store), by the part's
+    place among the job's parts (`Cut.index`) with the groups it holds: what the part's task
+    takes in the first round, and again in each later round of questions
+    (`match.partitions.rounds`), which match the same parts again. Held until the rounds are
+    over; each block leaves the store once no part's task and no `Split` names it."""
+
+    blocks: dict[int, tuple[tuple[int, ...], tuple[Any, ...]]]
+
+    def of(self, cut: Cut) -> tuple[Any, ...] | None:
+        """The blocks of `cut`'s part (None: not a part this split cut)."""
+        got = self.blocks.get(cut.index)
+        return got[1] if got is not None and got[0] == cut.uids else None
+
+
+def split_shards(
+    cuts: list[Cut], kept: list[Kept], names: dict[int, list[Any]], *, retries: int
+) -> Split | None:
+    """The parts' blocks, one split task per kept shard (None: the table's rows are not the
+    shards'). Takes `kept` over: emptied once every shard's split task holds it, so that
+    each shard leaves the store as soon as it is split."""
     ray = import_ray()
     if not ray.is_initialized():
         raise ClusterError("the connection to the Ray cluster was closed before matching")
-    cut_list = list(cuts)
-    if not cut_list:
-        return iter(())
-    t, groups = cut_list[0].table, cut_list[0].groups
+    if not cuts:
+        return Split({})
+    t, groups = cuts[0].table, cuts[0].groups
     made = plans(kept, t, names)
     if made is None:
         return None
     part_of_uid = np.full(len(groups.groups) + 1, -1, dtype=np.int32)
-    for p, cut in enumerate(cut_list):
+    for p, cut in enumerate(cuts):
         part_of_uid[list(cut.uids)] = p
     part_of_pair = part_of_uid[groups.pair_uid]
-    return _run(ray, cut_list, kept, made, codes_of(t), part_of_pair, retries)
-
-
-def _run(
-    ray: Any,
-    cuts: list[Cut],
-    kept: list[Kept],
-    made: list[SplitPlan],
-    codes: Codes,
-    part_of_pair: I32,
-    retries: int,
-) -> Iterator[PartMatch]:
     n = len(cuts)
     options = {"max_retries": retries, "retry_exceptions": False, "num_cpus": 1}
     splitter = ray.remote(num_returns=n, **options)(split)
-    matcher = ray.remote(**options)(match_blocks)
-    shared_codes, shared_map = ray.put(codes), ray.put(part_of_pair)
+    shared_codes, shared_map = ray.put(codes_of(t)), ray.put(part_of_pair)
     blocks = []
+    for shard, plan in zip(kept, made, strict=True):
+        got = splitter.remote(shard.ref, plan, shared_codes, shared_map, n)
+        blocks.append(list(got) if n > 1 else [got])
+    kept.clear()  # each split task holds its shard now: it goes once split
+    return Split({cut.index: (cut.uids, tuple(b[p] for b in blocks)) for p, cut in enumerate(cuts)})
+
+
+def match_split(cuts: list[Cut], parts: Split, *, retries: int) -> Iterator[PartMatch] | None:
+    """Each part matched in a task of its own from its blocks (None: a part `parts` did not
+    cut), the results as they finish; a part whose task failed past its retries is matched
+    in the driver (`parts.matched_here`)."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        raise ClusterError("the connection to the Ray cluster was closed before matching")
+    blocks = [parts.of(cut) for cut in cuts]
+    if any(b is None for b in blocks):
+        return None
+    return _run(ray, cuts, blocks, retries)
+
+
+def _run(
+    ray: Any, cuts: list[Cut], blocks: list[tuple[Any, ...] | None], retries: int
+) -> Iterator[PartMatch]:
+    options = {"max_retries": retries, "retry_exceptions": False, "num_cpus": 1}
+    matcher = ray.remote(**options)(match_blocks)
     pending: dict[Any, Cut] = {}
     try:
-        for shard, plan in zip(kept, made, strict=True):
-            got = splitter.remote(shard.ref, plan, shared_codes, shared_map, n)
-            blocks.append(list(got) if n > 1 else [got])
-        kept.clear()  # each split task holds its shard now: it goes once split
-        for p, cut in enumerate(cuts):
-            pending[matcher.remote(cut.shell(), cut.size, *(b[p] for b in blocks))] = cut
+        for cut, of_part in zip(cuts, blocks, strict=True):
+            assert of_part is not None
+            pending[matcher.remote(cut.shell(), cut.size, *of_part)] = cut
         del blocks
         while pending:
             yield next_done(ray, pending, matched_here)

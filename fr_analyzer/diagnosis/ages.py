@@ -44,7 +44,7 @@ from ..load import WatchdogTimeout
 from ..match import stateless
 from ..match.completion import quiet
 from ..model.dump import RankDump
-from ..model.profile import Profiles, profiles_of
+from ..model.profile import Profiles
 from ..model.recorders import Dialect, dumps_look_at_ops
 from ..model.records import State
 from ..model.table import EntryTable
@@ -109,10 +109,9 @@ class DumpTime:
     copied: Mapping[int, int] = field(default_factory=dict)
 
 
-def dump_time(t: EntryTable | Profiles, dumps: Sequence[RankDump] = ()) -> DumpTime:
-    """When the dumps were taken, from the entries (each rank's profile, `model.profile`, or
-    the table's) and (`dumps`) the files' times."""
-    p = profiles_of(t) if isinstance(t, EntryTable) else t
+def dump_time(p: Profiles, dumps: Sequence[RankDump] = ()) -> DumpTime:
+    """When the dumps were taken, from the entries (each rank's profile, `model.profile`)
+    and (`dumps`) the files' times."""
     pytorch = frozenset(d.rank for d in dumps if d.dialect == Dialect.PYTORCH)
     if not len(p.rank):
         return DumpTime(None, False, "no entries", retire_on_timeout=pytorch)

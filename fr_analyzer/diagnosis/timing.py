@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from ..load import WatchdogTimeout
 from ..model.dump import RankDump
+from ..model.profile import profiles_of
 from ..model.ranks import by_count, counted, label
 from ..model.records import State
 from ..model.table import EntryTable
@@ -45,7 +46,7 @@ def judge_timing(
     (`timed_out`: what the job's log says the watchdog timed out; `when`: the dump's time,
     judged over every row of the job, where `t` holds only some, `diagnosis.frontier`)."""
     if when is None:
-        when = dump_time(t, dumps)
+        when = dump_time(profiles_of(t), dumps)
     rows = np.array(sorted(graph.frontier.values()), dtype=np.int64)
     if not len(rows):
         return Timing(when, 0, None, Age.YOUNG, False, "every op in the dumps completed")

@@ -63,11 +63,13 @@ def match(
         shape = grouped(t, groups, profiles_of(t))
     job = partitions.shared(dumps, t, groups, shape, frontier)
     sets = cut_sets(shape, groups, runner.most_rows) if runner is not None else None
-    got = (
-        partitions.rounds(runner, job, t, groups, sets, shape)
-        if runner is not None and sets is not None and len(sets) > 1
-        else None
-    )
+    got = None
+    if runner is not None and sets is not None and len(sets) > 1:
+        try:
+            got = partitions.rounds(runner, job, t, groups, sets, shape)
+        finally:
+            if runner.end is not None:
+                runner.end()
     if got is None:
         if runner is not None and runner.whole is not None:
             runner.whole()

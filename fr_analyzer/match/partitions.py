@@ -152,6 +152,9 @@ class PartRunner:
     run: Callable[[Iterable[Cut]], Iterator[PartMatch]]
     most_rows: int | None = None
     whole: Callable[[], None] | None = None  # told the job is matched whole instead
+    # told the rounds are over (`rounds` returned or failed): what it kept for the parts of
+    # later rounds may go
+    end: Callable[[], None] | None = None
 
 
 def match_part(part: Part) -> PartMatch:

@@ -143,16 +143,25 @@ def test_a_job_too_large_to_keep_lets_its_shards_go_and_one_with_too_large_a_gro
 
 
 def test_a_family_too_large_for_a_task_is_matched_in_parts_of_its_groups_that_ask_each_other(
-    cluster: Cluster,
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the tensor-parallel family holds 392 rows, its largest group 100; the data-parallel
     # pair of ranks 2 and 6 ties on sizes, and the other pairs, in other parts, settle it
     where = SAMPLES / "nccl3d_dp_pair_mismatch"
+    one_process = _report(where, Options())
+
+    def sorted_by_part(*args: object) -> None:
+        raise AssertionError("the driver sorted the table's rows by part to copy a part")
+
+    # every round's parts are the blocks the shards were split into: none copied from the table
+    monkeypatch.setattr("fr_analyzer.match.partitions.PartRows.of", sorted_by_part)
     engine = RayEngine(replace(cluster, task_memory=PART_ROW_BYTES * 100), shard=2)
     on_ray = _report(where, Options(engine=engine))
     assert engine.matched == "from the shards"
     assert engine.rounds == 2  # the parts asked about answer; the parts that asked, again
-    assert on_ray == _report(where, Options())
+    assert engine.copied_rounds == 0
+    assert engine.parts_kept == 0  # the blocks left the store once the rounds were over
+    assert on_ray == one_process
     assert not any("Ray task" in w for w in on_ray["dumps"]["warnings"])
 
 
