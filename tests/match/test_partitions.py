@@ -188,6 +188,26 @@ def test_a_tie_the_groups_alike_settle_is_asked_of_the_parts_that_hold_them() ->
     assert settled and all(len(f.culprit_ranks) == 1 for f in settled)
 
 
+def test_the_runner_is_told_the_rounds_are_over_once_they_are_or_once_they_fail() -> None:
+    # a runner keeps what a later round needs (the Ray engine: each part's blocks in the
+    # store) until it is told; a round that fails (Ctrl-C, a lost cluster) tells it too
+    got, groups = _loaded("nccl3d_dp_pair_mismatch")
+    retired = got.table.retired.copy()
+    told: list[int] = []
+    run = Counting()
+    match(got.dumps, got.table, groups, PartRunner(run, 100, None, lambda: told.append(run.calls)))
+    assert run.calls == 3 and told == [3]  # the parts, those asked, those that asked: then told
+
+    def fails(cuts: Any) -> Any:
+        raise KeyboardInterrupt
+
+    got.table.retired[:] = retired
+    told.clear()
+    with pytest.raises(KeyboardInterrupt):
+        match(got.dumps, got.table, groups, PartRunner(fails, 100, None, lambda: told.append(0)))
+    assert told == [0]
+
+
 @pytest.mark.parametrize("seed", [5, 33, 48, 70, 291])
 def test_drawn_jobs_whose_parts_ask_each_other_match_as_a_whole(seed: int) -> None:
     # between them these ask every kind of value: ops, sizes at a position, dtypes, inputs,
