@@ -77,6 +77,18 @@ def import_ray() -> Any:
     return ray
 
 
+def import_arrow() -> Any:
+    """pyarrow (the shards travel as Arrow blocks), or a `ClusterError` saying how to install
+    it."""
+    try:
+        import pyarrow  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise ClusterError(
+            f"--engine ray needs pyarrow ({exc}): pip install 'fr-analyze[ray]'"
+        ) from None
+    return pyarrow
+
+
 def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Refuse, in one line, an address (`host:port`, optionally `ray://`) that does not
     accept a connection within `timeout_s`."""
@@ -99,6 +111,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[Clu
     here stopped) when it ends, whatever happens in it. A process already connected is
     refused: leaving would cut its own connection."""
     ray = import_ray()
+    import_arrow()  # the shards' blocks: refused here, in one line, not in every task
     if ray.is_initialized():  # this process is a driver already: not ours to join or leave
         raise ClusterError("this process is already connected to a Ray cluster")
     started = False

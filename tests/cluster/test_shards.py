@@ -1,6 +1,6 @@
 """What a map task returns (`cluster.shards`), without a cluster: its ranks' columns travel
-joined, one array a column, and each rank's come back as they were read. (The map stage on
-a real head: `test_ray_engine.py`.)"""
+joined, as one Arrow record batch, and each rank's come back as they were read. (The map
+stage on a real head: `test_ray_engine.py`.)"""
 
 from __future__ import annotations
 
@@ -17,19 +17,43 @@ SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
 
 def test_each_rank_gets_back_its_own_columns_from_the_joined_ones() -> None:
     ranks: list[dict[str, np.ndarray]] = [
-        {"seq": np.array([1, 2, 3], dtype=np.int8), "t": np.array([0.5, 1.5, 2.5])},
-        {"seq": np.zeros(0, dtype=np.int16), "t": np.zeros(0)},  # a rank with no row
-        {"seq": np.array([300, -1], dtype=np.int16), "t": np.array([3.0, 4.0])},
+        {
+            "seq": np.array([1, 2, 3], dtype=np.int8),
+            "t": np.array([0.5, np.nan, 2.5]),
+            "ok": np.array([True, False, True]),
+        },
+        {"seq": np.zeros(0, dtype=np.int16), "t": np.zeros(0), "ok": np.zeros(0, bool)},  # no row
+        {
+            "seq": np.array([300, -1], dtype=np.int16),
+            "t": np.array([3.0, 4.0]),
+            "ok": np.array([False, True]),
+        },
     ]
-    joined = ShardColumns.of(ranks)
+    joined = ShardColumns.of([4, 9, 2], ranks)
     assert len(joined) == 3
     assert joined.arrays["seq"].dtype == np.int16  # the widest its ranks sent
+    assert joined.arrays["ok"].dtype == np.bool_  # a byte each in the block, booleans again
     assert joined.starts.tolist() == [0, 3, 3, 5]
-    for mine, back in zip(ranks, joined, strict=True):
-        assert set(back) == set(mine)
-        for name, column in mine.items():
-            assert back[name].tolist() == column.tolist()
-    assert len(ShardColumns.of([])) == 0
+    travelled = pickle.loads(pickle.dumps(joined, protocol=5))
+    for got in (joined, travelled):
+        for mine, back in zip(ranks, got, strict=True):
+            assert set(back) == set(mine)
+            for name, column in mine.items():
+                assert back[name].dtype == got.arrays[name].dtype
+                np.testing.assert_array_equal(back[name], column)
+    # an Arrow block of the entries, each row named by its rank, as Ray Data and Parquet take it
+    assert travelled.block.schema.names == ["rank", "seq", "t", "ok"]
+    assert travelled.block.column("rank").to_pylist() == [4, 4, 4, 2, 2]
+    assert travelled.block.column("t").null_count == 0  # NaN is a value, not a missing one
+    assert len(ShardColumns.of([], [])) == 0
+
+
+def test_the_columns_are_views_of_the_blocks_buffers_not_copies() -> None:
+    column = np.arange(1000, dtype=np.int64)
+    joined = ShardColumns.of([0], [{"record_id": column}])
+    buffer = joined.block.column("record_id").buffers()[1]
+    view = joined[0]["record_id"]
+    assert view.ctypes.data == buffer.address  # the rank's rows are the block's own memory
 
 
 def test_a_map_task_returns_what_the_loader_read_of_each_rank() -> None:
