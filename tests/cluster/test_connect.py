@@ -5,6 +5,7 @@ spill disk fill as far as the benchmarks' head does. (On a real head: `test_ray_
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import pytest
@@ -73,3 +74,15 @@ def test_a_cluster_running_here_is_joined_with_its_own_settings(
     (joined,) = fake.inits
     assert joined["address"] == "auto"
     assert "_system_config" not in joined  # Ray refuses it when joining a running cluster
+
+
+def test_a_driver_without_pyarrow_is_refused_in_one_line_before_any_cluster_is_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = LocalRay(running=False)
+    monkeypatch.setattr(connect_mod, "import_ray", lambda: fake)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` fails
+    refused = pytest.raises(connect_mod.ClusterError, match=r"needs pyarrow .*fr-analyze\[ray\]")
+    with refused, connect_mod.connect(None):
+        pass
+    assert fake.inits == []  # refused before joining or starting anything
