@@ -278,25 +278,27 @@ def split_shards(
 def match_split(cuts: list[Cut], parts: Split, *, retries: int) -> Iterator[PartMatch] | None:
     """Each part matched in a task of its own from its blocks (None: a part `parts` did not
     cut), the results as they finish; a part whose task failed past its retries is matched
-    in the driver (`parts.matched_here`)."""
+    in the driver (`cluster.parts.matched_here`)."""
     ray = import_ray()
     if not ray.is_initialized():
         raise ClusterError("the connection to the Ray cluster was closed before matching")
-    blocks = [parts.of(cut) for cut in cuts]
-    if any(b is None for b in blocks):
-        return None
+    blocks = []
+    for cut in cuts:
+        of_part = parts.of(cut)
+        if of_part is None:
+            return None
+        blocks.append(of_part)
     return _run(ray, cuts, blocks, retries)
 
 
 def _run(
-    ray: Any, cuts: list[Cut], blocks: list[tuple[Any, ...] | None], retries: int
+    ray: Any, cuts: list[Cut], blocks: list[tuple[Any, ...]], retries: int
 ) -> Iterator[PartMatch]:
     options = {"max_retries": retries, "retry_exceptions": False, "num_cpus": 1}
     matcher = ray.remote(**options)(match_blocks)
     pending: dict[Any, Cut] = {}
     try:
         for cut, of_part in zip(cuts, blocks, strict=True):
-            assert of_part is not None
             pending[matcher.remote(cut.shell(), cut.size, *of_part)] = cut
         del blocks
         while pending:
