@@ -14,24 +14,31 @@ Two shapes of slowness:
   the first late arrival that nothing explains.
 - a *straggler*: one rank arrives last at most collectives (median lateness well above its
   peers').
+
+The rule reads every completed op of the job, yet decides on a few numbers a rank: the
+lateness is measured in passes over parts of groups and shards of ranks (`lateness`), the
+fourth pass sums each shard's ranks up (`RankLateness`: medians, the first unexplained late
+arrival, each rank's own late arrivals), and `decide` reads the table and the matches only
+at the op or the rank it names. One process runs every pass over the whole table (`find`);
+tests/diagnosis/test_stragglers.py runs them over a cluster's slices and gets the same.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
-from ..match.records import id_type, of_kinds
 from ..model.groups import GroupTable
 from ..model.ranks import label
-from ..model.records import Group, UnitKind
+from ..model.records import Group
 from ..model.table import EntryTable, rank_starts
-from . import sentences
+from . import lateness, sentences
 from .records import RootCause, RootKind
 
 _MEDIAN_CHUNK = 1 << 22  # values gathered at once per partition
@@ -60,160 +67,160 @@ class Slowness:
 def find(
     t: EntryTable, groups: GroupTable, m: MatchResult, straggler_ms: float, stall_ms: float
 ) -> Slowness | None:
-    """A stall if there is one, else a consistent straggler, else None."""
-    lateness = _lateness(t, m)
-    if lateness is None:
+    """A stall if there is one, else a consistent straggler, else None: the passes of
+    `lateness` over the whole table as one part and one shard, then `decide`."""
+    if not t.n:
         return None
-    return (
-        _stall(t, groups, m, lateness, stall_ms)
-        or _repeated(t, groups, m, lateness, straggler_ms)
-        or _straggler(t, groups, m, lateness, straggler_ms)
-    )
+    got = lateness.arrivals(t, m)
+    w = lateness.waits(t, got)
+    unit, keys, collective = got.unit[got.kept], got.keys, got.collective[got.kept]
+    counted = (len(got.rows), len(unit))
+    resolution = WATCHDOG_POLL_MS if got.recorded else 0.0
+    del got
+    late = lateness.late_ms(unit, keys, w.wait_ns)
+    del unit
+    ranks = RankLateness.of(t, w, late, collective, stall_ms, straggler_ms)
+    mine = w.rows[collective]
+    del w, late, collective
+
+    def collectives_of(rank: int) -> npt.NDArray[np.int64]:
+        found: npt.NDArray[np.int64] = mine[t.rank[mine] == rank]
+        return found
+
+    return decide(t, groups, m, ranks, counted, resolution, straggler_ms, collectives_of)
 
 
 @dataclass(frozen=True)
-class _Lateness:
-    rows: npt.NDArray[np.int64]  # head rows of complete, passed collectives, in table order
-    wait_ns: npt.NDArray[np.float64]  # completion minus enqueue, own clock
-    late_ms: npt.NDArray[np.float64]  # the unit's longest wait minus this row's
-    gap_ns: npt.NDArray[np.float64]  # enqueue minus the rank's previous completion (NaN: none)
-    resolution_ms: float  # how far a lateness can be off: the watchdog's poll when it timed ops
+class Arrival:
+    """One late arrival: its op's row, its rank, when the rank enqueued it, how late."""
+
+    row: int
+    rank: int
+    created_ns: int
+    late_ms: float
+
+    def first_key(self) -> tuple[int, float, int]:
+        """Order among late arrivals: by enqueue time, the latest arrival on a tie."""
+        return (self.created_ns, -self.late_ms, self.row)
 
 
-_HEAD_KINDS = (
-    UnitKind.COLLECTIVE,
-    UnitKind.BLOCK_MARKER,
-    UnitKind.P2P,
-    UnitKind.BATCH_MEMBER,
-    UnitKind.BATCH_MARKER,
-)
-"""The rows that stand for an op on the stream: a whole collective or block, a send or recv."""
+@dataclass(frozen=True)
+class OwnLate:
+    """A rank's late arrivals its own host caused (`_own`): how many, the first, the median."""
+
+    count: int
+    first: Arrival
+    median_ms: float
 
 
-def _lateness(t: EntryTable, m: MatchResult) -> _Lateness | None:
-    # Arrays here run over every op of the job (32 M at 16,384 ranks): each is freed as soon
-    # as it is used, and the per-row results are computed on the kept rows only.
-    units = m.collectives
-    if not t.n:
+@dataclass(frozen=True)
+class RankLateness:
+    """Pass 4, over a shard: what the rule reads of each rank's counted ops, small (a few
+    numbers a rank): its median lateness at collectives, the first late arrival that
+    nothing explains, and the late arrivals its own host caused. Shards' summaries join
+    (`joined`) into the job's."""
+
+    medians: dict[int, float]  # rank -> median lateness at collectives, ms
+    samples: dict[int, int]  # rank -> collectives counted
+    stall: Arrival | None  # the first late arrival of at least stall_ms that nothing explains
+    explained: int  # late arrivals of at least stall_ms explained by the rank's previous op
+    own: dict[int, OwnLate]  # rank -> its own late arrivals of at least straggler_ms
+
+    @classmethod
+    def of(
+        cls,
+        t: EntryTable,
+        w: lateness.Waits,
+        late_ms: npt.NDArray[np.float64],
+        collective: npt.NDArray[np.bool_],
+        stall_ms: float,
+        straggler_ms: float,
+        numbers: npt.NDArray[np.int64] | None = None,
+    ) -> RankLateness:
+        """The summary of a shard's counted ops (`w`, with their lateness and whether each is
+        a collective); `numbers` maps the shard's rows to the job's (None: the same)."""
+        rank = t.rank[w.rows]
+        coll = np.flatnonzero(collective)
+        medians, samples = _medians_by_rank(rank[coll], late_ms[coll])
+        del coll
+        job = w.rows if numbers is None else numbers[w.rows]
+
+        def arrival(i: int) -> Arrival:
+            row = int(w.rows[i])
+            return Arrival(int(job[i]), int(rank[i]), int(t.t_created[row]), float(late_ms[i]))
+
+        # Late because its stream was still busy (its host had enqueued the op in time): the
+        # previous op kept it waiting. Its own delay is the gap its host left after that op. A
+        # rank's first op in its buffer has no previous op to measure against: ranks start (or
+        # reach a startup barrier) seconds apart, and a ring buffer may have dropped what came
+        # before, so a late first arrival is no stall of its own.
+        candidates = np.flatnonzero(late_ms >= stall_ms)
+        gap = w.gap_ns[candidates]
+        explained = np.isnan(gap) | (gap / 1e6 < EXPLAINED_SHARE * late_ms[candidates])
+        roots = candidates[~explained]
+        stall = None
+        if len(roots):
+            created = t.t_created[w.rows[roots]]
+            stall = arrival(int(roots[np.lexsort((-late_ms[roots], created))[0]]))
+        n_explained = int((explained & ~np.isnan(gap)).sum())
+        own: dict[int, OwnLate] = {}
+        mine = _own(w.gap_ns, late_ms, straggler_ms)
+        if len(mine):  # in row order, so by rank
+            starts = rank_starts(rank[mine]).tolist()
+            for lo, hi in itertools.pairwise([*starts, len(mine)]):
+                hers = mine[lo:hi]
+                first = hers[np.argmin(t.t_created[w.rows[hers]])]
+                own[int(rank[hers[0]])] = OwnLate(
+                    len(hers), arrival(int(first)), float(np.median(late_ms[hers]))
+                )
+        return cls(medians, samples, stall, n_explained, own)
+
+    @classmethod
+    def joined(cls, pieces: Sequence[RankLateness]) -> RankLateness:
+        """The summaries of shards of distinct ranks as the job's."""
+        stalls = [p.stall for p in pieces if p.stall is not None]
+        return cls(
+            {r: v for p in pieces for r, v in p.medians.items()},
+            {r: v for p in pieces for r, v in p.samples.items()},
+            min(stalls, key=Arrival.first_key) if stalls else None,
+            sum(p.explained for p in pieces),
+            {r: v for p in pieces for r, v in p.own.items()},
+        )
+
+
+def decide(
+    t: EntryTable,
+    groups: GroupTable,
+    m: MatchResult,
+    ranks: RankLateness,
+    counted: tuple[int, int],
+    resolution_ms: float,
+    straggler_ms: float,
+    collectives_of: Callable[[int], npt.NDArray[np.int64]],
+) -> Slowness | None:
+    """The rule over the job's summary (`ranks`; `counted`: the ops reached and those
+    counted): a stall, else a rank late on its own again and again, else a straggler. `t`
+    and `m` are read only at the ops named (and `collectives_of(rank)`: that rank's counted
+    collectives' rows), never as a whole."""
+    ops, kept = counted
+    if ops < 2 or kept < 2:
         return None
-    heads = of_kinds(t.unit, _HEAD_KINDS)
-    heads &= m.done
-    heads &= t.t_created >= 0
-    head_rows = np.flatnonzero(heads)
-    del heads
-    if len(head_rows) < 2:
-        return None
-    # Completion: recorded (own clock); else (gloo) a synchronous collective ends when its last
-    # member arrives, so the latest enqueue of its members stands in for it. A batched
-    # send/recv's completion is its block's: the end marker holds it.
-    unit_all = units.entry_unit[head_rows]
-    source = t.marker[head_rows].astype(np.int64)
-    np.copyto(source, head_rows, where=source < 0)
-    completion = t.t_completed[source]
-    del source
-    recorded = completion >= 0
-    missing = ~recorded & (unit_all >= 0)
-    if bool(missing.any()):
-        ends = np.full(len(units.seq), -1, dtype=np.int64)
-        np.maximum.at(ends, unit_all[missing], t.t_created[head_rows[missing]])
-        completion[missing] = ends[unit_all[missing]]
-        del ends
-    del missing
-
-    # Collective units, and each matched send/recv pair as a unit of two (ids after them).
-    n_units = len(units.seq)
-    unit = unit_all.astype(np.int64, copy=False)
-    del unit_all
-    pair = m.p2p.entry_pair[head_rows]
-    p2p = (unit < 0) & (pair >= 0)
-    np.copyto(unit, pair + n_units, where=p2p)
-    del pair, p2p
-    # Collectives that every member issued (some may have left the ring buffers of a few:
-    # lateness is measured among the members that hold it), and every matched pair.
-    full = (units.passed | (units.ranks_present < units.ranks_expected)) & (units.ranks_present > 1)
-    if units.not_joined:
-        full[list(units.not_joined)] = False
-    full = np.concatenate([full, np.ones(len(m.p2p.send_row), dtype=bool)])
-    keep = (unit >= 0) & (completion >= 0)
-    keep &= full[unit]  # a gather from a small array: where unit is -1, keep is False already
-    if int(keep.sum()) < 2:
-        return None
-
-    # A rank reaches an op when its host enqueued it and its stream finished the op before
-    # (the ops of a batched block are one op on the stream): `before` is that completion.
-    member = t.unit[head_rows] == UnitKind.BATCH_MEMBER
-    steps = np.flatnonzero(~member)
-    rank = t.rank[head_rows[steps]]
-    same = rank[1:] == rank[:-1]
-    del rank
-    before = np.full(len(head_rows), -1, dtype=np.int64)
-    before[steps[1:][same]] = completion[steps[:-1][same]]
-    del steps, same
-    if bool(member.any()):
-        # A block's members come before its end marker: they take what the marker has.
-        markers = t.marker[head_rows[member]]
-        # Each head row's position, by row: one scatter, cheaper than a binary search of
-        # every marker among the head rows.
-        position = np.full(t.n, -1, dtype=id_type(len(head_rows)))
-        position[head_rows] = np.arange(len(head_rows))
-        at = np.where(markers >= 0, position[markers], -1)
-        del position
-        found = at >= 0
-        idx = np.flatnonzero(member)
-        before[idx[found]] = before[at[found]]
-    del member
-
-    kept = np.flatnonzero(keep)
-    del keep
-    resolution = WATCHDOG_POLL_MS if bool(recorded[kept].any()) else 0.0
-    del recorded
-    # one column at a time: each old one goes as its kept rows are taken
-    rows = head_rows[kept]
-    del head_rows
-    unit = unit[kept]
-    before = before[kept]
-    completion = completion[kept]
-    del kept
-    created = t.t_created[rows]
-    # A completion taken from another rank's clock can precede the last arrival by the hosts'
-    # clock offset: that rank waited about nothing.
-    wait = (completion - np.maximum(created, before)).astype(np.float64)
-    del completion
-    np.maximum(wait, 0.0, out=wait)
-    gap = (created - before).astype(np.float64)
-    gap[before < 0] = np.nan
-    del created, before
-    longest = np.full(len(full), -np.inf)
-    np.maximum.at(longest, unit, wait)
-    late = longest[unit]
-    del unit, longest
-    late -= wait
-    late /= 1e6
-    return _Lateness(rows, wait, late, gap, resolution)
+    return (
+        _stall(t, groups, m, ranks)
+        or _repeated(groups, m, ranks)
+        or _straggler(groups, m, ranks, straggler_ms + resolution_ms, collectives_of)
+    )
 
 
 def _stall(
-    t: EntryTable, groups: GroupTable, m: MatchResult, late: _Lateness, stall_ms: float
+    t: EntryTable, groups: GroupTable, m: MatchResult, ranks: RankLateness
 ) -> Slowness | None:
-    candidates = np.flatnonzero(late.late_ms >= stall_ms)
-    if not len(candidates):
+    """The first late arrival that nothing explains (see `RankLateness.of`), by its own
+    enqueue time."""
+    if ranks.stall is None:
         return None
-    # Late because its stream was still busy (its host had enqueued the op in time): the
-    # previous op kept it waiting. Its own delay is the gap its host left after that op. A
-    # rank's first op in its buffer has no previous op to measure against: ranks start (or
-    # reach a startup barrier) seconds apart, and a ring buffer may have dropped what came
-    # before, so a late first arrival is no stall of its own.
-    gap = late.gap_ns[candidates]
-    explained = np.isnan(gap) | (gap / 1e6 < EXPLAINED_SHARE * late.late_ms[candidates])
-    roots = candidates[~explained]
-    if not len(roots):
-        return None
-    # The first unexplained late arrival (by its own enqueue time), the latest one on a tie.
-    rows = late.rows[roots]
-    first = roots[np.lexsort((-late.late_ms[roots], t.t_created[rows]))[0]]
-    row = int(late.rows[first])
-    rank = int(t.rank[row])
-    late_s = float(late.late_ms[first]) / 1e3
+    row, rank = ranks.stall.row, ranks.stall.rank
+    late_s = ranks.stall.late_ms / 1e3
     unit = int(m.collectives.entry_unit[row])
     if unit >= 0:
         group = groups.groups[int(m.collectives.group[unit])]
@@ -229,7 +236,6 @@ def _stall(
         name = t.profiling_names[int(t.pname[row])]
         op, seq, p2p_seq = name.partition(":")[2] or name, None, int(t.p2p_seq[row])
         what = f"{op} (p2p #{p2p_seq} on rank {rank})"
-    n_explained = int((explained & ~np.isnan(gap)).sum())
     evidence = [
         f"rank {rank} enqueued {what} of group {group.name!r} ({group.desc}) {late_s:.1f} s "
         f"after the first of its peers; {label(waited)} waited for it",
@@ -238,47 +244,44 @@ def _stall(
         "measured on each rank's own clock (completion minus enqueue), so host clock offsets "
         "do not distort it",
     ]
-    if n_explained:
+    if ranks.explained:
         evidence.append(
-            f"{n_explained} later late arrival(s) on other ranks are explained: those ranks had "
-            "just waited as long in their previous op (the delay cascading)"
+            f"{ranks.explained} later late arrival(s) on other ranks are explained: those ranks "
+            "had just waited as long in their previous op (the delay cascading)"
         )
     return Slowness(rank, group, seq, op, late_s, True, tuple(evidence), p2p_seq)
 
 
-def _own_late(late: _Lateness, at_least_ms: float) -> npt.NDArray[np.intp]:
-    """Late arrivals of at least this much that the rank's own host caused (see `_stall`),
-    after its first op (ranks start at different times)."""
-    candidates = np.flatnonzero(late.late_ms >= at_least_ms)
-    gap = late.gap_ns[candidates]
-    own = ~np.isnan(gap) & (gap / 1e6 >= EXPLAINED_SHARE * late.late_ms[candidates])
+def _own(
+    gap_ns: npt.NDArray[np.float64], late_ms: npt.NDArray[np.float64], at_least_ms: float
+) -> npt.NDArray[np.intp]:
+    """Late arrivals of at least this much that the rank's own host caused (see
+    `RankLateness.of`), after its first op (ranks start at different times)."""
+    candidates = np.flatnonzero(late_ms >= at_least_ms)
+    gap = gap_ns[candidates]
+    own = ~np.isnan(gap) & (gap / 1e6 >= EXPLAINED_SHARE * late_ms[candidates])
     return candidates[own]
 
 
-def _repeated(
-    t: EntryTable, groups: GroupTable, m: MatchResult, late: _Lateness, straggler_ms: float
-) -> Slowness | None:
+def _repeated(groups: GroupTable, m: MatchResult, ranks: RankLateness) -> Slowness | None:
     """One rank that keeps arriving late on its own (a hiccup at the same point of every step,
     say), while no other rank does: a straggler, placed at its first late arrival."""
-    own = _own_late(late, straggler_ms)
-    if not len(own):
+    if not ranks.own:
         return None
-    ranks = t.rank[late.rows[own]]
-    counts = np.bincount(ranks)
-    worst = int(np.argmax(counts))
-    second = int(np.sort(counts)[-2]) if len(counts) > 1 else 0
-    if counts[worst] < REPEATS or counts[worst] < STANDS_OUT * max(second, 1) / 2:
+    counts = sorted(((v.count, -r) for r, v in ranks.own.items()), reverse=True)
+    worst = -counts[0][1]
+    most = counts[0][0]
+    second = counts[1][0] if len(counts) > 1 else 0
+    if most < REPEATS or most < STANDS_OUT * max(second, 1) / 2:
         return None
-    mine = own[ranks == worst]
-    first = mine[np.argmin(t.t_created[late.rows[mine]])]
-    row = int(late.rows[first])
-    unit = int(m.collectives.entry_unit[row])
+    hers = ranks.own[worst]
+    unit = int(m.collectives.entry_unit[hers.first.row])
     if unit < 0:
         return None
     group = groups.groups[int(m.collectives.group[unit])]
-    typical = float(np.median(late.late_ms[mine]))
+    typical = hers.median_ms
     evidence = (
-        f"rank {worst} arrived late {int(counts[worst])} times on its own (its host enqueued the "
+        f"rank {worst} arrived late {most} times on its own (its host enqueued the "
         f"op late), a median {typical:.0f} ms after its peers; no other rank did so more than "
         f"{second} time(s)",
         f"the first time at {m.collectives.op[unit]} #{int(m.collectives.seq[unit])} of group "
@@ -298,17 +301,17 @@ def _repeated(
 
 
 def _straggler(
-    t: EntryTable, groups: GroupTable, m: MatchResult, late: _Lateness, straggler_ms: float
+    groups: GroupTable,
+    m: MatchResult,
+    ranks: RankLateness,
+    floor: float,
+    collectives_of: Callable[[int], npt.NDArray[np.int64]],
 ) -> Slowness | None:
-    """The rank that arrives last, measured as how much shorter it waits than its peers."""
-    units = m.collectives
-    is_coll = units.entry_unit[late.rows] >= 0  # the schedule makes send/recv waits uneven
-    rows, late_ms = late.rows[is_coll], late.late_ms[is_coll]
-    if len(rows) < 2:
-        return None
-    rank = t.rank[rows]  # in rank order, as the table is
-    medians = _medians_by_rank(rank, late_ms)
-    if len(medians) < 2:
+    """The rank that arrives last, measured as how much shorter it waits than its peers at
+    collectives (the schedule makes send/recv waits uneven); `floor`: the least median
+    lateness that can be a straggler's (the threshold and the watchdog's poll)."""
+    medians = ranks.medians
+    if sum(ranks.samples.values()) < 2 or len(medians) < 2:
         return None
     worst = max(medians, key=lambda r: (medians[r], -r))
     others = sorted(v for r, v in medians.items() if r != worst)
@@ -319,12 +322,11 @@ def _straggler(
     # Enqueue times carry each host's run-ahead (tens of ms that differ from host to host):
     # a straggler stands well clear of that.
     # A recorded completion is only as exact as the watchdog's poll.
-    floor = straggler_ms + late.resolution_ms
     if medians[worst] < max(floor, STANDS_OUT * max(typical, 1.0, high)):
         return None
-    samples = int((rank == worst).sum())
-    worst_units = units.entry_unit[rows[rank == worst]]
-    uid = Counter(units.group[worst_units].tolist()).most_common(1)[0][0]
+    samples = ranks.samples[worst]
+    worst_units = m.collectives.entry_unit[collectives_of(worst)]
+    uid = Counter(m.collectives.group[worst_units].tolist()).most_common(1)[0][0]
     group = groups.groups[int(uid)]
     evidence = (
         f"over {samples} completed collectives rank {worst} arrived a median "
@@ -338,8 +340,8 @@ def _straggler(
 
 def _medians_by_rank(
     rank: npt.NDArray[np.int32], values: npt.NDArray[np.float64]
-) -> dict[int, float]:
-    """The median of `values` per rank; `rank` is sorted.
+) -> tuple[dict[int, float], dict[int, int]]:
+    """The median of `values` per rank, and how many values each rank has; `rank` is sorted.
 
     Ranks with the same number of values are taken together as the rows of one 2-D array and
     partitioned around the middle, not sorted: healthy jobs have few distinct counts, and even
@@ -359,7 +361,11 @@ def _medians_by_rank(
             block = values[starts[part][:, None] + np.arange(count)]
             block.partition(mid, axis=1)
             medians[part] = (block[:, mid[0]] + block[:, mid[1]]) / 2
-    return dict(zip(rank[starts].tolist(), medians.tolist(), strict=True))
+    ranks = rank[starts].tolist()
+    return (
+        dict(zip(ranks, medians.tolist(), strict=True)),
+        dict(zip(ranks, counts.tolist(), strict=True)),
+    )
 
 
 def straggler_root(slow: Slowness) -> RootCause:

@@ -114,7 +114,9 @@ def test_median_lateness_per_rank_is_the_middle_of_its_sorted_values(
     for r in counts:
         ordered = np.sort(values[rank == r])
         expected[r] = float((ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2)
-    assert stragglers._medians_by_rank(rank, values) == expected
+    medians, samples = stragglers._medians_by_rank(rank, values)
+    assert medians == expected
+    assert samples == {r: int((rank == r).sum()) for r in counts}
 
 
 # --- when and where ---------------------------------------------------------------------------
