@@ -27,15 +27,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
-from ..match.frontier import WINDOW, window_rows
+from ..match.frontier import WINDOW, Closure, window_rows
 from ..model.groups import GroupTable
-from ..model.records import Finding, UnitKind
+from ..model.records import Finding
 from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
 from .positions import OpRef
 from .records import Diagnosis
 
 I64 = npt.NDArray[np.int64]
-B = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True)
@@ -64,18 +63,15 @@ class Frontier:
                 strict=True,
             )
         )
-        units = m.collectives
-        self._unit_ends = np.append(units.starts[1:], len(units.rows)).astype(np.int64)
-        self._members: tuple[I64, I64] | None = None  # block members by marker (`_block_members`)
+        self._closure = Closure(t, m)
 
     def rows(self, window: int = WINDOW) -> I64:
         """Each rank's frontier: in each of its groups, its first op not completed, what
         follows it and `window` ops before it (a group it finished: its last `window` ops),
-        closed."""
-        found = self.m.frontier  # the parts that matched the job found it
-        if found is None or window != WINDOW:
-            found = window_rows(self.t, self.m, window)
-        return self.closed(found)
+        closed: as the parts that matched the job found and closed it, where they did."""
+        if self.m.frontier is not None and window == WINDOW:
+            return self.m.frontier
+        return self.closed(window_rows(self.t, self.m, window))
 
     def with_ranks(self, rows: I64, ranks: Iterable[int]) -> I64:
         """`rows` and every row of `ranks` (their whole programs), closed."""
@@ -98,46 +94,12 @@ class Frontier:
         wanted = np.array([u for u in found if u is not None], dtype=np.int64)
         if not len(wanted):
             return rows
-        return self.closed(rows, self._unit_rows(wanted))
+        return self.closed(rows, self._closure.unit_rows(wanted))
 
     def closed(self, rows: I64, more: I64 | None = None) -> I64:
-        """`rows` (and `more`) and every row they are matched with, transitively, ascending.
-        Each step reads only the rows the last one added."""
-        t, m = self.t, self.m
-        held = np.zeros(t.n, dtype=bool)
-        held[rows] = True
-        fresh = np.zeros(t.n, dtype=bool)  # the rows one step adds, for their order
-        new = rows if more is None else self._added(held, fresh, more)
-        in_units = np.zeros(len(m.collectives.starts), dtype=bool)
-        while len(new):
-            unit = m.collectives.entry_unit[new]
-            in_units[unit[unit >= 0]] = True
-            units = np.flatnonzero(in_units)
-            in_units[units] = False
-            pair = m.p2p.entry_pair[new]
-            pair = pair[pair >= 0]
-            marker = t.marker[new]
-            found = np.concatenate(
-                [
-                    self._unit_rows(units.astype(np.int64)),
-                    m.p2p.send_row[pair],
-                    m.p2p.recv_row[pair],
-                    marker[marker >= 0].astype(np.int64),
-                    self._block_members(new),
-                ]
-            )
-            new = self._added(held, fresh, found)
-        return np.flatnonzero(held).astype(np.int64)
-
-    @staticmethod
-    def _added(held: B, fresh: B, found: I64) -> I64:
-        """The rows of `found` not yet `held` (distinct, ascending), now held."""
-        found = found[~held[found]]
-        fresh[found] = True
-        new = np.flatnonzero(fresh).astype(np.int64) if len(found) else found
-        fresh[new] = False
-        held[new] = True
-        return new
+        """`rows` (and `more`) and every row they are matched with, transitively, ascending
+        (`match.frontier.Closure`)."""
+        return self._closure.closed(rows, more)
 
     def held(self, rows: I64) -> Held:
         """The table's `rows` (ascending, closed) as a table of their own, with their groups
@@ -177,35 +139,6 @@ class Frontier:
         matches = replace(m, collectives=collectives, p2p=p2p, done=m.done[rows])
         groups = replace(self.groups, entry_group=self.groups.entry_group[rows])
         return Held(rows, table, groups, matches, self._whole_ranks(rows))
-
-    def _unit_rows(self, units: I64) -> I64:
-        """Every row of these collective units."""
-        starts = self.m.collectives.starts[units]
-        lengths = self._unit_ends[units] - starts
-        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
-        at = offsets + np.arange(int(lengths.sum()), dtype=np.int64)
-        return self.m.collectives.rows[at].astype(np.int64)
-
-    def _block_members(self, rows: I64) -> I64:
-        """The members of the blocks whose end markers are among `rows`."""
-        kind = self.t.unit[rows]
-        rows = rows[(kind == UnitKind.BLOCK_MARKER) | (kind == UnitKind.BATCH_MARKER)]
-        if self._members is None:  # plain ops are their own markers: members only
-            unit = self.t.unit
-            member = np.flatnonzero(
-                (unit == UnitKind.BLOCK_MEMBER) | (unit == UnitKind.BATCH_MEMBER)
-            ).astype(np.int64)
-            of = self.t.marker[member].astype(np.int64)
-            order = np.argsort(of, kind="stable")
-            self._members = (of[order], member[order])
-        of, member = self._members
-        low = np.searchsorted(of, rows, side="left")
-        high = np.searchsorted(of, rows, side="right")
-        lengths = high - low
-        if not int(lengths.sum()):
-            return np.zeros(0, np.int64)
-        offsets = np.repeat(low - np.cumsum(lengths) + lengths, lengths)
-        return member[offsets + np.arange(int(lengths.sum()), dtype=np.int64)]
 
     def _whole_ranks(self, rows: I64) -> frozenset[int]:
         """Ranks all of whose rows are among `rows`."""

@@ -1,8 +1,11 @@
 """Where each rank stands in each of its groups, as rows: its first op not completed, what
-follows it, and a window of ops before it (`window_rows`). What the diagnosis reads of a job
-starts there (`diagnosis.frontier`); every (rank, group) pair lies in one group, so a part
-of the job finds its own groups' (`partitions.match_part`) and the parts' rows together are
-the job's.
+follows it, and a window of ops before it (`window_rows`), with every row those are matched
+with (`Closure`: the other ranks' rows of their collectives, the other half of their
+send/recv, their blocks' markers and members). What the diagnosis reads of a job starts
+there (`diagnosis.frontier`). Every (rank, group) pair lies in one group, and every unit,
+pair and block in the groups of one part (`match.cutting` joins the groups a block spans),
+so a part of the job finds and closes its own groups' frontier (`partitions.match_part`)
+and the parts' rows together are the job's.
 """
 
 from __future__ import annotations
@@ -82,3 +85,87 @@ def _pair_windows(pair: npt.NDArray[np.int32], incomplete: B, window: int) -> B:
     first[local[late]] = position[late]  # descending rows: the last write is the first
     keep: B = position >= first[local] - window
     return keep
+
+
+class Closure:
+    """The rows of one table matched with given rows (`closed`). Each step reads only the
+    rows the last one added; the lookups it builds (each unit's end, the block members by
+    marker) are made once."""
+
+    def __init__(self, t: EntryTable, m: MatchResult) -> None:
+        self.t, self.m = t, m
+        units = m.collectives
+        self._unit_ends = np.append(units.starts[1:], len(units.rows)).astype(np.int64)
+        self._members: tuple[I64, I64] | None = None  # block members by marker (`_block_members`)
+
+    def closed(self, rows: I64, more: I64 | None = None) -> I64:
+        """`rows` (and `more`) and every row they are matched with, transitively, ascending."""
+        t, m = self.t, self.m
+        held = np.zeros(t.n, dtype=bool)
+        held[rows] = True
+        fresh = np.zeros(t.n, dtype=bool)  # the rows one step adds, for their order
+        new = rows if more is None else self._added(held, fresh, more)
+        in_units = np.zeros(len(m.collectives.starts), dtype=bool)
+        while len(new):
+            unit = m.collectives.entry_unit[new]
+            in_units[unit[unit >= 0]] = True
+            units = np.flatnonzero(in_units)
+            in_units[units] = False
+            pair = m.p2p.entry_pair[new]
+            pair = pair[pair >= 0]
+            marker = t.marker[new]
+            found = np.concatenate(
+                [
+                    self.unit_rows(units.astype(np.int64)),
+                    m.p2p.send_row[pair],
+                    m.p2p.recv_row[pair],
+                    marker[marker >= 0].astype(np.int64),
+                    self._block_members(new),
+                ]
+            )
+            new = self._added(held, fresh, found)
+        return np.flatnonzero(held).astype(np.int64)
+
+    @staticmethod
+    def _added(held: B, fresh: B, found: I64) -> I64:
+        """The rows of `found` not yet `held` (distinct, ascending), now held."""
+        found = found[~held[found]]
+        fresh[found] = True
+        new = np.flatnonzero(fresh).astype(np.int64) if len(found) else found
+        fresh[new] = False
+        held[new] = True
+        return new
+
+    def unit_rows(self, units: I64) -> I64:
+        """Every row of these collective units."""
+        starts = self.m.collectives.starts[units]
+        lengths = self._unit_ends[units] - starts
+        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+        at = offsets + np.arange(int(lengths.sum()), dtype=np.int64)
+        return self.m.collectives.rows[at].astype(np.int64)
+
+    def _block_members(self, rows: I64) -> I64:
+        """The members of the blocks whose end markers are among `rows`."""
+        kind = self.t.unit[rows]
+        rows = rows[(kind == UnitKind.BLOCK_MARKER) | (kind == UnitKind.BATCH_MARKER)]
+        if self._members is None:  # plain ops are their own markers: members only
+            unit = self.t.unit
+            member = np.flatnonzero(
+                (unit == UnitKind.BLOCK_MEMBER) | (unit == UnitKind.BATCH_MEMBER)
+            ).astype(np.int64)
+            of = self.t.marker[member].astype(np.int64)
+            order = np.argsort(of, kind="stable")
+            self._members = (of[order], member[order])
+        of, member = self._members
+        low = np.searchsorted(of, rows, side="left")
+        high = np.searchsorted(of, rows, side="right")
+        lengths = high - low
+        if not int(lengths.sum()):
+            return np.zeros(0, np.int64)
+        offsets = np.repeat(low - np.cumsum(lengths) + lengths, lengths)
+        return member[offsets + np.arange(int(lengths.sum()), dtype=np.int64)]
+
+
+def closed_window(t: EntryTable, m: MatchResult, window: int = WINDOW) -> I64:
+    """Each (rank, group)'s frontier (`window_rows`), closed (`Closure`)."""
+    return Closure(t, m).closed(window_rows(t, m, window))

@@ -44,7 +44,7 @@ from .conventions import (
 )
 from .cutting import sizes
 from .elsewhere import Elsewhere, Question, answer, unheld
-from .frontier import joined, window_rows
+from .frontier import closed_window, joined
 from .p2p import match_p2p
 from .records import CollectiveUnits, MatchResult, P2PPairs, id_type
 from .reference import pipeline_stages
@@ -70,7 +70,7 @@ class Shared:
     busy: frozenset[int]  # ranks holding an op they have not retired
     stages: Stages  # rank -> its (desc, size, local rank) in each group carrying send/recv
     rank_ends: I64  # each rank's last row, ascending
-    frontier: bool = False  # each part finds its groups' frontier (`match.frontier`)
+    frontier: bool = False  # each part finds and closes its groups' frontier (`match.frontier`)
     accepted: frozenset[Signature] = frozenset()
 
 
@@ -120,7 +120,7 @@ class Part:
     local: frozenset[int] | None = None
     answers: Mapping[Question, Any] = field(default_factory=dict)
     questions: frozenset[Question] = frozenset()
-    frontier: bool = False  # find its groups' frontier too (`match.frontier.window_rows`)
+    frontier: bool = False  # find its groups' frontier too, closed (`match.frontier`)
     accepted: frozenset[Signature] = frozenset()  # layouts other parts learned
 
 
@@ -181,7 +181,8 @@ def match_part(part: Part) -> PartMatch:
     pairs = match_p2p(ctx, findings)
     skipped = tuple(f for f in findings if id(f) in ctx.skipped)
     result = MatchResult(units, pairs, ctx.done, tuple(findings), dict(ctx.proof), (), skipped)
-    result = replace(result, frontier=window_rows(part.table, result)) if part.frontier else result
+    if part.frontier:
+        result = replace(result, frontier=closed_window(part.table, result))
     answered = answer(ctx, pairs, part.questions) if part.questions else {}
     asked = frozenset(away.asked) if away is not None else frozenset()
     return PartMatch(

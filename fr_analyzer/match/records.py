@@ -125,6 +125,7 @@ class MatchResult:
     # issued an op inside sequence ids every other member leaves unrecorded (`unrecorded_gap`),
     # and mismatches whose culprits are their group's program one op ahead (`explain_skip`)
     skipped: tuple[Finding, ...] = ()
-    # each (rank, group)'s frontier rows (`match.frontier.window_rows`), ascending, where the
-    # parts that matched the job found them; None: not found yet (the diagnosis finds them)
+    # each (rank, group)'s frontier rows and every row they are matched with
+    # (`match.frontier.closed_window`), ascending, where the parts that matched the job found
+    # and closed them; None: not found yet (the diagnosis finds them)
     frontier: npt.NDArray[np.int64] | None = None

@@ -16,7 +16,7 @@ from fr_analyzer.diagnosis import Diagnosis, diagnose
 from fr_analyzer.diagnosis.frontier import Frontier
 from fr_analyzer.load import Directory
 from fr_analyzer.match import PartRunner, match, partitions
-from fr_analyzer.match.frontier import window_rows
+from fr_analyzer.match.frontier import closed_window, window_rows
 from fr_analyzer.match.reference import PeerOrder, Replay
 from fr_analyzer.model.groups import build_groups
 from fr_analyzer.pipeline import Analysis, InProcess, Options, load
@@ -75,7 +75,9 @@ class PartsInTurn(InProcess):
 
 
 @pytest.mark.parametrize("name", ["nccl3d_skip_world", "gloo3d_pp_recv_missing", "nccl_coalesced"])
-def test_the_parts_of_a_job_find_its_frontier_as_the_whole_table_gives_it(name: str) -> None:
+def test_the_parts_of_a_job_find_and_close_its_frontier_as_the_whole_table_gives_it(
+    name: str,
+) -> None:
     got = load(Directory(SAMPLES / name), Options(workers=1))
     groups = build_groups(got.dumps, got.table, got.unreadable)
     retired = got.table.retired.copy()  # matching clears it where a recorder is silent
@@ -84,7 +86,12 @@ def test_the_parts_of_a_job_find_its_frontier_as_the_whole_table_gives_it(name: 
     parts = match(got.dumps, got.table, groups, PartRunner(partitions.in_turn), frontier=True)
     assert whole.frontier is None  # matched whole: the diagnosis finds it
     assert parts.frontier is not None
-    assert np.array_equal(parts.frontier, window_rows(got.table, whole))
+    closed = Frontier(got.table, groups, whole).closed(window_rows(got.table, whole))
+    assert np.array_equal(parts.frontier, closed)
+    # with a narrower window too: the window's rows and what they are matched with
+    narrow = closed_window(got.table, whole, 1)
+    assert np.array_equal(narrow, Frontier(got.table, groups, whole).rows(1))
+    assert np.isin(window_rows(got.table, whole, 1), narrow).all()
 
 
 def _long_job(tmp_path: Path, ops: int = 40) -> Analysis:
