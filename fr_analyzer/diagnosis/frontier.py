@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
-from ..match.frontier import WINDOW, Closure, window_rows
+from ..match.frontier import WINDOW, Closure, held_matches, window_rows
 from ..model.groups import GroupTable
 from ..model.records import Finding
 from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
@@ -112,31 +112,7 @@ class Frontier:
         inside = marker >= 0
         marker[inside] = np.searchsorted(rows, marker[inside])
         table = replace(t, **columns)
-        # a unit's rows stay in table order (by rank, then as recorded), now held ones only
-        units = m.collectives
-        unit = units.entry_unit[rows].astype(np.int64)
-        in_unit = np.flatnonzero(unit >= 0)
-        by_unit = in_unit[np.argsort(unit[in_unit], kind="stable")]
-        per_unit = np.bincount(unit[in_unit], minlength=len(units.starts))
-        starts = np.concatenate([[0], np.cumsum(per_unit)[:-1]]).astype(np.int64)
-        collectives = replace(
-            units,
-            entry_unit=units.entry_unit[rows],
-            rows=by_unit.astype(np.int64),
-            starts=starts[: len(units.starts)],
-        )
-        # every pair of a held row is held whole (`closed`), renumbered in order
-        pairs = m.p2p
-        entry_pair = pairs.entry_pair[rows].astype(np.int64)
-        kept = np.unique(entry_pair[entry_pair >= 0])
-        entry_pair[entry_pair >= 0] = np.searchsorted(kept, entry_pair[entry_pair >= 0])
-        p2p = replace(
-            pairs,
-            send_row=np.searchsorted(rows, pairs.send_row[kept]).astype(np.int64),
-            recv_row=np.searchsorted(rows, pairs.recv_row[kept]).astype(np.int64),
-            entry_pair=entry_pair.astype(pairs.entry_pair.dtype),
-        )
-        matches = replace(m, collectives=collectives, p2p=p2p, done=m.done[rows])
+        matches = held_matches(m, rows)
         groups = replace(self.groups, entry_group=self.groups.entry_group[rows])
         return Held(rows, table, groups, matches, self._whole_ranks(rows))
 

@@ -19,7 +19,7 @@ from ..model.dump import RankDump
 from ..model.groups import GroupTable, grouped
 from ..model.profile import Grouped, profiles_of
 from ..model.table import EntryTable
-from . import completion, partitions
+from . import completion, merging, partitions
 from .conventions import convention_notes
 from .cutting import cut_sets
 from .partitions import Cut, Part, PartMatch, PartRunner
@@ -77,7 +77,7 @@ def match(
         r = done.result
         notes = job.notes + convention_notes(t, done.learned)
         return MatchResult(r.collectives, r.p2p, r.done, r.findings, r.proven, notes, r.skipped)
-    merged = partitions.merge(job, t, groups, got)
+    merged = merging.merge(job, t, groups, got)
     # the parts judged completion on their own copies of the rows: clear `retired` here too
     # where the recorder does not say whether an op finished (`match.completion.judged`)
     t.retired[completion.silent_rows(t, job.quiet)] = False

@@ -11,6 +11,7 @@ and the parts' rows together are the job's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -169,3 +170,32 @@ class Closure:
 def closed_window(t: EntryTable, m: MatchResult, window: int = WINDOW) -> I64:
     """Each (rank, group)'s frontier (`window_rows`), closed (`Closure`)."""
     return Closure(t, m).closed(window_rows(t, m, window))
+
+
+def held_matches(m: MatchResult, rows: I64) -> MatchResult:
+    """`m` over the table's `rows` only (ascending, closed), renumbered to them: each row's
+    unit, pair and completion; every unit (its rows those held, in table order: by rank,
+    then as recorded) and the pairs of the rows held (each held whole, in order)."""
+    units = m.collectives
+    unit = units.entry_unit[rows].astype(np.int64)
+    in_unit = np.flatnonzero(unit >= 0)
+    by_unit = in_unit[np.argsort(unit[in_unit], kind="stable")]
+    per_unit = np.bincount(unit[in_unit], minlength=len(units.starts))
+    starts = np.concatenate([[0], np.cumsum(per_unit)[:-1]]).astype(np.int64)
+    collectives = replace(
+        units,
+        entry_unit=units.entry_unit[rows],
+        rows=by_unit.astype(np.int64),
+        starts=starts[: len(units.starts)],
+    )
+    pairs = m.p2p
+    entry_pair = pairs.entry_pair[rows].astype(np.int64)
+    kept = np.unique(entry_pair[entry_pair >= 0])
+    entry_pair[entry_pair >= 0] = np.searchsorted(kept, entry_pair[entry_pair >= 0])
+    p2p = replace(
+        pairs,
+        send_row=np.searchsorted(rows, pairs.send_row[kept]).astype(np.int64),
+        recv_row=np.searchsorted(rows, pairs.recv_row[kept]).astype(np.int64),
+        entry_pair=entry_pair.astype(pairs.entry_pair.dtype),
+    )
+    return replace(m, collectives=collectives, p2p=p2p, done=m.done[rows])

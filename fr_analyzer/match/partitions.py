@@ -1,5 +1,6 @@
 """Matching in parts: the job's rows cut by process-group family, each part matched alone, the
-parts' results put back together as one `MatchResult`, equal to matching the whole table.
+parts' results put back together as one `MatchResult` (`match.merging`), equal to matching
+the whole table.
 
 A part is every row of a set of groups: the groups of one description (`group.desc`: the
 tensor-parallel groups, the pipeline groups, the world), since the rules that vote across
@@ -15,7 +16,9 @@ group), the ranks with an op in flight (`match.missing`), each rank's pipeline p
 `match.collectives.proof`). A part carries its own rows of the table (numbered from 0) and
 the job's lists of distinct values, so it can be matched in another process: an engine runs
 the parts where it likes (`PartRunner`; the Ray engine, one task each) and the results are
-merged here, in the order one process would have made them.
+merged in the order one process would have made them (`match.merging`). A part asked for its
+frontier alone (`Part.held`) gives back a piece: its result over the rows of its closed
+frontier only, for a driver that holds no table.
 """
 
 from __future__ import annotations
@@ -38,15 +41,14 @@ from .collectives import match_collectives
 from .context import MatchContext
 from .conventions import (
     Signature,
-    convention_notes,
     intrinsic_size_errors,
     recorder_conventions,
 )
 from .cutting import sizes
 from .elsewhere import Elsewhere, Question, answer, unheld
-from .frontier import closed_window, joined
+from .frontier import closed_window, held_matches
 from .p2p import match_p2p
-from .records import CollectiveUnits, MatchResult, P2PPairs, id_type
+from .records import MatchResult, id_type
 from .reference import pipeline_stages
 
 B = npt.NDArray[np.bool_]
@@ -122,6 +124,8 @@ class Part:
     questions: frozenset[Question] = frozenset()
     frontier: bool = False  # find its groups' frontier too, closed (`match.frontier`)
     accepted: frozenset[Signature] = frozenset()  # layouts other parts learned
+    # with `frontier`: give back only the rows of the frontier found (a piece: `PartMatch`)
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,9 @@ class PartMatch:
     answered: Mapping[Question, Any] = field(default_factory=dict)  # to its `questions`
     learned: frozenset[Signature] = frozenset()  # the recorder's layouts its rows show
     left: frozenset[Signature] = frozenset()  # layouts of rows still wrong, maybe learned elsewhere
+    # a piece (`Part.held`): its result is over the rows of its frontier, closed, alone
+    # (`rows`: those rows in the table); this is the group of each
+    entry_group: npt.NDArray[np.int32] | None = None
 
 
 @dataclass(frozen=True)
@@ -185,7 +192,7 @@ def match_part(part: Part) -> PartMatch:
         result = replace(result, frontier=closed_window(part.table, result))
     answered = answer(ctx, pairs, part.questions) if part.questions else {}
     asked = frozenset(away.asked) if away is not None else frozenset()
-    return PartMatch(
+    got = PartMatch(
         part.rows,
         result,
         ctx.wild_pairs,
@@ -194,6 +201,25 @@ def match_part(part: Part) -> PartMatch:
         answered,
         sizes.learned,
         sizes.left,
+    )
+    return _piece(got, groups) if part.held and part.frontier else got
+
+
+def _piece(done: PartMatch, groups: GroupTable) -> PartMatch:
+    """A part's result over the rows of its frontier alone (`Part.held`), renumbered to them
+    (`match.frontier.held_matches`): what a driver that holds no table takes of it."""
+    closed = done.result.frontier
+    assert closed is not None
+    result = held_matches(done.result, closed)
+    pairs = len(done.result.p2p.send_row)
+    kept = np.unique(done.result.p2p.entry_pair[closed])
+    wild = int((kept >= pairs - done.wild_pairs).sum())
+    return replace(
+        done,
+        rows=closed if done.rows is None else done.rows[closed],
+        result=replace(result, frontier=np.arange(len(closed), dtype=np.int64)),
+        wild_pairs=wild,
+        entry_group=groups.entry_group[closed],
     )
 
 
@@ -436,102 +462,6 @@ def rounds(
     return None if waiting else final
 
 
-def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatch]) -> MatchResult:
-    """The parts' results as one, in the order matching the whole table makes them: units
-    by (group, sequence id), pairs by channel with the any-source ones last, findings by
-    group (the pipeline orders them further, `match.findings.collect`)."""
-    results = sorted(got, key=_first_group)
-    done = np.zeros(t.n, dtype=bool)  # every row lies in one part
-    n = t.n
-    ids = id_type(n)
-    entry_unit = np.full(n, -1, dtype=ids)
-    entry_pair = np.full(n, -1, dtype=ids)
-
-    # Collective units: each part's are by (uid, seq) and no two parts share a group, so
-    # the parts taken in order of their groups give one order by (uid, seq) once sorted.
-    blocks: list[tuple[I64, PartMatch]] = []
-    for got_part in results:
-        rows = _rows(got_part, n)
-        done[rows] = got_part.result.done
-        blocks.append((rows, got_part))
-    group = np.concatenate([p.result.collectives.group for _, p in blocks]).astype(np.int32)
-    order = np.argsort(group, kind="stable")
-    new_id = np.empty(len(order), dtype=np.int64)
-    new_id[order] = np.arange(len(order))
-    unit_rows: list[I64] = []
-    lengths: list[I64] = []
-    not_joined: dict[int, tuple[int, ...]] = {}
-    ops: list[str] = []
-    offset = 0
-    for rows, p in blocks:
-        units = p.result.collectives
-        local = units.entry_unit
-        has = local >= 0
-        entry_unit[rows[has]] = new_id[offset + local[has].astype(np.int64)]
-        unit_rows.append(rows[units.rows])
-        lengths.append(np.diff(units.starts, append=len(units.rows)))
-        for u, members in units.not_joined.items():
-            not_joined[int(new_id[offset + u])] = members
-        ops += units.op
-        offset += len(units.group)
-    length = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    old_start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
-    flat = np.concatenate(unit_rows) if unit_rows else np.zeros(0, np.int64)
-    new_length = length[order]
-    new_start = np.concatenate([[0], np.cumsum(new_length)[:-1]]).astype(np.int64)
-    gather = np.repeat(old_start[order] - new_start, new_length) + np.arange(int(new_length.sum()))
-    collectives = CollectiveUnits(
-        group[order],
-        np.concatenate([p.result.collectives.seq for _, p in blocks])[order],
-        [ops[i] for i in order.tolist()],
-        np.concatenate([p.result.collectives.ranks_present for _, p in blocks])[order],
-        np.concatenate([p.result.collectives.ranks_expected for _, p in blocks])[order],
-        np.concatenate([p.result.collectives.passed for _, p in blocks])[order],
-        entry_unit,
-        dict(sorted(not_joined.items())),
-        flat[gather].astype(np.int64),
-        new_start,
-    )
-
-    # Pairs: by channel (group first) for those matched in order, the any-source ones after.
-    in_order: list[tuple[I64, I64]] = []
-    wild: list[tuple[I64, I64]] = []
-    for rows, p in blocks:
-        pairs, cut = p.result.p2p, len(p.result.p2p.send_row) - p.wild_pairs
-        send, recv = rows[pairs.send_row], rows[pairs.recv_row]
-        in_order.append((send[:cut], recv[:cut]))
-        wild.append((send[cut:], recv[cut:]))
-    send_row = np.concatenate([s for s, _ in in_order] + [np.zeros(0, np.int64)])
-    recv_row = np.concatenate([r for _, r in in_order] + [np.zeros(0, np.int64)])
-    by = np.argsort(groups.entry_group[send_row], kind="stable")
-    send_row, recv_row = send_row[by], recv_row[by]
-    wild_send = np.concatenate([s for s, _ in wild] + [np.zeros(0, np.int64)])
-    wild_recv = np.concatenate([r for _, r in wild] + [np.zeros(0, np.int64)])
-    by = np.argsort(wild_recv, kind="stable")
-    send_row = np.concatenate([send_row, wild_send[by]]).astype(np.int64)
-    recv_row = np.concatenate([recv_row, wild_recv[by]]).astype(np.int64)
-    entry_pair[send_row] = np.arange(len(send_row))
-    entry_pair[recv_row] = np.arange(len(recv_row))
-
-    findings = [f for _, p in blocks for f in p.result.findings]
-    skipped = [f for _, p in blocks for f in p.result.skipped]
-    proven: dict[int, int] = {}
-    for _, p in blocks:
-        proven.update(p.result.proven)
-    return MatchResult(
-        collectives,
-        P2PPairs(send_row, recv_row, entry_pair),
-        done,
-        tuple(sorted(findings, key=_group_key)),
-        dict(sorted(proven.items())),
-        job.notes
-        + convention_notes(t, frozenset[Signature]().union(*(p.learned for _, p in blocks)))
-        + tuple(note for _, p in blocks for note in p.result.notes),
-        tuple(sorted(skipped, key=_unit_key)),
-        joined([(rows, p.result.frontier) for rows, p in blocks]),
-    )
-
-
 def found_among(rows: I64, wanted: I64) -> I64:
     """Where the rows of `wanted` (ascending) are among `rows` (ascending), those present."""
     at = np.searchsorted(rows, wanted)
@@ -544,23 +474,6 @@ def _rank_ends(profiles: Profiles) -> I64:
     """Each rank's last row (the table's rows come by rank, a rank's as many as its profile
     says)."""
     return (np.cumsum(profiles.rows) - 1).astype(np.int64)
-
-
-def _rows(p: PartMatch, n: int) -> I64:
-    return np.arange(n, dtype=np.int64) if p.rows is None else p.rows
-
-
-def _first_group(p: PartMatch) -> int:
-    g = p.result.collectives.group
-    return int(g[0]) if len(g) else 1 << 40
-
-
-def _group_key(f: Finding) -> int:
-    return f.group.uid if f.group is not None else -1
-
-
-def _unit_key(f: Finding) -> tuple[int, int]:
-    return (_group_key(f), f.collective_seq_id if f.collective_seq_id is not None else -1)
 
 
 def _last_enqueued(

@@ -1,0 +1,90 @@
+"""Putting the parts' results together (`match.merging`): the parts' pieces (`Part.held`: each
+part's result over its closed frontier alone) merged over the rows they hold are the whole
+table's result taken over those rows, row for row; what a driver that holds no table reads."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fr_analyzer.diagnosis.frontier import Frontier
+from fr_analyzer.load import Directory
+from fr_analyzer.match import Cut, PartMatch, PartRunner, cutting, match, merging, partitions
+from fr_analyzer.match.frontier import held_matches
+from fr_analyzer.model.groups import build_groups, grouped
+from fr_analyzer.model.profile import profiles_of
+from fr_analyzer.pipeline import Options, load
+from tests.match.test_partitions import assert_same_match
+from tools.frsim.campaign import draw_case, parse_shapes
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+SETS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+
+
+def pieces(cuts: list[Cut]) -> list[PartMatch]:
+    """The runner of a driver that holds no table: each part gives back its frontier alone."""
+    return [partitions.match_part(replace(cut.part(), held=True)) for cut in cuts]
+
+
+def assert_pieces_merge_as_the_whole(where: Path, smallest: bool) -> int:
+    """The job at `where` cut into parts (the smallest a runner takes, or by family), its
+    pieces merged, against the whole table's result over the same rows; the parts made."""
+    got = load(Directory(where), Options(workers=1))
+    t = got.table
+    groups = build_groups(got.dumps, t, got.unreadable)
+    retired = t.retired.copy()
+    whole = match(got.dumps, t, groups)
+    t.retired[:] = retired
+    shape = grouped(t, groups, profiles_of(t))
+    most = max(cutting.sizes(shape, groups, cutting.components(shape, groups)), default=1)
+    sets = cutting.cut_sets(shape, groups, most if smallest else None)
+    if sets is None or len(sets) < 2:
+        return 1
+    job = partitions.shared(got.dumps, t, groups, shape, frontier=True)
+    runner = PartRunner(lambda cuts: iter(pieces(list(cuts))), most_rows=most)
+    done = partitions.rounds(runner, job, t, groups, sets, shape)
+    assert done is not None
+    t.retired[:] = retired
+    rows, group, merged = merging.merge_held(job, t, done)
+
+    closed = Frontier(t, groups, whole).rows()
+    assert np.array_equal(rows, closed)
+    assert np.array_equal(group, groups.entry_group[closed])
+    assert_same_match(merged, held_matches(whole, closed))
+    assert merged.frontier is not None and np.array_equal(merged.frontier, np.arange(len(rows)))
+    # and the diagnosis' own view of those rows, made from the whole table
+    held = Frontier(t, groups, whole).held(closed)
+    assert_same_match(merged, held.matches)
+    return len(done)
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_sample_sets_pieces_merge_as_the_whole_result_over_their_rows(name: str) -> None:
+    assert_pieces_merge_as_the_whole(SAMPLES / name, smallest=True)
+
+
+def test_pieces_of_families_merge_as_the_whole_result_over_their_rows() -> None:
+    assert assert_pieces_merge_as_the_whole(SAMPLES / "nccl3d_skip_world", smallest=False) > 1
+
+
+@pytest.mark.parametrize("seed", [5, 33, 48, 70, 291, 12, 20, 22, 94, 135])
+def test_drawn_jobs_pieces_merge_as_the_whole_result_over_their_rows(seed: int) -> None:
+    # parts that ask each other (5, 33, 48, 70, 291), skips, a stall, extra ops and p2p
+    # mismatches
+    with tempfile.TemporaryDirectory() as d:
+        draw_case(seed, parse_shapes("all"), None).write(Path(d), None)
+        assert assert_pieces_merge_as_the_whole(Path(d), smallest=True) > 1
+
+
+def test_a_part_matched_whole_is_no_piece() -> None:
+    got = load(Directory(SAMPLES / "nccl_healthy"), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    shape = grouped(got.table, groups, profiles_of(got.table))
+    job = partitions.shared(got.dumps, got.table, groups, shape, frontier=True)
+    whole = partitions.match_part(partitions.whole(job, got.table, groups))
+    with pytest.raises(ValueError, match="not as a piece"):
+        merging.merge_held(job, got.table, [whole])
