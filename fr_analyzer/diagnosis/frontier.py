@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
-from ..match.frontier import WINDOW, Closure, held_matches, window_rows
+from ..match.frontier import WINDOW, Closure, Wanted, about, held_matches, window_rows
 from ..model.groups import GroupTable
 from ..model.records import Finding
 from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
@@ -85,16 +85,11 @@ class Frontier:
         """`rows` and the rows of the collectives the findings (and the matcher's skipped
         ones) are about, and of `units` ((group uid, collective seq id)), closed: a
         disagreement may lie far behind every frontier."""
-        keys = [
-            (f.group.uid, f.collective_seq_id)
-            for f in (*findings, *self.m.skipped)
-            if f.group is not None and f.collective_seq_id is not None
-        ]
-        found = [self.m.collectives.find(uid, seq) for uid, seq in sorted({*keys, *units})]
-        wanted = np.array([u for u in found if u is not None], dtype=np.int64)
+        keys = about((*findings, *self.m.skipped)) | set(units)
+        wanted = Wanted(units=keys).rows(self.t, self.m, self._closure)
         if not len(wanted):
             return rows
-        return self.closed(rows, self._closure.unit_rows(wanted))
+        return self.closed(rows, wanted)
 
     def closed(self, rows: I64, more: I64 | None = None) -> I64:
         """`rows` (and `more`) and every row they are matched with, transitively, ascending

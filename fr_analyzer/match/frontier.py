@@ -10,13 +10,13 @@ and the parts' rows together are the job's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from ..model.records import UnitKind
+from ..model.records import Finding, UnitKind
 from ..model.table import EntryTable, rank_starts
 from .records import MatchResult
 
@@ -165,6 +165,34 @@ class Closure:
             return np.zeros(0, np.int64)
         offsets = np.repeat(low - np.cumsum(lengths) + lengths, lengths)
         return member[offsets + np.arange(int(lengths.sum()), dtype=np.int64)]
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """Rows a diagnosis asks for beyond each rank's frontier: the rows of some collectives
+    ((group uid, collective seq id): a disagreement may lie far behind every frontier) and
+    whole programs (ranks)."""
+
+    units: frozenset[tuple[int, int]] = frozenset()
+    ranks: frozenset[int] = frozenset()
+
+    def rows(self, t: EntryTable, m: MatchResult, closure: Closure) -> I64:
+        """The rows of `t` these are: the wanted collectives' that `m` holds, every row of
+        the wanted ranks."""
+        found = [m.collectives.find(uid, seq) for uid, seq in sorted(self.units)]
+        units = np.array([u for u in found if u is not None], dtype=np.int64)
+        ranks = np.array(sorted(self.ranks), dtype=t.rank.dtype)
+        mine = np.flatnonzero(np.isin(t.rank, ranks)) if len(ranks) else np.zeros(0, np.int64)
+        return np.concatenate([closure.unit_rows(units), mine.astype(np.int64)])
+
+
+def about(findings: Iterable[Finding]) -> frozenset[tuple[int, int]]:
+    """The collectives findings are about ((group uid, collective seq id))."""
+    return frozenset(
+        (f.group.uid, f.collective_seq_id)
+        for f in findings
+        if f.group is not None and f.collective_seq_id is not None
+    )
 
 
 def closed_window(t: EntryTable, m: MatchResult, window: int = WINDOW) -> I64:

@@ -46,7 +46,7 @@ from .conventions import (
 )
 from .cutting import sizes
 from .elsewhere import Elsewhere, Question, answer, unheld
-from .frontier import closed_window, held_matches
+from .frontier import Closure, Wanted, about, closed_window, held_matches
 from .p2p import match_p2p
 from .records import MatchResult, id_type
 from .reference import pipeline_stages
@@ -124,8 +124,10 @@ class Part:
     questions: frozenset[Question] = frozenset()
     frontier: bool = False  # find its groups' frontier too, closed (`match.frontier`)
     accepted: frozenset[Signature] = frozenset()  # layouts other parts learned
-    # with `frontier`: give back only the rows of the frontier found (a piece: `PartMatch`)
+    # with `frontier`: give back only the rows of the frontier found, with the collectives
+    # its findings are about and the rows `wanted` (a piece: `PartMatch`)
     held: bool = False
+    wanted: Wanted = field(default_factory=Wanted)
 
 
 @dataclass(frozen=True)
@@ -202,15 +204,20 @@ def match_part(part: Part) -> PartMatch:
         sizes.learned,
         sizes.left,
     )
-    return _piece(got, groups) if part.held and part.frontier else got
+    return _piece(got, t, groups, part.wanted) if part.held and part.frontier else got
 
 
-def _piece(done: PartMatch, groups: GroupTable) -> PartMatch:
-    """A part's result over the rows of its frontier alone (`Part.held`), renumbered to them
+def _piece(done: PartMatch, t: EntryTable, groups: GroupTable, wanted: Wanted) -> PartMatch:
+    """A part's result over the rows of its frontier alone (`Part.held`), with the rows of
+    the collectives its findings are about and those `wanted` (closed), renumbered to them
     (`match.frontier.held_matches`): what a driver that holds no table takes of it."""
-    closed = done.result.frontier
-    assert closed is not None
-    result = held_matches(done.result, closed)
+    frontier = done.result.frontier
+    assert frontier is not None
+    m = done.result
+    closure = Closure(t, m)
+    asked = replace(wanted, units=wanted.units | about((*m.findings, *m.skipped)))
+    closed = closure.closed(frontier, asked.rows(t, m, closure))
+    result = held_matches(m, closed)
     pairs = len(done.result.p2p.send_row)
     kept = np.unique(done.result.p2p.entry_pair[closed])
     wild = int((kept >= pairs - done.wild_pairs).sum())

@@ -5,6 +5,7 @@ table's result taken over those rows, row for row; what a driver that holds no t
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from fr_analyzer.diagnosis.frontier import Frontier
 from fr_analyzer.load import Directory
 from fr_analyzer.match import Cut, PartMatch, PartRunner, cutting, match, merging, partitions
-from fr_analyzer.match.frontier import held_matches
+from fr_analyzer.match.frontier import Wanted, held_matches
 from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, load
@@ -25,12 +26,21 @@ SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
 SETS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
 
 
-def pieces(cuts: list[Cut]) -> list[PartMatch]:
-    """The runner of a driver that holds no table: each part gives back its frontier alone."""
-    return [partitions.match_part(replace(cut.part(), held=True)) for cut in cuts]
+def pieces(wanted: Wanted) -> Callable[[Iterable[Cut]], Iterator[PartMatch]]:
+    """The runner of a driver that holds no table: each part gives back its frontier alone,
+    with the rows of the collectives its findings are about and those `wanted`."""
+
+    def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
+        for cut in cuts:
+            yield partitions.match_part(replace(cut.part(), held=True, wanted=wanted))
+
+    return run
 
 
-def assert_pieces_merge_as_the_whole(where: Path, smallest: bool) -> int:
+NOTHING = Wanted()
+
+
+def assert_pieces_merge_as_the_whole(where: Path, smallest: bool, wanted: Wanted = NOTHING) -> int:
     """The job at `where` cut into parts (the smallest a runner takes, or by family), its
     pieces merged, against the whole table's result over the same rows; the parts made."""
     got = load(Directory(where), Options(workers=1))
@@ -45,19 +55,21 @@ def assert_pieces_merge_as_the_whole(where: Path, smallest: bool) -> int:
     if sets is None or len(sets) < 2:
         return 1
     job = partitions.shared(got.dumps, t, groups, shape, frontier=True)
-    runner = PartRunner(lambda cuts: iter(pieces(list(cuts))), most_rows=most)
+    runner = PartRunner(pieces(wanted), most_rows=most)
     done = partitions.rounds(runner, job, t, groups, sets, shape)
     assert done is not None
     t.retired[:] = retired
     rows, group, merged = merging.merge_held(job, t, done)
 
-    closed = Frontier(t, groups, whole).rows()
+    reads = Frontier(t, groups, whole)
+    closed = reads.with_units(reads.rows(), whole.findings, wanted.units)
+    closed = reads.with_ranks(closed, wanted.ranks)
     assert np.array_equal(rows, closed)
     assert np.array_equal(group, groups.entry_group[closed])
     assert_same_match(merged, held_matches(whole, closed))
     assert merged.frontier is not None and np.array_equal(merged.frontier, np.arange(len(rows)))
     # and the diagnosis' own view of those rows, made from the whole table
-    held = Frontier(t, groups, whole).held(closed)
+    held = reads.held(closed)
     assert_same_match(merged, held.matches)
     return len(done)
 
@@ -88,3 +100,19 @@ def test_a_part_matched_whole_is_no_piece() -> None:
     whole = partitions.match_part(partitions.whole(job, got.table, groups))
     with pytest.raises(ValueError, match="not as a piece"):
         merging.merge_held(job, got.table, [whole])
+
+
+@pytest.mark.parametrize(
+    ("name", "wanted"),
+    [
+        ("nccl3d_skip_world", Wanted(ranks=frozenset({3, 17}))),
+        ("nccl3d_skip_world", Wanted(units=frozenset({(0, 1), (5, 2)}))),
+        ("gloo3d_pp_recv_missing", Wanted(frozenset({(1, 3)}), frozenset({0, 9}))),
+        ("nccl_coalesced", Wanted(ranks=frozenset({1}))),
+    ],
+)
+def test_pieces_with_the_rows_a_diagnosis_asks_for_merge_as_the_whole(
+    name: str, wanted: Wanted
+) -> None:
+    # whole programs and collectives far behind the frontier, each in the part holding it
+    assert assert_pieces_merge_as_the_whole(SAMPLES / name, smallest=True, wanted=wanted) > 1
