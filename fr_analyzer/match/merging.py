@@ -1,6 +1,6 @@
 """The parts' results put back together (`merge`): one `MatchResult` over the table, equal to
 matching the whole table, in the order one process makes it; or, for a driver that holds no
-table, the parts' pieces (`Part.held`: each part's result over its closed frontier alone) put
+table, the parts' pieces (`partitions.piece`: each part's result over its closed frontier alone) put
 together over the rows they hold (`merge_held`), equal to the whole result taken over those
 rows (`match.frontier.held_matches`).
 """
@@ -34,7 +34,7 @@ def merge(job: Shared, t: EntryTable, groups: GroupTable, got: Iterable[PartMatc
 def merge_held(
     job: Shared, t: EntryTable, got: Sequence[PartMatch]
 ) -> tuple[I64, npt.NDArray[np.int32], MatchResult]:
-    """The parts' pieces (`Part.held`: each part's result over its frontier alone) as one:
+    """The parts' pieces (`partitions.piece`: each part's result over its frontier alone) as one:
     the rows of the table they hold (ascending), the group of each, and their matches
     renumbered to them, as `match.frontier.held_matches` makes them of the whole result
     (every unit, each with its rows held; the pairs of the rows held). `t` gives the job's
@@ -58,13 +58,13 @@ def merge_held(
 
 def _held_rows(p: PartMatch) -> I64:
     if p.rows is None or p.entry_group is None:
-        raise ValueError(f"part {p.index} was matched whole, not as a piece (`Part.held`)")
+        raise ValueError(f"part {p.index} was matched whole, not as a piece (`partitions.piece`)")
     return p.rows
 
 
 def _held_groups(p: PartMatch) -> npt.NDArray[np.int32]:
     if p.entry_group is None:
-        raise ValueError(f"part {p.index} was matched whole, not as a piece (`Part.held`)")
+        raise ValueError(f"part {p.index} was matched whole, not as a piece (`partitions.piece`)")
     return p.entry_group
 
 

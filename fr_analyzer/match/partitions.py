@@ -16,9 +16,9 @@ group), the ranks with an op in flight (`match.missing`), each rank's pipeline p
 `match.collectives.proof`). A part carries its own rows of the table (numbered from 0) and
 the job's lists of distinct values, so it can be matched in another process: an engine runs
 the parts where it likes (`PartRunner`; the Ray engine, one task each) and the results are
-merged in the order one process would have made them (`match.merging`). A part asked for its
-frontier alone (`Part.held`) gives back a piece: its result over the rows of its closed
-frontier only, for a driver that holds no table.
+merged in the order one process would have made them (`match.merging`). A part's result
+taken over the rows of its closed frontier only (`piece`) is what a driver that holds no
+table reads of it.
 """
 
 from __future__ import annotations
@@ -124,10 +124,6 @@ class Part:
     questions: frozenset[Question] = frozenset()
     frontier: bool = False  # find its groups' frontier too, closed (`match.frontier`)
     accepted: frozenset[Signature] = frozenset()  # layouts other parts learned
-    # with `frontier`: give back only the rows of the frontier found, with the collectives
-    # its findings are about and the rows `wanted` (a piece: `PartMatch`)
-    held: bool = False
-    wanted: Wanted = field(default_factory=Wanted)
 
 
 @dataclass(frozen=True)
@@ -144,7 +140,7 @@ class PartMatch:
     answered: Mapping[Question, Any] = field(default_factory=dict)  # to its `questions`
     learned: frozenset[Signature] = frozenset()  # the recorder's layouts its rows show
     left: frozenset[Signature] = frozenset()  # layouts of rows still wrong, maybe learned elsewhere
-    # a piece (`Part.held`): its result is over the rows of its frontier, closed, alone
+    # a piece (`piece`): its result is over the rows of its frontier, closed, alone
     # (`rows`: those rows in the table); this is the group of each
     entry_group: npt.NDArray[np.int32] | None = None
 
@@ -204,16 +200,19 @@ def match_part(part: Part) -> PartMatch:
         sizes.learned,
         sizes.left,
     )
-    return _piece(got, t, groups, part.wanted) if part.held and part.frontier else got
+    return got
 
 
-def _piece(done: PartMatch, t: EntryTable, groups: GroupTable, wanted: Wanted) -> PartMatch:
-    """A part's result over the rows of its frontier alone (`Part.held`), with the rows of
-    the collectives its findings are about and those `wanted` (closed), renumbered to them
-    (`match.frontier.held_matches`): what a driver that holds no table takes of it."""
+def piece(part: Part, done: PartMatch, wanted: Wanted | None = None) -> PartMatch:
+    """The part's result (`done`, matched with its frontier: `Part.frontier`) over the rows of
+    its frontier alone, with the rows of the collectives its findings are about and those
+    `wanted` (closed), renumbered to them (`match.frontier.held_matches`): what a driver that
+    holds no table takes of a part (`match.merging.merge_held` puts them together)."""
     frontier = done.result.frontier
-    assert frontier is not None
-    m = done.result
+    if frontier is None:
+        raise ValueError(f"part {done.index} was matched without its frontier")
+    wanted = Wanted() if wanted is None else wanted
+    t, groups, m = part.table, part.groups, done.result
     closure = Closure(t, m)
     asked = replace(wanted, units=wanted.units | about((*m.findings, *m.skipped)))
     closed = closure.closed(frontier, asked.rows(t, m, closure))

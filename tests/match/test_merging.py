@@ -1,12 +1,12 @@
-"""Putting the parts' results together (`match.merging`): the parts' pieces (`Part.held`: each
-part's result over its closed frontier alone) merged over the rows they hold are the whole
-table's result taken over those rows, row for row; what a driver that holds no table reads."""
+"""Putting the parts' results together (`match.merging`): the parts' pieces (each part's
+result over its closed frontier alone, `partitions.piece`) merged over the rows they hold are
+the whole table's result taken over those rows, row for row: what a driver that holds no
+table reads."""
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,8 @@ def pieces(wanted: Wanted) -> Callable[[Iterable[Cut]], Iterator[PartMatch]]:
 
     def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
         for cut in cuts:
-            yield partitions.match_part(replace(cut.part(), held=True, wanted=wanted))
+            part = cut.part()
+            yield partitions.piece(part, partitions.match_part(part), wanted)
 
     return run
 
@@ -90,6 +91,17 @@ def test_drawn_jobs_pieces_merge_as_the_whole_result_over_their_rows(seed: int) 
     with tempfile.TemporaryDirectory() as d:
         draw_case(seed, parse_shapes("all"), None).write(Path(d), None)
         assert assert_pieces_merge_as_the_whole(Path(d), smallest=True) > 1
+
+
+def test_a_part_matched_without_its_frontier_gives_no_piece() -> None:
+    got = load(Directory(SAMPLES / "nccl_healthy"), Options(workers=1))
+    groups = build_groups(got.dumps, got.table, got.unreadable)
+    shape = grouped(got.table, groups, profiles_of(got.table))
+    part = partitions.whole(
+        partitions.shared(got.dumps, got.table, groups, shape), got.table, groups
+    )
+    with pytest.raises(ValueError, match="without its frontier"):
+        partitions.piece(part, partitions.match_part(part))
 
 
 def test_a_part_matched_whole_is_no_piece() -> None:
