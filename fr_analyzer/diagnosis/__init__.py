@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from ..load import TRACE_CUT_NOTE as TRACE_CUT
 from ..load import WatchdogTimeout
 from ..match import MatchResult
-from ..match.frontier import WINDOW
+from ..match.frontier import WINDOW, Wanted
 from ..model.dump import RankDump
 from ..model.groups import GroupTable
 from ..model.profile import Profiles, profiles_of
@@ -147,6 +147,7 @@ def diagnose(
     most_share: float | None = None,
     frontier_from: int | None = None,
     profiles: Profiles | None = None,
+    reads: frontier.Reads | None = None,
 ) -> Diagnosis:
     """Where every rank stands, the root cause (if any), and whether the job is hung
     (`timed_out`: the ops the job's log says the watchdog timed out).
@@ -155,9 +156,10 @@ def diagnose(
     rank's frontier (`frontier`: `window` ops per group before its first op not completed),
     and again with the whole programs of the ranks the rules read, until they read no rank
     they lack; on the whole table where that is most of it (`most_share`). Either way the
-    same diagnosis (tests/diagnosis/test_frontier.py). Each rank's newest timestamp and the
-    dump's time come from the ranks' profiles (`model.profile`: made from the table when not
-    given)."""
+    same diagnosis (tests/diagnosis/test_frontier.py). `reads`: where those rows come from
+    (the table by default; `match.pieces.Pieces`: the parts that matched it, then the frontier
+    is read whatever the table's size). Each rank's newest timestamp and the dump's time come
+    from the ranks' profiles (`model.profile`: made from the table when not given)."""
     t = table
     if profiles is None:
         profiles = profiles_of(t)
@@ -173,23 +175,27 @@ def diagnose(
 
     whole = Whole(profiles.newest(), dump_time(profiles, dumps), slowness)
     args = (dumps, findings, thresholds, series, timed_out, whole)
-    if not (reads_frontier(t.n) if frontier_from is None else t.n >= frontier_from):
-        return _diagnose(t, groups, matches, *args)[0]
-    reads = frontier.Frontier(t, groups, matches)
-    rows = reads.with_units(reads.rows(window), findings)
+    if reads is None:
+        if not (reads_frontier(t.n) if frontier_from is None else t.n >= frontier_from):
+            return _diagnose(t, groups, matches, *args)[0]
+        reads = frontier.Frontier(t, groups, matches, findings, window)
+    wanted = Wanted()
+    rows = reads.select(wanted)
     for _ in range(MOST_PASSES):
-        if len(rows) > most_share * t.n:
+        if len(rows) > most_share * reads.n:
             break
         part = reads.held(rows)
         found, read = _diagnose(part.table, part.groups, part.matches, *args)
-        more = reads.with_units(rows, (), read.units)
-        wanted = read.ranks - part.whole_ranks
-        if wanted:
-            more = reads.with_ranks(more, wanted)
+        wanted = Wanted(
+            wanted.units | set(read.units), wanted.ranks | (read.ranks - part.whole_ranks)
+        )
+        more = reads.select(wanted)
         if len(more) == len(rows):
             return frontier.to_table(found, part.rows)
         rows = more
-    return _diagnose(t, groups, matches, *args)[0]
+    every = reads.whole()
+    found = _diagnose(every.table, every.groups, every.matches, *args)[0]
+    return frontier.to_table(found, every.rows)
 
 
 @dataclass(frozen=True)

@@ -19,33 +19,54 @@ rows). On a job larger than one process holds, this is what the driver needs of 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ..match import MatchResult
-from ..match.frontier import WINDOW, Closure, Wanted, about, held_matches, window_rows
+from ..match.frontier import (
+    WINDOW,
+    Closure,
+    Held,
+    Wanted,
+    about,
+    held_matches,
+    rows_of,
+    window_rows,
+)
 from ..model.groups import GroupTable
 from ..model.records import Finding
-from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
+from ..model.table import EntryTable, rank_starts
 from .positions import OpRef
 from .records import Diagnosis
 
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class Held:
-    """Part of the table, renumbered: `rows` are its rows in the whole table (ascending)."""
+class Reads(Protocol):
+    """Where the diagnosis takes the rows it reads (`diagnosis.diagnose`): the table
+    (`Frontier`), or the parts that matched the job (`match.pieces.Pieces`), with no table."""
 
-    rows: I64
-    table: EntryTable
-    groups: GroupTable
-    matches: MatchResult
-    whole_ranks: frozenset[int]  # ranks whose every row is held
+    @property
+    def n(self) -> int:
+        """The job's rows."""
+        ...
+
+    def select(self, wanted: Wanted) -> I64:
+        """Each rank's frontier, the rows of the collectives the findings are about, and the
+        rows `wanted`, closed: their rows in the job, ascending."""
+        ...
+
+    def held(self, rows: I64) -> Held:
+        """The rows `select` gave last, as a table of their own."""
+        ...
+
+    def whole(self) -> Held:
+        """Every row of the job."""
+        ...
 
 
 class Frontier:
@@ -53,8 +74,17 @@ class Frontier:
     A row held pulls in what it is matched with: its collective's rows on the other ranks,
     its send/recv's other half, its block's marker and members (`closed`)."""
 
-    def __init__(self, t: EntryTable, groups: GroupTable, m: MatchResult) -> None:
+    def __init__(
+        self,
+        t: EntryTable,
+        groups: GroupTable,
+        m: MatchResult,
+        findings: Sequence[Finding] = (),
+        window: int = WINDOW,
+    ) -> None:
         self.t, self.groups, self.m = t, groups, m
+        self._findings, self._window = tuple(findings), window
+        self._selected: tuple[I64, Wanted] | None = None  # the last rows selected, and for what
         starts = rank_starts(t.rank) if t.n else np.zeros(0, np.intp)
         self._spans = dict(
             zip(
@@ -64,6 +94,34 @@ class Frontier:
             )
         )
         self._closure = Closure(t, m)
+
+    @property
+    def n(self) -> int:
+        """The table's rows."""
+        return self.t.n
+
+    def select(self, wanted: Wanted) -> I64:
+        """Each rank's frontier (of the window given), the rows of the collectives the
+        findings given are about, and `wanted`, closed; from the rows selected last where
+        `wanted` holds what was wanted then (each step closes only what it adds)."""
+        if self._selected is None:
+            rows, before = self.with_units(self.rows(self._window), self._findings), Wanted()
+        else:
+            rows, before = self._selected
+            if not (before.units <= wanted.units and before.ranks <= wanted.ranks):
+                self._selected = None
+                return self.select(wanted)
+        if wanted.units - before.units:
+            rows = self.with_units(rows, (), wanted.units - before.units)
+        if wanted.ranks - before.ranks:
+            rows = self.with_ranks(rows, wanted.ranks - before.ranks)
+        self._selected = (rows, wanted)
+        return rows
+
+    def whole(self) -> Held:
+        """The table itself."""
+        ranks = frozenset(self._spans)
+        return Held(None, self.t, self.groups, self.m, ranks)
 
     def rows(self, window: int = WINDOW) -> I64:
         """Each rank's frontier: in each of its groups, its first op not completed, what
@@ -100,13 +158,7 @@ class Frontier:
         """The table's `rows` (ascending, closed) as a table of their own, with their groups
         and matches renumbered to it."""
         t, m = self.t, self.m
-        columns: dict[str, Any] = {name: getattr(t, name)[rows] for name, _ in TABLE_COLUMNS}
-        for name in ("rank", "row_in_rank"):
-            columns[name] = getattr(t, name)[rows]
-        marker = columns["marker"]
-        inside = marker >= 0
-        marker[inside] = np.searchsorted(rows, marker[inside])
-        table = replace(t, **columns)
+        table = rows_of(t, rows)
         matches = held_matches(m, rows)
         groups = replace(self.groups, entry_group=self.groups.entry_group[rows])
         return Held(rows, table, groups, matches, self._whole_ranks(rows))
@@ -123,8 +175,11 @@ class Frontier:
         )
 
 
-def to_table(found: Diagnosis, rows: I64) -> Diagnosis:
-    """`found` (a diagnosis made on held rows) with every op it names at its row of the table."""
+def to_table(found: Diagnosis, rows: I64 | None) -> Diagnosis:
+    """`found` (a diagnosis made on held rows) with every op it names at its row of the table
+    (`rows` None: the table's own)."""
+    if rows is None:
+        return found
 
     def mapped(ref: OpRef | None) -> OpRef | None:
         return None if ref is None else replace(ref, row=int(rows[ref.row]))

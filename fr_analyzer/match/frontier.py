@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..model.groups import GroupTable
 from ..model.records import Finding, UnitKind
-from ..model.table import EntryTable, rank_starts
+from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
 from .records import MatchResult
 
 I64 = npt.NDArray[np.int64]
@@ -227,3 +229,27 @@ def held_matches(m: MatchResult, rows: I64) -> MatchResult:
         entry_pair=entry_pair.astype(pairs.entry_pair.dtype),
     )
     return replace(m, collectives=collectives, p2p=p2p, done=m.done[rows])
+
+
+@dataclass(frozen=True)
+class Held:
+    """Part of a job's rows as a table of their own, with their groups and matches renumbered
+    to it, so every rule runs on it unchanged: `rows` are its rows in the job (ascending;
+    None: every row, the table itself)."""
+
+    rows: I64 | None
+    table: EntryTable
+    groups: GroupTable
+    matches: MatchResult
+    whole_ranks: frozenset[int]  # ranks whose every row is held
+
+
+def rows_of(t: EntryTable, rows: I64) -> EntryTable:
+    """The table's `rows` (ascending) as a table of their own, block markers renumbered."""
+    columns: dict[str, Any] = {name: getattr(t, name)[rows] for name, _ in TABLE_COLUMNS}
+    for name in ("rank", "row_in_rank"):
+        columns[name] = getattr(t, name)[rows]
+    marker = columns["marker"]
+    inside = marker >= 0
+    marker[inside] = np.searchsorted(rows, marker[inside])
+    return replace(t, **columns)

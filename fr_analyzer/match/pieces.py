@@ -1,0 +1,89 @@
+"""The rows a diagnosis reads, taken of the parts that matched the job, with no table and no
+whole `MatchResult`: each part gives its piece (`partitions.piece`: its result over its
+closed frontier, the collectives its findings are about and the rows the diagnosis asks for,
+alone), the pieces are merged over the rows they hold (`merging.merge_held`), and only those
+rows' columns are fetched (`Pieces.fetch`: a cluster's shards, or a table). It is the
+diagnosis' `Reads` (`diagnosis.frontier`) for a driver that holds no table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model.groups import GroupTable
+from ..model.records import Finding
+from ..model.table import EntryTable
+from .frontier import Held, Wanted, about
+from .merging import merge_held
+from .partitions import Part, PartMatch, Shared, piece
+
+I64 = npt.NDArray[np.int64]
+
+Fetch = Callable[[I64], EntryTable]
+"""The job's `rows` (ascending) as a table of their own, block markers renumbered to them."""
+
+
+class Pieces:
+    """A diagnosis' rows from the job's parts (each with its final result) and `fetch`.
+    `lists`: a table of no rows with the job's lists of distinct values (every part codes by
+    them); `rows_by_rank`: each rank's rows in the job (its profile's)."""
+
+    def __init__(
+        self,
+        job: Shared,
+        lists: EntryTable,
+        groups: GroupTable,
+        parts: Sequence[tuple[Part, PartMatch]],
+        fetch: Fetch,
+        rows_by_rank: Mapping[int, int],
+        findings: Sequence[Finding] = (),
+    ) -> None:
+        self.job, self.lists, self.groups, self.parts = job, lists, groups, parts
+        self.fetch, self.rows_by_rank = fetch, dict(rows_by_rank)
+        self._about = about(findings)
+        self._made: tuple[I64, npt.NDArray[np.int32], Held] | None = None
+        self.read = 0  # pieces taken: each part once a pass
+
+    @property
+    def n(self) -> int:
+        """The job's rows."""
+        return sum(self.rows_by_rank.values())
+
+    def select(self, wanted: Wanted) -> I64:
+        """Every part's piece with the collectives of the findings and `wanted`, merged."""
+        asked = replace(wanted, units=wanted.units | self._about)
+        got = [piece(part, done, asked) for part, done in self.parts]
+        self.read += len(got)
+        rows, group, matches = merge_held(self.job, self.lists, got)
+        held = Held(rows, self.lists, replace(self.groups, entry_group=group), matches, frozenset())
+        self._made = (rows, group, held)
+        return rows
+
+    def held(self, rows: I64) -> Held:
+        """The rows `select` gave last, their columns fetched."""
+        if self._made is None or not np.array_equal(self._made[0], rows):
+            raise ValueError("held rows must be the ones selected last")
+        _, _, made = self._made
+        ranks, counts = np.unique(self.fetch_ranks(rows), return_counts=True)
+        whole = frozenset(
+            r
+            for r, n in zip(ranks.tolist(), counts.tolist(), strict=True)
+            if self.rows_by_rank.get(r) == n
+        )
+        return replace(made, table=self.fetch(rows), whole_ranks=whole)
+
+    def whole(self) -> Held:
+        """Every row of the job: every rank's whole program."""
+        return self.held(self.select(Wanted(ranks=frozenset(self.rows_by_rank))))
+
+    def fetch_ranks(self, rows: I64) -> npt.NDArray[np.int64]:
+        """The rank of each of the job's `rows` (the job's rows come by rank, each rank's as
+        many as `rows_by_rank` says)."""
+        ranks = sorted(self.rows_by_rank)
+        ends = np.cumsum([self.rows_by_rank[r] for r in ranks])
+        at = np.searchsorted(ends, rows, side="right")
+        return np.asarray(ranks, dtype=np.int64)[at]
