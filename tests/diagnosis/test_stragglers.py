@@ -7,19 +7,17 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 from fr_analyzer.diagnosis import lateness, stragglers
-from fr_analyzer.load import Directory
-from fr_analyzer.match import MatchResult, PartMatch, PartRunner, cutting, match, partitions
-from fr_analyzer.model.groups import GroupTable, build_groups, grouped
-from fr_analyzer.model.profile import profiles_of
-from fr_analyzer.model.table import TABLE_COLUMNS, EntryTable, rank_starts
-from fr_analyzer.pipeline import Options, load
+from fr_analyzer.match import MatchResult, PartMatch
+from fr_analyzer.match.frontier import rows_of
+from fr_analyzer.model.groups import GroupTable
+from fr_analyzer.model.table import EntryTable, rank_starts
+from tests.parts import matched
 from tools.frsim.campaign import draw_case, parse_shapes
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
@@ -27,17 +25,6 @@ SLOW = ["nccl_straggler", "gloo3d_straggler", "nccl3d_stall"]
 HEALTHY = ["nccl_healthy", "gloo_healthy"]
 THRESHOLDS = [(50.0, 2000.0), (5.0, 100.0), (0.0, 0.0)]  # (straggler_ms, stall_ms)
 I64 = npt.NDArray[np.int64]
-
-
-def rows_of(t: EntryTable, rows: I64) -> EntryTable:
-    """The table's `rows` (ascending) as a table of their own, block markers renumbered."""
-    columns: dict[str, Any] = {name: getattr(t, name)[rows] for name, _ in TABLE_COLUMNS}
-    for name in ("rank", "row_in_rank"):
-        columns[name] = getattr(t, name)[rows]
-    marker = columns["marker"]
-    inside = marker >= 0
-    marker[inside] = np.searchsorted(rows, marker[inside])
-    return replace(t, **columns)
 
 
 def only(a: lateness.Arrivals, keep: npt.NDArray[np.bool_]) -> lateness.Arrivals:
@@ -129,23 +116,8 @@ def in_slices(
 
 def parts_of(where: Path) -> tuple[EntryTable, GroupTable, MatchResult, list[PartMatch]]:
     """The job matched whole, and its parts as matched in the smallest a runner takes."""
-    got = load(Directory(where), Options(workers=1))
-    t = got.table
-    groups = build_groups(got.dumps, t, got.unreadable)
-    retired = t.retired.copy()
-    whole = match(got.dumps, t, groups)
-    t.retired[:] = retired
-    shape = grouped(t, groups, profiles_of(t))
-    most = max(cutting.sizes(shape, groups, cutting.components(shape, groups)), default=1)
-    sets = cutting.cut_sets(shape, groups, most)
-    job = partitions.shared(got.dumps, t, groups, shape)
-    runner = PartRunner(partitions.in_turn, most_rows=most)
-    if sets is None or len(sets) < 2:
-        return t, groups, whole, [partitions.match_part(partitions.whole(job, t, groups))]
-    done = partitions.rounds(runner, job, t, groups, sets, shape)
-    assert done is not None
-    t.retired[:] = retired
-    return t, groups, whole, done
+    job = matched(where)
+    return job.t, job.groups, job.whole, [done for _, done in job.parts()]
 
 
 def assert_same_in_slices(where: Path) -> list[stragglers.Slowness | None]:

@@ -6,7 +6,6 @@ table reads."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,53 +13,33 @@ import pytest
 
 from fr_analyzer.diagnosis.frontier import Frontier
 from fr_analyzer.load import Directory
-from fr_analyzer.match import Cut, PartMatch, PartRunner, cutting, match, merging, partitions
+from fr_analyzer.match import merging, partitions
 from fr_analyzer.match.frontier import Wanted, held_matches
 from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, load
 from tests.match.test_partitions import assert_same_match
+from tests.parts import matched
 from tools.frsim.campaign import draw_case, parse_shapes
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
 SETS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
 
 
-def pieces(wanted: Wanted) -> Callable[[Iterable[Cut]], Iterator[PartMatch]]:
-    """The runner of a driver that holds no table: each part gives back its frontier alone,
-    with the rows of the collectives its findings are about and those `wanted`."""
-
-    def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
-        for cut in cuts:
-            part = cut.part()
-            yield partitions.piece(part, partitions.match_part(part), wanted)
-
-    return run
-
-
 NOTHING = Wanted()
 
 
 def assert_pieces_merge_as_the_whole(where: Path, smallest: bool, wanted: Wanted = NOTHING) -> int:
-    """The job at `where` cut into parts (the smallest a runner takes, or by family), its
-    pieces merged, against the whole table's result over the same rows; the parts made."""
-    got = load(Directory(where), Options(workers=1))
-    t = got.table
-    groups = build_groups(got.dumps, t, got.unreadable)
-    retired = t.retired.copy()
-    whole = match(got.dumps, t, groups)
-    t.retired[:] = retired
-    shape = grouped(t, groups, profiles_of(t))
-    most = max(cutting.sizes(shape, groups, cutting.components(shape, groups)), default=1)
-    sets = cutting.cut_sets(shape, groups, most if smallest else None)
-    if sets is None or len(sets) < 2:
+    """The job at `where` cut into parts (the smallest a runner takes, or by family), each
+    giving back its piece, merged, against the whole table's result over the same rows; the
+    parts made."""
+    job = matched(where)
+    t, groups, whole = job.t, job.groups, job.whole
+    made = job.parts(True, smallest, lambda part, done: partitions.piece(part, done, wanted))
+    if len(made) < 2:
         return 1
-    job = partitions.shared(got.dumps, t, groups, shape, frontier=True)
-    runner = PartRunner(pieces(wanted), most_rows=most)
-    done = partitions.rounds(runner, job, t, groups, sets, shape)
-    assert done is not None
-    t.retired[:] = retired
-    rows, group, merged = merging.merge_held(job, t, done)
+    shared = partitions.shared(job.got.dumps, t, groups, job.shape, frontier=True)
+    rows, group, merged = merging.merge_held(shared, t, [done for _, done in made])
 
     reads = Frontier(t, groups, whole)
     closed = reads.with_units(reads.rows(), whole.findings, wanted.units)
@@ -72,7 +51,7 @@ def assert_pieces_merge_as_the_whole(where: Path, smallest: bool, wanted: Wanted
     # and the diagnosis' own view of those rows, made from the whole table
     held = reads.held(closed)
     assert_same_match(merged, held.matches)
-    return len(done)
+    return len(made)
 
 
 @pytest.mark.parametrize("name", SETS)

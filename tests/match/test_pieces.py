@@ -5,8 +5,6 @@ by row; the same diagnosis as the whole table's, on every sample set and on draw
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +12,12 @@ import numpy as np
 import pytest
 
 from fr_analyzer.diagnosis import Diagnosis, diagnose
-from fr_analyzer.load import Directory
-from fr_analyzer.match import Cut, Part, PartMatch, PartRunner, cutting, match, partitions
+from fr_analyzer.match import partitions
 from fr_analyzer.match.findings import collect
 from fr_analyzer.match.frontier import rows_of
 from fr_analyzer.match.pieces import Pieces
-from fr_analyzer.model.groups import build_groups, grouped
-from fr_analyzer.model.profile import profiles_of
-from fr_analyzer.pipeline import Options, load
+from fr_analyzer.pipeline import Options
+from tests.parts import matched
 from tools.frsim.campaign import draw_case, parse_shapes
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
@@ -31,39 +27,14 @@ SETS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
 def both(where: Path, most_share: float | None = None) -> tuple[Diagnosis, Diagnosis, Pieces]:
     """The job at `where` diagnosed on the whole table, and from its parts' pieces (cut into
     the smallest parts a runner takes), with the source it read."""
-    got = load(Directory(where), Options(workers=1))
-    t = got.table
-    groups = build_groups(got.dumps, t, got.unreadable)
-    retired = t.retired.copy()
-    whole = match(got.dumps, t, groups)
-    after = t.retired.copy()
-    t.retired[:] = retired
-    shape = grouped(t, groups, profiles_of(t))
-    job = partitions.shared(got.dumps, t, groups, shape, frontier=True)
-    most = max(cutting.sizes(shape, groups, cutting.components(shape, groups)), default=1)
-    sets = cutting.cut_sets(shape, groups, most)
-    parts: list[tuple[Part, PartMatch]]
-    if sets is None or len(sets) < 2:
-        one = replace(partitions.whole(job, t, groups), frontier=True)
-        parts = [(one, partitions.match_part(one))]
-    else:
-        made: dict[int, Part] = {}
-
-        def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
-            for cut in cuts:
-                part = cut.part()
-                done = partitions.match_part(part)
-                made[id(done)] = part
-                yield done
-
-        final = partitions.rounds(PartRunner(run, most_rows=most), job, t, groups, sets, shape)
-        assert final is not None
-        parts = [(made[id(done)], done) for done in final]
-    t.retired[:] = after
+    job = matched(where)
+    got, t, groups, whole = job.got, job.t, job.groups, job.whole
+    parts = job.parts(frontier=True)
+    shared = partitions.shared(got.dumps, t, groups, job.shape, frontier=True)
     findings = collect(got.dumps, got.unreadable, t, groups, whole)
     no_rows = rows_of(t, np.zeros(0, np.int64))  # the job's lists of values, no row
     reads = Pieces(
-        job,
+        shared,
         no_rows,
         groups,
         parts,
