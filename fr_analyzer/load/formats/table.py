@@ -216,24 +216,36 @@ class TableBuilder:
             rank[at : at + k] = r
             row_in_rank[at : at + k] = counting[:k]
             at += k
-        interners = self._interners
-        shapes = interners["shapes"].values
-        numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
-        return EntryTable(
-            rank=rank,
-            row_in_rank=row_in_rank,
-            group_names=interners["groups"].values,
-            ops=interners["ops"].values,
-            backends=interners["backends"].values,
-            profiling_names=interners["profiling_names"].values,
-            shapes=shapes,
-            shape_numel=numel,
-            dtypes=interners["dtypes"].values,
-            stacks=interners["stacks"].values,
-            pair_rank=pair_rank,
-            pair_group=pair_group,
-            **columns,
-        )
+        return with_lists(self._interners, pair_rank, pair_group, rank, row_in_rank, columns)
+
+
+def with_lists(
+    interners: Mapping[str, Interner],
+    pair_rank: npt.NDArray[np.int32],
+    pair_group: npt.NDArray[np.int32],
+    rank: npt.NDArray[np.int32],
+    row_in_rank: npt.NDArray[np.int32],
+    columns: Mapping[str, np.ndarray],
+) -> EntryTable:
+    """The table of these rows (`columns`, `rank`, `row_in_rank`) with the job's lists of
+    distinct values (`interners`, by `RECODED`'s table names) and its (rank, group) pairs."""
+    shapes = interners["shapes"].values
+    numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
+    return EntryTable(
+        rank=rank,
+        row_in_rank=row_in_rank,
+        group_names=interners["groups"].values,
+        ops=interners["ops"].values,
+        backends=interners["backends"].values,
+        profiling_names=interners["profiling_names"].values,
+        shapes=shapes,
+        shape_numel=numel,
+        dtypes=interners["dtypes"].values,
+        stacks=interners["stacks"].values,
+        pair_rank=pair_rank,
+        pair_group=pair_group,
+        **columns,
+    )
 
 
 ROW_BYTES = sum(dtype.itemsize for _, dtype in TABLE_COLUMNS) + 8
