@@ -15,7 +15,10 @@ from fr_analyzer.load import Directory, TableBuilder, discover, load_all
 from fr_analyzer.load.formats.lists import Lists
 from fr_analyzer.match.frontier import rows_of
 from fr_analyzer.model.dump import RankDump
+from fr_analyzer.model.groups import build_groups
+from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.model.table import TABLE_COLUMNS, EntryTable
+from fr_analyzer.pipeline import Options, load
 from tools.frsim.campaign import draw_case, parse_shapes
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_dumps"
@@ -88,3 +91,23 @@ def test_rows_before_the_ranks_kept_are_known_is_an_error() -> None:
     none: dict[int, Mapping[str, np.ndarray]] = {}
     with pytest.raises(ValueError, match=r"before Lists\.build"):
         Lists().rows(TableBuilder().build([]), np.zeros(0, np.int64), none.__getitem__)
+
+
+@pytest.mark.parametrize("name", ["nccl3d_skip_world", "gloo3d_pp_recv_missing", "moe_healthy"])
+def test_the_groups_are_rebuilt_from_the_lists_and_the_profiles_with_no_row(name: str) -> None:
+    # what a driver that holds no table knows: the ranks' headers, the table of no rows and
+    # the profiles the map tasks made; each row fetched later takes its group by its pair
+    t, lists, no_rows, own = both(SAMPLES / name)
+    dumps = load(Directory(SAMPLES / name), Options(workers=1)).dumps
+    whole = build_groups(dumps, t, [])
+    held = build_groups(dumps, no_rows, [], profiles_of(t))
+    assert held.groups == whole.groups and held.world_size == whole.world_size
+    assert np.array_equal(held.pair_uid, whole.pair_uid)
+    assert (held.loaded_ranks, held.missing_ranks, held.conflicts) == (
+        whole.loaded_ranks,
+        whole.missing_ranks,
+        whole.conflicts,
+    )
+    rows = np.arange(1, t.n, 2, dtype=np.int64)
+    fetched = lists.rows(no_rows, rows, own.__getitem__)
+    assert np.array_equal(held.pair_uid[fetched.pair], whole.entry_group[rows])
