@@ -112,7 +112,7 @@ def conclude(
     units = matches.collectives
     stats = (
         f"{counted(len(units.seq), 'collective')} and "
-        f"{counted(len(matches.p2p.send_row), 'send/recv pair')} matched across "
+        f"{counted(matches.pairs_matched, 'send/recv pair')} matched across "
         f"{counted(len(summary.ranks_loaded), 'rank')} in {counted(len(groups.groups), 'group')}"
     )
     root = diagnosis.root_cause

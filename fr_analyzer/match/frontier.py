@@ -228,7 +228,9 @@ def held_matches(m: MatchResult, rows: I64) -> MatchResult:
         recv_row=np.searchsorted(rows, pairs.recv_row[kept]).astype(np.int64),
         entry_pair=entry_pair.astype(pairs.entry_pair.dtype),
     )
-    return replace(m, collectives=collectives, p2p=p2p, done=m.done[rows])
+    return replace(
+        m, collectives=collectives, p2p=p2p, done=m.done[rows], pairs_in_job=m.pairs_matched
+    )
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ rows (`match.frontier.held_matches`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -53,7 +54,8 @@ def merge_held(
         lambda p: np.searchsorted(rows, _held_rows(p)).astype(np.int64),
         lambda at: group[at],
     )
-    return rows, group, merged
+    pairs = sum(p.result.pairs_matched for p in got)
+    return rows, group, replace(merged, pairs_in_job=pairs)
 
 
 def _held_rows(p: PartMatch) -> I64:

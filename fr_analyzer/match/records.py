@@ -129,3 +129,11 @@ class MatchResult:
     # (`match.frontier.closed_window`), ascending, where the parts that matched the job found
     # and closed them; None: not found yet (the diagnosis finds them)
     frontier: npt.NDArray[np.int64] | None = None
+    # a result over some rows only (`match.frontier.held_matches`): the pairs matched in the
+    # whole job, of which `p2p` holds those of its rows; None: `p2p` holds every pair
+    pairs_in_job: int | None = None
+
+    @property
+    def pairs_matched(self) -> int:
+        """The send/recv pairs matched in the job."""
+        return len(self.p2p.send_row) if self.pairs_in_job is None else self.pairs_in_job

@@ -105,7 +105,7 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             "groups": len(analysis.groups.groups),
             "collectives": len(units.seq),
             "collectives_passed": int(units.passed.sum()),
-            "p2p_pairs": len(analysis.matches.p2p.send_row),
+            "p2p_pairs": analysis.matches.pairs_matched,
         },
         "stacks": [
             {

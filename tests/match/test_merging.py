@@ -48,6 +48,7 @@ def assert_pieces_merge_as_the_whole(where: Path, smallest: bool, wanted: Wanted
     assert np.array_equal(group, groups.entry_group[closed])
     assert_same_match(merged, held_matches(whole, closed))
     assert merged.frontier is not None and np.array_equal(merged.frontier, np.arange(len(rows)))
+    assert merged.pairs_matched == whole.pairs_matched  # the job's, not the rows held
     # and the diagnosis' own view of those rows, made from the whole table
     held = reads.held(closed)
     assert_same_match(merged, held.matches)
