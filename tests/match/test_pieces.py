@@ -1,6 +1,7 @@
 """The diagnosis read from the parts that matched the job (`match.pieces.Pieces`): no table and
 no whole match result, only each part's piece and the columns of the rows they hold, fetched
-by row; the same diagnosis as the whole table's, on every sample set and on drawn jobs."""
+by row; the same diagnosis as the whole table's, on drawn jobs (and on every sample set, with
+the findings and the conclusion too: tests/end_to_end/test_no_table.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from tests.parts import matched
 from tools.frsim.campaign import draw_case, parse_shapes
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
-SETS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
 
 
 def both(where: Path, most_share: float | None = None) -> tuple[Diagnosis, Diagnosis, Pieces]:
@@ -46,16 +46,7 @@ def both(where: Path, most_share: float | None = None) -> tuple[Diagnosis, Diagn
     return diagnose(*args), diagnose(*args, most_share=most_share, reads=reads), reads
 
 
-@pytest.mark.parametrize("name", SETS)
-def test_every_sample_set_diagnosed_from_its_parts_pieces_is_diagnosed_as_a_whole(
-    name: str,
-) -> None:
-    whole, pieces, reads = both(SAMPLES / name, most_share=1.0)
-    assert pieces == whole
-    assert reads.read >= len(reads.parts)
-
-
-@pytest.mark.parametrize("seed", [*range(0, 2000, 131), 3, 26, 291])
+@pytest.mark.parametrize("seed", [*range(0, 2000, 200), 3, 26, 291])
 def test_drawn_jobs_diagnosed_from_their_parts_pieces_are_diagnosed_as_a_whole(seed: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         draw_case(seed, parse_shapes("all"), None).write(Path(d), None)
