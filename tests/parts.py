@@ -65,7 +65,8 @@ class Job:
 
         if sets is None or len(sets) < 2:
             one = replace(partitions.whole(job, t, groups), frontier=frontier)
-            final = list(run_whole(one, then))
+            done = partitions.match_part(one)
+            final = [done if then is None else then(one, done)]
             made[id(final[0])] = one
         else:
             got = partitions.rounds(
@@ -78,11 +79,6 @@ class Job:
 
 
 Piecer = Callable[[Part, PartMatch], PartMatch]
-
-
-def run_whole(part: Part, then: Piecer | None) -> Iterator[PartMatch]:
-    done = partitions.match_part(part)
-    yield done if then is None else then(part, done)
 
 
 def matched(where: Path) -> Job:

@@ -40,34 +40,25 @@ def merge_held(
     renumbered to them, as `match.frontier.held_matches` makes them of the whole result
     (every unit, each with its rows held; the pairs of the rows held). `t` gives the job's
     lists of distinct values only: no row of it is read."""
-    rows = np.concatenate([np.zeros(0, np.int64), *(_held_rows(p) for p in got)])
+    pieces = [_piece(p) for p in got]
+    rows = np.concatenate([np.zeros(0, np.int64), *(r for r, _ in pieces)])
     order = np.argsort(rows, kind="stable")
     rows = rows[order]
-    group = np.concatenate([np.zeros(0, np.int32), *(_held_groups(p) for p in got)])[order].astype(
-        np.int32
-    )
-    merged = _merged(
-        job,
-        t,
-        len(rows),
-        got,
-        lambda p: np.searchsorted(rows, _held_rows(p)).astype(np.int64),
-        lambda at: group[at],
-    )
+    group = np.concatenate([np.zeros(0, np.int32), *(g for _, g in pieces)])[order]
+    at = {
+        id(p): np.searchsorted(rows, r).astype(np.int64)
+        for p, (r, _) in zip(got, pieces, strict=True)
+    }
+    merged = _merged(job, t, len(rows), got, lambda p: at[id(p)], lambda i: group[i])
     pairs = sum(p.result.pairs_matched for p in got)
-    return rows, group, replace(merged, pairs_in_job=pairs)
+    return rows, group.astype(np.int32), replace(merged, pairs_in_job=pairs)
 
 
-def _held_rows(p: PartMatch) -> I64:
+def _piece(p: PartMatch) -> tuple[I64, npt.NDArray[np.int32]]:
+    """A piece's rows in the table and the group of each."""
     if p.rows is None or p.entry_group is None:
         raise ValueError(f"part {p.index} was matched whole, not as a piece (`partitions.piece`)")
-    return p.rows
-
-
-def _held_groups(p: PartMatch) -> npt.NDArray[np.int32]:
-    if p.entry_group is None:
-        raise ValueError(f"part {p.index} was matched whole, not as a piece (`partitions.piece`)")
-    return p.entry_group
+    return p.rows, p.entry_group
 
 
 def _merged(

@@ -68,22 +68,15 @@ class Pieces:
         if self._made is None or not np.array_equal(self._made[0], rows):
             raise ValueError("held rows must be the ones selected last")
         _, _, made = self._made
-        ranks, counts = np.unique(self.fetch_ranks(rows), return_counts=True)
+        table = self.fetch(rows)
+        ranks, counts = np.unique(table.rank, return_counts=True)
         whole = frozenset(
             r
             for r, n in zip(ranks.tolist(), counts.tolist(), strict=True)
             if self.rows_by_rank.get(r) == n
         )
-        return replace(made, table=self.fetch(rows), whole_ranks=whole)
+        return replace(made, table=table, whole_ranks=whole)
 
     def whole(self) -> Held:
         """Every row of the job: every rank's whole program."""
         return self.held(self.select(Wanted(ranks=frozenset(self.rows_by_rank))))
-
-    def fetch_ranks(self, rows: I64) -> npt.NDArray[np.int64]:
-        """The rank of each of the job's `rows` (the job's rows come by rank, each rank's as
-        many as `rows_by_rank` says)."""
-        ranks = sorted(self.rows_by_rank)
-        ends = np.cumsum([self.rows_by_rank[r] for r in ranks])
-        at = np.searchsorted(ends, rows, side="right")
-        return np.asarray(ranks, dtype=np.int64)[at]
