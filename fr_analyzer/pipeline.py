@@ -49,8 +49,9 @@ from .load import (
     read_job_logs,
     read_manifest,
 )
-from .match import MatchResult, PartRunner, match
+from .match import MatchResult, PartMatch, PartRunner, match
 from .match.findings import collect
+from .match.frontier import Wanted
 from .memory import collector_paused, small_pages
 from .model.dump import RankDump, Reader, Writer
 from .model.groups import GroupTable, build_groups, grouped
@@ -114,6 +115,34 @@ class Engine(Protocol):
         rows were read; None: made from the table."""
         ...
 
+    def kept_rows(self) -> KeptRows | None:
+        """Where the rows of the last read are kept, the driver holding no table (None: they
+        went into the table, through the sink)."""
+        ...
+
+
+class KeptRows(Protocol):
+    """The rows of a job kept where an engine read them (`cluster.kept`), for a driver that
+    holds no table: only the job's lists of values come to it (`build`), and of the rows
+    only those a diagnosis holds (`fetch`), by the parts' pieces (`take`). The analysis
+    over them is `kept`'s."""
+
+    def build(self, ranks: Sequence[int]) -> EntryTable:
+        """The table of no rows of the ranks kept in the job: every list of values."""
+        ...
+
+    def fetch(self, lists: EntryTable, rows: npt.NDArray[np.int64]) -> EntryTable:
+        """The job's `rows` (ascending) as a table of their own (`lists`: `build`'s)."""
+        ...
+
+    def take(self, final: Sequence[PartMatch], wanted: Wanted) -> list[PartMatch]:
+        """Each part's piece of its final result (`final`: the rounds' briefs of them)."""
+        ...
+
+    def release(self) -> None:
+        """The analysis is over: what is kept may go."""
+        ...
+
 
 class InProcess:
     """The default engine: this process reads, its forked workers decode (`load.load_all`)."""
@@ -133,6 +162,10 @@ class InProcess:
 
     def profiles(self) -> Profiles | None:
         """Made from the table, here."""
+        return None
+
+    def kept_rows(self) -> KeptRows | None:
+        """Every row goes into the table."""
         return None
 
     def read(
@@ -189,6 +222,12 @@ class Analysis:
     conclusion: Conclusion
     series: series_mod.Series | None = None  # several snapshots compared: the newest is analyzed
     python_stacks: PythonStacks | None = None  # each rank's Python threads at the snapshot
+    rows_in_job: int | None = None  # the job's rows, where `table` holds some only (`kept`)
+
+    @property
+    def entries(self) -> int:
+        """The job's entries (rows), whether or not `table` holds them all."""
+        return self.table.n if self.rows_in_job is None else self.rows_in_job
 
 
 @dataclass(frozen=True)
@@ -207,6 +246,8 @@ class Loaded:
     other_files: Sequence[DumpFile] | None = None
     engine: str = ""  # where the files were read (`Engine.label`; "" for this process)
     profiles: Profiles | None = None  # the ranks' profiles, where the engine made them
+    # the rows, where the engine keeps them (`table` then has none: `KeptRows.build`)
+    rows: KeptRows | None = None
 
 
 def load(where: Path | Source, options: Options, progress: Progress | None = None) -> Loaded:
@@ -301,6 +342,7 @@ def _load_files(
         tuple(notes),
         engine=engine.label,
         profiles=engine.profiles(),
+        rows=engine.kept_rows(),
     )
 
 
@@ -327,7 +369,9 @@ def _read(
             loaded, unreadable, options.ft_group_world_size
         )
         loaded.sort(key=lambda d: d.rank)
-        return loaded, unreadable, builder.build([d.rank for d in loaded])
+        ranks = [d.rank for d in loaded]
+        kept = engine.kept_rows()
+        return loaded, unreadable, builder.build(ranks) if kept is None else kept.build(ranks)
 
     if options.cache is not None:
         salt = f"{options.max_file_bytes}:{options.ft_group_world_size}"
@@ -422,8 +466,12 @@ def _analyze(
     compared: series_mod.Series | None = None,
     progress: Progress | None = None,
 ) -> Analysis:
+    if got.rows is not None:  # the driver holds no table
+        from .kept import analyze_kept
+
+        return analyze_kept(got, options, compared, progress)
     loaded, unreadable, table = got.dumps, got.unreadable, got.table
-    step = _stages(progress)
+    step = stages(progress)
     with collector_paused(), small_pages():
         profiles = _profiles(got)
         groups = build_groups(loaded, table, unreadable, profiles)
@@ -434,7 +482,7 @@ def _analyze(
         matches = match(loaded, table, groups, runner, frontier, shape)
         step()
         findings = collect(loaded, unreadable, table, groups, matches)
-        summary = _summary(got, groups, matches.notes)
+        summary = summary_of(got, groups, matches.notes)
         step()
         timed_out = read_job_logs(options.job_logs)
         diagnosis = diagnose(
@@ -606,7 +654,7 @@ def _kept_key(got: Loaded, options: Options) -> str | None:
     return json.dumps(key, separators=(",", ":"))
 
 
-def _stages(progress: Progress | None) -> Callable[[], None]:
+def stages(progress: Progress | None) -> Callable[[], None]:
     """A function to call after each stage of the analysis: reports `ANALYZING` (first at 0)."""
     if progress is None:
         return lambda: None
@@ -620,7 +668,8 @@ def _stages(progress: Progress | None) -> Callable[[], None]:
     return step
 
 
-def _summary(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> DumpSummary:
+def summary_of(got: Loaded, groups: GroupTable, notes: tuple[str, ...] = ()) -> DumpSummary:
+    """What was loaded, and the warnings about it (`notes`: matching's)."""
     loaded, unreadable, table, found = got.dumps, got.unreadable, got.table, got.found
     versions: dict[str, list[int]] = {}
     for dump in loaded:

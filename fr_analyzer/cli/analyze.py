@@ -101,10 +101,14 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
 
 @contextmanager
-def engine_options(options: Options, kind: EngineKind, address: str | None) -> Iterator[Options]:
+def engine_options(
+    options: Options, kind: EngineKind, address: str | None, *, rows_in_driver: bool = True
+) -> Iterator[Options]:
     """`options` with the engine asked for, for the time of the `with` block: on Ray, the
     cluster joined (or started) before it and left after it, and the entry table out of core
-    from the start (in `--table-dir`, else the system's temp folder)."""
+    from the start (in `--table-dir`, else the system's temp folder). `rows_in_driver`
+    False: on Ray, the rows stay in the cluster's store and the driver holds no table
+    (`fr_analyzer.kept`), nor a cache of the ranks (which keeps the table)."""
     if kind is EngineKind.PROCESS:
         if address is not None:
             raise UsageError("--ray-address goes with --engine ray")
@@ -117,7 +121,8 @@ def engine_options(options: Options, kind: EngineKind, address: str | None) -> I
     with connect(address or os.environ.get(RAY_ADDRESS_ENV) or None) as cluster:
         yield dataclasses.replace(
             options,
-            engine=RayEngine(cluster),
+            engine=RayEngine(cluster, rows_in_driver=rows_in_driver),
+            cache=options.cache if rows_in_driver else None,
             # the driver is the one process that does not scale out: its entry table out of
             # core from the start (the kernel's to page), however large the job
             table_dir=options.table_dir or Path(tempfile.gettempdir()),
@@ -568,7 +573,9 @@ def analyze(
             "--selected-ranks, --pg-filters, --print-stack-trace, --around-root, "
             "--all-entries, --last and --context go with -j"
         )
-    with engine_options(options, engine, ray_address) as options:
+    # the text report and the JSON one need no table: on Ray, the driver then holds none
+    rows_in_driver = len(sources) > 1 or outputs.show_entries()
+    with engine_options(options, engine, ray_address, rows_in_driver=rows_in_driver) as options:
         code = analyze_dumps(
             sources,
             options,

@@ -55,6 +55,11 @@ class Outputs:
             found.append((for_database(self.database), self.database))
         return [(renderer, path) for renderer, path in found if path is not None]
 
+    def show_entries(self) -> bool:
+        """Whether an output asked for shows the job's entries (the database, the HTML
+        report, `--out-dir`'s): the text and JSON reports do not."""
+        return self.database is not None or self.html is not None or self.out_dir is not None
+
     def paths(self) -> list[Path]:
         """The files asked for, in the order they are written (`--out-dir` apart)."""
         return [path for _, path in self.renderers()]

@@ -48,7 +48,7 @@ def match_parts(cuts: Iterable[Cut], *, window: int, retries: int) -> Iterator[P
             if not pending:
                 break
             yield next_done(
-                ray, pending, lambda stored, exc: _noted(match_columns(*ray.get(stored)), exc)
+                ray, pending, lambda stored, exc: noted(match_columns(*ray.get(stored)), exc)
             )
     except BaseException:  # Ctrl-C, or the driver failing: nothing left running
         for ref in pending:
@@ -79,10 +79,10 @@ def next_done(
 
 def matched_here(cut: Cut, exc: BaseException) -> PartMatch:
     """A part whose task failed past its retries, matched in the driver, with a note."""
-    return _noted(match_part(cut.part()), exc)
+    return noted(match_part(cut.part()), exc)
 
 
-def _noted(got: PartMatch, exc: BaseException) -> PartMatch:
+def noted(got: PartMatch, exc: BaseException) -> PartMatch:
     """The part's result with a note that its task failed (the report's warnings say it)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     groups = ", ".join(str(u) for u in _uids(got)) or "none"

@@ -36,12 +36,14 @@ from ..load import (
     TableBuilder,
     load_all,
 )
+from ..load.formats.lists import Lists
 from ..match import Cut, PartMatch, PartRunner
 from ..model.profile import Profiles, joined, profiles_of
 from ..model.records import UnreadableDump
 from .connect import Cluster, ClusterError, import_arrow, import_ray, wait_one
+from .kept import ClusterRows
 from .parts import match_parts
-from .shuffle import Kept, Split, match_split, seen, split_shards
+from .shuffle import Kept, Split, match_split, plans_of_lists, split_shards
 
 if TYPE_CHECKING:
     from ..pipeline import Options
@@ -144,13 +146,22 @@ class ShardColumns:
 class Shard:
     """What one task read: its ranks' headers (with their files' times), each rank's tables
     and columns (in the same order), the files that could not be read, and its ranks'
-    profiles (`model.profile`, made here: the driver decides groups and parts from them)."""
+    profiles (`model.profile`, made here: the driver decides groups and parts from them).
+    `carried`: each rank's group codes its rows carry (each once); `seen`: each rank as
+    `shuffle.Kept.ranks` holds it (what the driver checks the table against)."""
 
     loaded: list[RankDump]
     tables: list[RankTables]
     columns: ShardColumns
     unreadable: list[UnreadableDump]
     profiles: Profiles | None = None
+    carried: tuple[npt.NDArray[np.int64], ...] = ()
+    seen: tuple[tuple[int, int, int, int], ...] = ()
+
+    def apart(self) -> tuple[Shard, ShardColumns]:
+        """The shard's header (every field but the columns, which are left empty) and its
+        columns: two objects in the store, so that a driver may take the header alone."""
+        return replace(self, columns=ShardColumns.of([], [])), self.columns
 
 
 def read_shard(files: Sequence[DumpFile], max_bytes: int, ft_group_world_size: int | None) -> Shard:
@@ -175,10 +186,24 @@ def read_shard(files: Sequence[DumpFile], max_bytes: int, ft_group_world_size: i
         ft_group_world_size=ft_group_world_size,
         job_wide=False,
     )
+    carried = tuple(np.unique(c["group"]).astype(np.int64) for c in columns)
+    seen = tuple(_seen(d.rank, c["record_id"]) for d, c in zip(loaded, columns, strict=True))
     joined_columns = ShardColumns.of([d.rank for d in loaded], columns)
     columns.clear()  # each rank's buffer goes before the profiles' working arrays come
     profiles = profiles_of(builder.build())
-    return Shard(loaded, tables, joined_columns, unreadable, profiles)
+    return Shard(loaded, tables, joined_columns, unreadable, profiles, carried, seen)
+
+
+def read_shard_apart(
+    files: Sequence[DumpFile], max_bytes: int, ft_group_world_size: int | None
+) -> tuple[Shard, ShardColumns]:
+    """The map task (two results: `Shard.apart`): `read_shard`."""
+    return read_shard(files, max_bytes, ft_group_world_size).apart()
+
+
+def _seen(rank: int, ids: np.ndarray) -> tuple[int, int, int, int]:
+    n = len(ids)
+    return (rank, n, int(ids[0]) if n else -1, int(ids[-1]) if n else -1)
 
 
 class RayEngine:
@@ -191,8 +216,11 @@ class RayEngine:
         shard: int | None = None,
         window: int | None = None,
         retries: int = RETRIES,
+        rows_in_driver: bool = True,
     ) -> None:
         self.cluster = cluster
+        # False: the driver holds no table (`kept_rows`): the rows stay in the store
+        self.rows_in_driver = rows_in_driver
         self.shard = shard  # ranks per task (None: `shard_size`)
         self.window = window or max(2, 2 * cluster.cpus)  # shards in flight or waiting
         self.retries = retries
@@ -205,6 +233,7 @@ class RayEngine:
         self.rounds = 0  # runs of parts after the first: questions answered, parts matched again
         self.copied_rounds = 0  # of those, the runs whose parts were copied from the table
         self._split: Split | None = None  # the parts' blocks, for the later rounds
+        self._rows: ClusterRows | None = None  # the rows of the last read (no table)
 
     @property
     def label(self) -> str:
@@ -222,6 +251,8 @@ class RayEngine:
         one group larger is matched whole in the driver, its table out of core."""
         self.matched, self.rounds, self.copied_rounds = "", 0, 0
         self._split = None
+        if self._rows is not None:
+            return self._kept_runner(self._rows)
 
         def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
             kept, self._kept = self._kept, []
@@ -251,6 +282,31 @@ class RayEngine:
             self._split = None
 
         return PartRunner(run, self._most_rows(), whole, end)
+
+    def _kept_runner(self, rows: ClusterRows) -> PartRunner:
+        """Matching where the driver holds no table: the parts split from the kept shards by
+        the job's lists, each result left in the store for the diagnosis (`ClusterRows`)."""
+
+        def run(cuts: Iterable[Cut]) -> Iterator[PartMatch]:
+            cuts = list(cuts)
+            if rows.split is None:
+                made = plans_of_lists(rows.kept, rows.lists)
+                rows.split = split_shards(cuts, rows.kept, {}, retries=self.retries, made=made)
+            assert rows.split is not None
+            got = match_split(cuts, rows.split, retries=self.retries, finals=rows.finals)
+            if got is None:
+                raise AssertionError("a part the first round did not cut")
+            if self.matched:
+                self.rounds += 1
+            self.matched = "from the shards, kept"
+            yield from got
+
+        return PartRunner(run, self._most_rows())
+
+    def kept_rows(self) -> ClusterRows | None:
+        """Where the rows of the last read are kept, the driver holding no table (None: they
+        went into the table, `rows_in_driver`)."""
+        return self._rows
 
     def profiles(self) -> Profiles | None:
         """The profiles of the ranks of the last read, made by the tasks that read them."""
@@ -294,33 +350,37 @@ class RayEngine:
         ray = import_ray()
         if not ray.is_initialized():  # else Ray would start a cluster of its own, unasked
             raise ClusterError("the connection to the Ray cluster was closed before the read")
-        task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(read_shard)
+        task = ray.remote(
+            num_returns=2, max_retries=self.retries, retry_exceptions=False, num_cpus=1
+        )(read_shard_apart)
         size = self.shard or shard_size(len(files), self.cluster.cpus)
         pieces = [list(files[i : i + size]) for i in range(0, len(files), size)]
         loaded: list[RankDump] = []
         unreadable: list[UnreadableDump] = []
         self._kept, self._names, self._profiles = [], {}, []
+        lists = None if self.rows_in_driver else Lists()
+        self._rows = None
         # past this many rows the job's largest part will not fit a task (in a job of groups
         # of a few descriptions, one holds half the rows or more): the shards go as read
         most = self._most_rows()
-        keep_up_to = None if most is None else KEEP_FACTOR * most
+        keep_up_to = None if most is None or lists is not None else KEEP_FACTOR * most
         kept_rows = kept_ranks = 0
         keeping = True
-        pending: deque[tuple[list[DumpFile], Any]] = deque()
+        pending: deque[tuple[list[DumpFile], tuple[Any, Any]]] = deque()
         members = _Members()
         following = 0
         try:
             while following < len(pieces) or pending:
                 while following < len(pieces) and len(pending) < self.window:
                     piece = pieces[following]
-                    ref = task.remote(piece, options.max_file_bytes, options.ft_group_world_size)
-                    pending.append((piece, ref))
+                    refs = task.remote(piece, options.max_file_bytes, options.ft_group_world_size)
+                    pending.append((piece, tuple(refs)))
                     following += 1
-                piece, ref = pending.popleft()
+                piece, (ref, columns_ref) = pending.popleft()
                 shard = _taken(ray, piece, ref)
                 if shard.loaded and keeping:
                     # left in the store for the shuffle (`cluster.shuffle`)
-                    self._kept.append(Kept(ref, seen(shard)))
+                    self._kept.append(Kept(ref, columns_ref, shard.seen))
                     kept_rows += sum(n for _, n, _, _ in self._kept[-1].ranks)
                     kept_ranks += len(shard.loaded)
                     expected = kept_rows * len(files) // max(1, kept_ranks)
@@ -329,11 +389,20 @@ class RayEngine:
                         # large as those read): let them go
                         self._kept, keeping = [], False
                 del ref
-                for dump, tables, arrays in zip(
-                    shard.loaded, shard.tables, shard.columns, strict=True
-                ):
-                    self._names[dump.rank] = dump.groups
-                    sink(_with_tables(dump, tables), arrays)
+                if lists is not None:  # the columns stay in the store
+                    for dump, tables, carried, (_, n, _, _) in zip(
+                        shard.loaded, shard.tables, shard.carried, shard.seen, strict=True
+                    ):
+                        lists.add(dump.rank, dump.groups, tables, carried, n)
+                else:
+                    columns = ray.get(columns_ref) if shard.loaded else ShardColumns.of([], [])
+                    for dump, tables, arrays in zip(
+                        shard.loaded, shard.tables, columns, strict=True
+                    ):
+                        self._names[dump.rank] = dump.groups
+                        sink(_with_tables(dump, tables), arrays)
+                    del columns
+                del columns_ref
                 loaded += members.share(shard.loaded)
                 unreadable += shard.unreadable
                 if shard.profiles is not None:
@@ -342,9 +411,12 @@ class RayEngine:
                 if progress is not None:
                     progress(len(loaded) + len(unreadable), len(files))
         except BaseException:  # Ctrl-C, or the driver failing: nothing left running
-            for _, ref in pending:
+            for _, (ref, _) in pending:
                 ray.cancel(ref, force=True)
             raise
+        if lists is not None:
+            self._rows = ClusterRows(lists, self._kept, self.retries)
+            self._kept = []
         return loaded, unreadable
 
 

@@ -21,22 +21,24 @@ table instead (`cluster.parts`); a part whose rows still come out otherwise is a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..load import RECODED, rank_maps, recode
-from ..match import Cut, PartMatch
-from ..match.partitions import COLUMNS, Part, filled, found_among, match_part
+from ..load.formats.lists import Lists
+from ..match import Cut, PartMatch, completion
+from ..match.frontier import Wanted
+from ..match.partitions import COLUMNS, Part, filled, found_among, match_part, piece
 from ..model.table import EntryTable, rank_starts
-from .connect import ClusterError, import_ray
-from .parts import matched_here, next_done
+from .connect import ClusterError, import_ray, wait_one
+from .parts import matched_here, next_done, noted
 
 if TYPE_CHECKING:
-    from .shards import Shard
+    from .shards import Shard, ShardColumns
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -44,21 +46,13 @@ I64 = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class Kept:
-    """A shard left in the store by the map stage, and what the driver saw of each of its
-    ranks: (rank, rows, first record id, last record id), to check the table against."""
+    """A shard left in the store by the map stage (its header, `ref`, and its columns), and
+    what the driver saw of each of its ranks: (rank, rows, first record id, last record id),
+    to check the table against (`Shard.seen`)."""
 
     ref: Any
+    columns: Any
     ranks: tuple[tuple[int, int, int, int], ...]
-
-
-def seen(shard: Shard) -> tuple[tuple[int, int, int, int], ...]:
-    """Each rank of a shard as `Kept.ranks` holds it."""
-    out = []
-    for dump, columns in zip(shard.loaded, shard.columns, strict=True):
-        ids = columns["record_id"]
-        n = len(ids)
-        out.append((dump.rank, n, int(ids[0]) if n else -1, int(ids[-1]) if n else -1))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -110,14 +104,22 @@ class Block:
     columns: dict[str, np.ndarray]
 
 
-def split(shard: Shard, plan: SplitPlan, codes: Codes, part_of_pair: I32, parts: int) -> Any:
-    """The task: the shard's rows, re-coded as the table has them, cut into one `Block` per
-    part (a tuple; the block alone where there is one part, as Ray returns one object)."""
+def split(
+    shard: Shard,
+    shard_columns: ShardColumns,
+    plan: SplitPlan,
+    codes: Codes,
+    part_of_pair: I32,
+    parts: int,
+) -> Any:
+    """The task: the shard's rows (its header and its columns), re-coded as the table has
+    them, cut into one `Block` per part (a tuple; the block alone where there is one part,
+    as Ray returns one object)."""
     lookups = codes.lookups()
     widths = {name: len(values) for name, values in codes.values.items()}
     pieces: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
     rows: list[I64] = []
-    for dump, tables, columns in zip(shard.loaded, shard.tables, shard.columns, strict=True):
+    for dump, tables, columns in zip(shard.loaded, shard.tables, shard_columns, strict=True):
         start = plan.start.get(dump.rank)
         n = len(columns["record_id"])
         if start is None or not n:
@@ -162,6 +164,60 @@ def match_blocks(frame: Part, size: int, *blocks: Block) -> PartMatch:
     matched (`match.partitions.match_part`): the part `Cut.part` copies from the table.
     `frame` is the part's shell (`Cut.shell`): the rows are numbered here, from the shards,
     `size` of them, as the ranks' profiles count them."""
+    return match_part(assembled(frame, size, *blocks))
+
+
+def match_kept(frame: Part, size: int, *blocks: Block) -> tuple[PartMatch, PartMatch]:
+    """The task for a driver that holds no table (two results): `match_blocks`, as what the
+    rounds read of it (`brief`) and whole (left in the store for `piece_of`)."""
+    done = match_blocks(frame, size, *blocks)
+    return brief(done), done
+
+
+def piece_of(frame: Part, size: int, done: PartMatch, wanted: Wanted, *blocks: Block) -> PartMatch:
+    """The task: the part's piece (`match.partitions.piece`) of its final result `done`,
+    the part made again from its blocks (`assembled`, its silent rows' `retired` cleared as
+    matching clears them)."""
+    part = assembled(frame, size, *blocks)
+    t = part.table
+    t.retired[completion.silent_rows(t, part.quiet)] = False
+    return piece(part, done, wanted)
+
+
+def brief(done: PartMatch) -> PartMatch:
+    """What the rounds of questions read of a part's result (`match.partitions.rounds`: its
+    questions, answers and layouts, its notes and findings), with no array over its rows or
+    units: small, for the driver."""
+    r = done.result
+    return replace(
+        done,
+        rows=None,
+        result=replace(
+            r,
+            collectives=_emptied(r.collectives),
+            p2p=_emptied(r.p2p),
+            done=r.done[:0],
+            frontier=None,
+        ),
+    )
+
+
+_D = TypeVar("_D")
+
+
+def _emptied(record: _D) -> _D:
+    """A dataclass of arrays with every array cut to none of its items."""
+    cut = {
+        f.name: getattr(record, f.name)[:0]
+        for f in fields(record)  # type: ignore[arg-type]
+        if isinstance(getattr(record, f.name), np.ndarray)
+    }
+    return replace(record, **cut)  # type: ignore[type-var]
+
+
+def assembled(frame: Part, size: int, *blocks: Block) -> Part:
+    """A part's table from its block of every shard, in the table's order (`frame`: the
+    part's shell, `Cut.shell`; `size`: its rows, as the ranks' profiles count them)."""
     got = [b for b in blocks if len(b.rows)]
     rows = np.concatenate([b.rows for b in got] or [np.zeros(0, np.int64)])
     order: npt.NDArray[np.intp] | None = None
@@ -187,7 +243,7 @@ def match_blocks(frame: Part, size: int, *blocks: Block) -> PartMatch:
         groups=replace(frame.groups, entry_group=entry_group),
         rank_ends=found_among(rows, frame.rank_ends),
     )
-    return match_part(filled(frame, *(columns[name] for name in COLUMNS)))
+    return filled(frame, *(columns[name] for name in COLUMNS))
 
 
 def plans(kept: list[Kept], t: EntryTable, names: dict[int, list[Any]]) -> list[SplitPlan] | None:
@@ -244,19 +300,38 @@ class Split:
         return got[1] if got is not None and got[0] == cut.uids else None
 
 
+def plans_of_lists(kept: list[Kept], lists: Lists) -> list[SplitPlan]:
+    """Each kept shard's plan, from the job's lists (`load.formats.lists`) where the driver
+    holds no table: the shards' ranks are the table's by construction."""
+    starts = lists.starts()
+    out = []
+    for shard in kept:
+        ranks = [r for r, *_ in shard.ranks if r in starts]
+        out.append(SplitPlan({r: starts[r] for r in ranks}, {r: lists.pairs(r) for r in ranks}))
+    return out
+
+
 def split_shards(
-    cuts: list[Cut], kept: list[Kept], names: dict[int, list[Any]], *, retries: int
+    cuts: list[Cut],
+    kept: list[Kept],
+    names: dict[int, list[Any]],
+    *,
+    retries: int,
+    made: list[SplitPlan] | None = None,
 ) -> Split | None:
     """The parts' blocks, one split task per kept shard (None: the table's rows are not the
     shards'). Takes `kept` over: emptied once every shard's split task holds it, so that
-    each shard leaves the store as soon as it is split."""
+    each shard leaves the store as soon as it is split; with the plans `made` (a driver
+    that holds no table, `plans_of_lists`), `kept` stays: the rows are fetched from it."""
     ray = import_ray()
     if not ray.is_initialized():
         raise ClusterError("the connection to the Ray cluster was closed before matching")
     if not cuts:
         return Split({})
     t, groups = cuts[0].table, cuts[0].groups
-    made = plans(kept, t, names)
+    keep = made is not None
+    if made is None:
+        made = plans(kept, t, names)
     if made is None:
         return None
     part_of_uid = np.full(len(groups.groups) + 1, -1, dtype=np.int32)
@@ -269,16 +344,21 @@ def split_shards(
     shared_codes, shared_map = ray.put(codes_of(t)), ray.put(part_of_pair)
     blocks = []
     for shard, plan in zip(kept, made, strict=True):
-        got = splitter.remote(shard.ref, plan, shared_codes, shared_map, n)
+        got = splitter.remote(shard.ref, shard.columns, plan, shared_codes, shared_map, n)
         blocks.append(list(got) if n > 1 else [got])
-    kept.clear()  # each split task holds its shard now: it goes once split
+    if not keep:
+        kept.clear()  # each split task holds its shard now: it goes once split
     return Split({cut.index: (cut.uids, tuple(b[p] for b in blocks)) for p, cut in enumerate(cuts)})
 
 
-def match_split(cuts: list[Cut], parts: Split, *, retries: int) -> Iterator[PartMatch] | None:
+def match_split(
+    cuts: list[Cut], parts: Split, *, retries: int, finals: Finals | None = None
+) -> Iterator[PartMatch] | None:
     """Each part matched in a task of its own from its blocks (None: a part `parts` did not
     cut), the results as they finish; a part whose task failed past its retries is matched
-    in the driver (`cluster.parts.matched_here`)."""
+    in the driver (`cluster.parts.matched_here`). With `finals` (a driver that holds no
+    table), each result stays in the store, kept there by its part (`Finals`), and what
+    comes is its `brief`."""
     ray = import_ray()
     if not ray.is_initialized():
         raise ClusterError("the connection to the Ray cluster was closed before matching")
@@ -288,7 +368,78 @@ def match_split(cuts: list[Cut], parts: Split, *, retries: int) -> Iterator[Part
         if of_part is None:
             return None
         blocks.append(of_part)
+    if finals is not None:
+        return _run_kept(ray, cuts, blocks, retries, finals)
     return _run(ray, cuts, blocks, retries)
+
+
+@dataclass
+class Final:
+    """A part's result left in the store (`done`), with what makes its part again: its
+    shell, its rows and its blocks."""
+
+    done: Any
+    frame: Part
+    size: int
+    blocks: tuple[Any, ...]
+
+
+Finals = dict[int, Final]
+"""Each part's latest result in the store, by the part's place among the job's parts."""
+
+
+def _run_kept(
+    ray: Any, cuts: list[Cut], blocks: list[tuple[Any, ...]], retries: int, finals: Finals
+) -> Iterator[PartMatch]:
+    options = {"max_retries": retries, "retry_exceptions": False, "num_cpus": 1}
+    matcher = ray.remote(num_returns=2, **options)(match_kept)
+    pending: dict[Any, Final] = {}
+    try:
+        for cut, of_part in zip(cuts, blocks, strict=True):
+            frame = cut.shell()
+            short, done = matcher.remote(frame, cut.size, *of_part)
+            pending[short] = Final(done, frame, cut.size, of_part)
+        del blocks
+        while pending:
+            ready = wait_one(ray, list(pending))
+            final = pending.pop(ready)
+            try:
+                got = ray.get(ready)
+            except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
+                # matched here from its blocks, its result put in the store for its pieces
+                whole = noted(match_blocks(final.frame, final.size, *ray.get(final.blocks)), exc)
+                final.done = ray.put(whole)
+                got = brief(whole)
+            assert isinstance(got, PartMatch)
+            finals[got.index] = final
+            yield got
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+
+
+def take_pieces(
+    finals: Finals, indices: Sequence[int], wanted: Wanted, retries: int
+) -> list[PartMatch]:
+    """The piece (`piece_of`) of each part of `indices`, each in a task of its own where its
+    result and blocks are, in the order of `indices`."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        raise ClusterError("the connection to the Ray cluster was closed before the diagnosis")
+    options = {"max_retries": retries, "retry_exceptions": False, "num_cpus": 1}
+    task = ray.remote(**options)(piece_of)
+    at = ray.put(wanted)
+    refs = [
+        task.remote(f.frame, f.size, f.done, at, *f.blocks) for f in (finals[i] for i in indices)
+    ]
+    try:
+        got = ray.get(refs)
+    except BaseException:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise
+    return list(got)
 
 
 def _run(

@@ -148,6 +148,7 @@ def diagnose(
     frontier_from: int | None = None,
     profiles: Profiles | None = None,
     reads: frontier.Reads | None = None,
+    slowness: Callable[[], stragglers.Slowness | None] | None = None,
 ) -> Diagnosis:
     """Where every rank stands, the root cause (if any), and whether the job is hung
     (`timed_out`: the ops the job's log says the watchdog timed out).
@@ -159,21 +160,27 @@ def diagnose(
     same diagnosis (tests/diagnosis/test_frontier.py). `reads`: where those rows come from
     (the table by default; `match.pieces.Pieces`: the parts that matched it, then the frontier
     is read whatever the table's size). Each rank's newest timestamp and the dump's time come
-    from the ranks' profiles (`model.profile`: made from the table when not given)."""
+    from the ranks' profiles (`model.profile`: made from the table when not given). The
+    straggler rule (only where nothing is hung) weighs every completed op of `table`, or
+    is asked of `slowness` where given (a driver that holds no table)."""
     t = table
     if profiles is None:
         profiles = profiles_of(t)
     most_share = MOST_SHARE if most_share is None else most_share
     slow: list[stragglers.Slowness | None] = []
 
-    def slowness() -> stragglers.Slowness | None:
+    def slowest() -> stragglers.Slowness | None:
         if not slow:
             slow.append(
-                stragglers.find(t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms)
+                slowness()
+                if slowness is not None
+                else stragglers.find(
+                    t, groups, matches, thresholds.straggler_ms, thresholds.stall_ms
+                )
             )
         return slow[0]
 
-    whole = Whole(profiles.newest(), dump_time(profiles, dumps), slowness)
+    whole = Whole(profiles.newest(), dump_time(profiles, dumps), slowest)
     args = (dumps, findings, thresholds, series, timed_out, whole)
     if reads is None:
         if not (reads_frontier(t.n) if frontier_from is None else t.n >= frontier_from):

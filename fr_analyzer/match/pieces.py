@@ -25,10 +25,22 @@ I64 = npt.NDArray[np.int64]
 
 Fetch = Callable[[I64], EntryTable]
 """The job's `rows` (ascending) as a table of their own, block markers renumbered to them."""
+Take = Callable[[Wanted], Sequence[PartMatch]]
+"""Every part's piece (`partitions.piece`) with the rows and collectives `wanted`: taken
+wherever the parts are kept (`taken_here`: in this process; a cluster: in its store)."""
+
+
+def taken_here(parts: Sequence[tuple[Part, PartMatch]]) -> Take:
+    """`Take` of parts held here, each with its final result."""
+
+    def take(wanted: Wanted) -> list[PartMatch]:
+        return [piece(part, done, wanted) for part, done in parts]
+
+    return take
 
 
 class Pieces:
-    """A diagnosis' rows from the job's parts (each with its final result) and `fetch`.
+    """A diagnosis' rows from the job's parts (`take`: their pieces) and `fetch`.
     `lists`: a table of no rows with the job's lists of distinct values (every part codes by
     them); `rows_by_rank`: each rank's rows in the job (its profile's)."""
 
@@ -37,16 +49,17 @@ class Pieces:
         job: Shared,
         lists: EntryTable,
         groups: GroupTable,
-        parts: Sequence[tuple[Part, PartMatch]],
+        take: Take,
         fetch: Fetch,
         rows_by_rank: Mapping[int, int],
         findings: Sequence[Finding] = (),
     ) -> None:
-        self.job, self.lists, self.groups, self.parts = job, lists, groups, parts
+        self.job, self.lists, self.groups, self.take = job, lists, groups, take
         self.fetch, self.rows_by_rank = fetch, dict(rows_by_rank)
         self._about = about(findings)
         self._made: tuple[I64, npt.NDArray[np.int32], Held] | None = None
         self.read = 0  # pieces taken: each part once a pass
+        self.passes = 0  # times every part gave its piece
 
     @property
     def n(self) -> int:
@@ -56,8 +69,9 @@ class Pieces:
     def select(self, wanted: Wanted) -> I64:
         """Every part's piece with the collectives of the findings and `wanted`, merged."""
         asked = replace(wanted, units=wanted.units | self._about)
-        got = [piece(part, done, asked) for part, done in self.parts]
+        got = self.take(asked)
         self.read += len(got)
+        self.passes += 1
         rows, group, matches = merge_held(self.job, self.lists, got)
         held = Held(rows, self.lists, replace(self.groups, entry_group=group), matches, frozenset())
         self._made = (rows, group, held)

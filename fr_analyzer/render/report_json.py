@@ -101,7 +101,7 @@ def report_dict(analysis: Analysis, *, cap: int | None = None) -> dict[str, Any]
             for g in analysis.groups.groups
         ],
         "stats": {
-            "entries": analysis.table.n,
+            "entries": analysis.entries,
             "groups": len(analysis.groups.groups),
             "collectives": len(units.seq),
             "collectives_passed": int(units.passed.sum()),

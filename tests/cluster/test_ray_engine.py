@@ -44,6 +44,17 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_dumps"
+SOME = (
+    "nccl3d_skip_world",
+    "gloo3d_pp_recv_missing",
+    "nccl_straggler",
+    "barrier_skipped",
+    "torchcomms_healthy",
+    "nccl_coalesced",
+    "moe_split_mismatch",
+    "nccl_missing_dump",
+)
+"""Sample sets of every kind of rule, for the tests that need not run all of them."""
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +77,63 @@ def _report(where: Path, options: Options) -> dict[str, Any]:
     return doc
 
 
-def test_every_sample_set_gives_the_same_report_on_ray_as_in_one_process(
-    cluster: Cluster,
+def _no_table_built(*args: object) -> None:
+    raise AssertionError("the driver built a table of rows")
+
+
+def test_every_sample_set_gives_the_same_report_on_ray_with_no_table_in_the_driver(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = RayEngine(cluster)
     sets = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
     assert len(sets) >= 60
+    alone = {s.name: _report(s, Options()) for s in sets}
+    # no rank's columns go into a table here: the driver takes headers and lists only
+    monkeypatch.setattr("fr_analyzer.load.TableBuilder.add", _no_table_built)
+    engine = RayEngine(cluster, rows_in_driver=False)
+    differ = []
+    for s in sets:
+        if _report(s, Options(engine=engine)) != alone[s.name]:
+            differ.append(s.name)
+        assert engine.matched == "from the shards, kept", s.name
+    assert differ == []
+
+
+def test_sample_sets_give_the_same_report_on_ray_with_the_table_in_the_driver(
+    cluster: Cluster,
+) -> None:
+    engine = RayEngine(cluster)  # for the outputs that show entries (-o, --html, -j)
+    sets = [SAMPLES / n for n in SOME]
     differ = [s.name for s in sets if _report(s, Options()) != _report(s, Options(engine=engine))]
     assert differ == []
+
+
+def test_a_driver_with_no_table_fetches_only_the_rows_its_diagnosis_holds(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # the benchmark's 3D job (tensor, pipeline and data parallel, 2,000 entries a rank) at
+    # 64 ranks, one rank that never joined a collective: hung
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.gen", "--ranks", "64", "--fault", "not_joined"),
+            *("--writer", "pickle", "--workers", "1", "--out", str(tmp_path)),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    job = tmp_path / "64-not_joined-pickle" / "dumps"
+    alone = _report(job, Options())
+    assert alone["verdict"]["status"] == "hung"
+    engine = RayEngine(cluster, rows_in_driver=False)
+    on_ray = _report(job, Options(engine=engine))
+    assert on_ray == alone
+    kept = engine.kept_rows()
+    assert kept is not None
+    assert on_ray["stats"]["entries"] == 64 * 2000
+    # the frontier's rows, then the programs the rules read: never the whole job
+    assert 0 < kept.most_fetched < 64 * 2000 // 2
+    assert kept.finals == {} and kept.kept == []  # released once the analysis was over
 
 
 @pytest.mark.parametrize("name", ["nccl3d_skip_world", "gloo3d_pp_recv_missing", "hccl_healthy"])
@@ -141,6 +201,13 @@ def test_a_job_too_large_to_keep_lets_its_shards_go_and_one_with_too_large_a_gro
     assert _report(where, Options(engine=engine)) == _report(where, Options())
     assert engine.matched == "" and engine.shards_kept == 0  # a group of 64: let go, whole
 
+    # with no table in the driver, a group larger than a task takes: every row fetched, the
+    # job matched whole here
+    engine = RayEngine(small, shard=2, rows_in_driver=False)
+    assert _report(where, Options(engine=engine)) == _report(where, Options())
+    kept = engine.kept_rows()
+    assert kept is not None and kept.fetched == 495 and engine.matched == ""
+
 
 def test_a_family_too_large_for_a_task_is_matched_in_parts_of_its_groups_that_ask_each_other(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
@@ -163,6 +230,14 @@ def test_a_family_too_large_for_a_task_is_matched_in_parts_of_its_groups_that_as
     assert engine.parts_kept == 0  # the blocks left the store once the rounds were over
     assert on_ray == one_process
     assert not any("Ray task" in w for w in on_ray["dumps"]["warnings"])
+
+    # with no table in the driver: the same rounds, the parts' results left in the store
+    engine = RayEngine(
+        replace(cluster, task_memory=PART_ROW_BYTES * 100), shard=2, rows_in_driver=False
+    )
+    assert _report(where, Options(engine=engine)) == one_process
+    assert engine.matched == "from the shards, kept"
+    assert engine.rounds == 2
 
 
 def test_the_table_kept_out_of_core_on_ray_gives_the_report_one_process_gives(
@@ -313,7 +388,7 @@ def test_a_worker_killed_mid_run_is_retried_and_the_answer_still_comes(
     killer = _Killer()
     killer.start()
     try:
-        on_ray = _report(job, Options(engine=RayEngine(cluster, shard=8)))
+        on_ray = _report(job, Options(engine=RayEngine(cluster, shard=8, rows_in_driver=False)))
     finally:
         killer.stop.set()
         killer.join()
@@ -345,16 +420,16 @@ def test_a_worker_killed_while_matching_is_retried_and_the_answer_still_comes(
 ) -> None:
     job = _two_families(tmp_path, 128, 1000)
     alone = _report(job, Options())
-    engine = RayEngine(cluster)
+    engine = RayEngine(cluster, rows_in_driver=False)  # as the command line runs it
     for _ in range(3):  # a part's task lasts a fraction of a second: the killer may miss it
-        killer = _Killer(task=b"ray::match_blocks")
+        killer = _Killer(task=b"ray::match_kept")
         killer.start()
         try:
             on_ray = _report(job, Options(engine=engine))
         finally:
             killer.stop.set()
             killer.join()
-        assert engine.matched == "from the shards"
+        assert engine.matched == "from the shards, kept"
         assert on_ray == alone  # no part matched in the driver instead: Ray's retry answered
         if killer.killed is not None:
             break

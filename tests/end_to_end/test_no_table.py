@@ -19,10 +19,11 @@ import pytest
 
 from fr_analyzer.conclusion import conclude
 from fr_analyzer.diagnosis import diagnose
+from fr_analyzer.load.formats.lists import taken
 from fr_analyzer.match import partitions
 from fr_analyzer.match.findings import collect
 from fr_analyzer.match.frontier import Wanted
-from fr_analyzer.match.pieces import Pieces
+from fr_analyzer.match.pieces import Pieces, taken_here
 from fr_analyzer.model.groups import build_groups
 from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.model.table import EntryTable
@@ -50,12 +51,12 @@ def test_the_answer_from_pieces_and_fetched_rows_is_the_whole_tables(name: str) 
     ranks = dict(zip(*(v.tolist() for v in np.unique(t.rank, return_counts=True)), strict=True))
 
     def fetch(rows: npt.NDArray[np.int64]) -> EntryTable:
-        return lists.rows(no_rows, rows, own.__getitem__)
+        return lists.rows(no_rows, rows, taken(own))
 
-    first = Pieces(shared, no_rows, groups, parts, fetch, ranks)
+    first = Pieces(shared, no_rows, groups, taken_here(parts), fetch, ranks)
     held = first.held(first.select(Wanted()))
     findings = collect(dumps, unreadable, held.table, held.groups, held.matches)
-    reads = Pieces(shared, no_rows, groups, parts, fetch, ranks, findings)
+    reads = Pieces(shared, no_rows, groups, taken_here(parts), fetch, ranks, findings)
     found = diagnose(
         dumps,
         t,  # only for the straggler rule, where nothing is hung (see above)

@@ -16,7 +16,7 @@ from fr_analyzer.diagnosis import Diagnosis, diagnose
 from fr_analyzer.match import partitions
 from fr_analyzer.match.findings import collect
 from fr_analyzer.match.frontier import rows_of
-from fr_analyzer.match.pieces import Pieces
+from fr_analyzer.match.pieces import Pieces, taken_here
 from fr_analyzer.pipeline import Options
 from tests.parts import matched
 from tools.frsim.campaign import draw_case, parse_shapes
@@ -37,7 +37,7 @@ def both(where: Path, most_share: float | None = None) -> tuple[Diagnosis, Diagn
         shared,
         no_rows,
         groups,
-        parts,
+        taken_here(parts),
         lambda rows: rows_of(t, rows),
         dict(zip(*(v.tolist() for v in np.unique(t.rank, return_counts=True)), strict=True)),
         findings,
@@ -58,4 +58,4 @@ def test_drawn_jobs_diagnosed_from_their_parts_pieces_are_diagnosed_as_a_whole(s
 def test_past_the_share_of_rows_the_whole_job_is_read_from_the_pieces_too(name: str) -> None:
     whole, pieces, reads = both(SAMPLES / name, most_share=0.0)
     assert pieces == whole
-    assert reads.read == 2 * len(reads.parts)  # the frontier, then every rank whole
+    assert reads.passes == 2  # the frontier, then every rank whole

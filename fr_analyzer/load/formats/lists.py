@@ -25,8 +25,9 @@ from .values import Interner
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 
-Columns = Callable[[int], Mapping[str, np.ndarray]]
-"""`columns(rank)`: the rank's own columns, as it was read (codes into its own tables)."""
+Columns = Callable[[int, I64], Mapping[str, np.ndarray]]
+"""`columns(rank, rows)`: the rank's own columns at its `rows` (numbered in the rank, ascending),
+as it was read (codes into its own tables)."""
 
 
 @dataclass(frozen=True)
@@ -86,29 +87,49 @@ class Lists:
         none = np.zeros(0, np.int32)
         return with_lists(self._interners, pair_rank, pair_group, none, none, empty)
 
-    def rows(self, lists: EntryTable, rows: I64, columns: Columns) -> EntryTable:
-        """The job's `rows` (ascending) as a table of their own, as `TableBuilder` made them
-        (block markers renumbered to these rows), from each of their ranks' own columns;
-        `lists`: the table `build` gave."""
+    def starts(self) -> dict[int, int]:
+        """Each kept rank's first row in the job (after `build`), by rank."""
+        if self._number is None:
+            raise ValueError("Lists.starts before Lists.build")
+        return dict(self._starts)
+
+    def pairs(self, rank: int) -> I32:
+        """The job's (rank, group) pair of each of the rank's own group codes (-1: a pair no
+        row carries), after `build`."""
+        if self._number is None:
+            raise ValueError("Lists.pairs before Lists.build")
+        return self._number[self._ranks[rank].pair]
+
+    def asked(self, rows: I64) -> dict[int, I64]:
+        """The job's `rows` (ascending) by rank, numbered in the rank (after `build`)."""
         if self._number is None:
             raise ValueError("Lists.rows before Lists.build")
-        number = self._number
         ranks = sorted(self._starts)
         starts = np.array([self._starts[r] for r in ranks], dtype=np.int64)
         which = np.searchsorted(starts, rows, side="right") - 1
+        cut = np.flatnonzero(np.diff(which)) + 1
+        bounds = zip(np.r_[0, cut].tolist(), np.r_[cut, len(rows)].tolist(), strict=True)
+        return {ranks[int(which[a])]: rows[a:b] - starts[int(which[a])] for a, b in bounds if b > a}
+
+    def rows(self, lists: EntryTable, rows: I64, columns: Columns) -> EntryTable:
+        """The job's `rows` (ascending) as a table of their own, as `TableBuilder` made them
+        (block markers renumbered to these rows), from each of their ranks' own columns at
+        those rows (`columns`); `lists`: the table `build` gave."""
+        number = self._number
+        if number is None:
+            raise ValueError("Lists.rows before Lists.build")
         pieces: dict[str, list[np.ndarray]] = {col: [] for col, _ in TABLE_COLUMNS}
         rank_col: list[I32] = []
         in_rank: list[I32] = []
-        for at in np.unique(which).tolist():
-            rank, start = ranks[at], int(starts[at])
-            local = rows[which == at] - start
-            own = columns(rank)
+        for rank, local in self.asked(rows).items():
+            start = self._starts[rank]
+            own = columns(rank, local)
             info = self._ranks[rank]
             for col, dtype in TABLE_COLUMNS:
                 if col == "pair":
-                    values = number[info.pair[own["group"][local].astype(np.int64)]]
+                    values = number[info.pair[own["group"].astype(np.int64)]]
                 else:
-                    values = recode(col, own[col][local], info.maps)
+                    values = recode(col, own[col], info.maps)
                 values = np.asarray(values).astype(dtype)  # widened, as the builder does
                 if col == "marker":
                     values[values >= 0] += start
@@ -129,3 +150,12 @@ class Lists:
             np.concatenate([np.zeros(0, np.int32), *in_rank]),
             named,
         )
+
+
+def taken(own: Mapping[int, Mapping[str, np.ndarray]]) -> Columns:
+    """`Columns` of the ranks' whole columns in memory, by rank (for `Lists.rows`)."""
+
+    def at(rank: int, rows: I64) -> Mapping[str, np.ndarray]:
+        return {name: values[rows] for name, values in own[rank].items()}
+
+    return at

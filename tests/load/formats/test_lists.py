@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fr_analyzer.load import Directory, TableBuilder, discover, load_all
-from fr_analyzer.load.formats.lists import Lists
+from fr_analyzer.load.formats.lists import Lists, taken
 from fr_analyzer.match.frontier import rows_of
 from fr_analyzer.model.dump import RankDump
 from fr_analyzer.model.groups import build_groups
@@ -76,7 +76,7 @@ def test_rows_fetched_from_the_ranks_own_columns_are_the_tables_rows(
     draw = np.random.default_rng(7)
     for share in (1.0, 0.5, 0.05):
         rows = np.flatnonzero(draw.random(t.n) < share).astype(np.int64)
-        assert_same_rows(lists.rows(no_rows, rows, own.__getitem__), rows_of(t, rows))
+        assert_same_rows(lists.rows(no_rows, rows, taken(own)), rows_of(t, rows))
 
 
 def test_a_drawn_jobs_rows_fetched_are_its_tables_rows() -> None:
@@ -84,13 +84,13 @@ def test_a_drawn_jobs_rows_fetched_are_its_tables_rows() -> None:
         draw_case(86, parse_shapes("all"), None).write(Path(d), None)
         t, lists, no_rows, own = both(Path(d))
     rows = np.arange(0, t.n, 3, dtype=np.int64)
-    assert_same_rows(lists.rows(no_rows, rows, own.__getitem__), rows_of(t, rows))
+    assert_same_rows(lists.rows(no_rows, rows, taken(own)), rows_of(t, rows))
 
 
 def test_rows_before_the_ranks_kept_are_known_is_an_error() -> None:
     none: dict[int, Mapping[str, np.ndarray]] = {}
     with pytest.raises(ValueError, match=r"before Lists\.build"):
-        Lists().rows(TableBuilder().build([]), np.zeros(0, np.int64), none.__getitem__)
+        Lists().rows(TableBuilder().build([]), np.zeros(0, np.int64), taken(none))
 
 
 @pytest.mark.parametrize("name", ["nccl3d_skip_world", "gloo3d_pp_recv_missing", "moe_healthy"])
@@ -109,5 +109,5 @@ def test_the_groups_are_rebuilt_from_the_lists_and_the_profiles_with_no_row(name
         whole.conflicts,
     )
     rows = np.arange(1, t.n, 2, dtype=np.int64)
-    fetched = lists.rows(no_rows, rows, own.__getitem__)
+    fetched = lists.rows(no_rows, rows, taken(own))
     assert np.array_equal(held.pair_uid[fetched.pair], whole.entry_group[rows])

@@ -1,0 +1,112 @@
+"""The rows of a job left where the cluster read them, for a driver that holds no table
+(`pipeline.KeptRows`).
+
+The map stage leaves each shard's columns in the store and sends the driver its ranks'
+headers: their tables of distinct values, the group codes their rows carry and how many rows
+each has, which the driver takes into the job's lists (`load.formats.lists.Lists`, in the
+order the table builder takes ranks). From those the driver has the table of no rows
+(`build`); the parts are split from the shards by the lists' plans
+(`shuffle.plans_of_lists`) and matched in tasks whose results stay in the store
+(`shuffle.Finals`); the diagnosis takes each part's piece in a task where it lies (`take`)
+and fetches only the rows the pieces hold, one task per shard that has some (`fetch`).
+Everything stays in the store until the analysis is over (`release`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..load.formats.lists import Lists
+from ..match import PartMatch
+from ..match.frontier import Wanted
+from ..model.table import EntryTable
+from .connect import ClusterError, import_ray
+from .shuffle import Finals, Kept, Split, take_pieces
+
+if TYPE_CHECKING:
+    from .shards import ShardColumns
+
+I64 = npt.NDArray[np.int64]
+
+
+class ClusterRows:
+    """The rows of the last read, in the cluster's store (`Kept` shards), and the job's lists
+    of values the driver holds (`lists`)."""
+
+    def __init__(self, lists: Lists, kept: list[Kept], retries: int) -> None:
+        self.lists, self.kept, self.retries = lists, kept, retries
+        self.finals: Finals = {}  # each part's final result, in the store
+        self.split: Split | None = None  # the parts' blocks
+        self.fetched = 0  # rows fetched to the driver, in all (for tests and benchmarks)
+        self.most_fetched = 0  # the most rows fetched at once
+        self._where: dict[int, tuple[int, int]] = {
+            rank: (s, at)
+            for s, shard in enumerate(kept)
+            for at, (rank, *_) in enumerate(shard.ranks)
+        }
+
+    def build(self, ranks: Sequence[int]) -> EntryTable:
+        """The table of no rows of the ranks kept in the job (`Lists.build`)."""
+        return self.lists.build(ranks)
+
+    def fetch(self, lists: EntryTable, rows: I64) -> EntryTable:
+        """The job's `rows` (ascending) as a table of their own, from the shards that hold
+        them: one task per shard, each sending the columns of its rows asked."""
+        ray = _ray()
+        asked = self.lists.asked(rows)
+        by_shard: dict[int, dict[int, I64]] = {}
+        for rank, local in asked.items():
+            s, at = self._where[rank]
+            by_shard.setdefault(s, {})[at] = local
+        task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(
+            rows_of_shard
+        )
+        refs = {s: task.remote(self.kept[s].columns, wanted) for s, wanted in by_shard.items()}
+        got: dict[int, dict[str, np.ndarray]] = {}
+        try:
+            for s, ref in refs.items():
+                ranks = self.kept[s].ranks
+                for at, of_rank in ray.get(ref).items():
+                    got[ranks[at][0]] = of_rank
+        except BaseException:
+            for ref in refs.values():
+                ray.cancel(ref, force=True)
+            raise
+        self.fetched += len(rows)
+        self.most_fetched = max(self.most_fetched, len(rows))
+
+        def columns(rank: int, local: I64) -> dict[str, np.ndarray]:
+            return got[rank]
+
+        return self.lists.rows(lists, rows, columns)
+
+    def take(self, final: Sequence[PartMatch], wanted: Wanted) -> list[PartMatch]:
+        """Each part's piece of its final result (`final`: what the rounds gave of them),
+        with the rows and collectives `wanted`, taken where the part lies."""
+        return take_pieces(self.finals, [p.index for p in final], wanted, self.retries)
+
+    def release(self) -> None:
+        """The analysis is over: everything kept may leave the store."""
+        self.kept, self.finals, self.split = [], {}, None
+
+
+def rows_of_shard(
+    columns: ShardColumns, asked: Mapping[int, npt.NDArray[np.int64]]
+) -> dict[int, dict[str, np.ndarray]]:
+    """The fetch task: the columns of the rows `asked` of each rank of the shard (by its
+    place in the shard; rows numbered in the rank), as the rank was read."""
+    return {
+        at: {name: values[rows] for name, values in columns[at].items()}
+        for at, rows in asked.items()
+    }
+
+
+def _ray() -> Any:
+    ray = import_ray()
+    if not ray.is_initialized():
+        raise ClusterError("the connection to the Ray cluster was closed before the diagnosis")
+    return ray

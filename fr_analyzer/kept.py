@@ -1,0 +1,170 @@
+"""The analysis of a job whose rows the engine keeps where it read them (`pipeline.KeptRows`:
+a Ray cluster's store), the driver holding no table: the same stages as `pipeline._analyze`,
+each over what it needs of the rows.
+
+- Groups and parts: from the ranks' headers, the job's lists of values (the table of no
+  rows) and the ranks' profiles, made where the rows were read.
+- Matching: the parts matched where their rows are, by the same rounds of questions
+  (`match.partitions.rounds`); their results stay there.
+- Findings and diagnosis: each part's piece (`match.partitions.piece`: its frontier, the
+  collectives its findings are about, the rows the rules ask for), merged, and only the
+  rows they hold fetched (`match.pieces.Pieces`); the findings are collected over the first
+  rows held (every unit of the job, each with its rows of the frontier: a finding's
+  collective is held whole).
+- The straggler rule, asked only where nothing is hung, weighs every completed op: there the
+  job's every row is fetched (its passes as tasks, `diagnosis.lateness`, are to come).
+- Where a group is larger than a task takes (or the questions do not settle), every row is
+  fetched and the job analyzed as one process analyzes it.
+
+The answer is the one the whole table gives (tests/cluster/test_ray_engine.py, every sample
+set); the report says how many entries the job has (`Analysis.rows_in_job`), the table it
+carries holds the rows the diagnosis read.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from .conclusion import conclude
+from .diagnosis import Diagnosis, diagnose, stragglers
+from .diagnosis import series as series_mod
+from .load import read_job_logs
+from .match import completion, partitions
+from .match.cutting import cut_sets
+from .match.findings import collect
+from .match.frontier import Wanted
+from .match.pieces import Pieces
+from .memory import collector_paused, small_pages
+from .model.groups import build_groups, grouped
+from .model.records import Finding
+from .model.table import EntryTable
+from .pipeline import Analysis, Loaded, Options, Progress, _analyze, stages, summary_of
+
+
+def analyze_kept(
+    got: Loaded,
+    options: Options,
+    compared: series_mod.Series | None = None,
+    progress: Progress | None = None,
+) -> Analysis:
+    """`pipeline._analyze` of `got`, whose rows its engine keeps (`got.rows`)."""
+    rows, engine = got.rows, options.engine
+    assert rows is not None and engine is not None
+    try:
+        return _analyze_kept(got, options, compared, progress)
+    finally:
+        rows.release()
+
+
+def _analyze_kept(
+    got: Loaded,
+    options: Options,
+    compared: series_mod.Series | None,
+    progress: Progress | None,
+) -> Analysis:
+    kept, engine = got.rows, options.engine
+    assert kept is not None and engine is not None
+    loaded, unreadable, lists = got.dumps, got.unreadable, got.table
+    step = stages(progress)
+    with collector_paused(), small_pages():
+        if got.profiles is None:
+            raise AssertionError("an engine that keeps the rows makes the profiles")
+        profiles = got.profiles.only([d.rank for d in loaded])
+        by_rank = profiles.ranks
+        n = sum(by_rank.values())
+        groups = build_groups(loaded, lists, unreadable, profiles)
+        shape = grouped(lists, groups, profiles)
+        step()
+        runner = engine.match_runner()
+        assert runner is not None
+        job = partitions.shared(loaded, lists, groups, shape, frontier=True)
+        sets = cut_sets(shape, groups, runner.most_rows)
+        final = None
+        if sets is not None:
+            final = partitions.rounds(runner, job, lists, groups, sets, shape)
+        if final is None:  # a group larger than a task takes: matched whole, here
+            every = _fetched(kept.fetch, lists, job.quiet, np.arange(n, dtype=np.int64))
+            whole = replace(got, table=every, rows=None, profiles=profiles)
+            return _analyze(whole, replace(options, engine=None), compared, progress)
+        step()
+        fetch = functools.partial(_fetched, kept.fetch, lists, job.quiet)
+        take = functools.partial(kept.take, final)
+        first = Pieces(job, lists, groups, take, fetch, by_rank)
+        held = first.held(first.select(Wanted()))
+        findings = collect(loaded, unreadable, held.table, held.groups, held.matches)
+        summary = summary_of(got, groups, held.matches.notes)
+        step()
+        reads = Pieces(job, lists, groups, take, fetch, by_rank, findings)
+        thresholds = options.thresholds
+
+        def slowness() -> stragglers.Slowness | None:
+            every = reads.whole()
+            return stragglers.find(
+                every.table,
+                every.groups,
+                every.matches,
+                thresholds.straggler_ms,
+                thresholds.stall_ms,
+            )
+
+        diagnosis = diagnose(
+            loaded,
+            held.table,
+            held.groups,
+            held.matches,
+            findings,
+            thresholds,
+            compared,
+            read_job_logs(options.job_logs),
+            profiles=profiles,
+            reads=reads,
+            slowness=slowness,
+        )
+        step()
+        diagnosis = _stated_by(diagnosis, findings)
+        conclusion = conclude(summary, findings, diagnosis, held.matches, groups)
+        step()
+    return Analysis(
+        summary,
+        tuple(loaded),
+        held.table,
+        held.groups,
+        held.matches,
+        tuple(findings),
+        diagnosis,
+        conclusion,
+        compared,
+        got.python_stacks,
+        rows_in_job=n,
+    )
+
+
+def _stated_by(found: Diagnosis, findings: Sequence[Finding]) -> Diagnosis:
+    """`found` with its root's finding the very one of `findings` it equals: the diagnosis
+    read it of a later merge of the pieces (each pass merges them anew), and the conclusion
+    knows the root's finding by identity."""
+    root = found.root_cause
+    if root is None or root.finding is None or any(f is root.finding for f in findings):
+        return found
+    same = next((f for f in findings if f == root.finding), None)
+    if same is None:
+        return found
+    return replace(found, root_cause=replace(root, finding=same))
+
+
+def _fetched(
+    fetch: Callable[[EntryTable, npt.NDArray[np.int64]], EntryTable],
+    lists: EntryTable,
+    quiet: completion.Quiet,
+    rows: npt.NDArray[np.int64],
+) -> EntryTable:
+    """The job's `rows` fetched, their `retired` cleared where the recorder does not say
+    whether an op finished, as matching clears it in a table (`match.completion`)."""
+    t = fetch(lists, rows)
+    t.retired[completion.silent_rows(t, quiet)] = False
+    return t
