@@ -15,14 +15,18 @@ Everything stays in the store until the analysis is over (`release`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..load import TableBuilder
 from ..load.formats.lists import Lists
 from ..match import PartMatch
 from ..match.frontier import Wanted
+from ..model.dump import RankDump
 from ..model.table import EntryTable
 from .connect import ClusterError, import_ray
 from .shuffle import Finals, Kept, Split, take_pieces
@@ -33,12 +37,30 @@ if TYPE_CHECKING:
 I64 = npt.NDArray[np.int64]
 
 
+@dataclass(frozen=True)
+class TablePlace:
+    """Where a table of every row goes (`load.TableBuilder`): in memory up to `up_to` bytes
+    (None: no bound), past it in files in `on_disk` (None: in memory)."""
+
+    on_disk: Path | None = None
+    up_to: int | None = None
+
+
 class ClusterRows:
     """The rows of the last read, in the cluster's store (`Kept` shards), and the job's lists
     of values the driver holds (`lists`)."""
 
-    def __init__(self, lists: Lists, kept: list[Kept], retries: int) -> None:
+    def __init__(
+        self,
+        lists: Lists,
+        kept: list[Kept],
+        headers: list[list[RankDump]],
+        retries: int,
+        placed: TablePlace = TablePlace(),
+    ) -> None:
         self.lists, self.kept, self.retries = lists, kept, retries
+        self.headers = headers  # each kept shard's ranks, with their tables
+        self.placed = placed
         self.finals: Finals = {}  # each part's final result, in the store
         self.split: Split | None = None  # the parts' blocks
         self.fetched = 0  # rows fetched to the driver, in all (for tests and benchmarks)
@@ -55,8 +77,12 @@ class ClusterRows:
 
     def fetch(self, lists: EntryTable, rows: I64) -> EntryTable:
         """The job's `rows` (ascending) as a table of their own, from the shards that hold
-        them: one task per shard, each sending the columns of its rows asked."""
+        them: one task per shard, each sending the columns of its rows asked. Every row of
+        the job: the table one process builds (`every`)."""
         ray = _ray()
+        starts = self.lists.starts()
+        if len(rows) and len(rows) == sum(self.lists.rows_of(r) for r in starts):
+            return self.every(sorted(starts))
         asked = self.lists.asked(rows)
         by_shard: dict[int, dict[int, I64]] = {}
         for rank, local in asked.items():
@@ -84,6 +110,24 @@ class ClusterRows:
 
         return self.lists.rows(lists, rows, columns)
 
+    def every(self, ranks: Sequence[int]) -> EntryTable:
+        """The job's table of every row of `ranks`, built as the pipeline builds it from the
+        ranks read (`load.TableBuilder`, out of core as `placed` says): each shard's columns
+        taken from the store in turn, in the order the ranks were read."""
+        ray = _ray()
+        builder = TableBuilder(
+            ranks_hint=len(ranks), on_disk=self.placed.on_disk, in_memory_up_to=self.placed.up_to
+        )
+        for shard, headers in zip(self.kept, self.headers, strict=True):
+            columns: ShardColumns = ray.get(shard.columns)
+            for dump, arrays in zip(headers, columns, strict=True):
+                builder.add(dump, arrays)
+            del columns
+        table = builder.build(ranks)
+        self.fetched += table.n
+        self.most_fetched = max(self.most_fetched, table.n)
+        return table
+
     def take(self, final: Sequence[PartMatch], wanted: Wanted) -> list[PartMatch]:
         """Each part's piece of its final result (`final`: what the rounds gave of them),
         with the rows and collectives `wanted`, taken where the part lies."""
@@ -91,7 +135,7 @@ class ClusterRows:
 
     def release(self) -> None:
         """The analysis is over: everything kept may leave the store."""
-        self.kept, self.finals, self.split = [], {}, None
+        self.kept, self.headers, self.finals, self.split = [], [], {}, None
 
 
 def rows_of_shard(

@@ -41,7 +41,7 @@ from ..match import Cut, PartMatch, PartRunner
 from ..model.profile import Profiles, joined, profiles_of
 from ..model.records import UnreadableDump
 from .connect import Cluster, ClusterError, import_arrow, import_ray, wait_one
-from .kept import ClusterRows
+from .kept import ClusterRows, TablePlace
 from .parts import match_parts
 from .shuffle import Kept, Split, match_split, plans_of_lists, split_shards
 
@@ -359,6 +359,7 @@ class RayEngine:
         unreadable: list[UnreadableDump] = []
         self._kept, self._names, self._profiles = [], {}, []
         lists = None if self.rows_in_driver else Lists()
+        headers: list[list[RankDump]] = []  # each kept shard's ranks with their tables
         self._rows = None
         # past this many rows the job's largest part will not fit a task (in a job of groups
         # of a few descriptions, one holds half the rows or more): the shards go as read
@@ -390,6 +391,9 @@ class RayEngine:
                         self._kept, keeping = [], False
                 del ref
                 if lists is not None:  # the columns stay in the store
+                    if shard.loaded:
+                        pairs = zip(shard.loaded, shard.tables, strict=True)
+                        headers.append([_with_tables(d, t) for d, t in pairs])
                     for dump, tables, carried, (_, n, _, _) in zip(
                         shard.loaded, shard.tables, shard.carried, shard.seen, strict=True
                     ):
@@ -415,7 +419,8 @@ class RayEngine:
                 ray.cancel(ref, force=True)
             raise
         if lists is not None:
-            self._rows = ClusterRows(lists, self._kept, self.retries)
+            placed = TablePlace(options.table_dir, options.table_memory_bytes)
+            self._rows = ClusterRows(lists, self._kept, headers, self.retries, placed)
             self._kept = []
         return loaded, unreadable
 

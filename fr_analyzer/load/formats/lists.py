@@ -93,6 +93,10 @@ class Lists:
             raise ValueError("Lists.starts before Lists.build")
         return dict(self._starts)
 
+    def rows_of(self, rank: int) -> int:
+        """How many rows the rank has."""
+        return self._ranks[rank].rows
+
     def pairs(self, rank: int) -> I32:
         """The job's (rank, group) pair of each of the rank's own group codes (-1: a pair no
         row carries), after `build`."""
