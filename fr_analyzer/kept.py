@@ -11,8 +11,11 @@ each over what it needs of the rows.
   rows they hold fetched (`match.pieces.Pieces`); the findings are collected over the first
   rows held (every unit of the job, each with its rows of the frontier: a finding's
   collective is held whole).
-- The straggler rule, asked only where nothing is hung, weighs every completed op: there the
-  job's every row is fetched (its passes as tasks, `diagnosis.lateness`, are to come).
+- The straggler rule, asked only where nothing is hung, weighs every completed op: its
+  passes (`diagnosis.lateness`) run as tasks where the parts and the shards lie
+  (`cluster.lateness`), and the rule decides on their summary, reading the rows of the few
+  ranks it names (`_decided`); every row is fetched only where a pass's task failed past
+  its retries.
 - Where a group is larger than a task takes (or the questions do not settle), every row is
   fetched and the job analyzed as one process analyzes it.
 
@@ -31,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .conclusion import conclude
-from .diagnosis import Diagnosis, diagnose, stragglers
+from .diagnosis import Diagnosis, diagnose, lateness, stragglers
 from .diagnosis import series as series_mod
 from .load import read_job_logs
 from .match import completion, partitions
@@ -103,14 +106,17 @@ def _analyze_kept(
         thresholds = options.thresholds
 
         def slowness() -> stragglers.Slowness | None:
-            every = reads.whole()
-            return stragglers.find(
-                every.table,
-                every.groups,
-                every.matches,
-                thresholds.straggler_ms,
-                thresholds.stall_ms,
-            )
+            got = kept.lateness(final, thresholds.stall_ms, thresholds.straggler_ms)
+            if got is None:  # a task failed past its retries: every row, here
+                every = reads.whole()
+                return stragglers.find(
+                    every.table,
+                    every.groups,
+                    every.matches,
+                    thresholds.straggler_ms,
+                    thresholds.stall_ms,
+                )
+            return _decided(got, reads, thresholds.straggler_ms)
 
         diagnosis = diagnose(
             loaded,
@@ -141,6 +147,39 @@ def _analyze_kept(
         compared,
         got.python_stacks,
         rows_in_job=n,
+    )
+
+
+def _decided(
+    got: stragglers.Summary, reads: Pieces, straggler_ms: float
+) -> stragglers.Slowness | None:
+    """The straggler rule's decision on the job's summary (`got`), reading only the rows of
+    the ranks it names (`RankLateness.named`: whole programs, with every row their ops are
+    matched with), fetched from the pieces."""
+    if got.ops < 2 or got.kept < 2:
+        return None
+    held = reads.held(reads.select(Wanted(ranks=got.ranks.named())))
+    rows = held.rows
+    assert rows is not None
+    ranks = got.ranks.renumbered(lambda row: int(np.searchsorted(rows, row)))
+    made = lateness.arrivals(held.table, held.matches)
+    mine = made.rows[made.kept & made.collective]
+    table = held.table
+
+    def collectives_of(rank: int) -> npt.NDArray[np.int64]:
+        found: npt.NDArray[np.int64] = mine[table.rank[mine] == rank]
+        return found
+
+    resolution = stragglers.WATCHDOG_POLL_MS if got.recorded else 0.0
+    return stragglers.decide(
+        table,
+        held.groups,
+        held.matches,
+        ranks,
+        (got.ops, got.kept),
+        resolution,
+        straggler_ms,
+        collectives_of,
     )
 
 

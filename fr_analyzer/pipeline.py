@@ -21,7 +21,7 @@ import numpy.typing as npt
 from . import diagnosis as diagnosis_mod
 from . import load as dumps_mod
 from .conclusion import Conclusion, conclude, with_other_reading
-from .diagnosis import Diagnosis, Thresholds, diagnose
+from .diagnosis import Diagnosis, Thresholds, diagnose, stragglers
 from .diagnosis import series as series_mod
 from .errors import DiscoveryError, UsageError
 from .load import (
@@ -137,6 +137,13 @@ class KeptRows(Protocol):
 
     def take(self, final: Sequence[PartMatch], wanted: Wanted) -> list[PartMatch]:
         """Each part's piece of its final result (`final`: the rounds' briefs of them)."""
+        ...
+
+    def lateness(
+        self, final: Sequence[PartMatch], stall_ms: float, straggler_ms: float
+    ) -> stragglers.Summary | None:
+        """The straggler rule's summary of the job (`diagnosis.lateness`'s passes), made
+        where the rows are (None: it could not be; the rule then reads every row)."""
         ...
 
     def release(self) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..diagnosis.stragglers import Summary
 from ..load import TableBuilder
 from ..load.formats.lists import Lists
 from ..match import PartMatch
@@ -29,6 +30,7 @@ from ..match.frontier import Wanted
 from ..model.dump import RankDump
 from ..model.table import EntryTable
 from .connect import ClusterError, import_ray
+from .lateness import Layout, summary
 from .shuffle import Finals, Kept, Split, take_pieces
 
 if TYPE_CHECKING:
@@ -132,6 +134,32 @@ class ClusterRows:
         """Each part's piece of its final result (`final`: what the rounds gave of them),
         with the rows and collectives `wanted`, taken where the part lies."""
         return take_pieces(self.finals, [p.index for p in final], wanted, self.retries)
+
+    def lateness(
+        self, final: Sequence[PartMatch], stall_ms: float, straggler_ms: float
+    ) -> Summary | None:
+        """The straggler rule's summary of the job, its passes run where the parts and the
+        shards lie (`cluster.lateness`); None where a task failed past its retries."""
+        ray = _ray()
+        starts = self.lists.starts()
+        shard_of_rank = np.full(max(starts, default=-1) + 1, -1, dtype=np.int64)
+        for s, shard in enumerate(self.kept):
+            for rank, *_ in shard.ranks:
+                if rank in starts:
+                    shard_of_rank[rank] = s
+        try:
+            return summary(
+                self.finals,
+                [p.index for p in final],
+                self.kept,
+                Layout(shard_of_rank),
+                [[starts.get(rank, -1) for rank, *_ in shard.ranks] for shard in self.kept],
+                stall_ms,
+                straggler_ms,
+                self.retries,
+            )
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayError):
+            return None
 
     def release(self) -> None:
         """The analysis is over: everything kept may leave the store."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -136,6 +137,51 @@ def arrivals(t: EntryTable, m: MatchResult) -> Arrivals:
     return Arrivals(rows, completion, unit, kept, collective, len(full), bool(recorded[kept].any()))
 
 
+class ByRank(Protocol):
+    """What the passes over a shard read of its rows (an `EntryTable`, or a shard's own
+    columns, `Slice`): every row of some ranks, each rank's rows together and in order."""
+
+    @property
+    def n(self) -> int:
+        """The rows."""
+        ...
+
+    @property
+    def unit(self) -> npt.NDArray[np.int8]:
+        """Each row's kind (`UnitKind`)."""
+        ...
+
+    @property
+    def rank(self) -> npt.NDArray[np.int32]:
+        """Each row's rank."""
+        ...
+
+    @property
+    def marker(self) -> npt.NDArray[np.int32]:
+        """Each batch member's end marker, among these rows (-1: none)."""
+        ...
+
+    @property
+    def t_created(self) -> I64:
+        """When each row's op was enqueued, ns on its rank's clock (-1: unknown)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The columns of some ranks' rows that the passes over a shard read (`ByRank`)."""
+
+    unit: npt.NDArray[np.int8]
+    rank: npt.NDArray[np.int32]
+    marker: npt.NDArray[np.int32]
+    t_created: I64
+
+    @property
+    def n(self) -> int:
+        """The rows."""
+        return len(self.rank)
+
+
 @dataclass(frozen=True)
 class Waits:
     """Pass 2, over a shard: each counted op's wait and the gap its host left before it."""
@@ -145,7 +191,7 @@ class Waits:
     gap_ns: F64  # enqueue minus the rank's previous completion (NaN: no previous op)
 
 
-def waits(t: EntryTable, got: Arrivals) -> Waits:
+def waits(t: ByRank, got: Arrivals) -> Waits:
     """Pass 2 over a shard (`t`: every row of some ranks; `got`: the arrivals of its rows,
     from every part, in its numbering): a rank reaches an op when its host enqueued it and
     its stream finished the op before (the ops of a batched block are one op on the stream)."""

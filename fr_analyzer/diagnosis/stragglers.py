@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -129,7 +129,7 @@ class RankLateness:
     @classmethod
     def of(
         cls,
-        t: EntryTable,
+        t: lateness.ByRank,
         w: lateness.Waits,
         late_ms: npt.NDArray[np.float64],
         collective: npt.NDArray[np.bool_],
@@ -175,6 +175,30 @@ class RankLateness:
                 )
         return cls(medians, samples, stall, n_explained, own)
 
+    def renumbered(self, row: Callable[[int], int]) -> RankLateness:
+        """The summary with each arrival's row numbered anew (`row(job's row)`)."""
+
+        def moved(a: Arrival) -> Arrival:
+            return replace(a, row=row(a.row))
+
+        return replace(
+            self,
+            stall=None if self.stall is None else moved(self.stall),
+            own={r: replace(v, first=moved(v.first)) for r, v in self.own.items()},
+        )
+
+    def named(self) -> frozenset[int]:
+        """The ranks `decide` may read the rows of: the stall's, the one late most often on
+        its own, the one with the highest median lateness."""
+        out = set()
+        if self.stall is not None:
+            out.add(self.stall.rank)
+        if self.own:
+            out.add(_most_often(self))
+        if self.medians:
+            out.add(_slowest(self.medians))
+        return frozenset(out)
+
     @classmethod
     def joined(cls, pieces: Sequence[RankLateness]) -> RankLateness:
         """The summaries of shards of distinct ranks as the job's."""
@@ -186,6 +210,17 @@ class RankLateness:
             sum(p.explained for p in pieces),
             {r: v for p in pieces for r, v in p.own.items()},
         )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The rule's summary of the job (`decide` reads it): each rank's, and the ops
+    reached and counted, and whether a completion was recorded (the watchdog's resolution)."""
+
+    ranks: RankLateness
+    ops: int
+    kept: int
+    recorded: bool
 
 
 def decide(
@@ -269,7 +304,7 @@ def _repeated(groups: GroupTable, m: MatchResult, ranks: RankLateness) -> Slowne
     if not ranks.own:
         return None
     counts = sorted(((v.count, -r) for r, v in ranks.own.items()), reverse=True)
-    worst = -counts[0][1]
+    worst = _most_often(ranks)
     most = counts[0][0]
     second = counts[1][0] if len(counts) > 1 else 0
     if most < REPEATS or most < STANDS_OUT * max(second, 1) / 2:
@@ -313,7 +348,7 @@ def _straggler(
     medians = ranks.medians
     if sum(ranks.samples.values()) < 2 or len(medians) < 2:
         return None
-    worst = max(medians, key=lambda r: (medians[r], -r))
+    worst = _slowest(medians)
     others = sorted(v for r, v in medians.items() if r != worst)
     typical = others[len(others) // 2]
     # Against the 90th percentile too: a whole pipeline stage that arrives last at the end of
@@ -336,6 +371,16 @@ def _straggler(
         "waited for the others), so host clock offsets do not distort it",
     )
     return Slowness(worst, group, None, "", medians[worst] / 1e3, False, evidence)
+
+
+def _most_often(ranks: RankLateness) -> int:
+    """The rank late on its own most often (the lowest on a tie)."""
+    return min(ranks.own, key=lambda r: (-ranks.own[r].count, r))
+
+
+def _slowest(medians: dict[int, float]) -> int:
+    """The rank of the highest median lateness (the lowest on a tie)."""
+    return max(medians, key=lambda r: (medians[r], -r))
 
 
 def _medians_by_rank(

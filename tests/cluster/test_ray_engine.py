@@ -26,6 +26,7 @@ import pytest
 from fr_analyzer.cli.app import run
 from fr_analyzer.cluster import Cluster, RayEngine, connect, shard_size
 from fr_analyzer.cluster.shards import KEEP_FACTOR, PART_ROW_BYTES
+from fr_analyzer.diagnosis import Thresholds
 from fr_analyzer.load import Directory
 from fr_analyzer.match import cutting, match
 from fr_analyzer.model.groups import build_groups, grouped
@@ -33,9 +34,11 @@ from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, analyze, load
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
+from tests.diagnosis.test_stragglers import SLOW
 from tests.match.test_partitions import assert_same_match
 from tests.model.test_profile import assert_same_profiles
 from tools import ray_head
+from tools.frsim.campaign import draw_case, parse_shapes
 from tools.ray_head import QUIET, free_port
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'fr-analyze[ray]')")
@@ -93,6 +96,52 @@ def test_every_sample_set_gives_the_same_report_on_ray_with_no_table_in_the_driv
     assert differ == []
 
 
+def _drawn(seed: int, where: Path) -> Path:
+    draw_case(seed, parse_shapes("all"), None).write(where, None)
+    return where
+
+
+def test_the_straggler_rule_runs_its_passes_as_tasks_and_decides_as_one_process(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # slow jobs (a straggler, stalls), healthy ones, and drawn 3D jobs with a stall; each
+    # at three pairs of thresholds, its shards of two ranks
+    jobs = [SAMPLES / n for n in (*SLOW, "nccl_healthy", "gloo_healthy")]
+    jobs += [_drawn(seed, tmp_path / str(seed)) for seed in (22, 213, 28)]
+    thresholds = [Thresholds(), Thresholds(straggler_ms=5.0, stall_ms=100.0)]
+    thresholds.append(Thresholds(straggler_ms=0.0, stall_ms=0.0))
+    alone = {(j, t): _report(j, Options(thresholds=t)) for j in jobs for t in thresholds}
+    assert {alone[j, thresholds[0]]["verdict"]["status"] for j in jobs} == {"slow", "ok"}
+
+    def whole_table(*args: object) -> None:
+        raise AssertionError("the driver ran the straggler rule over every row")
+
+    monkeypatch.setattr("fr_analyzer.diagnosis.stragglers.find", whole_table)
+    engine = RayEngine(cluster, shard=2, rows_in_driver=False)
+    differ = [
+        (j.name, t)
+        for j in jobs
+        for t in thresholds
+        if _report(j, Options(engine=engine, thresholds=t)) != alone[j, t]
+    ]
+    assert differ == []
+
+
+def test_a_straggler_pass_failed_past_its_retries_reads_every_row_and_answers_the_same(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = SAMPLES / "nccl_straggler"
+    alone = _report(where, Options())
+
+    def lost(*args: object) -> None:
+        raise ray.exceptions.RayError("a worker was lost past its retries")
+
+    monkeypatch.setattr("fr_analyzer.cluster.kept.summary", lost)
+    engine = RayEngine(cluster, rows_in_driver=False)
+    assert _report(where, Options(engine=engine)) == alone
+    assert alone["verdict"]["status"] == "slow"
+
+
 def test_sample_sets_give_the_same_report_on_ray_with_the_table_in_the_driver(
     cluster: Cluster,
 ) -> None:
@@ -102,14 +151,16 @@ def test_sample_sets_give_the_same_report_on_ray_with_the_table_in_the_driver(
     assert differ == []
 
 
+@pytest.mark.parametrize(("fault", "status"), [("not_joined", "hung"), ("none", "ok")])
 def test_a_driver_with_no_table_fetches_only_the_rows_its_diagnosis_holds(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, fault: str, status: str
 ) -> None:
     # the benchmark's 3D job (tensor, pipeline and data parallel, 2,000 entries a rank) at
-    # 64 ranks, one rank that never joined a collective: hung
+    # 64 ranks: one rank that never joined a collective (hung), or healthy (the straggler
+    # rule weighs every completed op, in tasks)
     subprocess.run(
         [
-            *(sys.executable, "-m", "benchmarks.gen", "--ranks", "64", "--fault", "not_joined"),
+            *(sys.executable, "-m", "benchmarks.gen", "--ranks", "64", "--fault", fault),
             *("--writer", "pickle", "--workers", "1", "--out", str(tmp_path)),
         ],
         check=True,
@@ -117,9 +168,9 @@ def test_a_driver_with_no_table_fetches_only_the_rows_its_diagnosis_holds(
         cwd=REPO,
         timeout=120,
     )
-    job = tmp_path / "64-not_joined-pickle" / "dumps"
+    (job,) = tmp_path.glob("*/dumps")
     alone = _report(job, Options())
-    assert alone["verdict"]["status"] == "hung"
+    assert alone["verdict"]["status"] == status
     engine = RayEngine(cluster, rows_in_driver=False)
     on_ray = _report(job, Options(engine=engine))
     assert on_ray == alone
