@@ -52,7 +52,8 @@ class Counted:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each rank's rows lie: the shard it was read in, its first row in the job."""
+    """Where each rank's rows lie: the shard it was read in (its place among the shards
+    kept)."""
 
     shard_of_rank: I64  # by rank (-1: none)
 
@@ -80,8 +81,11 @@ def part_arrivals(
     told = Counted(len(got.rows), got.counted, got.recorded)
     kept = (job[got.kept], got.unit[got.kept], got.keys)
     out: list[Any] = [told, kept]
+    # by shard in one stable sort (rows ascending within each), not a scan per shard
+    order = np.argsort(shard, kind="stable")
+    bounds = np.searchsorted(shard[order], np.arange(shards + 1))
     for s in range(shards):
-        sel = np.flatnonzero(shard == s)
+        sel = order[bounds[s] : bounds[s + 1]]
         out.append(
             replace(
                 got,
