@@ -120,6 +120,11 @@ class Engine(Protocol):
         went into the table, through the sink)."""
         ...
 
+    def with_table(self) -> Engine:
+        """The engine that hands every row to the sink (the table), for what reads the
+        table itself (several snapshots compared)."""
+        ...
+
 
 class KeptRows(Protocol):
     """The rows of a job kept where an engine read them (`cluster.kept`), for a driver that
@@ -174,6 +179,10 @@ class InProcess:
     def kept_rows(self) -> KeptRows | None:
         """Every row goes into the table."""
         return None
+
+    def with_table(self) -> Engine:
+        """Itself: every row goes into the table."""
+        return self
 
     def read(
         self,
@@ -444,6 +453,8 @@ def analyze_series(
     newest is analyzed, and its ranks are compared with the older snapshots'."""
     if len(snapshots) == 1:
         return analyze(snapshots[0], options, progress)
+    if options.engine is not None:  # each snapshot is summed up from its table
+        options = replace(options, engine=options.engine.with_table())
     summed: list[series_mod.Taken] = []
     newest: tuple[series_mod.Taken, Loaded] | None = None
     for where in snapshots:

@@ -303,6 +303,12 @@ class RayEngine:
 
         return PartRunner(run, self._most_rows())
 
+    def with_table(self) -> RayEngine:
+        """This engine, or one like it that hands every row to the sink (`rows_in_driver`)."""
+        if self.rows_in_driver:
+            return self
+        return RayEngine(self.cluster, shard=self.shard, window=self.window, retries=self.retries)
+
     def kept_rows(self) -> ClusterRows | None:
         """Where the rows of the last read are kept, the driver holding no table (None: they
         went into the table, `rows_in_driver`)."""

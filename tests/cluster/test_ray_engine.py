@@ -142,6 +142,16 @@ def test_a_straggler_pass_failed_past_its_retries_reads_every_row_and_answers_th
     assert alone["verdict"]["status"] == "slow"
 
 
+def test_snapshots_compared_on_ray_read_each_into_a_table_and_give_the_same_report(
+    cluster: Cluster,
+) -> None:
+    # each snapshot is summed up from its table: an engine that keeps the rows hands them
+    # to the table for a series (`Engine.with_table`)
+    where = REPO / "tests" / "data" / "live" / "stuck_series"
+    engine = RayEngine(cluster, rows_in_driver=False)
+    assert _report(where, Options(engine=engine)) == _report(where, Options())
+
+
 def test_sample_sets_give_the_same_report_on_ray_with_the_table_in_the_driver(
     cluster: Cluster,
 ) -> None:
