@@ -1,6 +1,6 @@
 """The analysis of a job whose rows the engine keeps where it read them (`pipeline.KeptRows`:
-a Ray cluster's store), the driver holding no table: the same stages as `pipeline._analyze`,
-each over what it needs of the rows.
+a Ray cluster's store), the driver holding no table: the same stages as
+`pipeline.analyze_loaded`, each over what it needs of the rows.
 
 - Groups and parts: from the ranks' headers, the job's lists of values (the table of no
   rows) and the ranks' profiles, made where the rows were read.
@@ -46,7 +46,7 @@ from .memory import collector_paused, small_pages
 from .model.groups import build_groups, grouped
 from .model.records import Finding
 from .model.table import EntryTable
-from .pipeline import Analysis, Loaded, Options, Progress, _analyze, stages, summary_of
+from .pipeline import Analysis, Loaded, Options, Progress, analyze_loaded, stages, summary_of
 
 
 def analyze_kept(
@@ -55,7 +55,7 @@ def analyze_kept(
     compared: series_mod.Series | None = None,
     progress: Progress | None = None,
 ) -> Analysis:
-    """`pipeline._analyze` of `got`, whose rows its engine keeps (`got.rows`)."""
+    """`pipeline.analyze_loaded` of `got`, whose rows its engine keeps (`got.rows`)."""
     rows, engine = got.rows, options.engine
     assert rows is not None and engine is not None
     try:
@@ -93,7 +93,7 @@ def _analyze_kept(
         if final is None:  # a group larger than a task takes: matched whole, here
             every = _fetched(kept.fetch, lists, job.quiet, np.arange(n, dtype=np.int64))
             whole = replace(got, table=every, rows=None, profiles=profiles)
-            return _analyze(whole, replace(options, engine=None), compared, progress)
+            return analyze_loaded(whole, replace(options, engine=None), compared, progress)
         step()
         fetch = functools.partial(_fetched, kept.fetch, lists, job.quiet)
         take = functools.partial(kept.take, final)
@@ -106,8 +106,8 @@ def _analyze_kept(
         thresholds = options.thresholds
 
         def slowness() -> stragglers.Slowness | None:
-            got = kept.lateness(final, thresholds.stall_ms, thresholds.straggler_ms)
-            if got is None:  # a task failed past its retries: every row, here
+            summed = kept.lateness(final, thresholds.stall_ms, thresholds.straggler_ms)
+            if summed is None:  # a task failed past its retries: every row, here
                 every = reads.whole()
                 return stragglers.find(
                     every.table,
@@ -116,7 +116,7 @@ def _analyze_kept(
                     thresholds.straggler_ms,
                     thresholds.stall_ms,
                 )
-            return _decided(got, reads, thresholds.straggler_ms)
+            return _decided(summed, reads, thresholds.straggler_ms)
 
         diagnosis = diagnose(
             loaded,

@@ -419,7 +419,9 @@ def analyze(
     try:
         got = load(where, options, progress)
         if got.other_files is not None:
-            return _with_other_reading(_analyze(got, options, progress=progress), got, options)
+            return _with_other_reading(
+                analyze_loaded(got, options, progress=progress), got, options
+            )
         return _analyzed(got, options, progress)
     finally:
         _cache_written(options)
@@ -440,7 +442,7 @@ def _with_other_reading(done: Analysis, got: Loaded, options: Options) -> Analys
         return done
     with collector_paused(), small_pages():
         other = _load_files(got.found, got.other_files, options, None)
-    found = _analyze(other, options)
+    found = analyze_loaded(other, options)
     return replace(done, conclusion=with_other_reading(done.conclusion, found.conclusion))
 
 
@@ -473,17 +475,19 @@ def analyze_series(
     last = newest[1]
     compared = series_mod.compare(ordered, last.table)
     try:
-        return _analyze(last, options, compared, progress)
+        return analyze_loaded(last, options, compared, progress)
     finally:
         _cache_written(options)
 
 
-def _analyze(
+def analyze_loaded(
     got: Loaded,
     options: Options,
     compared: series_mod.Series | None = None,
     progress: Progress | None = None,
 ) -> Analysis:
+    """The stages after loading, over what was loaded (`fr_analyzer.kept`'s, where the
+    engine keeps the rows)."""
     if got.rows is not None:  # the driver holds no table
         from .kept import analyze_kept
 
@@ -599,13 +603,13 @@ def kept_kinds() -> Kinds:
 
 
 def _analyzed(got: Loaded, options: Options, progress: Progress | None) -> Analysis:
-    """`_analyze`, or, where the table came whole from the cache and the cache kept the
+    """`analyze_loaded`, or, where the table came whole from the cache and the cache kept the
     analysis of the same table with the same options, that analysis (`Kept`); an analysis of
     a table kept whole is kept beside it."""
     cache = options.cache
     key = None if cache is None or cache.whole is None else _kept_key(got, options)
     if cache is None or key is None:
-        return _analyze(got, options, progress=progress)
+        return analyze_loaded(got, options, progress=progress)
     table = got.table
 
     def decode(data: npt.NDArray[np.uint8]) -> Kept | None:
@@ -635,7 +639,7 @@ def _analyzed(got: Loaded, options: Options, progress: Progress | None) -> Analy
             got.python_stacks,
         )
     before = table.retired.copy()
-    done = _analyze(got, options, progress=progress)
+    done = analyze_loaded(got, options, progress=progress)
     rows = np.flatnonzero(before != table.retired)
     made = Kept.of(done, rows, table.retired[rows])
     try:
