@@ -9,7 +9,9 @@ retry for a minute), and so is a Ray that is not installed.
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -109,12 +111,14 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[Clu
     """The cluster at `address` (None: a running local one, else one started here) for the
     time of the `with` block; Ray is shut down (this driver disconnected, a cluster started
     here stopped) when it ends, whatever happens in it. A process already connected is
-    refused: leaving would cut its own connection."""
+    refused: leaving would cut its own connection. The process's signal handlers are left
+    as they were (Ray's driver installs one for SIGTERM)."""
     ray = import_ray()
     import_arrow()  # the shards' blocks: refused here, in one line, not in every task
     if ray.is_initialized():  # this process is a driver already: not ours to join or leave
         raise ClusterError("this process is already connected to a Ray cluster")
     started = False
+    handlers = _handlers()
     try:
         if address is not None:
             probe(address)
@@ -137,6 +141,20 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> Iterator[Clu
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        for number, handler in handlers.items():
+            if handler is not None:  # None: not set from Python, nothing to put back
+                signal.signal(number, handler)
+
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+"""The signals whose handlers `connect` leaves as it found them."""
+
+
+def _handlers() -> dict[signal.Signals, Any]:
+    """The handlers of `HANDLED` now (none off the main thread, where none can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {number: signal.getsignal(number) for number in HANDLED}
 
 
 def _task_memory(nodes: list[dict[str, Any]]) -> int | None:

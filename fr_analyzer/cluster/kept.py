@@ -23,8 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..diagnosis.stragglers import Summary
-from ..load import TableBuilder
-from ..load.formats.lists import Lists
+from ..load import Lists, TableBuilder
 from ..match import PartMatch
 from ..match.frontier import Wanted
 from ..model.dump import RankDump

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from ..load import (
     Directory,
     DumpFile,
+    Lists,
     RankDump,
     RankSink,
     RankTables,
@@ -36,7 +37,6 @@ from ..load import (
     TableBuilder,
     load_all,
 )
-from ..load.formats.lists import Lists
 from ..match import Cut, PartMatch, PartRunner
 from ..model.profile import Profiles, joined, profiles_of
 from ..model.records import UnreadableDump

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ..load import RECODED, rank_maps, recode
-from ..load.formats.lists import Lists
+from ..load import RECODED, Lists, rank_maps, recode
 from ..match import Cut, PartMatch, completion
 from ..match.frontier import Wanted
 from ..match.partitions import COLUMNS, Part, filled, found_among, match_part, piece

@@ -61,6 +61,7 @@ from ..model.ops import MARKER_OPS
 from ..model.table import EntryTable, rank_starts
 from .cache import RankCache, RankSink
 from .common import DEFAULT_MAX_FILE_BYTES, NO_TIME, file_kind, parse_size, printable
+from .formats.lists import Lists
 from .formats.normalize import build_rank
 from .formats.table import RECODED, ROW_BYTES, TableBuilder, rank_maps, recode
 from .formats.traces import CUT_NOTE as TRACE_CUT_NOTE
@@ -119,6 +120,7 @@ __all__ = [
     "GroupClaim",
     "Kinds",
     "Limits",
+    "Lists",
     "NoGlobalsUnpickler",
     "PythonStacks",
     "RankCache",

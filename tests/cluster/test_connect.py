@@ -5,6 +5,7 @@ spill disk fill as far as the benchmarks' head does. (On a real head: `test_ray_
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from typing import Any
 
@@ -28,6 +29,7 @@ class LocalRay:
 
     def init(self, **kwargs: Any) -> None:
         self.inits.append(kwargs)
+        signal.signal(signal.SIGTERM, lambda *_: None)  # as Ray's driver does
         if kwargs.get("address") == "auto" and not self.running:
             raise ConnectionError("no cluster running here")
         self.up = True
@@ -86,3 +88,14 @@ def test_a_driver_without_pyarrow_is_refused_in_one_line_before_any_cluster_is_s
     with refused, connect_mod.connect(None):
         pass
     assert fake.inits == []  # refused before joining or starting anything
+
+
+def test_leaving_the_cluster_puts_back_the_signal_handlers_ray_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = LocalRay(running=True)
+    monkeypatch.setattr(connect_mod, "import_ray", lambda: fake)
+    before = signal.getsignal(signal.SIGTERM)
+    with connect_mod.connect(None):
+        assert signal.getsignal(signal.SIGTERM) != before
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -37,7 +37,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("match",),  # collectives and send/recv across ranks, and the findings
     ("diagnosis",),  # who waits for whom, ages, the root-cause rules
     ("conclusion",),  # the one answer every output renders
-    ("pipeline",),  # the stages wired together
+    ("pipeline", "kept"),  # the stages wired together (`kept`: where the rows stay in a cluster)
     ("cluster",),  # the same stages with the ranks read on a Ray cluster (`--engine ray`)
     ("replay",),  # the recorded collectives run again with torch; its dumps through the pipeline
     ("render",),  # text, JSON, HTML, entries, timeline, traces, databases
