@@ -104,12 +104,12 @@ def _drawn(seed: int, where: Path) -> Path:
 def test_the_straggler_rule_runs_its_passes_as_tasks_and_decides_as_one_process(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # slow jobs (a straggler, stalls), healthy ones, and drawn 3D jobs with a stall; each
-    # at three pairs of thresholds, its shards of two ranks
-    jobs = [SAMPLES / n for n in (*SLOW, "nccl_healthy", "gloo_healthy")]
-    jobs += [_drawn(seed, tmp_path / str(seed)) for seed in (22, 213, 28)]
-    thresholds = [Thresholds(), Thresholds(straggler_ms=5.0, stall_ms=100.0)]
-    thresholds.append(Thresholds(straggler_ms=0.0, stall_ms=0.0))
+    # slow jobs (a straggler, stalls), a healthy one, and drawn 3D jobs with a stall; each
+    # at the default thresholds and at none (every late arrival weighed), its shards of two
+    # ranks (tests/diagnosis/test_stragglers.py runs the passes over more, in one process)
+    jobs = [SAMPLES / n for n in (*SLOW, "gloo_healthy")]
+    jobs += [_drawn(seed, tmp_path / str(seed)) for seed in (22, 213)]
+    thresholds = [Thresholds(), Thresholds(straggler_ms=0.0, stall_ms=0.0)]
     alone = {(j, t): _report(j, Options(thresholds=t)) for j in jobs for t in thresholds}
     assert {alone[j, thresholds[0]]["verdict"]["status"] for j in jobs} == {"slow", "ok"}
 
