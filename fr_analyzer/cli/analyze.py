@@ -386,7 +386,9 @@ def analyze(
             f"${RAY_ADDRESS_ENV}, else one running on this machine, else a local one started "
             "for the run. Every worker reads its own ranks' files, and each family of process "
             "groups (or some groups of a family too large for a task) is matched in a task of "
-            "its own, its rows gathered from the workers; the report is the same.",
+            "its own, its rows gathered from the workers; the report is the same. For the text "
+            "and JSON reports the rows stay on the cluster: this process fetches only those the "
+            "diagnosis reads (-o, --html, --out-dir and -j build the table here).",
         ),
     ] = EngineKind.PROCESS,
     no_cache: Annotated[

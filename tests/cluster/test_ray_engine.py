@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -335,6 +336,28 @@ def test_the_command_line_joins_the_cluster_and_exits_as_one_process_does(head: 
 
     assert without_source(on_ray.stdout) == without_source(alone.stdout)
     assert "Traceback" not in on_ray.stderr
+
+
+def test_an_output_that_shows_entries_on_ray_gets_the_table(head: str, tmp_path: Path) -> None:
+    # the database holds every entry: the driver builds the table for it (the text and JSON
+    # reports go without)
+    env = {**os.environ, **QUIET}
+    where = SAMPLES / "nccl_not_joined"
+    written = {}
+    for name, extra in (("alone", []), ("ray", ["--engine", "ray", "--ray-address", head])):
+        db = tmp_path / f"{name}.pkl"
+        done = subprocess.run(
+            [sys.executable, "-m", "fr_analyzer", "-d", str(where), "-o", str(db), *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        with db.open("rb") as f:
+            written[name] = pickle.load(f)
+    assert written["ray"]["tables"] == written["alone"]["tables"]
+    assert len(written["ray"]["tables"]["nccl_calls"]["rows"]) > 0
 
 
 def test_a_cluster_that_does_not_answer_is_one_error_and_exit_2() -> None:
