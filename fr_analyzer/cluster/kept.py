@@ -93,23 +93,28 @@ class ClusterRows:
             rows_of_shard
         )
         refs = {s: task.remote(self.kept[s].columns, wanted) for s, wanted in by_shard.items()}
-        got: dict[int, dict[str, np.ndarray]] = {}
+        pieces: list[dict[str, np.ndarray]] = []
+        owners: list[I64] = []
         try:
             for s, ref in refs.items():
-                ranks = self.kept[s].ranks
-                for at, of_rank in ray.get(ref).items():
-                    got[ranks[at][0]] = of_rank
+                counts, of_shard = ray.get(ref)
+                places = list(by_shard[s])
+                ranks = np.array([self.kept[s].ranks[at][0] for at in places], dtype=np.int64)
+                owners.append(np.repeat(ranks, counts))
+                pieces.append(of_shard)
         except BaseException:
             for ref in refs.values():
                 ray.cancel(ref, force=True)
             raise
         self.fetched += len(rows)
         self.most_fetched = max(self.most_fetched, len(rows))
-
-        def columns(rank: int, local: I64) -> dict[str, np.ndarray]:
-            return got[rank]
-
-        return self.lists.rows(lists, rows, columns)
+        # the shards' rows in rank order (each rank's rows ascending already)
+        order = np.argsort(np.concatenate([np.zeros(0, np.int64), *owners]), kind="stable")
+        joined = {
+            name: np.concatenate([piece[name] for piece in pieces])[order]
+            for name in (pieces[0] if pieces else {})
+        }
+        return self.lists.rows(lists, rows, lambda asked: joined)
 
     def every(self, ranks: Sequence[int]) -> EntryTable:
         """The job's table of every row of `ranks`, built as the pipeline builds it from the
@@ -167,13 +172,16 @@ class ClusterRows:
 
 def rows_of_shard(
     columns: ShardColumns, asked: Mapping[int, npt.NDArray[np.int64]]
-) -> dict[int, dict[str, np.ndarray]]:
-    """The fetch task: the columns of the rows `asked` of each rank of the shard (by its
-    place in the shard; rows numbered in the rank), as the rank was read."""
-    return {
-        at: {name: values[rows] for name, values in columns[at].items()}
-        for at, rows in asked.items()
-    }
+) -> tuple[I64, dict[str, np.ndarray]]:
+    """The fetch task: the columns of the rows `asked` of the shard's ranks (each by its
+    place in the shard; rows numbered in the rank), as the ranks were read: how many rows
+    each rank gave, in the order of `asked`, and one array per column."""
+    starts = columns.starts
+    picked = np.concatenate(
+        [np.zeros(0, np.int64)] + [starts[at] + rows for at, rows in asked.items()]
+    )
+    counts = np.array([len(rows) for rows in asked.values()], dtype=np.int64)
+    return counts, {name: values[picked] for name, values in columns.arrays.items()}
 
 
 def _ray() -> Any:

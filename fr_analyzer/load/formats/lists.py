@@ -19,15 +19,16 @@ import numpy.typing as npt
 
 from ...model.dump import RankTables
 from ...model.table import TABLE_COLUMNS, EntryTable
-from .table import RECODED, rank_maps, recode, with_lists
+from .table import RECODED, rank_maps, with_lists
 from .values import Interner
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 
-Columns = Callable[[int, I64], Mapping[str, np.ndarray]]
-"""`columns(rank, rows)`: the rank's own columns at its `rows` (numbered in the rank, ascending),
-as it was read (codes into its own tables)."""
+Columns = Callable[[Mapping[int, I64]], Mapping[str, np.ndarray]]
+"""`columns(asked)`: the ranks' own columns (codes into their own tables, as each was read) at
+the rows `asked` (rank -> its rows, numbered in the rank, ascending), one array per column,
+the ranks one after the other in the order of `asked`."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class _Rank:
     pair: I32  # each of its group codes' (rank, group) pair, in the order pairs were met
     carried: I32  # the pairs its rows carry
     rows: int
+
+
+_MAPS = ("groups", *sorted(set(RECODED.values()) - {"groups"}))
+"""The tables each rank's codes index (`RECODED`'s), whose maps `Lists.rows` joins."""
 
 
 class Lists:
@@ -50,6 +55,9 @@ class Lists:
         self._pair_group: list[int] = []
         self._starts: dict[int, int] = {}  # each kept rank's first row (`build`)
         self._number: I32 | None = None  # each pair's number among those kept (-1: none)
+        # each kept rank's maps, one after the other (`build`), and where each rank's begin
+        self._joined: dict[str, I32] = {}
+        self._at: dict[str, dict[int, int]] = {}
 
     def add(
         self,
@@ -81,6 +89,13 @@ class Lists:
         for rank in sorted(kept):
             self._starts[rank] = at
             at += self._ranks[rank].rows
+        self._joined, self._at = {}, {}
+        named = {name: [self._ranks[r].maps[name] for r in sorted(kept)] for name in _MAPS}
+        named["pair"] = [self._ranks[r].pair for r in sorted(kept)]
+        for name, maps in named.items():
+            ends = np.cumsum([0, *(len(m) for m in maps)]).tolist()
+            self._joined[name] = np.concatenate([np.zeros(0, np.int32), *maps]).astype(np.int32)
+            self._at[name] = dict(zip(sorted(kept), ends[:-1], strict=True))
         empty = {col: np.zeros(0, dtype) for col, dtype in TABLE_COLUMNS}
         pair_rank = np.array(self._pair_rank, dtype=np.int32)[held]
         pair_group = np.array(self._pair_group, dtype=np.int32)[held]
@@ -117,32 +132,41 @@ class Lists:
 
     def rows(self, lists: EntryTable, rows: I64, columns: Columns) -> EntryTable:
         """The job's `rows` (ascending) as a table of their own, as `TableBuilder` made them
-        (block markers renumbered to these rows), from each of their ranks' own columns at
-        those rows (`columns`); `lists`: the table `build` gave."""
+        (block markers renumbered to these rows), from their ranks' own columns at those rows
+        (`columns`), recoded for every rank at once; `lists`: the table `build` gave."""
         number = self._number
         if number is None:
             raise ValueError("Lists.rows before Lists.build")
-        pieces: dict[str, list[np.ndarray]] = {col: [] for col, _ in TABLE_COLUMNS}
-        rank_col: list[I32] = []
-        in_rank: list[I32] = []
-        for rank, local in self.asked(rows).items():
-            start = self._starts[rank]
-            own = columns(rank, local)
-            info = self._ranks[rank]
-            for col, dtype in TABLE_COLUMNS:
-                if col == "pair":
-                    values = number[info.pair[own["group"].astype(np.int64)]]
+        asked = self.asked(rows)
+        ranks = list(asked)
+        counts = np.array([len(v) for v in asked.values()], dtype=np.int64)
+        own = columns(asked) if asked else {c: np.zeros(0, dtype) for c, dtype in TABLE_COLUMNS}
+
+        def each(values: list[int]) -> I64:  # a value per rank, as a value per row
+            return np.repeat(np.asarray(values, dtype=np.int64), counts)
+
+        named: dict[str, np.ndarray] = {}
+        for col, dtype in TABLE_COLUMNS:
+            values = np.asarray(own["group" if col == "pair" else col])
+            if col == "pair":
+                at = each([self._at["pair"][r] for r in ranks])
+                values = number[self._joined["pair"][at + values.astype(np.int64)]]
+            elif col in RECODED:
+                table = RECODED[col]
+                joined = self._joined[table]
+                at = each([self._at[table][r] for r in ranks]) + values.astype(np.int64)
+                if col == "stack":  # -1: no stack
+                    inside = values >= 0
+                    out = np.full(len(values), -1, dtype=np.int32)
+                    out[inside] = joined[at[inside]]
+                    values = out
                 else:
-                    values = recode(col, own[col], info.maps)
-                values = np.asarray(values).astype(dtype)  # widened, as the builder does
-                if col == "marker":
-                    values[values >= 0] += start
-                pieces[col].append(values)
-            rank_col.append(np.full(len(local), rank, dtype=np.int32))
-            in_rank.append(local.astype(np.int32))
-        named = {
-            col: np.concatenate([np.zeros(0, dtype), *pieces[col]]) for col, dtype in TABLE_COLUMNS
-        }
+                    values = joined[at]
+            values = np.asarray(values).astype(dtype)  # widened, as the builder does
+            if col == "marker":
+                inside = values >= 0
+                values[inside] += each([self._starts[r] for r in ranks])[inside].astype(dtype)
+            named[col] = values
         marker = named["marker"]
         inside = marker >= 0
         marker[inside] = np.searchsorted(rows, marker[inside])
@@ -150,8 +174,8 @@ class Lists:
             self._interners,
             lists.pair_rank,
             lists.pair_group,
-            np.concatenate([np.zeros(0, np.int32), *rank_col]),
-            np.concatenate([np.zeros(0, np.int32), *in_rank]),
+            np.repeat(np.asarray(ranks, dtype=np.int32), counts),
+            np.concatenate([np.zeros(0, np.int32), *(v.astype(np.int32) for v in asked.values())]),
             named,
         )
 
@@ -159,7 +183,13 @@ class Lists:
 def taken(own: Mapping[int, Mapping[str, np.ndarray]]) -> Columns:
     """`Columns` of the ranks' whole columns in memory, by rank (for `Lists.rows`)."""
 
-    def at(rank: int, rows: I64) -> Mapping[str, np.ndarray]:
-        return {name: values[rows] for name, values in own[rank].items()}
+    def at(asked: Mapping[int, I64]) -> dict[str, np.ndarray]:
+        if not asked:
+            return {name: values[:0] for name, values in next(iter(own.values()), {}).items()}
+        names = own[next(iter(asked))].keys()
+        return {
+            name: np.concatenate([own[r][name][rows] for r, rows in asked.items()])
+            for name in names
+        }
 
     return at
