@@ -46,7 +46,7 @@ def not_analyzed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         raise AssertionError("analyzed, not taken from the cache")
 
     with monkeypatch.context() as patched:
-        patched.setattr(pipeline, "_analyze", refused)
+        patched.setattr(pipeline, "analyze_loaded", refused)
         yield
 
 
@@ -65,7 +65,7 @@ def test_a_follow_up_from_the_kept_analysis_gives_the_same_text_and_json_reports
     where = ["-d", str(SAMPLES / name), "-v", "--json"]
     first = _command([*where, str(tmp_path / "a.json")], capsys, tmp_path / "a.json")
     with monkeypatch.context() as patched:
-        patched.setattr(pipeline, "_analyze", None)  # a follow-up that analyzes fails
+        patched.setattr(pipeline, "analyze_loaded", None)  # a follow-up that analyzes fails
         again = _command([*where, str(tmp_path / "b.json")], capsys, tmp_path / "b.json")
     assert again == first
     assert list((tmp_path / "xdg" / "fr-analyze" / "ranks").glob("*" + cache_mod.KEPT_SUFFIX))
@@ -84,7 +84,7 @@ def test_a_follow_up_from_the_kept_analysis_gives_the_same_html_and_entries(
         _command([*where, "-j", "--all-entries"], capsys),
     ]
     with monkeypatch.context() as patched:
-        patched.setattr(pipeline, "_analyze", None)
+        patched.setattr(pipeline, "analyze_loaded", None)
         html.unlink()
         again = [
             _command([*where, "--html", str(html)], capsys, html),
@@ -293,6 +293,6 @@ def test_timeline_takes_the_kept_analysis_and_draws_the_same_trace(
     assert not (tmp_path / "xdg").exists()
     assert _command(["-d", where, "-q"], capsys)[0] == 1  # keeps the table and the analysis
     with monkeypatch.context() as patched:
-        patched.setattr(pipeline, "_analyze", None)
+        patched.setattr(pipeline, "analyze_loaded", None)
         again = _command(["timeline", where, "-o", str(trace)], capsys, trace)
     assert again == fresh
