@@ -329,6 +329,7 @@ class SizeResult:
     engine: str = "process"  # `--engine`: one process, or a local Ray cluster
     no_cache: bool = False  # `--no-cache`: the first run's writing of the cache left out
     table_on_disk: bool = False  # `--table-dir`: the table out of core
+    database: str | None = None  # `-o db.<this>`: the database written too
     cluster_peak_pss_bytes: int | None = None  # Ray: the peak PSS over every Ray process
     spilled_peak_bytes: int | None = None  # Ray: the most bytes its spill folder held
 
@@ -502,6 +503,7 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
     result.engine = args.engine
     result.no_cache = args.no_cache
     result.table_on_disk = args.table_on_disk
+    result.database = args.database
     with tempfile.TemporaryDirectory(prefix="fr-bench-") as tmp, contextlib.ExitStack() as stack:
         scratch = Path(tmp)
         report = scratch / "report.json"
@@ -522,6 +524,8 @@ def run_size(spec: Spec, args: argparse.Namespace) -> SizeResult:
             (scratch / "table").mkdir()
             cmd += ["--table-dir", str(scratch / "table")]
         cmd += ["--json", str(report)]
+        if args.database is not None:
+            cmd += ["-o", str(scratch / f"db.{args.database}")]
         _log(f"{tag} load floor ({result.load_floor_kind}), then fr-analyze, {args.repeat} time(s)")
         _log(f"{tag} fr-analyze: {' '.join(cmd)}")
         runs = []
@@ -838,6 +842,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--entries", type=int, default=2000, help="each rank's ring buffer (entries per dump)"
+    )
+    parser.add_argument(
+        "--database",
+        choices=("pkl", "sqlite", "parquet"),
+        default=None,
+        help="fr-analyze -o db.<this> (in the run's scratch): the database written too",
     )
     parser.add_argument("--compare", action="store_true", help="also time torchfrtrace")
     parser.add_argument(

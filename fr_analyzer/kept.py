@@ -27,7 +27,7 @@ carries holds the rows the diagnosis read.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -41,6 +41,7 @@ from .match import completion, partitions
 from .match.cutting import cut_sets
 from .match.findings import collect
 from .match.frontier import Wanted
+from .match.outcomes import CallChunk, JobUnits, Outcomes, chunk_bounds
 from .match.pieces import Pieces
 from .memory import collector_paused, small_pages
 from .model.groups import build_groups, grouped
@@ -58,10 +59,14 @@ def analyze_kept(
     """`pipeline.analyze_loaded` of `got`, whose rows its engine keeps (`got.rows`)."""
     rows, engine = got.rows, options.engine
     assert rows is not None and engine is not None
+    kept = False
     try:
-        return _analyze_kept(got, options, compared, progress)
+        found = _analyze_kept(got, options, compared, progress)
+        kept = found.calls is not None
+        return found
     finally:
-        rows.release()
+        if not kept:  # else the analysis' calls hold the rows until it goes
+            rows.release()
 
 
 def _analyze_kept(
@@ -135,6 +140,9 @@ def _analyze_kept(
         diagnosis = _stated_by(diagnosis, findings)
         conclusion = conclude(summary, findings, diagnosis, held.matches, groups)
         step()
+        calls = None
+        if options.keep_rows:
+            calls = KeptCalls(kept.outcomes(final, chunk_bounds(n, CHUNK_ROWS)), fetch)
     return Analysis(
         summary,
         tuple(loaded),
@@ -147,7 +155,35 @@ def _analyze_kept(
         compared,
         got.python_stacks,
         rows_in_job=n,
+        calls=calls,
     )
+
+
+CHUNK_ROWS = 1 << 20
+"""The rows of the job a database takes at a time where the driver holds no table
+(`KeptCalls`): one Parquet row group."""
+
+
+class KeptCalls:
+    """Every entry of the job, a chunk of rows at a time, with its outcome of matching
+    (`pipeline.JobCalls`): each chunk's rows fetched from where they lie, its outcome taken
+    of the parts' final results (`match.outcomes`). The driver holds one chunk at a time."""
+
+    def __init__(self, outcomes: Outcomes, fetch: Callable[[npt.NDArray[np.int64]], EntryTable]):
+        self._outcomes, self._fetch = outcomes, fetch
+
+    @property
+    def units(self) -> JobUnits:
+        """The job's collective units and send/recv pairs, as one process numbers them."""
+        return self._outcomes.units
+
+    def chunks(self) -> Iterator[CallChunk]:
+        """The job's rows in order, a chunk at a time, each with its outcome (once)."""
+        bounds = self._outcomes.bounds
+        for c in range(self._outcomes.chunks):
+            start, stop = int(bounds[c]), int(bounds[c + 1])
+            table = self._fetch(np.arange(start, stop, dtype=np.int64))
+            yield CallChunk(start, table, self._outcomes.chunk(c))
 
 
 def _decided(

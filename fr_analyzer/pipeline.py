@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,6 +52,7 @@ from .load import (
 from .match import MatchResult, PartMatch, PartRunner, match
 from .match.findings import collect
 from .match.frontier import Wanted
+from .match.outcomes import CallChunk, JobUnits, Outcomes
 from .memory import collector_paused, small_pages
 from .model.dump import RankDump, Reader, Writer
 from .model.groups import GroupTable, build_groups, grouped
@@ -151,8 +152,29 @@ class KeptRows(Protocol):
         where the rows are (None: it could not be; the rule then reads every row)."""
         ...
 
+    def outcomes(self, final: Sequence[PartMatch], bounds: npt.NDArray[np.int64]) -> Outcomes:
+        """The job's units and pairs and each chunk's outcome of matching (`bounds`: the
+        chunks' first rows, then the job's end), taken of the parts' final results where
+        they lie (`final`: the rounds' briefs of them)."""
+        ...
+
     def release(self) -> None:
         """The analysis is over: what is kept may go."""
+        ...
+
+
+class JobCalls(Protocol):
+    """Every entry of a job whose rows its engine keeps, with its outcome of matching, a
+    chunk of rows at a time: what the database's `collectives` and `nccl_calls` tables show
+    (`render.tables`) where the driver holds no table (`Options.keep_rows`)."""
+
+    @property
+    def units(self) -> JobUnits:
+        """The job's collective units and send/recv pairs, as one process numbers them."""
+        ...
+
+    def chunks(self) -> Iterator[CallChunk]:
+        """The job's rows in order, a chunk at a time, each with its outcome."""
         ...
 
 
@@ -222,6 +244,9 @@ class Options:
     # with table_dir: the table kept in memory while it takes at most this many bytes, moved
     # to table_dir past it; None: in table_dir from the start
     table_memory_bytes: int | None = None
+    # an engine that keeps the rows keeps them past the analysis, for a database that streams
+    # every entry from where they lie (`Analysis.calls`)
+    keep_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,6 +264,7 @@ class Analysis:
     series: series_mod.Series | None = None  # several snapshots compared: the newest is analyzed
     python_stacks: PythonStacks | None = None  # each rank's Python threads at the snapshot
     rows_in_job: int | None = None  # the job's rows, where `table` holds some only (`kept`)
+    calls: JobCalls | None = None  # every entry, from where its engine keeps the rows
 
     @property
     def entries(self) -> int:

@@ -388,7 +388,9 @@ def analyze(
             "groups (or some groups of a family too large for a task) is matched in a task of "
             "its own, its rows gathered from the workers; the report is the same. For the text "
             "and JSON reports the rows stay on the cluster: this process fetches only those the "
-            "diagnosis reads (-o, --html, --out-dir and -j build the table here).",
+            "diagnosis reads; a .parquet or .sqlite database (-o) takes them from there a "
+            "chunk at a time (a .pkl database, --html, --out-dir and -j build the table "
+            "here).",
         ),
     ] = EngineKind.PROCESS,
     no_cache: Annotated[
@@ -575,8 +577,10 @@ def analyze(
             "--selected-ranks, --pg-filters, --print-stack-trace, --around-root, "
             "--all-entries, --last and --context go with -j"
         )
-    # the text report and the JSON one need no table: on Ray, the driver then holds none
-    rows_in_driver = len(sources) > 1 or outputs.show_entries()
+    # the text report and the JSON one need no table, the SQLite and Parquet databases
+    # take the entries a chunk at a time: on Ray, the driver then holds no table
+    rows_in_driver = len(sources) > 1 or outputs.table_needed()
+    options = dataclasses.replace(options, keep_rows=outputs.entries_streamed())
     with engine_options(options, engine, ray_address, rows_in_driver=rows_in_driver) as options:
         code = analyze_dumps(
             sources,

@@ -25,6 +25,7 @@ from ..render.renderer import (
     OUT_DIR,
     TEXT,
     TIMELINE,
+    Entries,
     Renderer,
     ReportOptions,
     for_database,
@@ -55,10 +56,18 @@ class Outputs:
             found.append((for_database(self.database), self.database))
         return [(renderer, path) for renderer, path in found if path is not None]
 
-    def show_entries(self) -> bool:
-        """Whether an output asked for shows the job's entries (the database, the HTML
-        report, `--out-dir`'s): the text and JSON reports do not."""
-        return self.database is not None or self.html is not None or self.out_dir is not None
+    def table_needed(self) -> bool:
+        """Whether an output asked for reads the table of the job's entries (the HTML
+        report, the pickle database, `--out-dir`'s): the text and JSON reports read none of
+        them, the SQLite and Parquet databases take them a chunk at a time."""
+        return self.out_dir is not None or any(
+            r.entries is Entries.TABLE for r, _ in self.renderers()
+        )
+
+    def entries_streamed(self) -> bool:
+        """Whether an output asked for takes every entry a chunk at a time (the SQLite and
+        Parquet databases)."""
+        return any(r.entries is Entries.STREAMED for r, _ in self.renderers())
 
     def paths(self) -> list[Path]:
         """The files asked for, in the order they are written (`--out-dir` apart)."""

@@ -26,11 +26,12 @@ from ..diagnosis.stragglers import Summary
 from ..load import Lists, TableBuilder
 from ..match import PartMatch
 from ..match.frontier import Wanted
+from ..match.outcomes import Outcome, Outcomes, numbered
 from ..model.dump import RankDump
 from ..model.table import EntryTable
 from .connect import ClusterError, import_ray
 from .lateness import Layout, summary
-from .shuffle import Finals, Kept, Split, take_pieces
+from .shuffle import Finals, Kept, Split, outcomes_of, take_pieces
 
 if TYPE_CHECKING:
     from .shards import ShardColumns
@@ -164,6 +165,39 @@ class ClusterRows:
             )
         except (ray.exceptions.RayTaskError, ray.exceptions.RayError):
             return None
+
+    def outcomes(self, final: Sequence[PartMatch], bounds: I64) -> Outcomes:
+        """The job's units and pairs, and each chunk's outcome (`bounds`: the chunks' first
+        rows, then the job's end): each part's taken in a task where it lies
+        (`shuffle.outcomes_of`), a chunk's fetched when asked for, then let go."""
+        ray = _ray()
+        chunks = len(bounds) - 1
+        if chunks < 1:
+            raise ValueError("no chunk of rows")
+        task = ray.remote(
+            num_returns=1 + chunks, max_retries=self.retries, retry_exceptions=False, num_cpus=1
+        )(outcomes_of)
+        at = ray.put(bounds)
+        indices = [p.index for p in final]
+        refs: list[list[Any]] = []
+        for f in (self.finals[i] for i in indices):
+            refs.append(list(task.remote(f.frame, f.size, f.done, at, *f.blocks)))
+        try:
+            units = ray.get([r[0] for r in refs])
+        except BaseException:
+            for r in refs:
+                ray.cancel(r[0], force=True)
+            raise
+        for r in refs:
+            r[0] = None
+
+        def take(c: int) -> list[tuple[int, Outcome]]:
+            got = ray.get([r[1 + c] for r in refs])
+            for r in refs:
+                r[1 + c] = None  # each chunk is asked for once
+            return list(zip(indices, got, strict=True))
+
+        return Outcomes(bounds, numbered(units), take)
 
     def release(self) -> None:
         """The analysis is over: everything kept may leave the store."""

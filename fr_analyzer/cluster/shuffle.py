@@ -31,6 +31,7 @@ import numpy.typing as npt
 from ..load import RECODED, Lists, rank_maps, recode
 from ..match import Cut, PartMatch, completion
 from ..match.frontier import Wanted
+from ..match.outcomes import outcomes
 from ..match.partitions import COLUMNS, Part, filled, found_among, match_part, piece
 from ..model.table import EntryTable, rank_starts
 from .connect import ClusterError, import_ray, wait_one
@@ -181,6 +182,16 @@ def piece_of(frame: Part, size: int, done: PartMatch, wanted: Wanted, *blocks: B
     t = part.table
     t.retired[completion.silent_rows(t, part.quiet)] = False
     return piece(part, done, wanted)
+
+
+def outcomes_of(
+    frame: Part, size: int, done: PartMatch, bounds: I64, *blocks: Block
+) -> tuple[Any, ...]:
+    """The task: the part's units and pairs, then its rows' outcome in each chunk of the
+    job's rows (`bounds`), of its final result `done` (`match.outcomes.outcomes`), the part
+    made again from its blocks (`assembled`)."""
+    units, got = outcomes(assembled(frame, size, *blocks), done, bounds)
+    return (units, *got)
 
 
 def brief(done: PartMatch) -> PartMatch:

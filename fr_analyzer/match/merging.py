@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -71,7 +72,7 @@ def _merged(
 ) -> MatchResult:
     """`merge` over `n` rows: `rows_of(part)` numbers a part's rows among them, `group_of`
     gives the group of rows so numbered."""
-    results = sorted(got, key=_first_group)
+    results = in_merge_order(got, _first_group)
     done = np.zeros(n, dtype=bool)  # every row lies in one part
     ids = id_type(n)
     entry_unit = np.full(n, -1, dtype=ids)
@@ -85,9 +86,7 @@ def _merged(
         done[rows] = got_part.result.done
         blocks.append((rows, got_part))
     group = np.concatenate([p.result.collectives.group for _, p in blocks]).astype(np.int32)
-    order = np.argsort(group, kind="stable")
-    new_id = np.empty(len(order), dtype=np.int64)
-    new_id[order] = np.arange(len(order))
+    order, new_id = unit_ids(group)
     unit_rows: list[I64] = []
     lengths: list[I64] = []
     not_joined: dict[int, tuple[int, ...]] = {}
@@ -133,13 +132,11 @@ def _merged(
         wild.append((send[cut:], recv[cut:]))
     send_row = np.concatenate([s for s, _ in in_order] + [np.zeros(0, np.int64)])
     recv_row = np.concatenate([r for _, r in in_order] + [np.zeros(0, np.int64)])
-    by = np.argsort(group_of(send_row), kind="stable")
-    send_row, recv_row = send_row[by], recv_row[by]
     wild_send = np.concatenate([s for s, _ in wild] + [np.zeros(0, np.int64)])
     wild_recv = np.concatenate([r for _, r in wild] + [np.zeros(0, np.int64)])
-    by = np.argsort(wild_recv, kind="stable")
-    send_row = np.concatenate([send_row, wild_send[by]]).astype(np.int64)
-    recv_row = np.concatenate([recv_row, wild_recv[by]]).astype(np.int64)
+    by, wild_by = pair_orders(group_of(send_row), wild_recv)
+    send_row = np.concatenate([send_row[by], wild_send[wild_by]]).astype(np.int64)
+    recv_row = np.concatenate([recv_row[by], wild_recv[wild_by]]).astype(np.int64)
     entry_pair[send_row] = np.arange(len(send_row))
     entry_pair[recv_row] = np.arange(len(recv_row))
 
@@ -162,13 +159,49 @@ def _merged(
     )
 
 
+_P = TypeVar("_P")
+
+
+def in_merge_order(parts: Iterable[_P], first_group: Callable[[_P], int]) -> list[_P]:
+    """The parts in the order their results are put together: by the first group of their
+    units (`first_group`; a part with no unit, last)."""
+    return sorted(parts, key=first_group)
+
+
+def unit_ids(group: npt.NDArray[np.integer[Any]]) -> tuple[I64, I64]:
+    """The units of the parts (in merge order, each part's in its own order: by (group,
+    sequence id)), `group` the group of each: the order that sorts them as the whole result
+    numbers them, and the id each gets there (no two parts share a group)."""
+    order = np.argsort(group, kind="stable").astype(np.int64)
+    new_id = np.empty(len(order), dtype=np.int64)
+    new_id[order] = np.arange(len(order))
+    return order, new_id
+
+
+def pair_orders(
+    group: npt.NDArray[np.integer[Any]], wild_recv: npt.NDArray[np.integer[Any]]
+) -> tuple[I64, I64]:
+    """The pairs of the parts (in merge order): of those matched in order (`group`: the group
+    of each send), the order that sorts them by channel, group first; of those that took a
+    recv from any source (`wild_recv`: each recv's row in the table), the order by recv.
+    The whole result numbers the first, then the second, in those orders."""
+    return (
+        np.argsort(group, kind="stable").astype(np.int64),
+        np.argsort(wild_recv, kind="stable").astype(np.int64),
+    )
+
+
+def first_unit_group(group: npt.NDArray[np.integer[Any]]) -> int:
+    """A part's key in merge order, by the groups of its units."""
+    return int(group[0]) if len(group) else 1 << 40
+
+
 def _rows(p: PartMatch, n: int) -> I64:
     return np.arange(n, dtype=np.int64) if p.rows is None else p.rows
 
 
 def _first_group(p: PartMatch) -> int:
-    g = p.result.collectives.group
-    return int(g[0]) if len(g) else 1 << 40
+    return first_unit_group(p.result.collectives.group)
 
 
 def _group_key(f: Finding) -> int:

@@ -24,7 +24,18 @@ from typing import Any
 
 from ..errors import OutputError, UsageError
 from ..pipeline import Analysis
-from .tables import COLUMNS, NULL_WHEN_NEGATIVE, Column, Columns, Kind, kind, meta_rows, tables
+from .tables import (
+    COLUMNS,
+    NULL_WHEN_NEGATIVE,
+    Column,
+    Columns,
+    Kind,
+    StreamedColumns,
+    kind,
+    meta_rows,
+    parts_of,
+    tables,
+)
 
 SUFFIXES = (".parquet",)
 
@@ -113,7 +124,9 @@ def _umask() -> int:
     return mask
 
 
-def _write_tables(folder: Path, meta: list[tuple[str, str]], columnar: dict[str, Columns]) -> None:
+def _write_tables(
+    folder: Path, meta: list[tuple[str, str]], columnar: dict[str, Columns | StreamedColumns]
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -127,15 +140,16 @@ def _write_tables(folder: Path, meta: list[tuple[str, str]], columnar: dict[str,
         folder / f"{META_TABLE}.parquet",
         compression="zstd",
     )
-    for name, table in columnar.items():
-        schema = pa.schema([pa.field(n, arrow_type(n)) for n in table.names])
-        columns = [_prepared(n, c) for n, c in zip(table.names, table.columns, strict=True)]
+    for name, whole in columnar.items():
+        schema = pa.schema([pa.field(n, arrow_type(n)) for n in whole.names])
         with pq.ParquetWriter(folder / f"{name}.parquet", schema, compression="zstd") as out:
-            if not table.length:
+            if not whole.length:
                 out.write_table(schema.empty_table())
-            for start, stop in table.chunks(ROW_GROUP_ROWS):
-                arrays = [c.chunk(start, stop) for c in columns]
-                out.write_table(pa.Table.from_arrays(arrays, schema=schema))
+            for table in parts_of(whole):  # the whole table, or a chunk of its rows at a time
+                columns = [_prepared(n, c) for n, c in zip(table.names, table.columns, strict=True)]
+                for start, stop in table.chunks(ROW_GROUP_ROWS):
+                    arrays = [c.chunk(start, stop) for c in columns]
+                    out.write_table(pa.Table.from_arrays(arrays, schema=schema))
 
 
 def arrow_type(column: str) -> Any:

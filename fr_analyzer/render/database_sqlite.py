@@ -29,7 +29,18 @@ import numpy as np
 from ..errors import OutputError
 from ..pipeline import Analysis
 from .output import atomic_path
-from .tables import COLUMNS, NULL_WHEN_NEGATIVE, Column, Columns, Kind, kind, meta_rows, tables
+from .tables import (
+    COLUMNS,
+    NULL_WHEN_NEGATIVE,
+    Column,
+    Columns,
+    Kind,
+    StreamedColumns,
+    kind,
+    meta_rows,
+    parts_of,
+    tables,
+)
 
 SUFFIXES = (".sqlite", ".sqlite3", ".db")
 
@@ -130,7 +141,9 @@ def _processes(rows: int) -> int:
     return max(1, min(len(os.sched_getaffinity(0)), MAX_PROCESSES))
 
 
-def _fill(path: Path, meta: list[tuple[str, str]], columnar: dict[str, Columns]) -> None:
+def _fill(
+    path: Path, meta: list[tuple[str, str]], columnar: dict[str, Columns | StreamedColumns]
+) -> None:
     """Fill a new SQLite file. The calls, most of the rows, are bound a row at a time, which
     is CPU-bound: from `PARALLEL_ROWS` on, forked processes (one per core, sharing the
     columns copy-on-write) each write a range of them into a file of their own while this one
@@ -138,12 +151,15 @@ def _fill(path: Path, meta: list[tuple[str, str]], columnar: dict[str, Columns])
     SELECT *` of an identical table copies records without decoding them), and builds the
     indexes."""
     calls = columnar["nccl_calls"]
-    bounds = np.linspace(0, calls.length, _processes(calls.length) + 1).astype(int).tolist()
+    # a table streamed a chunk at a time is written here, a chunk after the other
+    processes = _processes(calls.length) if isinstance(calls, Columns) else 1
+    bounds = np.linspace(0, calls.length, processes + 1).astype(int).tolist()
     ranges = list(itertools.pairwise(bounds))
     parts: list[tuple[int, Path]] = []
     path.unlink(missing_ok=True)  # the empty temporary file: SQLite makes its own
     try:
         for i, (start, stop) in enumerate(ranges[1:], 1):
+            assert isinstance(calls, Columns)
             part = path.with_name(f"{path.name}.part{i}")
             parts.append((_fork_part(part, calls, start, stop), part))
         connection = _connect(path)
@@ -153,8 +169,14 @@ def _fill(path: Path, meta: list[tuple[str, str]], columnar: dict[str, Columns])
                 connection.execute(statement)
             connection.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta)
             for name in _ORDER:
-                start, stop = ranges[0] if name == "nccl_calls" else (0, columnar[name].length)
-                _insert(connection, columnar[name], start, stop)
+                if name == "nccl_calls" and not isinstance(calls, Columns):
+                    for chunk in parts_of(calls):
+                        _insert(connection, chunk, 0, chunk.length)
+                    continue
+                table = columnar[name]
+                assert isinstance(table, Columns)
+                start, stop = ranges[0] if name == "nccl_calls" else (0, table.length)
+                _insert(connection, table, start, stop)
             connection.execute("COMMIT")
             for i, (pid, part) in enumerate(parts):
                 _wait(pid, part)

@@ -17,6 +17,7 @@ when an output is written, so that `fr-analyze --help` imports none of them.
 
 from __future__ import annotations
 
+import enum
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,17 @@ class Rendered:
     detail: str = ""  # said after the size: `: 12 op slices, 40 events`
 
 
+class Entries(enum.Enum):
+    """What a renderer reads of the job's entries: none (the answer alone), every one a
+    chunk of rows at a time (`Analysis.calls` where the engine keeps the rows: the driver
+    holds one chunk), or the table they make (where the engine keeps the rows, the driver
+    builds it)."""
+
+    NONE = "none"
+    STREAMED = "streamed"
+    TABLE = "table"
+
+
 @dataclass(frozen=True)
 class Renderer:
     """One output: its name, how it is asked for, and the module that writes it."""
@@ -60,6 +72,7 @@ class Renderer:
     module: str  # the module of `render/` whose `write` it calls
     takes_options: bool = True  # False: `write(analysis, destination)`, the whole analysis
     folder: bool = False  # writes a folder, not a file (Parquet)
+    entries: Entries = Entries.TABLE  # what it reads of the job's entries
 
     def matches(self, path: Path) -> bool:
         """Whether the name of `path` ends in one of this renderer's suffixes."""
@@ -81,13 +94,30 @@ class Renderer:
         return written if isinstance(written, Rendered) else Rendered(size=written)
 
 
-TEXT = Renderer("text", "the text report", "", (), "report")
-JSON = Renderer("json", "the JSON report", "--json", (".json",), "report_json")
+TEXT = Renderer("text", "the text report", "", (), "report", entries=Entries.NONE)
+JSON = Renderer(
+    "json", "the JSON report", "--json", (".json",), "report_json", entries=Entries.NONE
+)
 HTML = Renderer("html", "the HTML report", "--html", (".html", ".htm"), "report_html", False)
 SQLITE = Renderer(
-    "sqlite", "the database", "-o", (".sqlite", ".sqlite3", ".db"), "database_sqlite", False
+    "sqlite",
+    "the database",
+    "-o",
+    (".sqlite", ".sqlite3", ".db"),
+    "database_sqlite",
+    False,
+    entries=Entries.STREAMED,
 )
-PARQUET = Renderer("parquet", "the database", "-o", (".parquet",), "database_parquet", False, True)
+PARQUET = Renderer(
+    "parquet",
+    "the database",
+    "-o",
+    (".parquet",),
+    "database_parquet",
+    False,
+    True,
+    entries=Entries.STREAMED,
+)
 PICKLE = Renderer("pickle", "the database", "-o", (), "database", False)
 TIMELINE = Renderer("timeline", "the trace", "timeline -o", (), "timeline")
 

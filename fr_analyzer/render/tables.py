@@ -11,7 +11,10 @@ status, the answer, the verdict object and the root cause. Ids join: `collective
 This module is the one source of the schema: `COLUMNS` names the tables and their columns,
 `KINDS` says what each column holds, and `tables()` gives every table as columns (numpy arrays;
 repeated values such as shapes and op names coded into one copy each), which the pickle turns
-into rows and the SQLite and Parquet writers read a chunk at a time.
+into rows and the SQLite and Parquet writers read a chunk at a time. Where the analysis' engine
+keeps the rows (`Analysis.calls`: a Ray cluster, the driver holding no table), `nccl_calls`
+comes a chunk of the job's rows at a time (`StreamedColumns`, one `Columns` each), and
+`collectives` from the job's units and pairs as the parts numbered them (`match.outcomes`).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from ..match.outcomes import JobUnits
 from ..memory import collector_paused, small_pages
 from ..model.records import STATE_NAMES, UnitKind
-from ..pipeline import Analysis
+from ..model.table import EntryTable
+from ..pipeline import Analysis, JobCalls
 from .presentation import finding_record as finding_json
 from .presentation import root_cause_record as root_cause_json
 from .presentation import verdict_record as verdict_json
@@ -213,7 +218,7 @@ class Columns:
             yield start, min(start + size, self.length)
 
 
-def tables(analysis: Analysis) -> dict[str, Columns]:
+def tables(analysis: Analysis) -> dict[str, Columns | StreamedColumns]:
     """Every table of the database as columns, in `COLUMNS` order: the one source of the
     pickle's, the SQLite's and the Parquet's rows."""
     with collector_paused(), small_pages():
@@ -245,7 +250,7 @@ def meta_rows(analysis: Analysis) -> list[tuple[str, str]]:
     return [(key, v if isinstance(v, str) else json.dumps(v)) for key, v in found.items()]
 
 
-def _tables(analysis: Analysis) -> dict[str, Columns]:
+def _tables(analysis: Analysis) -> dict[str, Columns | StreamedColumns]:
     t, groups = analysis.table, analysis.groups
     loaded = set(groups.loaded_ranks)
     group_rows: list[list[Any]] = []
@@ -254,7 +259,13 @@ def _tables(analysis: Analysis) -> dict[str, Columns]:
         group_rows.append([g.uid, g.name, g.desc, g.size, list(g.ranks), g.source.value])
         for local, rank in enumerate(g.ranks):
             member_rows.append([len(member_rows), g.uid, rank, local, rank in loaded])
-    collectives, collective_id = _collectives(analysis)
+    calls: Columns | StreamedColumns
+    if analysis.calls is not None:  # every entry from where its engine keeps them
+        collectives = _collectives_of(analysis.calls.units)
+        calls = StreamedColumns("nccl_calls", analysis.calls, analysis.entries, _Lookups(t))
+    else:
+        collectives, collective_id = _collectives(analysis)
+        calls = _calls(analysis, collective_id)
     traceback_rows = [
         [
             i,
@@ -289,7 +300,7 @@ def _tables(analysis: Analysis) -> dict[str, Columns]:
         "groups": _from_rows("groups", group_rows),
         "memberships": _from_rows("memberships", member_rows),
         "collectives": collectives,
-        "nccl_calls": _calls(analysis, collective_id),
+        "nccl_calls": calls,
         "tracebacks": _from_rows("tracebacks", traceback_rows),
         "findings": _from_rows("findings", finding_rows),
     }
@@ -335,34 +346,113 @@ def _collectives(analysis: Analysis) -> tuple[Columns, np.ndarray]:
     return Columns("collectives", columns, n_units + n_pairs), collective_id
 
 
+def _collectives_of(units: JobUnits) -> Columns:
+    """The `collectives` table of the job's units and pairs (`match.outcomes.JobUnits`), as
+    `_collectives` makes it of a whole result."""
+    n_units, n_pairs = units.units, units.pairs
+    is_p2p = np.concatenate([np.zeros(n_units, bool), np.ones(n_pairs, bool)])
+    ops = np.empty(n_units + 1, dtype=object)
+    ops[:n_units] = units.op
+    ops[n_units] = "send/recv"
+    op_code = np.concatenate([np.arange(n_units), np.full(n_pairs, n_units)])
+    columns = (
+        Column(np.arange(n_units + n_pairs)),
+        Column(is_p2p.astype(np.int8), _objects(["collective", "p2p"])),
+        Column(np.concatenate([units.group.astype(np.int64), units.pair_group])),
+        Column(np.concatenate([units.seq, np.zeros(n_pairs, np.int64)]), missing=is_p2p),
+        Column(np.concatenate([np.zeros(n_units, np.int64), units.pair_seq]), missing=~is_p2p),
+        Column(op_code, ops),
+        Column(np.concatenate([units.ranks_present, np.full(n_pairs, 2, np.int32)])),
+        Column(np.concatenate([units.ranks_expected, np.full(n_pairs, 2, np.int32)])),
+        Column(np.concatenate([units.passed, np.ones(n_pairs, bool)])),
+    )
+    return Columns("collectives", columns, n_units + n_pairs)
+
+
+class _Lookups:
+    """The value of each code of the job's lists (`t`'s: every chunk codes by them), as the
+    `nccl_calls` columns show them: made once."""
+
+    def __init__(self, t: EntryTable) -> None:
+        self.units = _named({k.value: k.name.lower() for k in UnitKind})
+        self.states = _named({int(state): name for state, name in STATE_NAMES.items()})
+        self.shapes = _objects([[list(s) for s in shape] for shape in t.shapes])
+        self.dtypes = _objects([list(d) for d in t.dtypes])
+        self.profiling_names = _objects(t.profiling_names)
+        self.ops = _objects(t.ops)
+
+
+class StreamedColumns:
+    """The `nccl_calls` table of a job whose rows its engine keeps (`pipeline.JobCalls`):
+    its rows `length` of them, a chunk at a time (`parts`), each chunk a `Columns` of its
+    own whose ids run on from the chunk before. The writers that take a chunk at a time
+    (Parquet, SQLite) hold one at a time; `rows` holds them all."""
+
+    def __init__(self, name: str, calls: JobCalls, length: int, looked: _Lookups) -> None:
+        self.name, self.length = name, length
+        self._calls, self._looked = calls, looked
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The table's column names, in order."""
+        return COLUMNS[self.name]
+
+    def parts(self) -> Iterator[Columns]:
+        """The table's rows in order, a chunk of the job's rows at a time."""
+        for chunk in self._calls.chunks():
+            o = chunk.outcome
+            yield _calls_of(chunk.table, o.group, o.collective, o.done, chunk.start, self._looked)
+
+    def rows(self) -> list[list[Any]]:
+        """Every row as lists of builtins (all held at once)."""
+        return [row for part in self.parts() for row in part.rows()]
+
+
+def parts_of(table: Columns | StreamedColumns) -> Iterator[Columns]:
+    """A table's rows in order, as one `Columns` or a chunk of rows at a time."""
+    if isinstance(table, Columns):
+        yield table
+    else:
+        yield from table.parts()
+
+
 def _calls(analysis: Analysis, collective_id: np.ndarray) -> Columns:
     """The `nccl_calls` table: the entry table's columns, codes looked up in object arrays.
     Rows with equal shapes or dtypes share one list, as they always have."""
     t, groups, m = analysis.table, analysis.groups, analysis.matches
-    unit_names = {k.value: k.name.lower() for k in UnitKind}
-    state_names = {int(state): name for state, name in STATE_NAMES.items()}
-    shapes = _objects([[list(s) for s in shape] for shape in t.shapes])
-    dtypes = _objects([list(d) for d in t.dtypes])
+    return _calls_of(t, groups.entry_group, collective_id, m.done, 0, _Lookups(t))
+
+
+def _calls_of(
+    t: EntryTable,
+    entry_group: np.ndarray,
+    collective_id: np.ndarray,
+    done: np.ndarray,
+    first_id: int,
+    looked: _Lookups,
+) -> Columns:
+    """The `nccl_calls` rows of `t` (ids from `first_id`), with each row's group, collective
+    and completion."""
     columns = (
-        Column(np.arange(t.n)),
+        Column(np.arange(first_id, first_id + t.n)),
         Column(t.rank),
         Column(t.index),
         Column(t.record_id),
-        Column(groups.entry_group),
+        Column(entry_group),
         Column(collective_id, missing=collective_id < 0),
-        _coded(_objects(t.profiling_names), t.pname),
-        _coded(_objects(t.ops), t.op),
-        _coded(_named(unit_names), t.unit),
+        _coded(looked.profiling_names, t.pname),
+        _coded(looked.ops, t.op),
+        _coded(looked.units, t.unit),
         Column(t.coll_seq),
         Column(t.p2p_seq),
         Column(t.op_id),
-        _coded(_named(state_names), t.state),
+        _coded(looked.states, t.state),
         Column(t.retired),
-        Column(m.done),
-        _coded(shapes, t.in_shape),
-        _coded(shapes, t.out_shape),
-        _coded(dtypes, t.in_dtype),
-        _coded(dtypes, t.out_dtype),
+        Column(done),
+        _coded(looked.shapes, t.in_shape),
+        _coded(looked.shapes, t.out_shape),
+        _coded(looked.dtypes, t.in_dtype),
+        _coded(looked.dtypes, t.out_dtype),
         Column(t.t_created, missing=t.t_created < 0),
         Column(t.t_started, missing=t.t_started < 0),
         Column(t.t_completed, missing=t.t_completed < 0),

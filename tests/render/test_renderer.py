@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from fr_analyzer import analyze
+from fr_analyzer.cli.outputs import Outputs
 from fr_analyzer.pipeline import Analysis, Options
 from fr_analyzer.render import report, report_html, report_json, timeline, traces
 from fr_analyzer.render.renderer import (
@@ -24,6 +25,7 @@ from fr_analyzer.render.renderer import (
     SQLITE,
     TEXT,
     TIMELINE,
+    Entries,
     Rendered,
     ReportOptions,
     for_database,
@@ -61,6 +63,22 @@ def test_every_output_is_registered_once_with_a_module_that_writes_it() -> None:
 )
 def test_o_picks_the_database_renderer_by_the_name_s_ending(name: str, expected: object) -> None:
     assert for_database(Path(name)) is expected
+
+
+def test_each_output_says_what_it_reads_of_the_entries() -> None:
+    # what decides whether a driver on Ray builds the table (`cli.outputs.Outputs`)
+    assert {r.name for r in RENDERERS.values() if r.entries is Entries.NONE} == {"text", "json"}
+    assert {r.name for r in RENDERERS.values() if r.entries is Entries.STREAMED} == {
+        "sqlite",
+        "parquet",
+    }
+    assert Outputs(json=Path("r.json")).table_needed() is False
+    assert Outputs(database=Path("db.parquet")).entries_streamed() is True
+    assert Outputs(database=Path("db.parquet")).table_needed() is False
+    assert Outputs(database=Path("db.sqlite"), json=Path("r.json")).table_needed() is False
+    assert Outputs(database=Path("db.pkl")).table_needed() is True
+    assert Outputs(database=Path("db.sqlite"), html=Path("r.html")).table_needed() is True
+    assert Outputs(out_dir=Path("out")).table_needed() is True
 
 
 def test_reports_are_matched_by_their_own_endings() -> None:
