@@ -159,9 +159,11 @@ def _analyze_kept(
     )
 
 
-CHUNK_ROWS = 1 << 20
+CHUNK_ROWS = 1 << 17
 """The rows of the job a database takes at a time where the driver holds no table
-(`KeptCalls`): one Parquet row group."""
+(`KeptCalls`): one Parquet row group. The driver holds about 1 KB a row of a chunk while it
+writes it (its columns fetched, recoded, then as Arrow's); at 1,024 ranks, 1 M rows a chunk
+took the driver from 0.30 to 1.17 GiB, 256 K rows to 0.61, 128 K rows to 0.49, as fast."""
 
 
 class KeptCalls:
