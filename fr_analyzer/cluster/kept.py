@@ -67,6 +67,7 @@ class ClusterRows:
         self.split: Split | None = None  # the parts' blocks
         self.fetched = 0  # rows fetched to the driver, in all (for tests and benchmarks)
         self.most_fetched = 0  # the most rows fetched at once
+        self._total: tuple[int, list[int]] | None = None  # the job's rows, and its ranks
         self._where: dict[int, tuple[int, int]] = {
             rank: (s, at)
             for s, shard in enumerate(kept)
@@ -75,6 +76,7 @@ class ClusterRows:
 
     def build(self, ranks: Sequence[int]) -> EntryTable:
         """The table of no rows of the ranks kept in the job (`Lists.build`)."""
+        self._total = None
         return self.lists.build(ranks)
 
     def fetch(self, lists: EntryTable, rows: I64) -> EntryTable:
@@ -82,9 +84,12 @@ class ClusterRows:
         them: one task per shard, each sending the columns of its rows asked. Every row of
         the job: the table one process builds (`every`)."""
         ray = _ray()
-        starts = self.lists.starts()
-        if len(rows) and len(rows) == sum(self.lists.rows_of(r) for r in starts):
-            return self.every(sorted(starts))
+        if self._total is None:  # made once: a database asks chunk after chunk
+            starts = self.lists.starts()
+            self._total = (sum(self.lists.rows_of(r) for r in starts), sorted(starts))
+        total, every = self._total
+        if len(rows) and len(rows) == total:
+            return self.every(every)
         asked = self.lists.asked(rows)
         by_shard: dict[int, dict[int, I64]] = {}
         for rank, local in asked.items():

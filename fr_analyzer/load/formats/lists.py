@@ -54,6 +54,7 @@ class Lists:
         self._pair_rank: list[int] = []
         self._pair_group: list[int] = []
         self._starts: dict[int, int] = {}  # each kept rank's first row (`build`)
+        self._sorted: tuple[list[int], I64] | None = None  # the kept ranks, and their starts
         self._number: I32 | None = None  # each pair's number among those kept (-1: none)
         # each kept rank's maps, one after the other (`build`), and where each rank's begin
         self._joined: dict[str, I32] = {}
@@ -86,6 +87,7 @@ class Lists:
         self._number = np.where(held, np.cumsum(held) - 1, -1).astype(np.int32)
         at = 0
         self._starts = {}
+        self._sorted = None
         for rank in sorted(kept):
             self._starts[rank] = at
             at += self._ranks[rank].rows
@@ -123,8 +125,10 @@ class Lists:
         """The job's `rows` (ascending) by rank, numbered in the rank (after `build`)."""
         if self._number is None:
             raise ValueError("Lists.rows before Lists.build")
-        ranks = sorted(self._starts)
-        starts = np.array([self._starts[r] for r in ranks], dtype=np.int64)
+        if self._sorted is None:  # made once: a cluster's database asks chunk after chunk
+            ordered = sorted(self._starts)
+            self._sorted = (ordered, np.array([self._starts[r] for r in ordered], dtype=np.int64))
+        ranks, starts = self._sorted
         which = np.searchsorted(starts, rows, side="right") - 1
         cut = np.flatnonzero(np.diff(which)) + 1
         bounds = zip(np.r_[0, cut].tolist(), np.r_[cut, len(rows)].tolist(), strict=True)
@@ -177,6 +181,7 @@ class Lists:
             np.repeat(np.asarray(ranks, dtype=np.int32), counts),
             np.concatenate([np.zeros(0, np.int32), *(v.astype(np.int32) for v in asked.values())]),
             named,
+            lists.shape_numel,
         )
 
 

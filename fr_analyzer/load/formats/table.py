@@ -226,11 +226,14 @@ def with_lists(
     rank: npt.NDArray[np.int32],
     row_in_rank: npt.NDArray[np.int32],
     columns: Mapping[str, np.ndarray],
+    numel: npt.NDArray[np.int64] | None = None,
 ) -> EntryTable:
     """The table of these rows (`columns`, `rank`, `row_in_rank`) with the job's lists of
-    distinct values (`interners`, by `RECODED`'s table names) and its (rank, group) pairs."""
+    distinct values (`interners`, by `RECODED`'s table names) and its (rank, group) pairs;
+    `numel`: each shape's elements, where an earlier table of the same lists has them."""
     shapes = interners["shapes"].values
-    numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
+    if numel is None or len(numel) != len(shapes):
+        numel = np.array([_numel(s) for s in shapes], dtype=np.int64)
     return EntryTable(
         rank=rank,
         row_in_rank=row_in_rank,
