@@ -148,16 +148,22 @@ def profiles_of(t: EntryTable) -> Profiles:
     """The profile of every rank of a table (the job's, or a worker's shard's)."""
     if not t.n:
         return _empty(list(t.group_names), list(t.backends))
+    # Each per-rank figure is reduced column by column (`reduceat`), never through an array
+    # over every row made for it: at 16,384 ranks each such array is 262 MB of pages never
+    # touched before, which cost more than the reductions themselves.
     starts = rank_starts(t.rank)
-    stamps = np.maximum(np.maximum(t.t_created, t.t_started), t.t_completed)
-    timing = (t.t_started >= 0) | ~np.isnan(t.duration_ms)
+    newest = np.maximum.reduceat(t.t_created, starts)
+    np.maximum(newest, np.maximum.reduceat(t.t_started, starts), out=newest)
+    np.maximum(newest, np.maximum.reduceat(t.t_completed, starts), out=newest)
+    timing = np.maximum.reduceat(t.t_started, starts) >= 0
+    timing |= ~np.isnan(np.fmax.reduceat(t.duration_ms, starts))  # fmax: NaN only where all are
 
     # Pairs with rows, by rank then by the order the rank names its groups (the table's).
     n_pairs = len(t.pair_rank)
     pair_rows = np.bincount(t.pair, minlength=n_pairs)
     kept = np.flatnonzero(pair_rows > 0)
     kept = kept[np.argsort(t.pair_rank[kept], kind="stable")]
-    renumber = np.full(n_pairs, -1, dtype=np.int64)
+    renumber = np.full(n_pairs, -1, dtype=np.int32)
     renumber[kept] = np.arange(len(kept))
     pair = renumber[t.pair]
     p2p_rows = (t.unit == UnitKind.P2P) | (t.unit == UnitKind.BATCH_MEMBER)
@@ -167,9 +173,9 @@ def profiles_of(t: EntryTable) -> Profiles:
     return Profiles(
         t.rank[starts].astype(np.int32),
         np.diff(np.append(starts, t.n)).astype(np.int64),
-        np.maximum.reduceat(stamps, starts).astype(np.int64),
+        newest.astype(np.int64),
         np.maximum.reduceat(t.timeout_ms, starts).astype(np.int64),
-        np.logical_or.reduceat(timing, starts),
+        timing,
         *_by_backend(t, starts),
         t.pair_rank[kept].astype(np.int32),
         t.pair_group[kept].astype(np.int32),
@@ -189,15 +195,25 @@ def _by_backend(t: EntryTable, starts: npt.NDArray[np.intp]) -> tuple[I32, I32, 
     """The columns of `Profiles` per (rank, backend), in their order: each (rank, backend)
     with rows, by rank then backend code."""
     width = max(len(t.backends), 1)
-    rank_index = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, t.n)))
-    key = rank_index * width + t.backend
-    rows = np.bincount(key, minlength=len(starts) * width)
-    kept = np.flatnonzero(rows)
     seen = (t.t_started >= 0) | (t.t_completed >= 0)
     completed = (t.state == State.COMPLETED) | (t.t_completed >= 0)
+    if width == 1:  # one backend (most jobs): a rank's rows are its backend's
+        rows = np.diff(np.append(starts, t.n))
+        kept = np.flatnonzero(rows)
 
-    def any_of(flag: B) -> B:
-        return np.bincount(key[flag], minlength=len(rows))[kept] > 0
+        def any_of(flag: B) -> B:
+            found: B = np.logical_or.reduceat(flag, starts)[kept]
+            return found
+
+    else:
+        rank_index = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, t.n)))
+        key = rank_index * width + t.backend
+        del rank_index
+        rows = np.bincount(key, minlength=len(starts) * width)
+        kept = np.flatnonzero(rows)
+
+        def any_of(flag: B) -> B:
+            return np.bincount(key[flag], minlength=len(rows))[kept] > 0
 
     return (
         t.rank[starts][kept // width].astype(np.int32),
@@ -210,7 +226,7 @@ def _by_backend(t: EntryTable, starts: npt.NDArray[np.intp]) -> tuple[I32, I32, 
     )
 
 
-def _told(t: EntryTable, pair: I64) -> tuple[I64, I64, I64]:
+def _told(t: EntryTable, pair: I32) -> tuple[I64, I64, I64]:
     """Each (pair, size) that all_gather and reduce_scatter rows tell, and their rows: the
     output of an all_gather is its input times the group size, the input of a reduce_scatter
     its output times the group size; a ratio that is no whole number, or beyond the most ranks
@@ -230,16 +246,16 @@ def _told(t: EntryTable, pair: I64) -> tuple[I64, I64, I64]:
     ratio = np.where(ok, big // np.maximum(small, 1), 0)
     ok &= ratio <= MAX_RANK + 1
     span = MAX_RANK + 2
-    keys, counts = np.unique(pair[rows][ok] * span + ratio[ok], return_counts=True)
+    keys, counts = np.unique(pair[rows][ok].astype(np.int64) * span + ratio[ok], return_counts=True)
     return (keys // span).astype(np.int64), (keys % span).astype(np.int64), counts.astype(np.int64)
 
 
-def _links(t: EntryTable, pair: I64) -> tuple[I64, I64]:
+def _links(t: EntryTable, pair: I32) -> tuple[I64, I64]:
     """The distinct (member's pair, end marker's pair) of each block whose members and end
     marker lie in two groups: few rows beside the millions of a large job."""
     linked = np.flatnonzero((t.unit == UnitKind.BLOCK_MEMBER) | (t.unit == UnitKind.BATCH_MEMBER))
     linked = linked[t.marker[linked] >= 0]
-    a, b = pair[linked], pair[t.marker[linked]]
+    a, b = pair[linked].astype(np.int64), pair[t.marker[linked]].astype(np.int64)
     other = a != b
     if not other.any():
         return _none(), _none()
