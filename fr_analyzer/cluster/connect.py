@@ -227,3 +227,23 @@ def wait_one(ray: Any, refs: list[Any], stalled_s: float = STALLED_S) -> Any:
                 " disk past Ray's local_fs_capacity_threshold, 95% by default? --table-dir on"
                 " another disk leaves the spill disk to Ray)"
             )
+
+
+def reason_of(exc: BaseException) -> str:
+    """A Ray error in one line: its class and the first line of its message."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
+@contextmanager
+def lost_as(what: str) -> Iterator[None]:
+    """Ray's errors of a lost worker, node or object (past Ray's retries) as one
+    `ClusterError` saying `what` could not be done; an error raised by a task's own code
+    (`RayTaskError`: a bug of fr-analyze) is let through as it is."""
+    ray = import_ray()
+    try:
+        yield
+    except ray.exceptions.RayTaskError:
+        raise
+    except ray.exceptions.RayError as exc:
+        raise ClusterError(f"{what}: {reason_of(exc)}") from None

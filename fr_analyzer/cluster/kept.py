@@ -8,8 +8,11 @@ order the table builder takes ranks). From those the driver has the table of no 
 (`build`); the parts are split from the shards by the lists' plans
 (`shuffle.plans_of_lists`) and matched in tasks whose results stay in the store
 (`shuffle.Finals`); the diagnosis takes each part's piece in a task where it lies (`take`)
-and fetches only the rows the pieces hold, one task per shard that has some (`fetch`).
-Everything stays in the store until the analysis is over (`release`).
+and fetches only the rows the pieces hold, one task per shard that has some (`fetch`); a
+database takes every row a chunk at a time, each chunk's outcome of matching taken of the
+parts where they lie (`outcomes`). Everything stays in the store until the analysis is over
+(`release`), or while its database may still be written (`Options.keep_rows`). A worker,
+node or object lost past Ray's retries is one `ClusterError` (`connect.lost_as`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..match.frontier import Wanted
 from ..match.outcomes import Outcome, Outcomes, numbered
 from ..model.dump import RankDump
 from ..model.table import EntryTable
-from .connect import ClusterError, import_ray
+from .connect import ClusterError, import_ray, lost_as
 from .lateness import Layout, summary
 from .shuffle import Finals, Kept, Split, outcomes_of, take_pieces
 
@@ -46,6 +49,9 @@ class TablePlace:
 
     on_disk: Path | None = None
     up_to: int | None = None
+
+
+LOST_OUTCOMES = "the outcome of matching could not be taken from the cluster"
 
 
 class ClusterRows:
@@ -103,7 +109,8 @@ class ClusterRows:
         owners: list[I64] = []
         try:
             for s, ref in refs.items():
-                counts, of_shard = ray.get(ref)
+                with lost_as("the job's rows could not be fetched from the cluster"):
+                    counts, of_shard = ray.get(ref)
                 places = list(by_shard[s])
                 ranks = np.array([self.kept[s].ranks[at][0] for at in places], dtype=np.int64)
                 owners.append(np.repeat(ranks, counts))
@@ -188,7 +195,8 @@ class ClusterRows:
         for f in (self.finals[i] for i in indices):
             refs.append(list(task.remote(f.frame, f.size, f.done, at, *f.blocks)))
         try:
-            units = ray.get([r[0] for r in refs])
+            with lost_as(LOST_OUTCOMES):
+                units = ray.get([r[0] for r in refs])
         except BaseException:
             for r in refs:
                 ray.cancel(r[0], force=True)
@@ -197,7 +205,8 @@ class ClusterRows:
             r[0] = None
 
         def take(c: int) -> list[tuple[int, Outcome]]:
-            got = ray.get([r[1 + c] for r in refs])
+            with lost_as(LOST_OUTCOMES):
+                got = ray.get([r[1 + c] for r in refs])
             for r in refs:
                 r[1 + c] = None  # each chunk is asked for once
             return list(zip(indices, got, strict=True))

@@ -40,7 +40,7 @@ from ..load import (
 from ..match import Cut, PartMatch, PartRunner
 from ..model.profile import Profiles, joined, profiles_of
 from ..model.records import UnreadableDump
-from .connect import Cluster, ClusterError, import_arrow, import_ray, wait_one
+from .connect import Cluster, ClusterError, import_arrow, import_ray, reason_of, wait_one
 from .kept import ClusterRows, TablePlace
 from .parts import match_parts
 from .shuffle import Kept, Split, match_split, plans_of_lists, split_shards
@@ -437,7 +437,7 @@ def _taken(ray: Any, piece: list[DumpFile], ref: Any) -> Shard:
     try:
         got = ray.get(wait_one(ray, [ref]))
     except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as exc:
-        why = _reason(exc)
+        why = reason_of(exc)
         return Shard(
             [],
             [],
@@ -449,12 +449,6 @@ def _taken(ray: Any, piece: list[DumpFile], ref: Any) -> Shard:
         )
     assert isinstance(got, Shard)
     return got
-
-
-def _reason(exc: BaseException) -> str:
-    """A Ray error in one line: its class and the first line of its message."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {first}"[:300]
 
 
 def _with_tables(dump: RankDump, tables: RankTables) -> RankDump:

@@ -99,3 +99,14 @@ def test_leaving_the_cluster_puts_back_the_signal_handlers_ray_changed(
     with connect_mod.connect(None):
         assert signal.getsignal(signal.SIGTERM) != before
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_lost_worker_node_or_object_is_one_cluster_error_and_a_task_s_own_error_is_not() -> None:
+    ray = pytest.importorskip("ray", reason="Ray is not installed")
+    lost = pytest.raises(connect_mod.ClusterError, match=r"^the rows: WorkerCrashedError")
+    with lost, connect_mod.lost_as("the rows"):
+        raise ray.exceptions.WorkerCrashedError()
+    bug = ray.exceptions.RayTaskError("f", "Traceback ...", ValueError("a bug"))
+    # a bug of fr-analyze: as it is
+    with pytest.raises(ray.exceptions.RayTaskError), connect_mod.lost_as("the rows"):
+        raise bug
