@@ -388,9 +388,8 @@ def analyze(
             "groups (or some groups of a family too large for a task) is matched in a task of "
             "its own, its rows gathered from the workers; the report is the same. For the text "
             "and JSON reports the rows stay on the cluster: this process fetches only those the "
-            "diagnosis reads; a .parquet or .sqlite database (-o) takes them from there a "
-            "chunk at a time (a .pkl database, --html, --out-dir and -j build the table "
-            "here).",
+            "diagnosis reads; the database (-o) takes them from there a chunk at a time "
+            "(--html, --out-dir and -j build the table here).",
         ),
     ] = EngineKind.PROCESS,
     no_cache: Annotated[

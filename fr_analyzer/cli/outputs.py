@@ -58,15 +58,15 @@ class Outputs:
 
     def table_needed(self) -> bool:
         """Whether an output asked for reads the table of the job's entries (the HTML
-        report, the pickle database, `--out-dir`'s): the text and JSON reports read none of
-        them, the SQLite and Parquet databases take them a chunk at a time."""
+        report, `--out-dir`'s): the text and JSON reports read none of them, the databases
+        take them a chunk at a time."""
         return self.out_dir is not None or any(
             r.entries is Entries.TABLE for r, _ in self.renderers()
         )
 
     def entries_streamed(self) -> bool:
-        """Whether an output asked for takes every entry a chunk at a time (the SQLite and
-        Parquet databases)."""
+        """Whether an output asked for takes every entry a chunk at a time (the
+        databases)."""
         return any(r.entries is Entries.STREAMED for r, _ in self.renderers())
 
     def paths(self) -> list[Path]:

@@ -205,6 +205,8 @@ class ClusterRows:
             r[0] = None
 
         def take(c: int) -> list[tuple[int, Outcome]]:
+            if refs and refs[0][1 + c] is None:
+                raise ValueError(f"the outcome of chunk {c} was taken already")
             with lost_as(LOST_OUTCOMES):
                 got = ray.get([r[1 + c] for r in refs])
             for r in refs:

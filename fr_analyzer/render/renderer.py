@@ -118,7 +118,7 @@ PARQUET = Renderer(
     True,
     entries=Entries.STREAMED,
 )
-PICKLE = Renderer("pickle", "the database", "-o", (), "database", False)
+PICKLE = Renderer("pickle", "the database", "-o", (), "database", False, entries=Entries.STREAMED)
 TIMELINE = Renderer("timeline", "the trace", "timeline -o", (), "timeline")
 
 RENDERERS: dict[str, Renderer] = {

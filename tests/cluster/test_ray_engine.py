@@ -34,10 +34,9 @@ from fr_analyzer.load import Directory
 from fr_analyzer.match import cutting, match
 from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
-from fr_analyzer.pipeline import Analysis, Options, analyze, load
-from fr_analyzer.render import database_parquet
+from fr_analyzer.pipeline import Options, analyze, load
+from fr_analyzer.render import database, database_parquet
 from fr_analyzer.render.report_json import report_dict
-from fr_analyzer.render.tables import tables
 from tests.builders import make_dump, make_entry, write_dumps
 from tests.diagnosis.test_stragglers import SLOW
 from tests.match.test_partitions import assert_same_match
@@ -342,59 +341,37 @@ def test_the_command_line_joins_the_cluster_and_exits_as_one_process_does(head: 
     assert "Traceback" not in on_ray.stderr
 
 
-def test_a_pickle_database_on_ray_gets_the_table(head: str, tmp_path: Path) -> None:
-    # the pickle holds every entry as Python's objects at once: the driver builds the table
-    # for it (the text and JSON reports go without, SQLite and Parquet stream the entries)
-    env = {**os.environ, **QUIET}
-    where = SAMPLES / "nccl_not_joined"
-    written = {}
-    for name, extra in (("alone", []), ("ray", ["--engine", "ray", "--ray-address", head])):
-        db = tmp_path / f"{name}.pkl"
-        done = subprocess.run(
-            [sys.executable, "-m", "fr_analyzer", "-d", str(where), "-o", str(db), *extra],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        with db.open("rb") as f:
-            written[name] = pickle.load(f)
-    assert written["ray"]["tables"] == written["alone"]["tables"]
-    assert len(written["ray"]["tables"]["nccl_calls"]["rows"]) > 0
-
-
-def _rows_of_tables(analysis: Analysis) -> dict[str, list[list[Any]]]:
-    return {name: table.rows() for name, table in tables(analysis).items()}
-
-
 P2P = ("nccl_p2p_pipeline", "nccl_batched_p2p", "nccl3d_p2p_mismatch", "gloo3d_healthy")
 """Sample sets of send/recv pairs matched in order, batched and mismatched."""
 
 
 def test_sample_sets_give_one_process_database_from_rows_kept_on_the_cluster(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # the driver holds no table: the database takes every entry a chunk of rows at a time
     # (chunks of 53 rows here, so that each set takes several), each chunk's rows fetched
     # and its outcome of matching taken of the parts' results where they lie
+    # (the pickle: every table, row for row, the calls' rows appended a chunk at a time)
     monkeypatch.setattr(kept_stage, "CHUNK_ROWS", 53)
     engine = RayEngine(cluster, rows_in_driver=False)
     differ = []
     for s in (SAMPLES / name for name in (*SOME, *P2P)):
         on_ray = analyze(Directory(s), Options(engine=engine, keep_rows=True))
         assert on_ray.calls is not None, s.name
-        if _rows_of_tables(on_ray) != _rows_of_tables(analyze(Directory(s), Options())):
-            differ.append(s.name)
+        database.write(on_ray, tmp_path / "ray.pkl")
+        alone = database.build(analyze(Directory(s), Options()))
+        with (tmp_path / "ray.pkl").open("rb") as f:
+            if pickle.load(f) != alone:
+                differ.append(s.name)
     assert differ == []
 
 
-def test_a_parquet_or_sqlite_database_on_ray_streams_the_entries_and_is_one_process(
+def test_each_database_on_ray_streams_the_entries_and_is_one_process(
     head: str, tmp_path: Path
 ) -> None:
     env = {**os.environ, **QUIET}
     where = SAMPLES / "nccl3d_skip_world"
-    for suffix in (".parquet", ".sqlite"):
+    for suffix in (".pkl", ".parquet", ".sqlite"):
         written = {}
         for name, extra in (("alone", []), ("ray", ["--engine", "ray", "--ray-address", head])):
             db = tmp_path / f"{name}{suffix}"
@@ -412,6 +389,8 @@ def test_a_parquet_or_sqlite_database_on_ray_streams_the_entries_and_is_one_proc
 
 
 def _database_rows(db: Path) -> dict[str, list[Any]]:
+    if db.suffix == ".pkl":
+        return {name: table.rows for name, table in database.load_db(db).tables.items()}
     if db.suffix == ".parquet":
         return {name: table.to_pylist() for name, table in database_parquet.read_tables(db).items()}
     with contextlib.closing(sqlite3.connect(db)) as connection:

@@ -71,12 +71,13 @@ def test_each_output_says_what_it_reads_of_the_entries() -> None:
     assert {r.name for r in RENDERERS.values() if r.entries is Entries.STREAMED} == {
         "sqlite",
         "parquet",
+        "pickle",
     }
     assert Outputs(json=Path("r.json")).table_needed() is False
     assert Outputs(database=Path("db.parquet")).entries_streamed() is True
     assert Outputs(database=Path("db.parquet")).table_needed() is False
     assert Outputs(database=Path("db.sqlite"), json=Path("r.json")).table_needed() is False
-    assert Outputs(database=Path("db.pkl")).table_needed() is True
+    assert Outputs(database=Path("db.pkl")).table_needed() is False
     assert Outputs(database=Path("db.sqlite"), html=Path("r.html")).table_needed() is True
     assert Outputs(out_dir=Path("out")).table_needed() is True
 
