@@ -327,28 +327,24 @@ def _collectives(analysis: Analysis) -> tuple[Columns, np.ndarray]:
     pair_id = np.full(t.n, -1, dtype=np.int64)
     pair_id[send] = pair_id[m.p2p.recv_row] = n_units + np.arange(n_pairs)
     collective_id = np.where(units.entry_unit >= 0, units.entry_unit, pair_id)
-    is_p2p = np.concatenate([np.zeros(n_units, bool), np.ones(n_pairs, bool)])
-    ops = np.empty(n_units + 1, dtype=object)
-    ops[:n_units] = units.op
-    ops[n_units] = "send/recv"
-    op_code = np.concatenate([np.arange(n_units), np.full(n_pairs, n_units)])
-    columns = (
-        Column(np.arange(n_units + n_pairs)),
-        Column(is_p2p.astype(np.int8), _objects(["collective", "p2p"])),
-        Column(np.concatenate([units.group.astype(np.int64), groups.entry_group[send]])),
-        Column(np.concatenate([units.seq, np.zeros(n_pairs, np.int64)]), missing=is_p2p),
-        Column(np.concatenate([np.zeros(n_units, np.int64), t.p2p_seq[send]]), missing=~is_p2p),
-        Column(op_code, ops),
-        Column(np.concatenate([units.ranks_present, np.full(n_pairs, 2, np.int32)])),
-        Column(np.concatenate([units.ranks_expected, np.full(n_pairs, 2, np.int32)])),
-        Column(np.concatenate([units.passed, np.ones(n_pairs, bool)])),
+    job = JobUnits(
+        units.group,
+        units.seq,
+        units.op,
+        units.ranks_present,
+        units.ranks_expected,
+        units.passed,
+        groups.entry_group[send],
+        t.p2p_seq[send],
+        {},
+        {},
     )
-    return Columns("collectives", columns, n_units + n_pairs), collective_id
+    return _collectives_of(job), collective_id
 
 
 def _collectives_of(units: JobUnits) -> Columns:
-    """The `collectives` table of the job's units and pairs (`match.outcomes.JobUnits`), as
-    `_collectives` makes it of a whole result."""
+    """The `collectives` table of the job's units and pairs (`match.outcomes.JobUnits`: a
+    whole result's, or those the parts numbered)."""
     n_units, n_pairs = units.units, units.pairs
     is_p2p = np.concatenate([np.zeros(n_units, bool), np.ones(n_pairs, bool)])
     ops = np.empty(n_units + 1, dtype=object)
