@@ -40,7 +40,7 @@ from .load import read_job_logs
 from .match import completion, partitions
 from .match.cutting import cut_sets
 from .match.findings import collect
-from .match.frontier import Wanted
+from .match.frontier import Held, Wanted
 from .match.outcomes import CallChunk, JobUnits, Outcomes, chunk_bounds
 from .match.pieces import Pieces
 from .memory import collector_paused, small_pages
@@ -142,7 +142,7 @@ def _analyze_kept(
         step()
         calls = None
         if options.keep_rows:
-            calls = KeptCalls(kept.outcomes(final, chunk_bounds(n, CHUNK_ROWS)), fetch)
+            calls = KeptCalls(kept.outcomes(final, chunk_bounds(n, CHUNK_ROWS)), fetch, reads)
     return Analysis(
         summary,
         tuple(loaded),
@@ -171,8 +171,13 @@ class KeptCalls:
     (`pipeline.JobCalls`): each chunk's rows fetched from where they lie, its outcome taken
     of the parts' final results (`match.outcomes`). The driver holds one chunk at a time."""
 
-    def __init__(self, outcomes: Outcomes, fetch: Callable[[npt.NDArray[np.int64]], EntryTable]):
-        self._outcomes, self._fetch = outcomes, fetch
+    def __init__(
+        self,
+        outcomes: Outcomes,
+        fetch: Callable[[npt.NDArray[np.int64]], EntryTable],
+        reads: Pieces,
+    ) -> None:
+        self._outcomes, self._fetch, self._reads = outcomes, fetch, reads
 
     @property
     def units(self) -> JobUnits:
@@ -186,6 +191,10 @@ class KeptCalls:
             start, stop = int(bounds[c]), int(bounds[c + 1])
             table = self._fetch(np.arange(start, stop, dtype=np.int64))
             yield CallChunk(start, table, self._outcomes.chunk(c))
+
+    def held(self, wanted: Wanted) -> Held:
+        """The job's rows `wanted` (with each rank's frontier), fetched from the pieces."""
+        return self._reads.held(self._reads.select(wanted))
 
 
 def _decided(

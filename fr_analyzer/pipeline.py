@@ -51,7 +51,7 @@ from .load import (
 )
 from .match import MatchResult, PartMatch, PartRunner, match
 from .match.findings import collect
-from .match.frontier import Wanted
+from .match.frontier import Held, Wanted
 from .match.outcomes import CallChunk, JobUnits, Outcomes
 from .memory import collector_paused, small_pages
 from .model.dump import RankDump, Reader, Writer
@@ -177,6 +177,11 @@ class JobCalls(Protocol):
         """The job's rows in order, a chunk at a time, each with its outcome."""
         ...
 
+    def held(self, wanted: Wanted) -> Held:
+        """The job's rows `wanted` (with each rank's frontier), fetched from where they lie:
+        for an output that shows a few of them (`render.report_html`)."""
+        ...
+
 
 class InProcess:
     """The default engine: this process reads, its forked workers decode (`load.load_all`)."""
@@ -244,8 +249,8 @@ class Options:
     # with table_dir: the table kept in memory while it takes at most this many bytes, moved
     # to table_dir past it; None: in table_dir from the start
     table_memory_bytes: int | None = None
-    # an engine that keeps the rows keeps them past the analysis, for a database that streams
-    # every entry from where they lie (`Analysis.calls`)
+    # an engine that keeps the rows keeps them past the analysis, for the outputs that take
+    # entries from where they lie (`Analysis.calls`): the database, the HTML report
     keep_rows: bool = False
 
 

@@ -388,8 +388,8 @@ def analyze(
             "groups (or some groups of a family too large for a task) is matched in a task of "
             "its own, its rows gathered from the workers; the report is the same. For the text "
             "and JSON reports the rows stay on the cluster: this process fetches only those the "
-            "diagnosis reads; the database (-o) takes them from there a chunk at a time "
-            "(--html, --out-dir and -j build the table here).",
+            "diagnosis reads; --html the few it shows; the database (-o) takes them from "
+            "there a chunk at a time (--out-dir and -j build the table here).",
         ),
     ] = EngineKind.PROCESS,
     no_cache: Annotated[
@@ -576,10 +576,10 @@ def analyze(
             "--selected-ranks, --pg-filters, --print-stack-trace, --around-root, "
             "--all-entries, --last and --context go with -j"
         )
-    # the text report and the JSON one need no table, the SQLite and Parquet databases
-    # take the entries a chunk at a time: on Ray, the driver then holds no table
+    # the text and JSON reports need no table, the HTML report fetches the few entries it
+    # shows, the databases take them a chunk at a time: on Ray, the driver then holds none
     rows_in_driver = len(sources) > 1 or outputs.table_needed()
-    options = dataclasses.replace(options, keep_rows=outputs.entries_streamed())
+    options = dataclasses.replace(options, keep_rows=outputs.entries_taken())
     with engine_options(options, engine, ray_address, rows_in_driver=rows_in_driver) as options:
         code = analyze_dumps(
             sources,

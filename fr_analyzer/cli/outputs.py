@@ -57,17 +57,18 @@ class Outputs:
         return [(renderer, path) for renderer, path in found if path is not None]
 
     def table_needed(self) -> bool:
-        """Whether an output asked for reads the table of the job's entries (the HTML
-        report, `--out-dir`'s): the text and JSON reports read none of them, the databases
-        take them a chunk at a time."""
+        """Whether an output asked for reads the table of the job's entries (`--out-dir`'s
+        timeline): the text and JSON reports read none of them, the HTML report fetches the
+        few it shows, the databases take them a chunk at a time."""
         return self.out_dir is not None or any(
             r.entries is Entries.TABLE for r, _ in self.renderers()
         )
 
-    def entries_streamed(self) -> bool:
-        """Whether an output asked for takes every entry a chunk at a time (the
-        databases)."""
-        return any(r.entries is Entries.STREAMED for r, _ in self.renderers())
+    def entries_taken(self) -> bool:
+        """Whether an output asked for takes entries from where an engine keeps them, after
+        the analysis (the HTML report, the databases)."""
+        taken = (Entries.FETCHED, Entries.STREAMED)
+        return any(r.entries in taken for r, _ in self.renderers())
 
     def paths(self) -> list[Path]:
         """The files asked for, in the order they are written (`--out-dir` apart)."""

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from ..model.groups import GroupTable
 from ..model.records import Finding, UnitKind
 from ..model.table import TABLE_COLUMNS, EntryTable, rank_starts
-from .records import MatchResult
+from .records import P2P_UNITS, MatchResult, of_kinds
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -177,15 +177,29 @@ class Wanted:
 
     units: frozenset[tuple[int, int]] = frozenset()
     ranks: frozenset[int] = frozenset()
+    # the send/recv rows of some groups at a p2p sequence id ((group uid, p2p seq id))
+    p2p: frozenset[tuple[int, int]] = frozenset()
 
-    def rows(self, t: EntryTable, m: MatchResult, closure: Closure) -> I64:
+    def rows(
+        self,
+        t: EntryTable,
+        m: MatchResult,
+        closure: Closure,
+        entry_group: npt.NDArray[np.int32] | None = None,
+    ) -> I64:
         """The rows of `t` these are: the wanted collectives' that `m` holds, every row of
-        the wanted ranks."""
+        the wanted ranks, and (with each row's group, `entry_group`) the wanted send/recv
+        rows."""
         found = [m.collectives.find(uid, seq) for uid, seq in sorted(self.units)]
         units = np.array([u for u in found if u is not None], dtype=np.int64)
         ranks = np.array(sorted(self.ranks), dtype=t.rank.dtype)
         mine = np.flatnonzero(np.isin(t.rank, ranks)) if len(ranks) else np.zeros(0, np.int64)
-        return np.concatenate([closure.unit_rows(units), mine.astype(np.int64)])
+        sent = [np.zeros(0, np.int64)]
+        if self.p2p and entry_group is not None:
+            for uid, seq in sorted(self.p2p):
+                hit = (t.p2p_seq == seq) & (entry_group == uid)
+                sent.append(np.flatnonzero(hit & of_kinds(t.unit, P2P_UNITS)).astype(np.int64))
+        return np.concatenate([closure.unit_rows(units), mine.astype(np.int64), *sent])
 
 
 def about(findings: Iterable[Finding]) -> frozenset[tuple[int, int]]:

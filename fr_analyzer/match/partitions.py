@@ -215,7 +215,7 @@ def piece(part: Part, done: PartMatch, wanted: Wanted | None = None) -> PartMatc
     t, groups, m = part.table, part.groups, done.result
     closure = Closure(t, m)
     asked = replace(wanted, units=wanted.units | about((*m.findings, *m.skipped)))
-    closed = closure.closed(frontier, asked.rows(t, m, closure))
+    closed = closure.closed(frontier, asked.rows(t, m, closure, groups.entry_group))
     result = held_matches(m, closed)
     pairs = len(done.result.p2p.send_row)
     kept = np.unique(done.result.p2p.entry_pair[closed])

@@ -51,12 +51,13 @@ class Rendered:
 
 
 class Entries(enum.Enum):
-    """What a renderer reads of the job's entries: none (the answer alone), every one a
-    chunk of rows at a time (`Analysis.calls` where the engine keeps the rows: the driver
-    holds one chunk), or the table they make (where the engine keeps the rows, the driver
-    builds it)."""
+    """What a renderer reads of the job's entries: none (the answer alone), a few it asks
+    for (`Analysis.calls.held` where the engine keeps the rows), every one a chunk of rows at
+    a time (`Analysis.calls.chunks`: the driver holds one chunk), or the table they make
+    (where the engine keeps the rows, the driver builds it)."""
 
     NONE = "none"
+    FETCHED = "fetched"
     STREAMED = "streamed"
     TABLE = "table"
 
@@ -98,7 +99,15 @@ TEXT = Renderer("text", "the text report", "", (), "report", entries=Entries.NON
 JSON = Renderer(
     "json", "the JSON report", "--json", (".json",), "report_json", entries=Entries.NONE
 )
-HTML = Renderer("html", "the HTML report", "--html", (".html", ".htm"), "report_html", False)
+HTML = Renderer(
+    "html",
+    "the HTML report",
+    "--html",
+    (".html", ".htm"),
+    "report_html",
+    False,
+    entries=Entries.FETCHED,
+)
 SQLITE = Renderer(
     "sqlite",
     "the database",

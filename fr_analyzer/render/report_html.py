@@ -47,6 +47,7 @@ from .presentation import (
     when_where,
     when_where_lines,
 )
+from .rows import same_op_rows
 
 FINDINGS_SHOWN = 300
 """Findings carried into the page (the root first); the rest are counted."""
@@ -277,7 +278,10 @@ def _same_op_data(analysis: Analysis) -> dict[str, Any] | None:
     ref = None if state is None else state.blocked or state.newest
     if ref is None:
         return None
-    found = same_op_stacks(analysis.table, analysis.groups, ref, STACK_DEPTH)
+    t, groups = analysis.table, analysis.groups
+    if analysis.calls is not None:  # the driver holds some rows only: fetch the op's
+        t, groups, ref = same_op_rows(analysis, ref)
+    found = same_op_stacks(t, groups, ref, STACK_DEPTH)
     issued = sum(len(g.ranks) for g in found)
     top = found[0] if found else None
     return {

@@ -35,7 +35,7 @@ from fr_analyzer.match import cutting, match
 from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, analyze, load
-from fr_analyzer.render import database, database_parquet
+from fr_analyzer.render import database, database_parquet, report_html
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
 from tests.diagnosis.test_stragglers import SLOW
@@ -363,6 +363,23 @@ def test_sample_sets_give_one_process_database_from_rows_kept_on_the_cluster(
         with (tmp_path / "ray.pkl").open("rb") as f:
             if pickle.load(f) != alone:
                 differ.append(s.name)
+    assert differ == []
+
+
+def test_the_html_report_on_ray_fetches_the_rows_it_shows_and_is_one_process(
+    cluster: Cluster,
+) -> None:
+    # the culprit's stack set against its peers' at the same op: that op's collective, or
+    # its send/recv sequence id, in every group of its family, fetched
+    # (`Analysis.calls.held`); the rest is the report's (all 60 sets agreed when written)
+    engine = RayEngine(cluster, rows_in_driver=False)
+    differ = []
+    for s in (SAMPLES / name for name in (*SOME, *P2P)):
+        on_ray = analyze(Directory(s), Options(engine=engine, keep_rows=True))
+        assert on_ray.calls is not None, s.name
+        alone = analyze(Directory(s), Options())
+        if report_html.page_data(on_ray) != report_html.page_data(alone):
+            differ.append(s.name)
     assert differ == []
 
 

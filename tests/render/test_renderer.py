@@ -74,11 +74,13 @@ def test_each_output_says_what_it_reads_of_the_entries() -> None:
         "pickle",
     }
     assert Outputs(json=Path("r.json")).table_needed() is False
-    assert Outputs(database=Path("db.parquet")).entries_streamed() is True
+    assert Outputs(database=Path("db.parquet")).entries_taken() is True
+    assert Outputs(html=Path("r.html")).entries_taken() is True
+    assert Outputs(json=Path("r.json")).entries_taken() is False
     assert Outputs(database=Path("db.parquet")).table_needed() is False
     assert Outputs(database=Path("db.sqlite"), json=Path("r.json")).table_needed() is False
     assert Outputs(database=Path("db.pkl")).table_needed() is False
-    assert Outputs(database=Path("db.sqlite"), html=Path("r.html")).table_needed() is True
+    assert Outputs(database=Path("db.sqlite"), html=Path("r.html")).table_needed() is False
     assert Outputs(out_dir=Path("out")).table_needed() is True
 
 
