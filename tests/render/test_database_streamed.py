@@ -1,0 +1,112 @@
+"""Each database written from calls that come a chunk of rows at a time (`Analysis.calls`,
+as a cluster that keeps the rows gives them): the pickle, SQLite and Parquet hold what they
+hold when written from the whole table, row for row, whatever the chunks. The calls here
+are cut from one process's table; on a real cluster: tests/cluster/test_ray_engine.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fr_analyzer import analyze
+from fr_analyzer.match.frontier import Held, Wanted, rows_of
+from fr_analyzer.match.outcomes import CallChunk, ChunkOutcome, JobUnits
+from fr_analyzer.pipeline import Analysis, Options
+from fr_analyzer.render import database, database_sqlite
+from fr_analyzer.render.tables import tables
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+SETS = ("nccl_not_joined", "nccl_p2p_pipeline", "nccl_coalesced", "gloo3d_pp_recv_missing")
+
+
+class CutCalls:
+    """`pipeline.JobCalls` of a whole analysis, its rows `size` at a time."""
+
+    def __init__(self, analysis: Analysis, size: int) -> None:
+        t, m, groups = analysis.table, analysis.matches, analysis.groups
+        units, pairs = m.collectives, m.p2p
+        self.units = JobUnits(
+            units.group,
+            units.seq,
+            list(units.op),
+            units.ranks_present,
+            units.ranks_expected,
+            units.passed,
+            groups.entry_group[pairs.send_row],
+            t.p2p_seq[pairs.send_row],
+            {},
+            {},
+        )
+        pair_id = np.full(t.n, -1, dtype=np.int64)
+        pair_id[pairs.send_row] = pair_id[pairs.recv_row] = len(units.seq) + np.arange(
+            len(pairs.send_row)
+        )
+        self.collective = np.where(units.entry_unit >= 0, units.entry_unit, pair_id)
+        self.analysis, self.size = analysis, size
+
+    def chunks(self) -> Iterator[CallChunk]:
+        a = self.analysis
+        for start in range(0, a.table.n, self.size):
+            rows = np.arange(start, min(start + self.size, a.table.n), dtype=np.int64)
+            outcome = ChunkOutcome(
+                a.groups.entry_group[rows], self.collective[rows], a.matches.done[rows]
+            )
+            yield CallChunk(start, rows_of(a.table, rows), outcome)
+
+    def held(self, wanted: Wanted) -> Held:
+        raise AssertionError("a database asks for no rows")
+
+
+def streamed(name: str, size: int) -> tuple[Analysis, Analysis]:
+    whole = analyze(SAMPLES / name, Options(workers=1))
+    cut = dataclasses.replace(whole, calls=CutCalls(whole, size), rows_in_job=whole.table.n)
+    return whole, cut
+
+
+def _sqlite_rows(path: Path) -> dict[str, list[Any]]:
+    with sqlite3.connect(path) as connection:
+        names = [
+            n for (n,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        return {n: connection.execute(f"SELECT * FROM {n}").fetchall() for n in names}
+
+
+@pytest.mark.parametrize("name", SETS)
+@pytest.mark.parametrize("size", [1, 37, 1 << 20])
+def test_the_pickle_written_a_chunk_at_a_time_loads_as_the_whole(
+    name: str, size: int, tmp_path: Path
+) -> None:
+    whole, cut = streamed(name, size)
+    database.write(cut, tmp_path / "db.pkl")
+    with (tmp_path / "db.pkl").open("rb") as f:
+        assert pickle.load(f) == database.build(whole)
+    assert database.load_db(tmp_path / "db.pkl").tables.keys() == set(tables(whole))
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_sqlite_written_a_chunk_at_a_time_is_the_whole(name: str, tmp_path: Path) -> None:
+    whole, cut = streamed(name, 37)
+    database_sqlite.write(whole, tmp_path / "whole.sqlite")
+    database_sqlite.write(cut, tmp_path / "cut.sqlite")
+    assert _sqlite_rows(tmp_path / "cut.sqlite") == _sqlite_rows(tmp_path / "whole.sqlite")
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_parquet_written_a_chunk_at_a_time_is_the_whole(name: str, tmp_path: Path) -> None:
+    database_parquet = pytest.importorskip("fr_analyzer.render.database_parquet")
+    pytest.importorskip("pyarrow", reason="pyarrow (the parquet extra) not installed")
+    whole, cut = streamed(name, 37)
+    database_parquet.write(whole, tmp_path / "whole.parquet")
+    database_parquet.write(cut, tmp_path / "cut.parquet")
+    got = database_parquet.read_tables(tmp_path / "cut.parquet")
+    expected = database_parquet.read_tables(tmp_path / "whole.parquet")
+    assert {n: t.to_pylist() for n, t in got.items()} == {
+        n: t.to_pylist() for n, t in expected.items()
+    }
