@@ -36,6 +36,7 @@ from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, analyze, load
 from fr_analyzer.render import database, database_parquet, report_html
+from fr_analyzer.render.renderer import for_database
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
 from tests.diagnosis.test_stragglers import SLOW
@@ -388,21 +389,21 @@ def test_each_database_on_ray_streams_the_entries_and_is_one_process(
 ) -> None:
     env = {**os.environ, **QUIET}
     where = SAMPLES / "nccl3d_skip_world"
+    alone = analyze(Directory(where), Options())  # one process, here
     for suffix in (".pkl", ".parquet", ".sqlite"):
-        written = {}
-        for name, extra in (("alone", []), ("ray", ["--engine", "ray", "--ray-address", head])):
-            db = tmp_path / f"{name}{suffix}"
-            done = subprocess.run(
-                [sys.executable, "-m", "fr_analyzer", "-d", str(where), "-o", str(db), *extra],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=120,
-            )
-            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-            written[name] = _database_rows(db)
-        assert written["ray"] == written["alone"], suffix
-        assert len(written["ray"]["nccl_calls"]) > 0
+        db = tmp_path / f"ray{suffix}"
+        on_ray = ["--engine", "ray", "--ray-address", head]
+        done = subprocess.run(
+            [sys.executable, "-m", "fr_analyzer", "-d", str(where), "-o", str(db), *on_ray],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        for_database(db).render(alone, tmp_path / f"alone{suffix}")
+        assert _database_rows(db) == _database_rows(tmp_path / f"alone{suffix}"), suffix
+        assert len(_database_rows(db)["nccl_calls"]) > 0
 
 
 def _database_rows(db: Path) -> dict[str, list[Any]]:
