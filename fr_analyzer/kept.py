@@ -46,6 +46,7 @@ from .match.pieces import Pieces
 from .memory import collector_paused, small_pages
 from .model.groups import build_groups, grouped
 from .model.records import Finding
+from .model.shown import Showing, Shown, joined
 from .model.table import EntryTable
 from .pipeline import Analysis, Loaded, Options, Progress, analyze_loaded, stages, summary_of
 
@@ -142,7 +143,9 @@ def _analyze_kept(
         step()
         calls = None
         if options.keep_rows:
-            calls = KeptCalls(kept.outcomes(final, chunk_bounds(n, CHUNK_ROWS)), fetch, reads)
+            outcomes = functools.partial(kept.outcomes, final, chunk_bounds(n, CHUNK_ROWS))
+            shown = functools.partial(kept.shown, final)
+            calls = KeptCalls(outcomes, fetch, reads, shown)
     return Analysis(
         summary,
         tuple(loaded),
@@ -173,28 +176,45 @@ class KeptCalls:
 
     def __init__(
         self,
-        outcomes: Outcomes,
+        outcomes: Callable[[], Outcomes],
         fetch: Callable[[npt.NDArray[np.int64]], EntryTable],
         reads: Pieces,
+        shown: Callable[[Showing], list[Shown]],
     ) -> None:
-        self._outcomes, self._fetch, self._reads = outcomes, fetch, reads
+        self._taken, self._fetch, self._reads, self._shown = outcomes, fetch, reads, shown
+        self._outcomes: Outcomes | None = None
+
+    @property
+    def outcomes(self) -> Outcomes:
+        """The parts' outcomes of matching, asked of them the first time they are needed
+        (a view of a few rows needs none)."""
+        if self._outcomes is None:
+            self._outcomes = self._taken()
+        return self._outcomes
 
     @property
     def units(self) -> JobUnits:
         """The job's collective units and send/recv pairs, as one process numbers them."""
-        return self._outcomes.units
+        return self.outcomes.units
 
     def chunks(self) -> Iterator[CallChunk]:
         """The job's rows in order, a chunk at a time, each with its outcome (once)."""
-        bounds = self._outcomes.bounds
-        for c in range(self._outcomes.chunks):
+        outcomes = self.outcomes
+        bounds = outcomes.bounds
+        for c in range(outcomes.chunks):
             start, stop = int(bounds[c]), int(bounds[c + 1])
             table = self._fetch(np.arange(start, stop, dtype=np.int64))
-            yield CallChunk(start, table, self._outcomes.chunk(c))
+            yield CallChunk(start, table, outcomes.chunk(c))
 
     def held(self, wanted: Wanted) -> Held:
         """The job's rows `wanted` (with each rank's frontier), fetched from the pieces."""
         return self._reads.held(self._reads.select(wanted))
+
+    def shown(self, showing: Showing) -> tuple[EntryTable, Shown]:
+        """The rows `showing` asks for, chosen of each part where it lies, then fetched."""
+        got = joined(self._shown(showing))
+        table = self._fetch(got.rows)
+        return table, Shown(np.arange(table.n, dtype=np.int64), got.groups, got.firsts)
 
 
 def _decided(

@@ -60,6 +60,7 @@ from .model.profile import Profiles, profiles_of
 from .model.ranks import agree, compact
 from .model.recorders import description
 from .model.records import DumpSummary, Finding, UnreadableDump
+from .model.shown import Showing, Shown
 from .model.table import EntryTable, rank_starts
 
 Progress = Callable[[str, int, int], None]
@@ -158,6 +159,11 @@ class KeptRows(Protocol):
         they lie (`final`: the rounds' briefs of them)."""
         ...
 
+    def shown(self, final: Sequence[PartMatch], showing: Showing) -> list[Shown]:
+        """The rows `showing` asks for, chosen of each part where it lies (in the job's
+        rows; `final`: the rounds' briefs of the parts)."""
+        ...
+
     def release(self) -> None:
         """The analysis is over: what is kept may go."""
         ...
@@ -180,6 +186,11 @@ class JobCalls(Protocol):
     def held(self, wanted: Wanted) -> Held:
         """The job's rows `wanted` (with each rank's frontier), fetched from where they lie:
         for an output that shows a few of them (`render.report_html`)."""
+        ...
+
+    def shown(self, showing: Showing) -> tuple[EntryTable, Shown]:
+        """The rows `showing` asks for (`-j`), chosen where they lie, then fetched: the
+        table of them, and them in it."""
         ...
 
 

@@ -166,8 +166,7 @@ def print_entries(source: Source, options: Options, view: EntriesView) -> int:
     check_selected_ranks("--selected-ranks", view.ranks, analysis.groups.world_size)
     screen = console()
     view = dataclasses.replace(view, width=screen.width)
-    root = analysis.conclusion.root
-    screen.print(entries_view.render_styled(analysis.table, analysis.groups, view, root), end="")
+    screen.print(entries_view.render_analysis(analysis, view), end="")
     return verdict_code(analysis)
 
 
@@ -569,7 +568,9 @@ def analyze(
             pg_filters=filters,
             stack=print_stack_trace,
         )
-        with engine_options(options, engine, ray_address) as options:
+        # on Ray, the rows shown are chosen where they lie: the driver holds no table
+        options = dataclasses.replace(options, keep_rows=True)
+        with engine_options(options, engine, ray_address, rows_in_driver=False) as options:
             raise typer.Exit(print_entries(sources[0], options, view))
     if selected_ranks or pg_filters or print_stack_trace or any(entries_only):
         raise UsageError(

@@ -10,7 +10,8 @@ order the table builder takes ranks). From those the driver has the table of no 
 (`shuffle.Finals`); the diagnosis takes each part's piece in a task where it lies (`take`)
 and fetches only the rows the pieces hold, one task per shard that has some (`fetch`); a
 database takes every row a chunk at a time, each chunk's outcome of matching taken of the
-parts where they lie (`outcomes`). Everything stays in the store until the analysis is over
+parts where they lie (`outcomes`); a side-by-side view (`-j`) the rows it shows, chosen of
+the parts where they lie (`shown`). Everything stays in the store until the analysis is over
 (`release`), or while its database may still be written (`Options.keep_rows`). A worker,
 node or object lost past Ray's retries is one `ClusterError` (`connect.lost_as`).
 """
@@ -31,10 +32,11 @@ from ..match import PartMatch
 from ..match.frontier import Wanted
 from ..match.outcomes import Outcome, Outcomes, numbered
 from ..model.dump import RankDump
+from ..model.shown import Showing, Shown
 from ..model.table import EntryTable
 from .connect import ClusterError, import_ray, lost_as
 from .lateness import Layout, summary
-from .shuffle import Finals, Kept, Split, outcomes_of, take_pieces
+from .shuffle import Finals, Kept, Split, outcomes_of, shown_of, take_pieces
 
 if TYPE_CHECKING:
     from .shards import ShardColumns
@@ -214,6 +216,25 @@ class ClusterRows:
             return list(zip(indices, got, strict=True))
 
         return Outcomes(bounds, numbered(units), take)
+
+    def shown(self, final: Sequence[PartMatch], showing: Showing) -> list[Shown]:
+        """The rows `showing` asks for, chosen of each part in a task where it lies
+        (`shuffle.shown_of`), in the job's rows."""
+        ray = _ray()
+        task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(shown_of)
+        at = ray.put(showing)
+        refs = [
+            task.remote(f.frame, f.size, f.done, at, *f.blocks)
+            for f in (self.finals[p.index] for p in final)
+        ]
+        try:
+            with lost_as("the rows to show could not be chosen in the cluster"):
+                got: list[Shown] = ray.get(refs)
+        except BaseException:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise
+        return got
 
     def release(self) -> None:
         """The analysis is over: everything kept may leave the store."""

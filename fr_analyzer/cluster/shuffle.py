@@ -33,6 +33,7 @@ from ..match import Cut, PartMatch, completion
 from ..match.frontier import Wanted
 from ..match.outcomes import outcomes
 from ..match.partitions import COLUMNS, Part, filled, found_among, match_part, piece
+from ..model.shown import Showing, Shown, shown_rows
 from ..model.table import EntryTable, rank_starts
 from .connect import ClusterError, import_ray, wait_one
 from .parts import matched_here, next_done, noted
@@ -192,6 +193,13 @@ def outcomes_of(
     made again from its blocks (`assembled`)."""
     units, got = outcomes(assembled(frame, size, *blocks), done, bounds)
     return (units, *got)
+
+
+def shown_of(frame: Part, size: int, done: PartMatch, showing: Showing, *blocks: Block) -> Shown:
+    """The task: the rows of the part that `showing` asks for (`model.shown`), in the job's
+    rows, the part made again from its blocks (`assembled`)."""
+    part = assembled(frame, size, *blocks)
+    return shown_rows(part.table, part.groups.entry_group, showing).moved(part.rows)
 
 
 def brief(done: PartMatch) -> PartMatch:

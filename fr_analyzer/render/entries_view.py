@@ -32,9 +32,12 @@ from ..errors import UsageError
 from ..match.findings import describe_group
 from ..model.groups import GroupTable
 from ..model.ranks import compact
-from ..model.records import ANY_SOURCE, STATE_NAMES, Group, P2PKind, State, UnitKind, seq_id
+from ..model.records import ANY_SOURCE, STATE_NAMES, Group, P2PKind, State, seq_id
+from ..model.shown import P2P_LIKE, Around, Key, Showing, Shown, rows_by_group, shown_rows
 from ..model.table import EntryTable
+from ..pipeline import Analysis
 from .presentation import names_cut
+from .rows import shown_of
 
 MARK = "!"
 """Prefix of a cell that deviates at its sequence id, or of an op a rank never issued."""
@@ -65,8 +68,6 @@ SHOWN_FRAME_TEXT = 240
 counted once however many entries share it (`load.formats.normalize.text_held`), but this view shows
 it in every entry's cell."""
 GAP = "  "
-
-_P2P_UNITS = (UnitKind.P2P, UnitKind.BATCH_MEMBER, UnitKind.BATCH_MARKER)
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,6 @@ class _Column:
     culprit: bool  # the culprit's column (culprits never fold with their peers)
 
 
-Key = tuple[int, int, int, int]
-"""A row of the view: (collective seq id, p2p seq id, is p2p, position among equal keys)."""
-
-
 def render_entries(
     table: EntryTable, groups: GroupTable, view: EntriesView, root: RootCause | None = None
 ) -> str:
@@ -114,31 +111,58 @@ def render_entries(
 def render_styled(
     table: EntryTable, groups: GroupTable, view: EntriesView, root: RootCause | None = None
 ) -> Text:
-    """The view as `rich` text: deviating cells and the culprit's column header coloured."""
+    """The view of a table of the job's every row as `rich` text: deviating cells and the
+    culprit's column header coloured."""
     if not table.n:
         return Text("no entries\n")
+    chosen = showing(groups, view, root)
+    return render_shown(table, shown_rows(table, groups.entry_group, chosen), groups, view, root)
+
+
+def render_analysis(analysis: Analysis, view: EntriesView) -> Text:
+    """The view of an analysis' rows, wherever its engine keeps them (`rows.shown_of`)."""
+    if not analysis.entries:
+        return Text("no entries\n")
+    root = analysis.conclusion.root
+    table, shown = shown_of(analysis, showing(analysis.groups, view, root))
+    return render_shown(table, shown, analysis.groups, view, root)
+
+
+def showing(groups: GroupTable, view: EntriesView, root: RootCause | None) -> Showing:
+    """The rows the view shows, of which groups: the root's group around the root's sequence
+    id; else the groups `--pg-filters` names (all without), each whole or its newest ids."""
+    if _around(view, root):
+        assert root is not None and root.group is not None
+        return Showing((root.group.uid,), _root_window(root, view.context), view.last)
+    uids = tuple(g.uid for g in _filtered(groups, view.pg_filters))
+    last = NEWEST if view.around_root is not False and view.last is None else view.last
+    return Showing(uids, None, last)
+
+
+def render_shown(
+    table: EntryTable,
+    shown: Shown,
+    groups: GroupTable,
+    view: EntriesView,
+    root: RootCause | None = None,
+) -> Text:
+    """The view of the rows `showing` chose (`shown`, rows of `table`) as `rich` text."""
     culprits = set(root.ranks) if root is not None else set()
     out = Text()
-    around = view.around_root is not False and root is not None and root.group is not None
-    last = view.last
-    if view.around_root is not False and not around and last is None:
+    around = _around(view, root)
+    if view.around_root is not False and not around and view.last is None:
         # a healthy job of 1,024 ranks has millions of entries: its newest few are what one reads
-        last = NEWEST
         out.append(_wrapped(_newest_note(root), view.width), "dim")
         out.append("\n")
-    chosen = [root.group] if around and root is not None and root.group is not None else None
-    if chosen is None:
-        chosen = list(_filtered(groups, view.pg_filters))
-    p2p_like = np.isin(table.unit, _P2P_UNITS)
-    rows_of = _rows_by_group(groups.entry_group, [g.uid for g in chosen])
+    uids = showing(groups, view, root).uids
+    by_uid = {g.uid: g for g in groups.groups}
+    p2p_like = np.isin(table.unit, P2P_LIKE)
+    rows_of = rows_by_group(shown.groups, list(uids))
     marked = False
-    for group in chosen:
-        rows = rows_of[group.uid]
-        firsts = _firsts(table, rows, p2p_like)
-        if around and root is not None:
-            rows = _window(table, rows, root, view.context)
-        if last is not None:
-            rows = _newest(table, rows, p2p_like, last)
+    for uid in uids:
+        group = by_uid[uid]
+        rows = shown.rows[rows_of[uid]]
+        firsts = shown.firsts.get(uid, {})
         cells = _cells(table, rows, group, p2p_like, view.stack, culprits)
         ranks = _columns(group, cells, firsts, view, culprits if around else None)
         if not ranks or not cells:
@@ -162,19 +186,18 @@ def render_styled(
     return out
 
 
-def _rows_by_group(
-    entry_group: npt.NDArray[np.int32], uids: Sequence[int]
-) -> dict[int, npt.NDArray[np.intp]]:
-    """Each group's rows, in table order: one sort of the rows' groups for every group shown
-    (a job of 1,024 ranks has hundreds of groups and millions of rows)."""
-    if len(uids) == 1:
-        return {uids[0]: np.flatnonzero(entry_group == uids[0])}
-    order = np.argsort(entry_group, kind="stable")
-    ordered = entry_group[order]
-    wanted = np.array(uids, dtype=entry_group.dtype)
-    starts = np.searchsorted(ordered, wanted, "left").tolist()
-    ends = np.searchsorted(ordered, wanted, "right").tolist()
-    return {uid: order[s:e] for uid, s, e in zip(uids, starts, ends, strict=True)}
+def _around(view: EntriesView, root: RootCause | None) -> bool:
+    """Whether the view shows the root's group around the root."""
+    return view.around_root is not False and root is not None and root.group is not None
+
+
+def _root_window(root: RootCause, context: int) -> Around | None:
+    """The sequence ids within `context` of the root's (p2p ids for a p2p root)."""
+    if root.collective_seq_id is None and root.p2p_seq_id is not None:
+        return Around(root.p2p_seq_id, context, p2p=True)
+    if root.collective_seq_id is not None:
+        return Around(root.collective_seq_id, context)
+    return None
 
 
 def _filtered(groups: GroupTable, filters: Sequence[str]) -> list[Group]:
@@ -198,40 +221,6 @@ def _filtered(groups: GroupTable, filters: Sequence[str]) -> list[Group]:
         f"--pg-filters {wanted}: no process group has that name or description; the job's "
         f"groups are {named}{by_desc}"
     )
-
-
-def _firsts(
-    table: EntryTable, rows: npt.NDArray[np.intp], p2p_like: npt.NDArray[np.bool_]
-) -> dict[int, Key]:
-    """Each rank's first row of the group: a rank with no cell at a later row never issued
-    that op, while one with no cell at an earlier row had it pushed out of its ring buffer."""
-    if not len(rows):
-        return {}
-    rank, coll, p2p = table.rank[rows], table.coll_seq[rows], table.p2p_seq[rows]
-    is_p2p = p2p_like[rows].astype(np.int64)
-    order = np.lexsort((is_p2p, p2p, coll, rank))
-    ranks = rank[order]
-    starts = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
-    at = order[starts]
-    return {
-        int(r): (int(c), int(p), int(i), 0)
-        for r, c, p, i in zip(
-            rank[at].tolist(), coll[at].tolist(), p2p[at].tolist(), is_p2p[at].tolist(), strict=True
-        )
-    }
-
-
-def _window(
-    table: EntryTable, rows: npt.NDArray[np.intp], root: RootCause, context: int
-) -> npt.NDArray[np.intp]:
-    """The rows within `context` sequence ids of the root's (p2p ids for a p2p root)."""
-    if root.collective_seq_id is None and root.p2p_seq_id is not None:
-        seq, at = table.p2p_seq[rows], root.p2p_seq_id
-    elif root.collective_seq_id is not None:
-        seq, at = table.coll_seq[rows], root.collective_seq_id
-    else:
-        return rows
-    return rows[(seq >= at - context) & (seq <= at + context)]
 
 
 def _cells(
@@ -273,39 +262,6 @@ def _most_common(
     counts = Counter(signatures)
     held = {sig for rank, (_, sig) in row.items() if rank in culprits}
     return max(counts, key=lambda sig: (counts[sig], sig not in held))
-
-
-def _newest(
-    table: EntryTable, rows: npt.NDArray[np.intp], p2p_like: npt.NDArray[np.bool_], last: int
-) -> npt.NDArray[np.intp]:
-    """The rows of the newest `last` sequence ids, in the rows' order (collective and p2p ids
-    counted apart); chosen before any cell is made, as a healthy job has millions."""
-    if not len(rows) or last <= 0:
-        return rows[:0]
-    coll, p2p = table.coll_seq[rows], table.p2p_seq[rows]
-    is_p2p = p2p_like[rows]
-    flag = is_p2p.astype(coll.dtype)
-    # The distinct (coll, p2p, is_p2p) triples in ascending order (`np.unique(..., axis=0)`'s
-    # answer, by a lexsort: that sorts rows of a structured type, many times slower), each
-    # labelled in numpy (a job of 1,024 ranks has hundreds of thousands).
-    order = np.lexsort((flag, p2p, coll))
-    c, p, f = coll[order], p2p[order], flag[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (c[1:] != c[:-1]) | (p[1:] != p[:-1]) | (f[1:] != f[:-1])
-    c, p, f = c[new], p[new], f[new]
-    # Each triple's label (its p2p id for a p2p row, else its collective id), the labels in
-    # the order they first come among the triples (a stable sort keeps, within a label, its
-    # first triple first), and the newest `last` of them.
-    value = np.where(f != 0, p, c)
-    by_label = np.lexsort((value, f))
-    sf, sv = f[by_label], value[by_label]
-    first = np.ones(len(by_label), dtype=bool)
-    first[1:] = (sf[1:] != sf[:-1]) | (sv[1:] != sv[:-1])
-    kept = np.sort(by_label[first])[-last:]
-    kept_coll = value[kept][f[kept] == 0].astype(coll.dtype, copy=False)
-    kept_p2p = value[kept][f[kept] != 0].astype(p2p.dtype, copy=False)
-    mask = np.where(is_p2p, np.isin(p2p, kept_p2p), np.isin(coll, kept_coll))
-    return rows[mask]
 
 
 def _newest_note(root: RootCause | None) -> str:

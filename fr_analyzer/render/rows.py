@@ -1,6 +1,7 @@
 """The rows an output shows beyond the answer, taken of the analysis: its table, or where the
 analysis' engine keeps the rows (`Analysis.calls`: a Ray cluster, the driver holding some
-rows only), fetched from there (`JobCalls.held`: the parts' pieces with the rows wanted).
+rows only), fetched from there: the parts' pieces with the rows wanted (`JobCalls.held`,
+the HTML report), or the rows a side-by-side view chooses (`JobCalls.shown`, `-j`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,21 @@ import numpy as np
 from ..diagnosis.positions import OpRef
 from ..match.frontier import Wanted
 from ..model.groups import GroupTable
+from ..model.shown import Showing, Shown, shown_rows
 from ..model.table import EntryTable
 from ..pipeline import Analysis
 
-__all__ = ["same_op_rows"]
+__all__ = ["same_op_rows", "shown_of"]
+
+
+def shown_of(analysis: Analysis, showing: Showing) -> tuple[EntryTable, Shown]:
+    """The rows `showing` asks for (`-j`): chosen of the analysis' table, or where its engine
+    keeps the rows (`JobCalls.shown`: chosen there, then fetched), with the table they are
+    rows of."""
+    if analysis.calls is None:
+        t = analysis.table
+        return t, shown_rows(t, analysis.groups.entry_group, showing)
+    return analysis.calls.shown(showing)
 
 
 def same_op_rows(analysis: Analysis, ref: OpRef) -> tuple[EntryTable, GroupTable, OpRef]:

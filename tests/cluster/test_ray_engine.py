@@ -36,6 +36,7 @@ from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, analyze, load
 from fr_analyzer.render import database, database_parquet, report_html
+from fr_analyzer.render.entries_view import EntriesView, render_analysis, showing
 from fr_analyzer.render.renderer import for_database
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
@@ -382,6 +383,72 @@ def test_the_html_report_on_ray_fetches_the_rows_it_shows_and_is_one_process(
         if report_html.page_data(on_ray) != report_html.page_data(alone):
             differ.append(s.name)
     assert differ == []
+
+
+VIEWS = (
+    EntriesView(),  # around the root, or each group's newest ids where there is none
+    EntriesView(around_root=False),  # every entry of every group
+    EntriesView(around_root=False, last=2, stack=True),
+    EntriesView(context=0, ranks=(0, 1, 3)),
+)
+"""Side-by-side views (`-j`) of each kind: the rows each chooses differ."""
+
+
+def test_the_entries_side_by_side_on_ray_are_chosen_where_they_lie_and_are_one_process(
+    cluster: Cluster,
+) -> None:
+    # each part chooses its groups' rows shown (`model.shown`) in a task, the driver
+    # fetches those alone and draws the view one process draws of its table
+    engine = RayEngine(cluster, rows_in_driver=False)
+    differ = []
+    for s in (SAMPLES / name for name in (*SOME, *P2P)):
+        on_ray = analyze(Directory(s), Options(engine=engine, keep_rows=True))
+        assert on_ray.calls is not None, s.name
+        alone = analyze(Directory(s), Options())
+        for view in VIEWS:
+            if render_analysis(on_ray, view).plain != render_analysis(alone, view).plain:
+                differ.append((s.name, view))
+    assert differ == []
+
+
+def test_the_entries_side_by_side_of_a_large_job_on_ray_fetch_only_the_rows_shown(
+    head: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    # `-j` on the command line: the driver holds no table, fetches the rows around the root
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.gen", "--ranks", "64", "--fault", "not_joined"),
+            *("--writer", "pickle", "--workers", "1", "--out", str(tmp_path)),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    (job,) = tmp_path.glob("*/dumps")
+    env = {**os.environ, **QUIET, "COLUMNS": "200"}
+    printed = []
+    for on_ray_args in (["--engine", "ray", "--ray-address", head], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "fr_analyzer", "-d", str(job), "-j", *on_ray_args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        printed.append(done.stdout)
+    assert printed[0] == printed[1]
+    assert "!" in printed[0]  # the rank that never joined, marked
+    engine = RayEngine(cluster, rows_in_driver=False)
+    on_ray = analyze(Directory(job), Options(engine=engine, keep_rows=True))
+    kept = engine.kept_rows()
+    assert kept is not None and on_ray.calls is not None
+    before = kept.fetched
+    chosen = showing(on_ray.groups, EntriesView(), on_ray.conclusion.root)
+    table, shown = on_ray.calls.shown(chosen)
+    assert table.n == len(shown.rows) == kept.fetched - before
+    assert 0 < table.n <= 64 * 7  # the root's group, its seq ids either side
 
 
 def test_each_database_on_ray_streams_the_entries_and_is_one_process(

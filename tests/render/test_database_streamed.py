@@ -18,6 +18,8 @@ import pytest
 from fr_analyzer import analyze
 from fr_analyzer.match.frontier import Held, Wanted, rows_of
 from fr_analyzer.match.outcomes import CallChunk, ChunkOutcome, JobUnits
+from fr_analyzer.model.shown import Showing, Shown, shown_rows
+from fr_analyzer.model.table import EntryTable
 from fr_analyzer.pipeline import Analysis, Options
 from fr_analyzer.render import database, database_sqlite
 from fr_analyzer.render.tables import tables
@@ -62,6 +64,12 @@ class CutCalls:
 
     def held(self, wanted: Wanted) -> Held:
         raise AssertionError("a database asks for no rows")
+
+    def shown(self, showing: Showing) -> tuple[EntryTable, Shown]:
+        a = self.analysis
+        got = shown_rows(a.table, a.groups.entry_group, showing)  # as each part chooses
+        rows = np.arange(len(got.rows), dtype=np.int64)
+        return rows_of(a.table, got.rows), Shown(rows, got.groups, got.firsts)
 
 
 def streamed(name: str, size: int) -> tuple[Analysis, Analysis]:

@@ -12,19 +12,21 @@ import numpy as np
 import pytest
 
 from fr_analyzer import cli
+from fr_analyzer.model import shown
 from fr_analyzer.pipeline import Analysis
-from fr_analyzer.render import entries_view
 from fr_analyzer.render.entries_view import (
     FOLDED_SHOWN,
     MARK,
     NEVER,
     NEWEST,
     EntriesView,
+    render_analysis,
     render_entries,
     render_styled,
 )
 from tests.builders import make_dump, make_entry
 from tests.conftest import Run
+from tests.render.test_database_streamed import streamed
 
 EIGHT = {"0": ("default_pg", list(range(8)))}
 
@@ -354,10 +356,30 @@ def test_the_newest_ids_and_each_groups_rows_are_those_the_plain_numpy_ways_give
         want = rows[
             [(bool(is_p2p[r]), int(p2p[r]) if is_p2p[r] else int(coll[r])) in kept for r in rows]
         ]
-        got = entries_view._newest(Table(), rows, is_p2p, last)  # type: ignore[arg-type]
+        got = shown.newest(Table(), rows, is_p2p, last)  # type: ignore[arg-type]
         assert np.array_equal(got, want)
     entry_group = rng.integers(-1, 9, n).astype(np.int32)
     for uids in ([3], [0, 2, 5, 8], list(range(-1, 12))):
-        by_group = entries_view._rows_by_group(entry_group, uids)
+        by_group = shown.rows_by_group(entry_group, uids)
         for uid in uids:
             assert np.array_equal(by_group[uid], np.flatnonzero(entry_group == uid))
+
+
+@pytest.mark.parametrize(
+    "name", ["nccl3d_skip_world", "nccl_p2p_pipeline", "nccl_coalesced", "nccl_healthy"]
+)
+def test_the_view_of_the_rows_an_engine_chose_and_fetched_is_the_view_of_the_table(
+    name: str,
+) -> None:
+    # where the engine keeps the rows (`Analysis.calls`: a Ray cluster), each part chooses
+    # the rows shown and each rank's first op of a group (`model.shown`), and the driver
+    # draws the view of those rows alone (the cluster's own: tests/cluster/test_ray_engine.py)
+    whole, cut = streamed(name, 37)
+    views = (
+        EntriesView(),
+        EntriesView(around_root=False),
+        EntriesView(around_root=False, last=1, stack=True),
+        EntriesView(context=0, ranks=(1, 2)),
+    )
+    for view in views:
+        assert render_analysis(cut, view).plain == render_analysis(whole, view).plain, view
