@@ -89,7 +89,7 @@ def _analyze_kept(
         groups = build_groups(loaded, lists, unreadable, profiles)
         shape = grouped(lists, groups, profiles)
         step()
-        runner = engine.match_runner()
+        runner = engine.match_runner(kept)
         assert runner is not None
         job = partitions.shared(loaded, lists, groups, shape, frontier=True)
         sets = cut_sets(shape, groups, runner.most_rows)

@@ -107,9 +107,10 @@ class Engine(Protocol):
         in file order) and those that could not be."""
         ...
 
-    def match_runner(self) -> PartRunner | None:
+    def match_runner(self, rows: KeptRows | None = None) -> PartRunner | None:
         """Where the parts of the job are matched (`match.partitions`); None: the whole
-        table at once, in this process."""
+        table at once, in this process. `rows`: the rows kept of the read analyzed, where
+        the driver holds no table (None: the last read's)."""
         ...
 
     def profiles(self) -> Profiles | None:
@@ -120,11 +121,6 @@ class Engine(Protocol):
     def kept_rows(self) -> KeptRows | None:
         """Where the rows of the last read are kept, the driver holding no table (None: they
         went into the table, through the sink)."""
-        ...
-
-    def with_table(self) -> Engine:
-        """The engine that hands every row to the sink (the table), for what reads the
-        table itself (several snapshots compared)."""
         ...
 
 
@@ -162,6 +158,16 @@ class KeptRows(Protocol):
     def shown(self, final: Sequence[PartMatch], showing: Showing) -> list[Shown]:
         """The rows `showing` asks for, chosen of each part where it lies (in the job's
         rows; `final`: the rounds' briefs of the parts)."""
+        ...
+
+    def summed(self) -> series_mod.Summed:
+        """The rows summed up for a comparison of snapshots (`series.summed`), where they
+        lie."""
+        ...
+
+    def step_rows(self, lists: EntryTable) -> EntryTable:
+        """The rows of the ranks that measure the job's step (`series.step_ranks`), as a
+        table of their own (`lists`: `build`'s)."""
         ...
 
     def release(self) -> None:
@@ -206,7 +212,7 @@ class InProcess:
         """This process reads every kind of source."""
         return None
 
-    def match_runner(self) -> PartRunner | None:
+    def match_runner(self, rows: KeptRows | None = None) -> PartRunner | None:
         """The whole table matched at once, here."""
         return None
 
@@ -217,10 +223,6 @@ class InProcess:
     def kept_rows(self) -> KeptRows | None:
         """Every row goes into the table."""
         return None
-
-    def with_table(self) -> Engine:
-        """Itself: every row goes into the table."""
-        return self
 
     def read(
         self,
@@ -494,11 +496,11 @@ def analyze_series(
     progress: Progress | None = None,
 ) -> Analysis:
     """Several snapshots of one job: each is loaded and summed up (`series.taken`), the
-    newest is analyzed, and its ranks are compared with the older snapshots'."""
+    newest is analyzed, and its ranks are compared with the older snapshots'. Where the
+    engine keeps the rows, each is summed up there, and the rows of all but the newest let
+    go once it has been."""
     if len(snapshots) == 1:
         return analyze(snapshots[0], options, progress)
-    if options.engine is not None:  # each snapshot is summed up from its table
-        options = replace(options, engine=options.engine.with_table())
     summed: list[series_mod.Taken] = []
     newest: tuple[series_mod.Taken, Loaded] | None = None
     for where in snapshots:
@@ -507,15 +509,22 @@ def analyze_series(
         got = load(where, options, progress)
         label = got.found.source.label
         name = Path(where.path).name if isinstance(where, Directory) else label
-        one = series_mod.taken(label, got.table, got.dumps, got.answered, name_time_ns(name))
+        # where the engine keeps the rows, summed up there (each rank's mark)
+        rows = got.table if got.rows is None else got.rows.summed()
+        one = series_mod.taken(label, rows, got.dumps, got.answered, name_time_ns(name))
         summed.append(one)
+        older: Loaded | None = got
         if newest is None or series_mod.ordered([newest[0], one])[-1] is one:
+            older = newest[1] if newest is not None else None
             newest = (one, got)
-        del got
+        if older is not None and older.rows is not None:  # kept for the newest only
+            older.rows.release()
+        del got, older
     assert newest is not None
     ordered = series_mod.ordered(summed)
     last = newest[1]
-    compared = series_mod.compare(ordered, last.table)
+    step = last.table if last.rows is None else last.rows.step_rows(last.table)
+    compared = series_mod.compare(ordered, step)
     try:
         return analyze_loaded(last, options, compared, progress)
     finally:

@@ -578,8 +578,9 @@ def analyze(
             "--all-entries, --last and --context go with -j"
         )
     # the text and JSON reports need no table, the HTML report fetches the few entries it
-    # shows, the databases take them a chunk at a time: on Ray, the driver then holds none
-    rows_in_driver = len(sources) > 1 or outputs.table_needed()
+    # shows, the databases take them a chunk at a time, snapshots are summed up where they
+    # lie: on Ray, the driver then holds none
+    rows_in_driver = outputs.table_needed()
     options = dataclasses.replace(options, keep_rows=outputs.entries_taken())
     with engine_options(options, engine, ray_address, rows_in_driver=rows_in_driver) as options:
         code = analyze_dumps(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from ..diagnosis.series import Summed, step_ranks, summed_ranks
 from ..diagnosis.stragglers import Summary
 from ..load import Lists, TableBuilder
 from ..match import PartMatch
@@ -236,6 +237,39 @@ class ClusterRows:
             raise
         return got
 
+    def summed(self) -> Summed:
+        """The rows summed up for a comparison of snapshots (`series.summed`): one task per
+        shard, where its columns lie."""
+        ray = _ray()
+        kept = self.lists.starts()
+        task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(
+            summed_of_shard
+        )
+        refs = [
+            task.remote(shard.columns, [rank for rank, *_ in shard.ranks], sorted(kept))
+            for shard in self.kept
+        ]
+        try:
+            with lost_as("the snapshot could not be summed up in the cluster"):
+                got: list[Summed] = ray.get(refs)
+        except BaseException:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise
+        marks = {rank: mark for one in got for rank, mark in one.marks.items()}
+        return Summed(marks, max((one.newest_entry_ns for one in got), default=-1))
+
+    def step_rows(self, lists: EntryTable) -> EntryTable:
+        """The rows of the ranks that measure the job's step (`series.step_ranks`),
+        fetched."""
+        starts = self.lists.starts()
+        ranks = [r for r in sorted(starts) if self.lists.rows_of(r)]
+        picked = [ranks[i] for i in step_ranks(len(ranks))]
+        rows = [
+            np.arange(starts[r], starts[r] + self.lists.rows_of(r), dtype=np.int64) for r in picked
+        ]
+        return self.fetch(lists, np.concatenate([np.zeros(0, np.int64), *rows]))
+
     def release(self) -> None:
         """The analysis is over: everything kept may leave the store."""
         self.kept, self.headers, self.finals, self.split = [], [], {}, None
@@ -253,6 +287,12 @@ def rows_of_shard(
     )
     counts = np.array([len(rows) for rows in asked.values()], dtype=np.int64)
     return counts, {name: values[picked] for name, values in columns.arrays.items()}
+
+
+def summed_of_shard(columns: ShardColumns, ranks: Sequence[int], kept: Sequence[int]) -> Summed:
+    """The summing task (`series.summed_ranks`): the rows of the shard's ranks (`ranks`, in
+    its order) that the job kept (`kept`), summed up."""
+    return summed_ranks(ranks, columns.starts, columns.arrays, only=kept)
 
 
 def _ray() -> Any:

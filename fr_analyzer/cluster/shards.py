@@ -46,7 +46,7 @@ from .parts import match_parts
 from .shuffle import Kept, Split, match_split, plans_of_lists, split_shards
 
 if TYPE_CHECKING:
-    from ..pipeline import Options
+    from ..pipeline import KeptRows, Options
 
 RETRIES = 3
 """How often Ray runs a shard's task again after losing its worker (a crash, a node lost)."""
@@ -240,7 +240,7 @@ class RayEngine:
         """Where the ranks were read, for the report's header."""
         return self.cluster.label
 
-    def match_runner(self) -> PartRunner:
+    def match_runner(self, rows: KeptRows | None = None) -> PartRunner:
         """Matching on the cluster: one task per part of the job, its rows gathered from the
         shards of the last read (`cluster.shuffle`), else copied from the driver's table
         (`cluster.parts`). The parts of later rounds (`match.partitions.rounds`) take the
@@ -251,6 +251,9 @@ class RayEngine:
         one group larger is matched whole in the driver, its table out of core."""
         self.matched, self.rounds, self.copied_rounds = "", 0, 0
         self._split = None
+        if rows is not None:  # of the read analyzed: not the last of several snapshots
+            assert isinstance(rows, ClusterRows)
+            return self._kept_runner(rows)
         if self._rows is not None:
             return self._kept_runner(self._rows)
 
@@ -302,12 +305,6 @@ class RayEngine:
             yield from got
 
         return PartRunner(run, self._most_rows())
-
-    def with_table(self) -> RayEngine:
-        """This engine, or one like it that hands every row to the sink (`rows_in_driver`)."""
-        if self.rows_in_driver:
-            return self
-        return RayEngine(self.cluster, shard=self.shard, window=self.window, retries=self.retries)
 
     def kept_rows(self) -> ClusterRows | None:
         """Where the rows of the last read are kept, the driver holding no table (None: they

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from ..load import name_time_ns
 from ..model.dump import RankDump
@@ -94,32 +95,81 @@ class Series:
         return f"unchanged for {m.unchanged_s:.0f} s across {m.snapshots} snapshots"
 
 
+MARKED = ("record_id", "t_started", "state", "retired", "t_created", "t_completed")
+"""The columns a snapshot is summed up from (`summed`): the rows as read, not matched."""
+
+
+@dataclass(frozen=True)
+class Summed:
+    """A snapshot's rows summed up: each rank's mark, and its newest entry's time (-1: none)."""
+
+    marks: dict[int, Mark]
+    newest_entry_ns: int
+
+
+def summed(t: EntryTable) -> Summed:
+    """The table's rows summed up, in one pass (they are in rank order)."""
+    starts = rank_starts(t.rank) if t.n else np.zeros(0, np.int64)
+    columns = {name: getattr(t, name) for name in MARKED}
+    return summed_ranks(t.rank[starts].tolist(), np.r_[starts, t.n].astype(np.int64), columns)
+
+
+def summed_ranks(
+    ranks: Sequence[int],
+    starts: npt.NDArray[np.int64],
+    columns: Mapping[str, np.ndarray],
+    only: Sequence[int] | None = None,
+) -> Summed:
+    """The rows of `ranks` (rank i's from `starts[i]` to `starts[i + 1]`; `columns`: `MARKED`)
+    summed up, of the ranks `only` names (None: all): a rank with no row has no mark. The
+    same sums for a table and for each shard of the ranks read on a cluster
+    (`cluster.kept.summed_of_shard`)."""
+    counts = np.diff(starts)
+    some = counts > 0
+    if only is not None:
+        some &= np.isin(np.asarray(ranks, dtype=np.int64), np.asarray(only, dtype=np.int64))
+    chosen = np.flatnonzero(some)
+    if not len(chosen):
+        return Summed({}, -1)
+    # every rank with rows, in one pass each; then the ranks chosen of them
+    at = starts[:-1][counts > 0] - starts[0]
+    of = np.flatnonzero(counts > 0)
+    pick = np.searchsorted(of, chosen)
+    rows = slice(int(starts[0]), int(starts[-1]))
+    record_id, t_started, state, retired, t_created, t_completed = (
+        columns[name][rows] for name in MARKED
+    )
+    newest = np.maximum.reduceat(record_id, at)[pick].tolist()
+    begun = (t_started >= 0) | (state >= State.STARTED)
+    started = np.add.reduceat(begun, at)[pick].tolist()
+    completed = np.add.reduceat(state == State.COMPLETED, at)[pick].tolist()
+    retired_n = np.add.reduceat(retired, at)[pick].tolist()
+    last = np.maximum.reduceat(np.maximum(t_created, t_completed), at)[pick]
+    named = [ranks[i] for i in chosen.tolist()]
+    marks = {
+        int(r): (int(a), int(b), int(c), int(d))
+        for r, a, b, c, d in zip(named, newest, started, completed, retired_n, strict=True)
+    }
+    return Summed(marks, int(last.max()))
+
+
 def marks(t: EntryTable) -> dict[int, Mark]:
     """Each rank's mark, in one pass over the table's rows (they are in rank order)."""
-    if not t.n:
-        return {}
-    starts = rank_starts(t.rank)
-    ranks = t.rank[starts].tolist()
-    newest = np.maximum.reduceat(t.record_id, starts).tolist()
-    started = np.add.reduceat((t.t_started >= 0) | (t.state >= State.STARTED), starts).tolist()
-    completed = np.add.reduceat(t.state == State.COMPLETED, starts).tolist()
-    retired = np.add.reduceat(t.retired, starts).tolist()
-    return {
-        int(r): (int(a), int(b), int(c), int(d))
-        for r, a, b, c, d in zip(ranks, newest, started, completed, retired, strict=True)
-    }
+    return summed(t).marks
 
 
 def taken(
     label: str,
-    t: EntryTable,
+    rows: EntryTable | Summed,
     dumps: Sequence[RankDump],
     answered: Mapping[int, int] | None = None,
     named_ns: int | None = None,
 ) -> Taken:
-    """A snapshot's time and marks. `answered`: when each rank answered the debug server;
-    `named_ns`: the time in the snapshot folder's name."""
-    newest = int(max(t.t_created.max(), t.t_completed.max())) if t.n else -1
+    """A snapshot's time and marks, of its table or its rows summed up where they lie.
+    `answered`: when each rank answered the debug server; `named_ns`: the time in the
+    snapshot folder's name."""
+    got = summed(rows) if isinstance(rows, EntryTable) else rows
+    newest = got.newest_entry_ns
     if answered:
         when, dating = int(np.median(list(answered.values()))), Dating.ANSWERED
     elif any(d.file_time_ns is not None for d in dumps):
@@ -128,8 +178,8 @@ def taken(
     elif named_ns is not None:
         when, dating = named_ns, Dating.NAME
     else:
-        return Taken(label, None, Dating.ENTRIES, marks(t), newest)
-    return Taken(label, when, dating, marks(t), newest)
+        return Taken(label, None, Dating.ENTRIES, got.marks, newest)
+    return Taken(label, when, dating, got.marks, newest)
 
 
 def ordered(snapshots: Sequence[Taken]) -> list[Taken]:
@@ -140,7 +190,8 @@ def ordered(snapshots: Sequence[Taken]) -> list[Taken]:
 
 
 def compare(snapshots: Sequence[Taken], newest: EntryTable) -> Series:
-    """Each rank of the newest snapshot against the older ones (`snapshots` oldest first)."""
+    """Each rank of the newest snapshot against the older ones (`snapshots` oldest first);
+    `newest`: its table, or the rows of its ranks that measure the step (`step_ranks`)."""
     timed = all(s.time_ns is not None for s in snapshots)
     last = snapshots[-1]
     motion: dict[int, Motion] = {}
@@ -178,12 +229,8 @@ def step_time_s(t: EntryTable) -> float | None:
     if not t.n:
         return None
     starts = [*rank_starts(t.rank).tolist(), t.n]
-    count = len(starts) - 1
-    picks = sorted({int(i * count / STEP_SAMPLE_RANKS) for i in range(STEP_SAMPLE_RANKS)})
     steps: list[float] = []
-    for i in picks:
-        if i >= count:
-            continue
+    for i in step_ranks(len(starts) - 1):
         lo, hi = starts[i], starts[i + 1]
         created = t.t_created[lo:hi]
         keys = (
@@ -199,6 +246,13 @@ def step_time_s(t: EntryTable) -> float | None:
         if longest > 0:
             steps.append(longest)
     return float(np.median(steps)) if steps else None
+
+
+def step_ranks(count: int) -> list[int]:
+    """Which of `count` ranks with entries (by their place, in rank order) measure the step
+    time: `STEP_SAMPLE_RANKS` of them, evenly spread; all of them when there are fewer. A
+    table of those ranks' rows alone measures the same step (each is picked again)."""
+    return sorted({int(i * count / STEP_SAMPLE_RANKS) for i in range(STEP_SAMPLE_RANKS)} - {count})
 
 
 def snapshot_folders(path: Path) -> list[Path] | None:

@@ -28,13 +28,14 @@ import pytest
 from fr_analyzer import kept as kept_stage
 from fr_analyzer.cli.app import run
 from fr_analyzer.cluster import Cluster, RayEngine, connect, shard_size
+from fr_analyzer.cluster.kept import ClusterRows
 from fr_analyzer.cluster.shards import KEEP_FACTOR, PART_ROW_BYTES
-from fr_analyzer.diagnosis import Thresholds
+from fr_analyzer.diagnosis import Thresholds, series
 from fr_analyzer.load import Directory
 from fr_analyzer.match import cutting, match
 from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
-from fr_analyzer.pipeline import Options, analyze, load
+from fr_analyzer.pipeline import Options, analyze, analyze_series, load
 from fr_analyzer.render import database, database_parquet, report_html
 from fr_analyzer.render.entries_view import EntriesView, render_analysis, showing
 from fr_analyzer.render.renderer import for_database
@@ -148,14 +149,36 @@ def test_a_straggler_pass_failed_past_its_retries_reads_every_row_and_answers_th
     assert alone["verdict"]["status"] == "slow"
 
 
-def test_snapshots_compared_on_ray_read_each_into_a_table_and_give_the_same_report(
-    cluster: Cluster,
+@pytest.mark.parametrize("name", ["stuck_series", "healthy_series"])
+def test_snapshots_compared_on_ray_are_summed_up_where_they_lie_and_give_the_same_report(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    # each snapshot is summed up from its table: an engine that keeps the rows hands them
-    # to the table for a series (`Engine.with_table`)
-    where = REPO / "tests" / "data" / "live" / "stuck_series"
+    # each snapshot summed up in a task per shard (each rank's mark), the step measured on
+    # the few ranks' rows fetched; the rows of every snapshot but the newest let go
+    where = REPO / "tests" / "data" / "live" / name
     engine = RayEngine(cluster, rows_in_driver=False)
-    assert _report(where, Options(engine=engine)) == _report(where, Options())
+    released: list[object] = []
+    monkeypatch.setattr(ClusterRows, "release", lambda self: released.append(self))
+    snapshots = len(series.snapshot_folders(where) or [])
+    assert snapshots >= 2
+    on_ray = _report(where, Options(engine=engine))
+    assert on_ray == _report(where, Options())
+    # every older snapshot's, then the newest's once its analysis was over
+    assert len(released) == len(set(map(id, released))) == snapshots
+
+
+def test_snapshots_given_in_any_order_on_ray_analyze_the_newest(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # the newest snapshot read first: its rows, not the last read's, are matched
+    where = REPO / "tests" / "data" / "live" / "stuck_series"
+    folders = series.snapshot_folders(where)
+    assert folders is not None
+    engine = RayEngine(cluster, rows_in_driver=False)
+    backwards = analyze_series(folders[::-1], Options(engine=engine))
+    alone = analyze_series(folders, Options())
+    assert report_dict(backwards)["verdict"] == report_dict(alone)["verdict"]
+    assert backwards.series == alone.series
 
 
 def test_sample_sets_give_the_same_report_on_ray_with_the_table_in_the_driver(

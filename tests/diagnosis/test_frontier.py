@@ -19,7 +19,7 @@ from fr_analyzer.match import PartRunner, match, partitions
 from fr_analyzer.match.frontier import closed_window, window_rows
 from fr_analyzer.match.reference import PeerOrder, Replay
 from fr_analyzer.model.groups import build_groups
-from fr_analyzer.pipeline import Analysis, InProcess, Options, load
+from fr_analyzer.pipeline import Analysis, InProcess, KeptRows, Options, load
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
 from tools.frsim.campaign import draw_case, parse_shapes
@@ -70,7 +70,7 @@ def test_the_report_of_a_job_diagnosed_on_its_frontier_is_the_whole_tables(
 class PartsInTurn(InProcess):
     """One process that matches the job in parts, as the Ray engine does, one after another."""
 
-    def match_runner(self) -> PartRunner | None:
+    def match_runner(self, rows: KeptRows | None = None) -> PartRunner | None:
         return PartRunner(partitions.in_turn)
 
 

@@ -19,7 +19,7 @@ from fr_analyzer.match.elsewhere import Elsewhere, unheld
 from fr_analyzer.match.values import OPS, TRANSFERS
 from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
-from fr_analyzer.pipeline import InProcess, Options, load
+from fr_analyzer.pipeline import InProcess, KeptRows, Options, load
 from fr_analyzer.render.report_json import report_dict
 from tests.builders import make_dump, make_entry, write_dumps
 from tools.frsim.campaign import draw_case, parse_shapes
@@ -31,7 +31,7 @@ SETS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
 class PartsInTurn(InProcess):
     """One process that matches the job in parts, as the Ray engine does, one after another."""
 
-    def match_runner(self) -> PartRunner | None:
+    def match_runner(self, rows: KeptRows | None = None) -> PartRunner | None:
         return PartRunner(partitions.in_turn)
 
 
