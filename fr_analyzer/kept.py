@@ -37,7 +37,7 @@ from .conclusion import conclude
 from .diagnosis import Diagnosis, diagnose, lateness, stragglers
 from .diagnosis import series as series_mod
 from .load import read_job_logs
-from .match import completion, partitions
+from .match import PartMatch, completion, partitions
 from .match.cutting import cut_sets
 from .match.findings import collect
 from .match.frontier import Held, Wanted
@@ -48,7 +48,18 @@ from .model.groups import build_groups, grouped
 from .model.records import Finding
 from .model.shown import Showing, Shown, joined
 from .model.table import EntryTable
-from .pipeline import Analysis, Loaded, Options, Progress, analyze_loaded, stages, summary_of
+from .pipeline import (
+    Analysis,
+    KeptRows,
+    Loaded,
+    Options,
+    Progress,
+    ShardFn,
+    T,
+    analyze_loaded,
+    stages,
+    summary_of,
+)
 
 
 def analyze_kept(
@@ -143,9 +154,7 @@ def _analyze_kept(
         step()
         calls = None
         if options.keep_rows:
-            outcomes = functools.partial(kept.outcomes, final, chunk_bounds(n, CHUNK_ROWS))
-            shown = functools.partial(kept.shown, final)
-            calls = KeptCalls(outcomes, fetch, reads, shown)
+            calls = KeptCalls(kept, final, chunk_bounds(n, CHUNK_ROWS), fetch, reads)
     return Analysis(
         summary,
         tuple(loaded),
@@ -176,12 +185,14 @@ class KeptCalls:
 
     def __init__(
         self,
-        outcomes: Callable[[], Outcomes],
+        rows: KeptRows,
+        final: Sequence[PartMatch],
+        bounds: npt.NDArray[np.int64],
         fetch: Callable[[npt.NDArray[np.int64]], EntryTable],
         reads: Pieces,
-        shown: Callable[[Showing], list[Shown]],
     ) -> None:
-        self._taken, self._fetch, self._reads, self._shown = outcomes, fetch, reads, shown
+        self._rows, self._final, self._bounds = rows, final, bounds  # `bounds`: the chunks'
+        self._fetch, self._reads = fetch, reads
         self._outcomes: Outcomes | None = None
 
     @property
@@ -189,7 +200,7 @@ class KeptCalls:
         """The parts' outcomes of matching, asked of them the first time they are needed
         (a view of a few rows needs none)."""
         if self._outcomes is None:
-            self._outcomes = self._taken()
+            self._outcomes = self._rows.outcomes(self._final, self._bounds)
         return self._outcomes
 
     @property
@@ -210,9 +221,13 @@ class KeptCalls:
         """The job's rows `wanted` (with each rank's frontier), fetched from the pieces."""
         return self._reads.held(self._reads.select(wanted))
 
+    def reduced(self, fn: ShardFn[T]) -> list[T]:
+        """`fn` of the rows of each shard of the job's ranks, where they lie."""
+        return self._rows.reduced(fn)
+
     def shown(self, showing: Showing) -> tuple[EntryTable, Shown]:
         """The rows `showing` asks for, chosen of each part where it lies, then fetched."""
-        got = joined(self._shown(showing))
+        got = joined(self._rows.shown(self._final, showing))
         table = self._fetch(got.rows)
         return table, Shown(np.arange(table.n, dtype=np.int64), got.groups, got.firsts)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,14 @@ from .model.shown import Showing, Shown
 from .model.table import EntryTable, rank_starts
 
 Progress = Callable[[str, int, int], None]
+
+T = TypeVar("T")
+ShardFn = Callable[
+    [Sequence[int], npt.NDArray[np.int64], Mapping[str, np.ndarray], Sequence[int] | None], T
+]
+"""A sum over some ranks' rows: `fn(ranks, starts, columns, only)` (rank i's rows from
+`starts[i]` to `starts[i + 1]` of each column by name; only the ranks `only` names, None:
+all), of a table or of a shard of a cluster's (`KeptRows.reduced`)."""
 """`progress(phase, done, total)`: how far a phase has got. The caller draws it (the CLI, as
 bars on a terminal); the pipeline only counts. Called once per rank while loading and once per
 stage while analyzing, so it may be called often and should be cheap."""
@@ -160,9 +168,10 @@ class KeptRows(Protocol):
         rows; `final`: the rounds' briefs of the parts)."""
         ...
 
-    def summed(self) -> series_mod.Summed:
-        """The rows summed up for a comparison of snapshots (`series.summed`), where they
-        lie."""
+    def reduced(self, fn: ShardFn[T]) -> list[T]:
+        """`fn` of the rows of each part of the ranks kept, where they lie (a shard of a
+        cluster's, in a task): a sum over every row that needs none of them in the driver
+        (`series.summed_ranks`, `render.timeline.extent`)."""
         ...
 
     def step_rows(self, lists: EntryTable) -> EntryTable:
@@ -197,6 +206,11 @@ class JobCalls(Protocol):
     def shown(self, showing: Showing) -> tuple[EntryTable, Shown]:
         """The rows `showing` asks for (`-j`), chosen where they lie, then fetched: the
         table of them, and them in it."""
+        ...
+
+    def reduced(self, fn: ShardFn[T]) -> list[T]:
+        """`fn` of the rows of each part of the job's ranks, where they lie
+        (`KeptRows.reduced`)."""
         ...
 
 
@@ -510,7 +524,9 @@ def analyze_series(
         label = got.found.source.label
         name = Path(where.path).name if isinstance(where, Directory) else label
         # where the engine keeps the rows, summed up there (each rank's mark)
-        rows = got.table if got.rows is None else got.rows.summed()
+        rows: EntryTable | series_mod.Summed = got.table
+        if got.rows is not None:
+            rows = series_mod.joined(got.rows.reduced(series_mod.summed_ranks))
         one = series_mod.taken(label, rows, got.dumps, got.answered, name_time_ns(name))
         summed.append(one)
         older: Loaded | None = got

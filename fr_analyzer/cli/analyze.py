@@ -101,14 +101,13 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
 
 @contextmanager
-def engine_options(
-    options: Options, kind: EngineKind, address: str | None, *, rows_in_driver: bool = True
-) -> Iterator[Options]:
+def engine_options(options: Options, kind: EngineKind, address: str | None) -> Iterator[Options]:
     """`options` with the engine asked for, for the time of the `with` block: on Ray, the
-    cluster joined (or started) before it and left after it, and the entry table out of core
-    from the start (in `--table-dir`, else the system's temp folder). `rows_in_driver`
-    False: on Ray, the rows stay in the cluster's store and the driver holds no table
-    (`fr_analyzer.kept`), nor a cache of the ranks (which keeps the table)."""
+    cluster joined (or started) before it and left after it, the rows left in the cluster's
+    store (the driver holds no table: `fr_analyzer.kept`, nor a cache of the ranks, which
+    keeps the table), and where a job must be matched whole in the driver (a group larger
+    than a task takes), its table out of core from the start (in `--table-dir`, else the
+    system's temp folder)."""
     if kind is EngineKind.PROCESS:
         if address is not None:
             raise UsageError("--ray-address goes with --engine ray")
@@ -121,8 +120,8 @@ def engine_options(
     with connect(address or os.environ.get(RAY_ADDRESS_ENV) or None) as cluster:
         yield dataclasses.replace(
             options,
-            engine=RayEngine(cluster, rows_in_driver=rows_in_driver),
-            cache=options.cache if rows_in_driver else None,
+            engine=RayEngine(cluster, rows_in_driver=False),
+            cache=None,
             # the driver is the one process that does not scale out: its entry table out of
             # core from the start (the kernel's to page), however large the job
             table_dir=options.table_dir or Path(tempfile.gettempdir()),
@@ -388,7 +387,7 @@ def analyze(
             "its own, its rows gathered from the workers; the report is the same. For the text "
             "and JSON reports the rows stay on the cluster: this process fetches only those the "
             "diagnosis reads; --html the few it shows; the database (-o) takes them from "
-            "there a chunk at a time (--out-dir and -j build the table here).",
+            "there a chunk at a time.",
         ),
     ] = EngineKind.PROCESS,
     no_cache: Annotated[
@@ -570,19 +569,18 @@ def analyze(
         )
         # on Ray, the rows shown are chosen where they lie: the driver holds no table
         options = dataclasses.replace(options, keep_rows=True)
-        with engine_options(options, engine, ray_address, rows_in_driver=False) as options:
+        with engine_options(options, engine, ray_address) as options:
             raise typer.Exit(print_entries(sources[0], options, view))
     if selected_ranks or pg_filters or print_stack_trace or any(entries_only):
         raise UsageError(
             "--selected-ranks, --pg-filters, --print-stack-trace, --around-root, "
             "--all-entries, --last and --context go with -j"
         )
-    # the text and JSON reports need no table, the HTML report fetches the few entries it
-    # shows, the databases take them a chunk at a time, snapshots are summed up where they
-    # lie: on Ray, the driver then holds none
-    rows_in_driver = outputs.table_needed()
+    # the text and JSON reports read no entry, the HTML report and the timeline fetch those
+    # they show, the databases take them a chunk at a time, snapshots are summed up where
+    # they lie: on Ray, the driver holds no table
     options = dataclasses.replace(options, keep_rows=outputs.entries_taken())
-    with engine_options(options, engine, ray_address, rows_in_driver=rows_in_driver) as options:
+    with engine_options(options, engine, ray_address) as options:
         code = analyze_dumps(
             sources,
             options,

@@ -56,19 +56,12 @@ class Outputs:
             found.append((for_database(self.database), self.database))
         return [(renderer, path) for renderer, path in found if path is not None]
 
-    def table_needed(self) -> bool:
-        """Whether an output asked for reads the table of the job's entries (`--out-dir`'s
-        timeline): the text and JSON reports read none of them, the HTML report fetches the
-        few it shows, the databases take them a chunk at a time."""
-        return self.out_dir is not None or any(
-            r.entries is Entries.TABLE for r, _ in self.renderers()
-        )
-
     def entries_taken(self) -> bool:
         """Whether an output asked for takes entries from where an engine keeps them, after
-        the analysis (the HTML report, the databases)."""
+        the analysis (the HTML report, the databases; `--out-dir`'s timeline too): the text
+        and JSON reports read none."""
         taken = (Entries.FETCHED, Entries.STREAMED)
-        return any(r.entries in taken for r, _ in self.renderers())
+        return self.out_dir is not None or any(r.entries in taken for r, _ in self.renderers())
 
     def paths(self) -> list[Path]:
         """The files asked for, in the order they are written (`--out-dir` apart)."""

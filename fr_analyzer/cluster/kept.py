@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from ..diagnosis.series import Summed, step_ranks, summed_ranks
+from ..diagnosis.series import step_ranks
 from ..diagnosis.stragglers import Summary
 from ..load import Lists, TableBuilder
 from ..match import PartMatch
@@ -40,6 +40,7 @@ from .lateness import Layout, summary
 from .shuffle import Finals, Kept, Split, outcomes_of, shown_of, take_pieces
 
 if TYPE_CHECKING:
+    from ..pipeline import ShardFn
     from .shards import ShardColumns
 
 I64 = npt.NDArray[np.int64]
@@ -237,27 +238,27 @@ class ClusterRows:
             raise
         return got
 
-    def summed(self) -> Summed:
-        """The rows summed up for a comparison of snapshots (`series.summed`): one task per
-        shard, where its columns lie."""
+    def reduced(self, fn: ShardFn[T]) -> list[T]:
+        """`fn` of the rows of each shard's ranks that the job kept, in a task where the
+        shard's columns lie (`reduce_shard`)."""
         ray = _ray()
-        kept = self.lists.starts()
+        kept = sorted(self.lists.starts())
         task = ray.remote(max_retries=self.retries, retry_exceptions=False, num_cpus=1)(
-            summed_of_shard
+            reduce_shard
         )
+        at = ray.put(kept)
         refs = [
-            task.remote(shard.columns, [rank for rank, *_ in shard.ranks], sorted(kept))
+            task.remote(fn, shard.columns, [rank for rank, *_ in shard.ranks], at)
             for shard in self.kept
         ]
         try:
-            with lost_as("the snapshot could not be summed up in the cluster"):
-                got: list[Summed] = ray.get(refs)
+            with lost_as("a sum over the job's rows could not be made in the cluster"):
+                got: list[T] = ray.get(refs)
         except BaseException:
             for ref in refs:
                 ray.cancel(ref, force=True)
             raise
-        marks = {rank: mark for one in got for rank, mark in one.marks.items()}
-        return Summed(marks, max((one.newest_entry_ns for one in got), default=-1))
+        return got
 
     def step_rows(self, lists: EntryTable) -> EntryTable:
         """The rows of the ranks that measure the job's step (`series.step_ranks`),
@@ -289,10 +290,15 @@ def rows_of_shard(
     return counts, {name: values[picked] for name, values in columns.arrays.items()}
 
 
-def summed_of_shard(columns: ShardColumns, ranks: Sequence[int], kept: Sequence[int]) -> Summed:
-    """The summing task (`series.summed_ranks`): the rows of the shard's ranks (`ranks`, in
-    its order) that the job kept (`kept`), summed up."""
-    return summed_ranks(ranks, columns.starts, columns.arrays, only=kept)
+def reduce_shard(
+    fn: ShardFn[T], columns: ShardColumns, ranks: Sequence[int], kept: Sequence[int]
+) -> T:
+    """The task of `ClusterRows.reduced`: `fn` of the shard's ranks (`ranks`, in its order)
+    that the job kept (`kept`), over the shard's columns where they lie."""
+    return fn(ranks, columns.starts, columns.arrays, kept)
+
+
+T = TypeVar("T")
 
 
 def _ray() -> Any:

@@ -123,7 +123,7 @@ def summed_ranks(
     """The rows of `ranks` (rank i's from `starts[i]` to `starts[i + 1]`; `columns`: `MARKED`)
     summed up, of the ranks `only` names (None: all): a rank with no row has no mark. The
     same sums for a table and for each shard of the ranks read on a cluster
-    (`cluster.kept.summed_of_shard`)."""
+    (`pipeline.KeptRows.reduced`)."""
     counts = np.diff(starts)
     some = counts > 0
     if only is not None:
@@ -151,6 +151,12 @@ def summed_ranks(
         for r, a, b, c, d in zip(named, newest, started, completed, retired_n, strict=True)
     }
     return Summed(marks, int(last.max()))
+
+
+def joined(pieces: Sequence[Summed]) -> Summed:
+    """The sums of several tables' ranks (the shards of a job) together."""
+    marks = {rank: mark for one in pieces for rank, mark in one.marks.items()}
+    return Summed(marks, max((one.newest_entry_ns for one in pieces), default=-1))
 
 
 def marks(t: EntryTable) -> dict[int, Mark]:

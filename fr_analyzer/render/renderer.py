@@ -51,15 +51,14 @@ class Rendered:
 
 
 class Entries(enum.Enum):
-    """What a renderer reads of the job's entries: none (the answer alone), a few it asks
-    for (`Analysis.calls.held` where the engine keeps the rows), every one a chunk of rows at
-    a time (`Analysis.calls.chunks`: the driver holds one chunk), or the table they make
-    (where the engine keeps the rows, the driver builds it)."""
+    """What a renderer reads of the job's entries: none (the answer alone), those it shows
+    (fetched where the engine keeps the rows: `Analysis.calls.held`, `shown`), or every one
+    a chunk of rows at a time (`Analysis.calls.chunks`: the driver holds one chunk). None of
+    them has the driver hold the job's table."""
 
     NONE = "none"
     FETCHED = "fetched"
     STREAMED = "streamed"
-    TABLE = "table"
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class Renderer:
     module: str  # the module of `render/` whose `write` it calls
     takes_options: bool = True  # False: `write(analysis, destination)`, the whole analysis
     folder: bool = False  # writes a folder, not a file (Parquet)
-    entries: Entries = Entries.TABLE  # what it reads of the job's entries
+    entries: Entries = Entries.FETCHED  # what it reads of the job's entries
 
     def matches(self, path: Path) -> bool:
         """Whether the name of `path` ends in one of this renderer's suffixes."""
@@ -128,7 +127,7 @@ PARQUET = Renderer(
     entries=Entries.STREAMED,
 )
 PICKLE = Renderer("pickle", "the database", "-o", (), "database", False, entries=Entries.STREAMED)
-TIMELINE = Renderer("timeline", "the trace", "timeline -o", (), "timeline")
+TIMELINE = Renderer("timeline", "the trace", "timeline -o", (), "timeline", entries=Entries.FETCHED)
 
 RENDERERS: dict[str, Renderer] = {
     r.name: r for r in (TEXT, JSON, HTML, SQLITE, PARQUET, PICKLE, TIMELINE)

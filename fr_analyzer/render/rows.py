@@ -1,14 +1,17 @@
 """The rows an output shows beyond the answer, taken of the analysis: its table, or where the
 analysis' engine keeps the rows (`Analysis.calls`: a Ray cluster, the driver holding some
-rows only), fetched from there: the parts' pieces with the rows wanted (`JobCalls.held`,
-the HTML report), or the rows a side-by-side view chooses (`JobCalls.shown`, `-j`).
+rows only), fetched from there: the parts' pieces with the rows wanted (`JobCalls.held`:
+the HTML report's, the timeline's ranks), or the rows a side-by-side view chooses
+(`JobCalls.shown`, `-j`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from ..diagnosis.positions import OpRef
 from ..match.frontier import Wanted
@@ -17,7 +20,26 @@ from ..model.shown import Showing, Shown, shown_rows
 from ..model.table import EntryTable
 from ..pipeline import Analysis
 
-__all__ = ["same_op_rows", "shown_of"]
+__all__ = ["drawn_of", "same_op_rows", "shown_of"]
+
+
+def drawn_of(
+    analysis: Analysis, ranks: Sequence[int]
+) -> tuple[Analysis, npt.NDArray[np.int64] | None]:
+    """The analysis over the whole programs of `ranks` (a timeline's), fetched from where
+    its engine keeps the rows (`JobCalls.held`: with each rank's frontier, and every row
+    their ops are matched with), and those rows' places in the job (None: every row)."""
+    assert analysis.calls is not None
+    held = analysis.calls.held(Wanted(ranks=frozenset(ranks)))
+    drawn = dataclasses.replace(
+        analysis,
+        table=held.table,
+        groups=held.groups,
+        matches=held.matches,
+        rows_in_job=analysis.entries,
+        calls=None,
+    )
+    return drawn, held.rows
 
 
 def shown_of(analysis: Analysis, showing: Showing) -> tuple[EntryTable, Shown]:

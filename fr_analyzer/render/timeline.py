@@ -17,9 +17,13 @@ the members of its process groups (all but the world-sized ones), the ops that o
 root group's sequence ids a few either side of the root's, and the culprit's newest ops. The
 built trace says so in `otherData["notes"]`, which the CLI prints.
 
-It is over 600 lines because the window, the clock alignment, the slices, the flow arrows
-and the markers are parts of one trace that share its track and row bookkeeping, which
-`overlay` reuses for `merge-traces`.
+Where the analysis' engine keeps the rows (a Ray cluster), what the trace reads of every row
+(`Extent`) is summed up where they lie, the ranks drawn are decided of it and of the answer
+(`plan`), and only their whole programs are fetched: the trace is the one the table gives.
+
+It is over 600 lines because the window (and its plan, of the job's extent), the clock
+alignment, the slices, the flow arrows and the markers are parts of one trace that share its
+track and row bookkeeping, which `overlay` reuses for `merge-traces`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ from ..model.arrays import distinct
 from ..model.numbers import decimal
 from ..model.ranks import compact
 from ..model.records import INPUT_KINDS, STATE_NAMES, State, UnitKind, seq_id
+from ..model.table import EntryTable
 from ..pipeline import Analysis
 from .output import write_atomic
 from .renderer import Rendered
@@ -93,18 +98,78 @@ class Window:
     note: str
 
 
-def window(analysis: Analysis, options: TimelineOptions) -> Window | None:
-    """The default window (see the module docstring), or None where everything is drawn."""
-    t, groups = analysis.table, analysis.groups
-    loaded = groups.loaded_ranks
-    if options.all_ranks or options.chooses() or not t.n:
+@dataclass(frozen=True)
+class Extent:
+    """What the trace reads of every row of the job, whichever rows it draws: how many rows
+    there are, how many are drawn as slices (the window's size), and the earliest time an op
+    was created (the trace's origin; -1: none)."""
+
+    rows: int
+    slices: int
+    origin_ns: int
+
+    @property
+    def origin(self) -> int:
+        """The trace's time origin (ns): the earliest creation, 0 where none is known."""
+        return max(self.origin_ns, 0)
+
+
+EXTENT_COLUMNS = ("unit", "t_created")
+
+
+def extent(
+    ranks: Sequence[int],
+    starts: npt.NDArray[np.int64],
+    columns: Mapping[str, np.ndarray],
+    only: Sequence[int] | None = None,
+) -> Extent:
+    """The extent of the rows of `ranks` (rank i's from `starts[i]` to `starts[i + 1]`;
+    `columns`: `EXTENT_COLUMNS`) that `only` names (None: all): of a table, or of a shard of
+    the ranks read on a cluster (`pipeline.JobCalls.reduced`)."""
+    rows = slice(int(starts[0]), int(starts[-1])) if len(starts) else slice(0, 0)
+    unit, created = columns["unit"][rows], columns["t_created"][rows]
+    if only is not None and len(starts):
+        mine = np.isin(np.asarray(ranks, dtype=np.int64), np.asarray(only, dtype=np.int64))
+        taken = np.repeat(mine, np.diff(starts))
+        unit, created = unit[taken], created[taken]
+    stamps = created[created >= 0]
+    first = int(stamps.min()) if len(stamps) else -1
+    return Extent(len(unit), int(np.isin(unit, SLICE_UNITS).sum()), first)
+
+
+def joined(pieces: Sequence[Extent]) -> Extent:
+    """The extent of several tables' rows together (the shards of a job)."""
+    known = [p.origin_ns for p in pieces if p.origin_ns >= 0]
+    return Extent(
+        sum(p.rows for p in pieces), sum(p.slices for p in pieces), min(known, default=-1)
+    )
+
+
+def table_extent(t: EntryTable) -> Extent:
+    """The extent of a table's every row."""
+    starts = np.array([0, t.n], dtype=np.int64)
+    return extent([0], starts, {name: getattr(t, name) for name in EXTENT_COLUMNS})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The ranks a default window draws, and how its note begins and ends."""
+
+    ranks: tuple[int, ...]  # ascending
+    head: str
+    tail: str
+
+
+def plan(analysis: Analysis, options: TimelineOptions, job: Extent) -> Plan | None:
+    """Whether the trace is a default window (None: everything is drawn), of which ranks:
+    decided of the job's extent and the answer, before any row is read."""
+    loaded = analysis.groups.loaded_ranks
+    if options.all_ranks or options.chooses() or not job.rows:
         return None
-    slices = np.isin(t.unit, SLICE_UNITS)
     world = len(loaded)
-    about = int(np.count_nonzero(slices)) * BYTES_PER_SLICE
+    about = job.slices * BYTES_PER_SLICE
     if world <= options.window_past and about <= LARGE_BYTES:
         return None
-    root = analysis.conclusion.root
     head = (
         f"{world:,} ranks, more than {options.window_past:,}: the trace is a window"
         if world > options.window_past
@@ -112,8 +177,33 @@ def window(analysis: Analysis, options: TimelineOptions) -> Window | None:
         f"({LARGE_BYTES / 2**20:,.0f} MiB): the trace is a window"
     )
     tail = "; `fr-analyze timeline --all` draws every rank"
+    root = analysis.conclusion.root
     if root is None or not root.ranks:
-        first = np.asarray(loaded[: options.window_past])
+        return Plan(tuple(sorted(loaded[: options.window_past])), head, tail)
+    culprits = set(root.ranks)
+    ranks = set(culprits)
+    for g in analysis.groups.groups:
+        if g.size < world and not culprits.isdisjoint(g.ranks):
+            ranks.update(g.ranks)
+    if root.group is not None and root.group.size < world:
+        ranks.update(root.group.ranks)
+    return Plan(tuple(sorted(ranks)), head, tail)
+
+
+def window(
+    analysis: Analysis, options: TimelineOptions, job: Extent | None = None
+) -> Window | None:
+    """The default window (see the module docstring), or None where everything is drawn;
+    `job`: the extent of the job's rows (None: of the analysis' table, which holds them all)."""
+    t, groups = analysis.table, analysis.groups
+    chosen = plan(analysis, options, table_extent(t) if job is None else job)
+    if chosen is None:
+        return None
+    head, tail = chosen.head, chosen.tail
+    slices = np.isin(t.unit, SLICE_UNITS)
+    root = analysis.conclusion.root
+    if root is None or not root.ranks:
+        first = np.asarray(chosen.ranks, dtype=np.int64)
         keep = _newest(t.rank, np.isin(t.rank, first) & slices, WINDOW_NO_ROOT_OPS)
         note = (
             f"{head}: no root cause, so the newest {WINDOW_NO_ROOT_OPS} ops of ranks "
@@ -121,12 +211,7 @@ def window(analysis: Analysis, options: TimelineOptions) -> Window | None:
         )
         return Window(keep, note)
     culprits = set(root.ranks)
-    ranks = set(culprits)
-    for g in groups.groups:
-        if g.size < world and not culprits.isdisjoint(g.ranks):
-            ranks.update(g.ranks)
-    if root.group is not None and root.group.size < world:
-        ranks.update(root.group.ranks)
+    ranks = set(chosen.ranks)
     # The window's ranks' rows, few of the table's: the work is on them alone.
     rows = np.flatnonzero(np.isin(t.rank, np.fromiter(ranks, np.int64, len(ranks))) & slices)
     rank = t.rank[rows]
@@ -287,10 +372,12 @@ def fr_events(
     name_prefix: str = "",
     pid_names: bool = True,
     keep: npt.NDArray[np.bool_] | None = None,
+    in_job: npt.NDArray[np.int64] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The trace events of the dumps; timestamps are µs from `origin_ns` after each rank's
-    offset is removed; `keep` (a mask of rows) narrows what is drawn further (a `Window`).
-    Used on its own and as an overlay on merged profiler traces."""
+    offset is removed; `keep` (a mask of rows) narrows what is drawn further (a `Window`);
+    `in_job`: the table's rows in the job, where it holds some only (flows are named by
+    them). Used on its own and as an overlay on merged profiler traces."""
     t, groups, _m = analysis.table, analysis.groups, analysis.matches
     tracks = _Tracks(tid_base)
     rows = _selected_rows(analysis, options, origin_ns, offsets, keep)
@@ -353,7 +440,7 @@ def fr_events(
                 event["cname"] = INCOMPLETE_COLOR
             yield event
     if options.flows:
-        yield from _flows(analysis, slice_at)
+        yield from _flows(analysis, slice_at, in_job)
     named: set[tuple[int, int]] = {(r, tracks.tid(u, p)) for r, u, p in used_tracks}
     for mark in _markers(analysis, options, slice_at, tracks, us, newest, keep):
         pid, tid = int(mark["pid"]), int(mark["tid"])
@@ -481,15 +568,25 @@ class _Cells:
 
 
 def build(analysis: Analysis, options: TimelineOptions | None = None) -> dict[str, Any]:
-    """The whole Chrome trace as a dict; `otherData["notes"]` says what it leaves out."""
+    """The whole Chrome trace as a dict; `otherData["notes"]` says what it leaves out. Where
+    the analysis' engine keeps the rows (`Analysis.calls`), the rows drawn are fetched first:
+    the whole programs of the ranks drawn (`rows.drawn_of`)."""
     options = options or TimelineOptions()
+    in_job: npt.NDArray[np.int64] | None = None
+    if analysis.calls is not None:
+        from .rows import drawn_of
+
+        job = joined(analysis.calls.reduced(extent))
+        analysis, in_job = drawn_of(analysis, _drawn_ranks(analysis, options, job))
+    else:
+        job = table_extent(analysis.table)
     offsets = clock_offsets(analysis) if options.align else {}
-    t = analysis.table
-    stamps = t.t_created[t.t_created >= 0] if t.n else np.zeros(0, np.int64)
-    origin = int(stamps.min()) if len(stamps) else 0
-    shown = window(analysis, options)
+    origin = job.origin
+    shown = window(analysis, options, job)
     keep = None if shown is None else shown.rows
-    events = list(fr_events(analysis, options, origin_ns=origin, offsets=offsets, keep=keep))
+    events = list(
+        fr_events(analysis, options, origin_ns=origin, offsets=offsets, keep=keep, in_job=in_job)
+    )
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -512,6 +609,19 @@ def build(analysis: Analysis, options: TimelineOptions | None = None) -> dict[st
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _drawn_ranks(analysis: Analysis, options: TimelineOptions, job: Extent) -> tuple[int, ...]:
+    """The ranks whose rows the trace reads: the window's; else those `--ranks` names, or
+    every rank (and every rank where the clocks are aligned: all collectives line them up)."""
+    loaded = tuple(analysis.groups.loaded_ranks)
+    chosen = plan(analysis, options, job)
+    if options.align or (chosen is None and options.ranks is None):
+        return loaded
+    if chosen is None:
+        assert options.ranks is not None
+        return tuple(sorted(set(options.ranks) & set(loaded)))
+    return chosen.ranks
 
 
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -589,9 +699,17 @@ def _block_members(
 
 
 def _flows(
-    analysis: Analysis, slice_at: dict[int, tuple[float, int, int]]
+    analysis: Analysis,
+    slice_at: dict[int, tuple[float, int, int]],
+    in_job: npt.NDArray[np.int64] | None,
 ) -> Iterator[dict[str, Any]]:
+    """Arrows joining the slices of one collective, and each send to its recv, each named
+    by its first slice's row in the job (the same whichever rows the table holds)."""
     t, m = analysis.table, analysis.matches
+
+    def job_row(row: int) -> int:
+        return row if in_job is None else int(in_job[row])
+
     by_unit: dict[int, list[int]] = defaultdict(list)
     for r in slice_at:
         u = int(m.collectives.entry_unit[r])
@@ -609,7 +727,7 @@ def _flows(
                 "name": name,
                 "cat": "fr.collective",
                 "ph": ph,
-                "id": f"c{u}",
+                "id": f"c{job_row(rows[0])}",
                 "pid": pid,
                 "tid": tid,
                 "ts": round(ts, 3),
@@ -617,17 +735,15 @@ def _flows(
             }
     drawn = np.fromiter(slice_at, np.int64, len(slice_at))
     both = np.flatnonzero(np.isin(m.p2p.send_row, drawn) & np.isin(m.p2p.recv_row, drawn))
-    pairs = zip(
-        both.tolist(), m.p2p.send_row[both].tolist(), m.p2p.recv_row[both].tolist(), strict=True
-    )
-    for i, s, r in pairs:
+    pairs = zip(m.p2p.send_row[both].tolist(), m.p2p.recv_row[both].tolist(), strict=True)
+    for s, r in pairs:
         for ph, row in (("s", s), ("f", r)):
             ts, pid, tid = slice_at[row]
             yield {
                 "name": "send/recv",
                 "cat": "fr.p2p",
                 "ph": ph,
-                "id": f"p{i}",
+                "id": f"p{job_row(s)}",
                 "pid": pid,
                 "tid": tid,
                 "ts": round(ts, 3),
@@ -756,15 +872,18 @@ def parse_seq(text: str) -> tuple[int, int]:
 
 __all__: Sequence[str] = [
     "LARGE_BYTES",
+    "Extent",
     "TimelineOptions",
     "Window",
     "build",
     "clock_offsets",
     "encode",
     "estimate_bytes",
+    "extent",
     "fr_events",
     "notes",
     "parse_seq",
+    "plan",
     "size_warning",
     "window",
 ]

@@ -36,10 +36,11 @@ from fr_analyzer.match import cutting, match
 from fr_analyzer.model.groups import build_groups, grouped
 from fr_analyzer.model.profile import profiles_of
 from fr_analyzer.pipeline import Options, analyze, analyze_series, load
-from fr_analyzer.render import database, database_parquet, report_html
+from fr_analyzer.render import database, database_parquet, report_html, timeline
 from fr_analyzer.render.entries_view import EntriesView, render_analysis, showing
 from fr_analyzer.render.renderer import for_database
 from fr_analyzer.render.report_json import report_dict
+from fr_analyzer.render.timeline import TimelineOptions
 from tests.builders import make_dump, make_entry, write_dumps
 from tests.diagnosis.test_stragglers import SLOW
 from tests.match.test_partitions import assert_same_match
@@ -472,6 +473,49 @@ def test_the_entries_side_by_side_of_a_large_job_on_ray_fetch_only_the_rows_show
     table, shown = on_ray.calls.shown(chosen)
     assert table.n == len(shown.rows) == kept.fetched - before
     assert 0 < table.n <= 64 * 7  # the root's group, its seq ids either side
+
+
+def test_the_timeline_on_ray_fetches_the_ranks_it_draws_and_is_one_process(
+    cluster: Cluster,
+) -> None:
+    # the job's extent summed up in a task per shard, then the whole programs of the ranks
+    # drawn fetched (`Analysis.calls.held`): every rank, or a window's past `window_past`
+    engine = RayEngine(cluster, rows_in_driver=False)
+    differ = []
+    for s in (SAMPLES / name for name in (*SOME, *P2P)):
+        on_ray = analyze(Directory(s), Options(engine=engine, keep_rows=True))
+        alone = analyze(Directory(s), Options())
+        for options in (TimelineOptions(), TimelineOptions(window_past=2)):
+            if timeline.build(on_ray, options) != timeline.build(alone, options):
+                differ.append((s.name, options.window_past))
+    assert differ == []
+
+
+def test_every_output_of_out_dir_on_ray_is_one_process_s(head: str, tmp_path: Path) -> None:
+    # --out-dir on Ray: no table in the driver, every file one process writes (the header's
+    # engine aside)
+    where = SAMPLES / "nccl3d_p2p_mismatch"
+    env = {**os.environ, **QUIET}
+    for name, engine in (("ray", ["--engine", "ray", "--ray-address", head]), ("alone", [])):
+        done = subprocess.run(
+            [sys.executable, "-m", "fr_analyzer", "-d", str(where), "--out-dir", name, *engine],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    ray_dir, alone_dir = tmp_path / "ray", tmp_path / "alone"
+    timelines = [(d / "timeline.json").read_bytes() for d in (ray_dir, alone_dir)]
+    assert timelines[0] == timelines[1]
+    # (written a chunk at a time on Ray: another pickle protocol, the same tables)
+    assert _database_rows(ray_dir / "db.pkl") == _database_rows(alone_dir / "db.pkl")
+    reports = [json.loads((d / "report.json").read_text()) for d in (ray_dir, alone_dir)]
+    for doc in reports:
+        doc["dumps"].pop("engine")
+        doc.pop("timing", None)
+    assert reports[0] == reports[1]
 
 
 def test_each_database_on_ray_streams_the_entries_and_is_one_process(

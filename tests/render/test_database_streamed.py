@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from fr_analyzer import analyze
-from fr_analyzer.match.frontier import Held, Wanted, rows_of
+from fr_analyzer.match.frontier import Closure, Held, Wanted, held_matches, rows_of
 from fr_analyzer.match.outcomes import CallChunk, ChunkOutcome, JobUnits
 from fr_analyzer.model.shown import Showing, Shown, shown_rows
-from fr_analyzer.model.table import EntryTable
-from fr_analyzer.pipeline import Analysis, Options
+from fr_analyzer.model.table import TABLE_COLUMNS, EntryTable, rank_starts
+from fr_analyzer.pipeline import Analysis, Options, ShardFn, T
 from fr_analyzer.render import database, database_sqlite
 from fr_analyzer.render.tables import tables
 
@@ -63,7 +63,25 @@ class CutCalls:
             yield CallChunk(start, rows_of(a.table, rows), outcome)
 
     def held(self, wanted: Wanted) -> Held:
-        raise AssertionError("a database asks for no rows")
+        # the whole programs of the ranks wanted, with every row their ops are matched with,
+        # as a table of their own, matches renumbered to it (no frontier: none is asked for)
+        a = self.analysis
+        t, m = a.table, a.matches
+        mine = np.flatnonzero(np.isin(t.rank, sorted(wanted.ranks))).astype(np.int64)
+        rows = Closure(t, m).closed(mine)
+        groups = dataclasses.replace(a.groups, entry_group=a.groups.entry_group[rows])
+        return Held(rows, rows_of(t, rows), groups, held_matches(m, rows), wanted.ranks)
+
+    def reduced(self, fn: ShardFn[T]) -> list[T]:
+        t = self.analysis.table  # as each shard sums up its ranks: here, two halves
+        starts = rank_starts(t.rank)
+        ranks, ends = t.rank[starts].tolist(), np.r_[starts, t.n].astype(np.int64)
+        half = len(ranks) // 2
+        columns = {name: getattr(t, name) for name, _ in TABLE_COLUMNS}
+        return [
+            fn(ranks[:half], ends[: half + 1], columns, None),
+            fn(ranks[half:], ends[half:], columns, ranks[half:]),
+        ]
 
     def shown(self, showing: Showing) -> tuple[EntryTable, Shown]:
         a = self.analysis

@@ -66,22 +66,22 @@ def test_o_picks_the_database_renderer_by_the_name_s_ending(name: str, expected:
 
 
 def test_each_output_says_what_it_reads_of_the_entries() -> None:
-    # what decides whether a driver on Ray builds the table (`cli.outputs.Outputs`)
+    # what decides whether an engine keeps the rows past the analysis (`cli.outputs.Outputs`)
     assert {r.name for r in RENDERERS.values() if r.entries is Entries.NONE} == {"text", "json"}
     assert {r.name for r in RENDERERS.values() if r.entries is Entries.STREAMED} == {
         "sqlite",
         "parquet",
         "pickle",
     }
-    assert Outputs(json=Path("r.json")).table_needed() is False
+    assert {r.name for r in RENDERERS.values() if r.entries is Entries.FETCHED} == {
+        "html",
+        "timeline",
+    }
     assert Outputs(database=Path("db.parquet")).entries_taken() is True
     assert Outputs(html=Path("r.html")).entries_taken() is True
+    assert Outputs(out_dir=Path("out")).entries_taken() is True
     assert Outputs(json=Path("r.json")).entries_taken() is False
-    assert Outputs(database=Path("db.parquet")).table_needed() is False
-    assert Outputs(database=Path("db.sqlite"), json=Path("r.json")).table_needed() is False
-    assert Outputs(database=Path("db.pkl")).table_needed() is False
-    assert Outputs(database=Path("db.sqlite"), html=Path("r.html")).table_needed() is False
-    assert Outputs(out_dir=Path("out")).table_needed() is True
+    assert Outputs().entries_taken() is False
 
 
 def test_reports_are_matched_by_their_own_endings() -> None:

@@ -12,6 +12,7 @@ from fr_analyzer import analyze
 from fr_analyzer.pipeline import Options
 from fr_analyzer.render import timeline
 from fr_analyzer.render.timeline import TimelineOptions, build, clock_offsets
+from tests.render.test_database_streamed import streamed
 from tests.trace_format import problems
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
@@ -249,3 +250,26 @@ def test_a_trace_too_big_for_a_browser_is_a_window_whatever_the_job_size(
     everything = build(analysis, TimelineOptions(all_ranks=True))
     assert timeline.notes(everything) == ()
     assert len(everything["traceEvents"]) > len(trace["traceEvents"])
+
+
+# --- where the engine keeps the rows ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["nccl3d_skip_world", "nccl_p2p_pipeline", "nccl_coalesced", "nccl_healthy"]
+)
+def test_the_trace_of_the_ranks_fetched_from_where_an_engine_keeps_the_rows_is_the_tables(
+    name: str,
+) -> None:
+    # `Analysis.calls` (a Ray cluster's rows): the job's extent summed up where the rows lie,
+    # then the whole programs of the ranks drawn fetched (the window's, or every rank's)
+    whole, cut = streamed(name, 37)
+    assert cut.calls is not None
+    chosen = (
+        TimelineOptions(),
+        TimelineOptions(window_past=2),  # a window around the root (or the first ranks)
+        TimelineOptions(ranks=(1, 3), last=4),
+        TimelineOptions(align=True),
+    )
+    for options in chosen:
+        assert build(cut, options) == build(whole, options), options
