@@ -229,14 +229,7 @@ class ClusterRows:
             task.remote(f.frame, f.size, f.done, at, *f.blocks)
             for f in (self.finals[p.index] for p in final)
         ]
-        try:
-            with lost_as("the rows to show could not be chosen in the cluster"):
-                got: list[Shown] = ray.get(refs)
-        except BaseException:
-            for ref in refs:
-                ray.cancel(ref, force=True)
-            raise
-        return got
+        return gathered(ray, refs, "the rows to show could not be chosen in the cluster")
 
     def reduced(self, fn: ShardFn[T]) -> list[T]:
         """`fn` of the rows of each shard's ranks that the job kept, in a task where the
@@ -251,14 +244,7 @@ class ClusterRows:
             task.remote(fn, shard.columns, [rank for rank, *_ in shard.ranks], at)
             for shard in self.kept
         ]
-        try:
-            with lost_as("a sum over the job's rows could not be made in the cluster"):
-                got: list[T] = ray.get(refs)
-        except BaseException:
-            for ref in refs:
-                ray.cancel(ref, force=True)
-            raise
-        return got
+        return gathered(ray, refs, "a sum over the job's rows could not be made in the cluster")
 
     def step_rows(self, lists: EntryTable) -> EntryTable:
         """The rows of the ranks that measure the job's step (`series.step_ranks`),
@@ -299,6 +285,18 @@ def reduce_shard(
 
 
 T = TypeVar("T")
+
+
+def gathered(ray: Any, refs: list[Any], lost: str) -> list[Any]:
+    """Every task's result, in order: on a failure or Ctrl-C every task is cancelled, and a
+    worker, node or object lost past Ray's retries is one `ClusterError` saying `lost`."""
+    try:
+        with lost_as(lost):
+            return list(ray.get(refs))
+    except BaseException:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise
 
 
 def _ray() -> Any:

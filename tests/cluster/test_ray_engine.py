@@ -191,6 +191,23 @@ def test_sample_sets_give_the_same_report_on_ray_with_the_table_in_the_driver(
     assert differ == []
 
 
+def _generated(where: Path, fault: str) -> Path:
+    """The benchmark's 3D job (tensor, pipeline and data parallel, 2,000 entries a rank) at
+    64 ranks, with `fault`."""
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.gen", "--ranks", "64", "--fault", fault),
+            *("--writer", "pickle", "--workers", "1", "--out", str(where)),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    (job,) = where.glob("*/dumps")
+    return job
+
+
 @pytest.mark.parametrize(("fault", "status"), [("not_joined", "hung"), ("none", "ok")])
 def test_a_driver_with_no_table_fetches_only_the_rows_its_diagnosis_holds(
     cluster: Cluster, tmp_path: Path, fault: str, status: str
@@ -198,17 +215,7 @@ def test_a_driver_with_no_table_fetches_only_the_rows_its_diagnosis_holds(
     # the benchmark's 3D job (tensor, pipeline and data parallel, 2,000 entries a rank) at
     # 64 ranks: one rank that never joined a collective (hung), or healthy (the straggler
     # rule weighs every completed op, in tasks)
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.gen", "--ranks", "64", "--fault", fault),
-            *("--writer", "pickle", "--workers", "1", "--out", str(tmp_path)),
-        ],
-        check=True,
-        capture_output=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    (job,) = tmp_path.glob("*/dumps")
+    job = _generated(tmp_path, fault)
     alone = _report(job, Options())
     assert alone["verdict"]["status"] == status
     engine = RayEngine(cluster, rows_in_driver=False)
@@ -392,23 +399,6 @@ def test_sample_sets_give_one_process_database_from_rows_kept_on_the_cluster(
     assert differ == []
 
 
-def test_the_html_report_on_ray_fetches_the_rows_it_shows_and_is_one_process(
-    cluster: Cluster,
-) -> None:
-    # the culprit's stack set against its peers' at the same op: that op's collective, or
-    # its send/recv sequence id, in every group of its family, fetched
-    # (`Analysis.calls.held`); the rest is the report's (all 60 sets agreed when written)
-    engine = RayEngine(cluster, rows_in_driver=False)
-    differ = []
-    for s in (SAMPLES / name for name in (*SOME, *P2P)):
-        on_ray = analyze(Directory(s), Options(engine=engine, keep_rows=True))
-        assert on_ray.calls is not None, s.name
-        alone = analyze(Directory(s), Options())
-        if report_html.page_data(on_ray) != report_html.page_data(alone):
-            differ.append(s.name)
-    assert differ == []
-
-
 VIEWS = (
     EntriesView(),  # around the root, or each group's newest ids where there is none
     EntriesView(around_root=False),  # every entry of every group
@@ -418,20 +408,31 @@ VIEWS = (
 """Side-by-side views (`-j`) of each kind: the rows each chooses differ."""
 
 
-def test_the_entries_side_by_side_on_ray_are_chosen_where_they_lie_and_are_one_process(
+def test_what_each_output_shows_on_ray_is_fetched_and_is_one_process_s(
     cluster: Cluster,
 ) -> None:
-    # each part chooses its groups' rows shown (`model.shown`) in a task, the driver
-    # fetches those alone and draws the view one process draws of its table
+    # the rows kept on the cluster, each output takes what it shows (the rest is the
+    # report's; all 60 sets agreed when written):
+    # - the HTML page: the culprit's stack set against its peers' at the same op (that op's
+    #   collective, or its send/recv sequence id, in every group of its family: `calls.held`)
+    # - `-j`: each part chooses its groups' rows shown (`model.shown`) in a task, the driver
+    #   fetches those alone and draws the view one process draws of its table
+    # - the timeline: the job's extent summed up in a task per shard, then the whole
+    #   programs of the ranks drawn fetched: every rank, or a window's past `window_past`
     engine = RayEngine(cluster, rows_in_driver=False)
     differ = []
     for s in (SAMPLES / name for name in (*SOME, *P2P)):
         on_ray = analyze(Directory(s), Options(engine=engine, keep_rows=True))
         assert on_ray.calls is not None, s.name
         alone = analyze(Directory(s), Options())
+        if report_html.page_data(on_ray) != report_html.page_data(alone):
+            differ.append((s.name, "html"))
         for view in VIEWS:
             if render_analysis(on_ray, view).plain != render_analysis(alone, view).plain:
-                differ.append((s.name, view))
+                differ.append((s.name, str(view)))
+        for options in (TimelineOptions(), TimelineOptions(window_past=2)):
+            if timeline.build(on_ray, options) != timeline.build(alone, options):
+                differ.append((s.name, f"timeline past {options.window_past}"))
     assert differ == []
 
 
@@ -439,17 +440,7 @@ def test_the_entries_side_by_side_of_a_large_job_on_ray_fetch_only_the_rows_show
     head: str, cluster: Cluster, tmp_path: Path
 ) -> None:
     # `-j` on the command line: the driver holds no table, fetches the rows around the root
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "benchmarks.gen", "--ranks", "64", "--fault", "not_joined"),
-            *("--writer", "pickle", "--workers", "1", "--out", str(tmp_path)),
-        ],
-        check=True,
-        capture_output=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    (job,) = tmp_path.glob("*/dumps")
+    job = _generated(tmp_path, "not_joined")
     env = {**os.environ, **QUIET, "COLUMNS": "200"}
     printed = []
     for on_ray_args in (["--engine", "ray", "--ray-address", head], []):
@@ -473,22 +464,6 @@ def test_the_entries_side_by_side_of_a_large_job_on_ray_fetch_only_the_rows_show
     table, shown = on_ray.calls.shown(chosen)
     assert table.n == len(shown.rows) == kept.fetched - before
     assert 0 < table.n <= 64 * 7  # the root's group, its seq ids either side
-
-
-def test_the_timeline_on_ray_fetches_the_ranks_it_draws_and_is_one_process(
-    cluster: Cluster,
-) -> None:
-    # the job's extent summed up in a task per shard, then the whole programs of the ranks
-    # drawn fetched (`Analysis.calls.held`): every rank, or a window's past `window_past`
-    engine = RayEngine(cluster, rows_in_driver=False)
-    differ = []
-    for s in (SAMPLES / name for name in (*SOME, *P2P)):
-        on_ray = analyze(Directory(s), Options(engine=engine, keep_rows=True))
-        alone = analyze(Directory(s), Options())
-        for options in (TimelineOptions(), TimelineOptions(window_past=2)):
-            if timeline.build(on_ray, options) != timeline.build(alone, options):
-                differ.append((s.name, options.window_past))
-    assert differ == []
 
 
 def test_every_output_of_out_dir_on_ray_is_one_process_s(head: str, tmp_path: Path) -> None:

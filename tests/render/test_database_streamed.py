@@ -25,6 +25,9 @@ from fr_analyzer.render import database, database_sqlite
 from fr_analyzer.render.tables import tables
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
+SHOWN = ("nccl3d_skip_world", "nccl_p2p_pipeline", "nccl_coalesced", "nccl_healthy")
+"""Sets whose rows an output shows fetched from where the engine keeps them (`CutCalls`): a
+root in a 3D job, send/recv pairs, blocks, a healthy job (`-j`, the timeline)."""
 SETS = ("nccl_not_joined", "nccl_p2p_pipeline", "nccl_coalesced", "gloo3d_pp_recv_missing")
 
 

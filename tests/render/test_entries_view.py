@@ -26,7 +26,7 @@ from fr_analyzer.render.entries_view import (
 )
 from tests.builders import make_dump, make_entry
 from tests.conftest import Run
-from tests.render.test_database_streamed import streamed
+from tests.render.test_database_streamed import SHOWN, streamed
 
 EIGHT = {"0": ("default_pg", list(range(8)))}
 
@@ -365,9 +365,7 @@ def test_the_newest_ids_and_each_groups_rows_are_those_the_plain_numpy_ways_give
             assert np.array_equal(by_group[uid], np.flatnonzero(entry_group == uid))
 
 
-@pytest.mark.parametrize(
-    "name", ["nccl3d_skip_world", "nccl_p2p_pipeline", "nccl_coalesced", "nccl_healthy"]
-)
+@pytest.mark.parametrize("name", SHOWN)
 def test_the_view_of_the_rows_an_engine_chose_and_fetched_is_the_view_of_the_table(
     name: str,
 ) -> None:

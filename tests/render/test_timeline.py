@@ -12,7 +12,7 @@ from fr_analyzer import analyze
 from fr_analyzer.pipeline import Options
 from fr_analyzer.render import timeline
 from fr_analyzer.render.timeline import TimelineOptions, build, clock_offsets
-from tests.render.test_database_streamed import streamed
+from tests.render.test_database_streamed import SHOWN, streamed
 from tests.trace_format import problems
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_dumps"
@@ -255,9 +255,7 @@ def test_a_trace_too_big_for_a_browser_is_a_window_whatever_the_job_size(
 # --- where the engine keeps the rows ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name", ["nccl3d_skip_world", "nccl_p2p_pipeline", "nccl_coalesced", "nccl_healthy"]
-)
+@pytest.mark.parametrize("name", SHOWN)
 def test_the_trace_of_the_ranks_fetched_from_where_an_engine_keeps_the_rows_is_the_tables(
     name: str,
 ) -> None:
