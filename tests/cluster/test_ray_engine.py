@@ -437,24 +437,11 @@ def test_what_each_output_shows_on_ray_is_fetched_and_is_one_process_s(
 
 
 def test_the_entries_side_by_side_of_a_large_job_on_ray_fetch_only_the_rows_shown(
-    head: str, cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    # `-j` on the command line: the driver holds no table, fetches the rows around the root
+    # the benchmark's job at 64 ranks x 2,000 entries: the driver holds no table and fetches
+    # the rows around the root alone
     job = _generated(tmp_path, "not_joined")
-    env = {**os.environ, **QUIET, "COLUMNS": "200"}
-    printed = []
-    for on_ray_args in (["--engine", "ray", "--ray-address", head], []):
-        done = subprocess.run(
-            [sys.executable, "-m", "fr_analyzer", "-d", str(job), "-j", *on_ray_args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=180,
-        )
-        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        printed.append(done.stdout)
-    assert printed[0] == printed[1]
-    assert "!" in printed[0]  # the rank that never joined, marked
     engine = RayEngine(cluster, rows_in_driver=False)
     on_ray = analyze(Directory(job), Options(engine=engine, keep_rows=True))
     kept = engine.kept_rows()
@@ -464,16 +451,22 @@ def test_the_entries_side_by_side_of_a_large_job_on_ray_fetch_only_the_rows_show
     table, shown = on_ray.calls.shown(chosen)
     assert table.n == len(shown.rows) == kept.fetched - before
     assert 0 < table.n <= 64 * 7  # the root's group, its seq ids either side
+    view = EntriesView(width=200)
+    printed = render_analysis(on_ray, view).plain
+    assert printed == render_analysis(analyze(Directory(job), Options()), view).plain
+    assert "!" in printed  # the rank that never joined, marked
 
 
-def test_every_output_of_out_dir_on_ray_is_one_process_s(head: str, tmp_path: Path) -> None:
-    # --out-dir on Ray: no table in the driver, every file one process writes (the header's
-    # engine aside)
+def test_every_output_of_out_dir_and_j_on_ray_are_one_process_s(head: str, tmp_path: Path) -> None:
+    # the command line on Ray keeps the rows there for every output: --out-dir writes every
+    # file one process writes (the header's engine aside), -j prints its view
     where = SAMPLES / "nccl3d_p2p_mismatch"
-    env = {**os.environ, **QUIET}
-    for name, engine in (("ray", ["--engine", "ray", "--ray-address", head]), ("alone", [])):
+    env = {**os.environ, **QUIET, "COLUMNS": "200"}
+    on_ray = ["--engine", "ray", "--ray-address", head]
+    printed = ""
+    for args in (["--out-dir", "ray", *on_ray], ["--out-dir", "alone"], ["-j", *on_ray]):
         done = subprocess.run(
-            [sys.executable, "-m", "fr_analyzer", "-d", str(where), "--out-dir", name, *engine],
+            [sys.executable, "-m", "fr_analyzer", "-d", str(where), *args],
             capture_output=True,
             text=True,
             env=env,
@@ -481,6 +474,9 @@ def test_every_output_of_out_dir_on_ray_is_one_process_s(head: str, tmp_path: Pa
             cwd=tmp_path,
         )
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        printed = done.stdout
+    alone = analyze(Directory(where), Options())
+    assert printed == render_analysis(alone, EntriesView(width=200)).plain
     ray_dir, alone_dir = tmp_path / "ray", tmp_path / "alone"
     timelines = [(d / "timeline.json").read_bytes() for d in (ray_dir, alone_dir)]
     assert timelines[0] == timelines[1]
