@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -208,14 +208,27 @@ def _generated(where: Path, fault: str) -> Path:
     return job
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`_generated`, each fault's job made once for the module (the tests only read it)."""
+    made: dict[str, Path] = {}
+
+    def job(fault: str) -> Path:
+        if fault not in made:
+            made[fault] = _generated(tmp_path_factory.mktemp(fault), fault)
+        return made[fault]
+
+    return job
+
+
 @pytest.mark.parametrize(("fault", "status"), [("not_joined", "hung"), ("none", "ok")])
 def test_a_driver_with_no_table_fetches_only_the_rows_its_diagnosis_holds(
-    cluster: Cluster, tmp_path: Path, fault: str, status: str
+    cluster: Cluster, generated: Callable[[str], Path], fault: str, status: str
 ) -> None:
     # the benchmark's 3D job (tensor, pipeline and data parallel, 2,000 entries a rank) at
     # 64 ranks: one rank that never joined a collective (hung), or healthy (the straggler
     # rule weighs every completed op, in tasks)
-    job = _generated(tmp_path, fault)
+    job = generated(fault)
     alone = _report(job, Options())
     assert alone["verdict"]["status"] == status
     engine = RayEngine(cluster, rows_in_driver=False)
@@ -437,11 +450,11 @@ def test_what_each_output_shows_on_ray_is_fetched_and_is_one_process_s(
 
 
 def test_the_entries_side_by_side_of_a_large_job_on_ray_fetch_only_the_rows_shown(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, generated: Callable[[str], Path]
 ) -> None:
     # the benchmark's job at 64 ranks x 2,000 entries: the driver holds no table and fetches
     # the rows around the root alone
-    job = _generated(tmp_path, "not_joined")
+    job = generated("not_joined")
     engine = RayEngine(cluster, rows_in_driver=False)
     on_ray = analyze(Directory(job), Options(engine=engine, keep_rows=True))
     kept = engine.kept_rows()
