@@ -191,7 +191,8 @@ class KeptCalls:
         fetch: Callable[[npt.NDArray[np.int64]], EntryTable],
         reads: Pieces,
     ) -> None:
-        self._rows, self._final, self._bounds = rows, final, bounds  # `bounds`: the chunks'
+        # `bounds`: the chunks' first rows, then the job's end (`chunk_bounds`)
+        self._rows, self._final, self._bounds = rows, final, bounds
         self._fetch, self._reads = fetch, reads
         self._outcomes: Outcomes | None = None
 

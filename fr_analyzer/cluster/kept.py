@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,7 @@ from .lateness import Layout, summary
 from .shuffle import Finals, Kept, Split, outcomes_of, shown_of, take_pieces
 
 if TYPE_CHECKING:
-    from ..pipeline import ShardFn
+    from ..pipeline import ShardFn, T
     from .shards import ShardColumns
 
 I64 = npt.NDArray[np.int64]
@@ -282,9 +282,6 @@ def reduce_shard(
     """The task of `ClusterRows.reduced`: `fn` of the shard's ranks (`ranks`, in its order)
     that the job kept (`kept`), over the shard's columns where they lie."""
     return fn(ranks, columns.starts, columns.arrays, kept)
-
-
-T = TypeVar("T")
 
 
 def gathered(ray: Any, refs: list[Any], lost: str) -> list[Any]:

@@ -258,7 +258,7 @@ def step_ranks(count: int) -> list[int]:
     """Which of `count` ranks with entries (by their place, in rank order) measure the step
     time: `STEP_SAMPLE_RANKS` of them, evenly spread; all of them when there are fewer. A
     table of those ranks' rows alone measures the same step (each is picked again)."""
-    return sorted({int(i * count / STEP_SAMPLE_RANKS) for i in range(STEP_SAMPLE_RANKS)} - {count})
+    return sorted({int(i * count / STEP_SAMPLE_RANKS) for i in range(STEP_SAMPLE_RANKS)})
 
 
 def snapshot_folders(path: Path) -> list[Path] | None:

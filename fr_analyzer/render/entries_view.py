@@ -116,7 +116,8 @@ def render_styled(
     if not table.n:
         return Text("no entries\n")
     chosen = showing(groups, view, root)
-    return render_shown(table, shown_rows(table, groups.entry_group, chosen), groups, view, root)
+    shown = shown_rows(table, groups.entry_group, chosen)
+    return render_shown(table, shown, chosen, groups, view, root)
 
 
 def render_analysis(analysis: Analysis, view: EntriesView) -> Text:
@@ -124,8 +125,9 @@ def render_analysis(analysis: Analysis, view: EntriesView) -> Text:
     if not analysis.entries:
         return Text("no entries\n")
     root = analysis.conclusion.root
-    table, shown = shown_of(analysis, showing(analysis.groups, view, root))
-    return render_shown(table, shown, analysis.groups, view, root)
+    chosen = showing(analysis.groups, view, root)
+    table, shown = shown_of(analysis, chosen)
+    return render_shown(table, shown, chosen, analysis.groups, view, root)
 
 
 def showing(groups: GroupTable, view: EntriesView, root: RootCause | None) -> Showing:
@@ -142,11 +144,13 @@ def showing(groups: GroupTable, view: EntriesView, root: RootCause | None) -> Sh
 def render_shown(
     table: EntryTable,
     shown: Shown,
+    chosen: Showing,
     groups: GroupTable,
     view: EntriesView,
     root: RootCause | None = None,
 ) -> Text:
-    """The view of the rows `showing` chose (`shown`, rows of `table`) as `rich` text."""
+    """The view of the rows `chosen` (`showing`'s) gave (`shown`, rows of `table`) as `rich`
+    text."""
     culprits = set(root.ranks) if root is not None else set()
     out = Text()
     around = _around(view, root)
@@ -154,7 +158,7 @@ def render_shown(
         # a healthy job of 1,024 ranks has millions of entries: its newest few are what one reads
         out.append(_wrapped(_newest_note(root), view.width), "dim")
         out.append("\n")
-    uids = showing(groups, view, root).uids
+    uids = chosen.uids
     by_uid = {g.uid: g for g in groups.groups}
     p2p_like = np.isin(table.unit, P2P_LIKE)
     rows_of = rows_by_group(shown.groups, list(uids))
